@@ -1,0 +1,39 @@
+# The two commands of the README: `make demo` and `make test`. Everything else is a step they call.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+ENGRAM_VERSION ?= v1.20.0
+
+.PHONY: demo test venv engram lint typecheck bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+engram: venv
+	$(BIN)/engram-harness engram install $(ENGRAM_VERSION)
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: venv
+	$(BIN)/mypy
+
+test: venv
+	bash scripts/test.sh
+
+demo: engram
+	bash scripts/demo.sh
+
+bench: engram
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .cache build *.egg-info

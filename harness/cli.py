@@ -1,0 +1,52 @@
+"""engram-harness: a thin command line over the harness library."""
+
+from __future__ import annotations
+
+import click
+
+from harness import __version__
+from harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
+from harness.errors import HarnessError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="engram-harness")
+def cli() -> None:
+    """Replay engram sync scenarios against the real engram binary."""
+
+
+@cli.group()
+def engram() -> None:
+    """Install and locate real engram binaries (one per version, side by side)."""
+
+
+@engram.command("install")
+@click.argument("versions", nargs=-1)
+@click.option("--force", is_flag=True, help="Rebuild even when the cached binary exists.")
+def engram_install(versions: tuple[str, ...], force: bool) -> None:
+    """Install VERSIONS (default v1.20.0) with `go install` and print each binary's path."""
+    for version in versions or (DEFAULT_VERSION,):
+        try:
+            path = install_engram(version, force=force)
+        except HarnessError as error:
+            raise click.ClickException(str(error)) from error
+        click.echo(str(path))
+
+
+@engram.command("path")
+@click.argument("version", default=DEFAULT_VERSION)
+def engram_path(version: str) -> None:
+    """Print the binary used for VERSION (ENGRAM_BIN overrides); exit 1 if none is installed."""
+    try:
+        path = find_engram(version)
+    except HarnessError as error:
+        raise click.ClickException(str(error)) from error
+    if path is None:
+        raise click.ClickException(
+            f"engram {version} is not installed; run: engram-harness engram install {version}"
+        )
+    click.echo(str(path))
+
+
+def main() -> None:
+    cli()

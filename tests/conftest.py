@@ -1,0 +1,71 @@
+"""Test tiers: unit (no external process), engram (the real binary), docker (a real engine).
+
+Outside CI a tier whose dependency is missing skips with a one-line reason. Under CI=true it fails:
+a green CI run must mean that every tier ran.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.engram_env import EngramEnvironment
+from harness.engram_install import DEFAULT_VERSION, find_engram
+
+TIERS = ("unit", "engram", "docker")
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        tiers = [name for name in TIERS if item.get_closest_marker(name)]
+        if not tiers and item.path.suffix == ".py":
+            item.add_marker(pytest.mark.unit)
+
+
+def missing(reason: str) -> None:
+    if IN_CI:
+        pytest.fail(f"CI=true and {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def engram_bin() -> Path:
+    binary = find_engram(DEFAULT_VERSION)
+    if binary is None:
+        missing(f"engram {DEFAULT_VERSION} is not installed (run: engram-harness engram install)")
+    assert binary is not None
+    return binary
+
+
+@pytest.fixture
+def engram_world(engram_bin: Path, tmp_path: Path) -> EngramEnvironment:
+    return EngramEnvironment(binary=engram_bin, root=tmp_path).prepare()
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[Any]:
+    try:
+        import docker
+
+        client = docker.from_env(timeout=30)
+        client.ping()
+    except Exception as error:
+        missing(f"no Docker engine answers ({type(error).__name__})")
+        raise
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def base_image(docker_client: Any) -> str:
+    tag = os.environ.get("ENGRAM_KIT_BASE_IMAGE", "local/debian-python:bookworm")
+    try:
+        docker_client.images.get(tag)
+    except Exception:
+        missing(f"base image {tag} is missing (run: scripts/docker-engine.sh base)")
+    return tag
