@@ -1,0 +1,97 @@
+"""Read-only access to a live engram database, the way a careful operator reads it.
+
+URI mode=ro (never immutable=1: engram keeps writing through its WAL), a busy timeout, and short
+read transactions. Columns are discovered with PRAGMA table_info so v1.x, v2 and v3 files all work.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+from canary.errors import CanaryError
+
+BUSY_TIMEOUT_MS = 5000
+REQUIRED_TABLES = ("sync_state", "sync_mutations")
+
+
+class DatabaseUnavailable(CanaryError):
+    """The database cannot be opened, or it is not an engram database."""
+
+
+def default_db_path() -> Path:
+    """--db, else $ENGRAM_DATA_DIR/engram.db, else ~/.engram/engram.db (engram's own order)."""
+    data_dir = os.environ.get("ENGRAM_DATA_DIR", "").strip()
+    if data_dir:
+        return Path(data_dir) / "engram.db"
+    return Path.home() / ".engram" / "engram.db"
+
+
+@dataclass(frozen=True)
+class Schema:
+    """Which tables and columns this engram version's file has."""
+
+    columns: dict[str, frozenset[str]]
+
+    def has_table(self, table: str) -> bool:
+        return table in self.columns
+
+    def has_column(self, table: str, column: str) -> bool:
+        return column in self.columns.get(table, frozenset())
+
+
+def open_read_only(path: Path) -> sqlite3.Connection:
+    if not path.exists():
+        raise DatabaseUnavailable(f"{path}: no such file (pass --db or set ENGRAM_DATA_DIR)")
+    if not path.is_file():
+        raise DatabaseUnavailable(f"{path}: not a regular file; expected engram's engram.db")
+    uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+    try:
+        connection = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        connection.execute("PRAGMA query_only = 1")
+        discover_schema(connection, path)
+    except sqlite3.DatabaseError as error:
+        raise DatabaseUnavailable(f"{path}: cannot be read as SQLite ({error})") from error
+    return connection
+
+
+def discover_schema(connection: sqlite3.Connection, path: Path) -> Schema:
+    tables = [row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    missing = [table for table in REQUIRED_TABLES if table not in tables]
+    if missing:
+        raise DatabaseUnavailable(
+            f"{path}: not an engram database with cloud sync (missing table {', '.join(missing)})"
+        )
+    columns = {
+        table: frozenset(
+            row[1] for row in connection.execute(f"PRAGMA table_info({quote_identifier(table)})")
+        )
+        for table in tables
+    }
+    return Schema(columns=columns)
+
+
+def quote_identifier(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+@contextmanager
+def read_transaction(connection: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One short, consistent snapshot; released as soon as the block ends."""
+    connection.execute("BEGIN")
+    try:
+        yield connection
+    finally:
+        connection.execute("COMMIT")
+
+
+def data_version(connection: sqlite3.Connection) -> int:
+    """Changes whenever another connection commits; cheap confirmation that a file event was a write."""
+    row = connection.execute("PRAGMA data_version").fetchone()
+    return int(row[0])

@@ -1,0 +1,35 @@
+"""The closed target space of the design, and engram's own project-name normalization."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+LEGACY_TARGET = "cloud"
+INBOX_TARGET = "cloud:inbox"
+LOCAL_TARGET = "local"
+RESERVED_INBOX_PROJECT = "inbox"
+BUILTIN_TARGETS = frozenset({LEGACY_TARGET, INBOX_TARGET, LOCAL_TARGET})
+
+
+def normalize_project(project: str) -> str:
+    """engram's NormalizeProject (v1.20): lowercase, trim, collapse repeated '-' and repeated '_'.
+
+    '-' and '_' stay distinct, exactly as engram keeps them.
+    """
+    normalized = project.lower().strip()
+    while "--" in normalized:
+        normalized = normalized.replace("--", "-")
+    while "__" in normalized:
+        normalized = normalized.replace("__", "_")
+    return normalized
+
+
+def project_target(project: str) -> str:
+    normalized = normalize_project(project)
+    return f"{LEGACY_TARGET}:{normalized}" if normalized else LEGACY_TARGET
+
+
+def allowed_targets(enrolled_projects: Iterable[str], extra_keys: Iterable[str] = ()) -> frozenset[str]:
+    """{cloud, cloud:inbox, local} ∪ {cloud:<p> for enrolled p} ∪ configured extras."""
+    enrolled = {project_target(project) for project in enrolled_projects if normalize_project(project)}
+    return BUILTIN_TARGETS | enrolled | frozenset(extra_keys)
