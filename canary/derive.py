@@ -1,0 +1,157 @@
+"""The design's two-stage key derivation (seed §4), as pure functions.
+
+Stage A picks a candidate key: the session designation (one early return, no enrollment guard), else the
+slug of the git repository name of the row's directory, else nothing, never the directory's basename.
+Stage B decides: the alias map (by cwd, then by key), else an enrolled project equal to the candidate,
+else the inbox under the candidate, or `unsorted` when there is none.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import PurePosixPath
+
+from canary.targets import normalize_project
+
+UNSORTED = "unsorted"
+MANUAL_SAVE_PREFIX = "manual-save-"
+_SEPARATORS = re.compile(r"[\s_]+")
+_HYPHENS = re.compile(r"-{2,}")
+
+
+class CandidateSource(Enum):
+    DESIGNATION = "designation"
+    GIT_REPO = "git_repo"
+    NONE = "none"
+
+
+class Resolution(Enum):
+    ALIAS_CWD = "alias_cwd"
+    ALIAS_KEY = "alias_key"
+    ENROLLED = "enrolled"
+    INBOX = "inbox"
+
+
+@dataclass(frozen=True)
+class RowContext:
+    """What the pipeline may know about one mutation row."""
+
+    designation: str | None = None
+    cwd: str | None = None
+    repo_name: str | None = None
+
+
+@dataclass(frozen=True)
+class AliasMap:
+    keys: Mapping[str, str] = field(default_factory=dict)
+    cwds: Mapping[str, str] = field(default_factory=dict)
+
+    def project_for_key(self, key: str) -> str | None:
+        wanted = normalize_project(key)
+        for alias, project in self.keys.items():
+            if normalize_project(alias) == wanted:
+                return project
+        return None
+
+    def project_for_cwd(self, cwd: str) -> str | None:
+        return self.cwds.get(normalize_cwd(cwd))
+
+
+@dataclass(frozen=True)
+class Derivation:
+    candidate: str | None
+    source: CandidateSource
+    inbox_key: str
+    resolution: Resolution
+    project: str | None
+
+    @property
+    def is_resolved(self) -> bool:
+        return self.project is not None
+
+
+def slug(name: str) -> str:
+    """Lowercase; runs of spaces and underscores become one hyphen: LM_Studio_Model -> lm-studio-model."""
+    hyphenated = _SEPARATORS.sub("-", name.strip().lower())
+    return _HYPHENS.sub("-", hyphenated)
+
+
+def normalize_cwd(cwd: str) -> str:
+    """One spelling per directory: no trailing slash, no '.' or '..' segments ('/' stays '/')."""
+    text = cwd.strip()
+    if not text:
+        return ""
+    parts: list[str] = []
+    for part in PurePosixPath(text).parts[1:] if text.startswith("/") else PurePosixPath(text).parts:
+        if part == "..":
+            if parts:
+                parts.pop()
+        elif part != ".":
+            parts.append(part)
+    joined = "/".join(parts)
+    return "/" + joined if text.startswith("/") else joined
+
+
+def cwd_derived_names(directory: str) -> frozenset[str]:
+    """Every project name engram's cwd detection could have produced for `directory`.
+
+    Detection names a project after the git root (an ancestor or the directory itself) or, failing
+    that, the directory's basename; engram spells the basename of '/' as '/'.
+    """
+    path = PurePosixPath(normalize_cwd(directory) or "/")
+    names = {normalize_project(part.name or "/") for part in (path, *path.parents)}
+    return frozenset(name for name in names if name)
+
+
+def session_designation(
+    session_id: str | None, session_project: str | None, directory: str | None
+) -> str | None:
+    """The project a session was explicitly designated for, if any.
+
+    - `engram save --project P` journals session `manual-save-P`: always a designation.
+    - Otherwise sessions.project is a designation only when cwd detection could not have produced it
+      from the session's own directory (an MCP `--project`/ENGRAM_PROJECT, a config file, an agent
+      naming its project); a name equal to the directory's or an ancestor's basename is detection
+      output, which Stage A re-derives from git instead of trusting the basename fallback.
+    """
+    project = normalize_project(session_project or "")
+    if not project:
+        return None
+    if session_id and session_id.startswith(MANUAL_SAVE_PREFIX):
+        return project
+    if not directory or not directory.strip():
+        return project
+    if project in cwd_derived_names(directory):
+        return None
+    return project
+
+
+def stage_a(context: RowContext) -> tuple[str | None, CandidateSource]:
+    if context.designation:
+        return normalize_project(context.designation), CandidateSource.DESIGNATION
+    if context.repo_name:
+        repo_slug = slug(context.repo_name)
+        if repo_slug:
+            return repo_slug, CandidateSource.GIT_REPO
+    return None, CandidateSource.NONE
+
+
+def derive(context: RowContext, aliases: AliasMap, enrolled: Collection[str]) -> Derivation:
+    candidate, source = stage_a(context)
+    inbox_key = candidate if candidate else UNSORTED
+    if context.cwd:
+        project = aliases.project_for_cwd(context.cwd)
+        if project is not None:
+            return Derivation(candidate, source, inbox_key, Resolution.ALIAS_CWD, project)
+    if candidate is not None:
+        project = aliases.project_for_key(candidate)
+        if project is not None:
+            return Derivation(candidate, source, inbox_key, Resolution.ALIAS_KEY, project)
+        enrolled_by_name = {normalize_project(name): name for name in enrolled}
+        match = enrolled_by_name.get(normalize_project(candidate))
+        if match is not None:
+            return Derivation(candidate, source, inbox_key, Resolution.ENROLLED, match)
+    return Derivation(candidate, source, inbox_key, Resolution.INBOX, None)

@@ -1,0 +1,427 @@
+"""The virtual inbox over today's engram (v1.20): read-only view and tripwires.
+
+engram v1.20 journals every write in the legacy lane (target_key 'cloud') with a project column, and its
+worker pushes only rows whose project is enrolled (or empty). The inbox is therefore the set of unacked
+legacy-lane rows whose non-empty project is not in sync_enrolled_projects: rows no worker will ever
+deliver. Each row gets the design's inbox key from canary.derive.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sqlite3
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from canary.db import Schema, read_transaction
+from canary.derive import (
+    UNSORTED,
+    AliasMap,
+    Derivation,
+    RowContext,
+    derive,
+    normalize_cwd,
+    session_designation,
+)
+from canary.errors import CanaryError
+from canary.findings import Finding
+from canary.inbox_settings import InboxSettings
+from canary.targets import LEGACY_TARGET
+
+TELEMETRY_ENTITIES = frozenset({"session", "prompt"})
+ENGRAM_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+# Rows of the legacy lane that the v1.20 worker skips: unacked, non-empty project, not enrolled.
+_INBOX_ROWS_SQL = f"""
+SELECT m.seq, m.entity, m.entity_key, m.op, m.payload, m.project, m.occurred_at,
+       s.id, s.project, s.directory
+FROM sync_mutations AS m
+LEFT JOIN sessions AS s ON s.id = CASE
+    WHEN m.entity = 'session' THEN m.entity_key
+    WHEN json_valid(m.payload) THEN json_extract(m.payload, '$.session_id')
+END
+WHERE m.target_key = '{LEGACY_TARGET}' AND m.acked_at IS NULL AND m.project != ''
+  AND m.project NOT IN (SELECT project FROM sync_enrolled_projects)
+ORDER BY m.seq
+"""
+
+
+class InboxUnsupported(CanaryError):
+    """The database's schema has no per-row project column, so there is no inbox to compute."""
+
+
+class GitRepoResolver:
+    """The name of the git repository holding a directory, looked up on this machine's filesystem.
+
+    A directory that no longer exists is walked up like any other path: its rows keep the repo of the
+    nearest surviving ancestor with a .git entry, else no repo (add a cwd alias for it).
+    """
+
+    def __init__(self) -> None:
+        self._cache: dict[str, str | None] = {}
+
+    def repo_name(self, directory: str | None) -> str | None:
+        if not directory:
+            return None
+        normalized = normalize_cwd(directory)
+        if normalized not in self._cache:
+            self._cache[normalized] = self._lookup(normalized)
+        return self._cache[normalized]
+
+    @staticmethod
+    def _lookup(directory: str) -> str | None:
+        path = Path(directory)
+        if not path.is_absolute():
+            return None
+        for candidate in (path, *path.parents):
+            try:
+                if (candidate / ".git").exists() and candidate.name:
+                    return candidate.name
+            except OSError:
+                return None
+        return None
+
+
+@dataclass(frozen=True)
+class InboxRow:
+    seq: int
+    entity: str
+    entity_key: str
+    op: str
+    payload: str
+    project: str
+    occurred_at: str
+    cwd: str | None
+    derivation: Derivation
+
+    @property
+    def is_telemetry(self) -> bool:
+        return self.entity in TELEMETRY_ENTITIES
+
+    @property
+    def key(self) -> str:
+        return self.derivation.inbox_key
+
+
+@dataclass(frozen=True)
+class InboxSnapshot:
+    rows: tuple[InboxRow, ...]
+    enrolled: frozenset[str]
+    taken_at: datetime
+
+
+@dataclass
+class KeySummary:
+    key: str
+    count: int = 0
+    telemetry: int = 0
+    oldest: datetime | None = None
+    oldest_age_days: float = 0.0
+    entities: dict[str, int] = field(default_factory=dict)
+    cwds: dict[str, int] = field(default_factory=dict)
+    resolved_to: str | None = None
+    claim_command: str | None = None
+    cwd_claim_commands: dict[str, str] = field(default_factory=dict)
+    hint: str | None = None
+
+    @property
+    def total(self) -> int:
+        return self.count + self.telemetry
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "count": self.count,
+            "telemetry": self.telemetry,
+            "total": self.total,
+            "oldest": _iso(self.oldest),
+            "oldest_age_days": round(self.oldest_age_days, 3),
+            "entities": dict(sorted(self.entities.items())),
+            "cwds": dict(sorted(self.cwds.items())),
+            "resolved_to": self.resolved_to,
+            "claim_command": self.claim_command,
+            "cwd_claim_commands": dict(sorted(self.cwd_claim_commands.items())),
+            "hint": self.hint,
+        }
+
+
+def require_inbox_schema(schema: Schema) -> None:
+    if not schema.has_column("sync_mutations", "project"):
+        raise InboxUnsupported(
+            "sync_mutations has no project column: this engram predates per-project sync (need v1.20's schema)"
+        )
+    if not schema.has_table("sessions"):
+        raise InboxUnsupported("no sessions table: not an engram memory database")
+
+
+def parse_engram_time(text: str) -> datetime | None:
+    """engram writes datetime('now') (UTC, 'YYYY-MM-DD HH:MM:SS'); ISO strings are accepted too."""
+    value = text.strip()
+    try:
+        parsed = datetime.strptime(value, ENGRAM_TIME_FORMAT)
+    except ValueError:
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ") if moment is not None else None
+
+
+def _payload_object(payload: str) -> dict[str, Any]:
+    try:
+        decoded = json.loads(payload)
+    except ValueError:
+        return {}
+    if isinstance(decoded, str):
+        try:
+            decoded = json.loads(decoded)
+        except ValueError:
+            return {}
+    return decoded if isinstance(decoded, dict) else {}
+
+
+def enrolled_projects(connection: sqlite3.Connection, schema: Schema) -> frozenset[str]:
+    if not schema.has_table("sync_enrolled_projects"):
+        return frozenset()
+    return frozenset(str(row[0]) for row in connection.execute("SELECT project FROM sync_enrolled_projects"))
+
+
+def select_inbox_rows(
+    connection: sqlite3.Connection,
+    schema: Schema,
+    aliases: AliasMap,
+    resolver: GitRepoResolver | None = None,
+    *,
+    now: datetime | None = None,
+) -> InboxSnapshot:
+    """The inbox as of the caller's current transaction (no transaction control here)."""
+    require_inbox_schema(schema)
+    resolver = resolver or GitRepoResolver()
+    enrolled = enrolled_projects(connection, schema)
+    sql = _INBOX_ROWS_SQL
+    if not schema.has_table("sync_enrolled_projects"):
+        sql = sql.replace("AND m.project NOT IN (SELECT project FROM sync_enrolled_projects)", "")
+    rows: list[InboxRow] = []
+    for (
+        seq,
+        entity,
+        entity_key,
+        op,
+        payload,
+        project,
+        occurred_at,
+        sid,
+        sproject,
+        sdirectory,
+    ) in connection.execute(sql):
+        payload_text = str(payload)
+        if sid is None and entity == "session":
+            body = _payload_object(payload_text)
+            sid, sproject, sdirectory = entity_key, body.get("project"), body.get("directory")
+        directory = (
+            normalize_cwd(str(sdirectory)) if isinstance(sdirectory, str) and sdirectory.strip() else None
+        )
+        context = RowContext(
+            designation=session_designation(sid, sproject, directory) if sid is not None else None,
+            cwd=directory,
+            repo_name=resolver.repo_name(directory),
+        )
+        rows.append(
+            InboxRow(
+                seq=int(seq),
+                entity=str(entity),
+                entity_key=str(entity_key),
+                op=str(op),
+                payload=payload_text,
+                project=str(project),
+                occurred_at=str(occurred_at),
+                cwd=directory,
+                derivation=derive(context, aliases, enrolled),
+            )
+        )
+    return InboxSnapshot(rows=tuple(rows), enrolled=enrolled, taken_at=now or datetime.now(UTC))
+
+
+def read_inbox(
+    connection: sqlite3.Connection,
+    schema: Schema,
+    aliases: AliasMap,
+    resolver: GitRepoResolver | None = None,
+    *,
+    now: datetime | None = None,
+) -> InboxSnapshot:
+    """One short read transaction over the inbox."""
+    with read_transaction(connection):
+        return select_inbox_rows(connection, schema, aliases, resolver, now=now)
+
+
+def claim_command(key: str, project: str, *, cwd: str | None = None, db: Path | None = None) -> str:
+    parts = ["engram-canary", "inbox", "claim", "--project", key]
+    if cwd is not None:
+        parts += ["--cwd", cwd]
+    parts += ["--as", project]
+    if db is not None:
+        parts += ["--db", str(db)]
+    return shlex.join(parts)
+
+
+def summarize(snapshot: InboxSnapshot, *, db: Path | None = None) -> list[KeySummary]:
+    """One summary per inbox key: real keys by name, `unsorted` last."""
+    by_key: dict[str, list[InboxRow]] = {}
+    for row in snapshot.rows:
+        by_key.setdefault(row.key, []).append(row)
+    summaries = [_summarize_key(key, rows, snapshot, db) for key, rows in by_key.items()]
+    return sorted(summaries, key=lambda summary: (summary.key == UNSORTED, summary.key))
+
+
+def _summarize_key(
+    key: str, rows: Sequence[InboxRow], snapshot: InboxSnapshot, db: Path | None
+) -> KeySummary:
+    summary = KeySummary(key=key)
+    summary.count = sum(1 for row in rows if not row.is_telemetry)
+    summary.telemetry = len(rows) - summary.count
+    summary.entities = dict(Counter(row.entity for row in rows))
+    times = [moment for moment in (parse_engram_time(row.occurred_at) for row in rows) if moment is not None]
+    if times:
+        summary.oldest = min(times)
+        summary.oldest_age_days = max(0.0, (snapshot.taken_at - summary.oldest).total_seconds() / 86400)
+    if key == UNSORTED:
+        summary.cwds = dict(Counter(row.cwd or "(unknown)" for row in rows))
+        for cwd in sorted({row.cwd for row in rows if row.cwd is not None}):
+            projects = {row.derivation.project for row in rows if row.cwd == cwd}
+            if len(projects) == 1:
+                (project,) = projects
+                if project is not None and project in snapshot.enrolled:
+                    summary.cwd_claim_commands[cwd] = claim_command(key, project, cwd=cwd, db=db)
+        return summary
+    projects = {row.derivation.project for row in rows}
+    if len(projects) == 1:
+        (project,) = projects
+        summary.resolved_to = project
+        if project is not None and project in snapshot.enrolled:
+            summary.claim_command = claim_command(key, project, db=db)
+        elif project is not None:
+            summary.hint = f"aliased to {project!r}, which is not enrolled: engram cloud enroll {project}"
+    return summary
+
+
+def _within(row: InboxRow, since: datetime) -> bool:
+    moment = parse_engram_time(row.occurred_at)
+    return moment is not None and moment >= since
+
+
+def inbox_settings_of(config: object) -> InboxSettings:
+    if isinstance(config, InboxSettings):
+        return config
+    settings = getattr(config, "inbox", None)
+    return settings if isinstance(settings, InboxSettings) else InboxSettings()
+
+
+def tripwire_findings(
+    connection: sqlite3.Connection,
+    schema: Schema,
+    config: object = None,
+    *,
+    aliases: AliasMap | None = None,
+    now: datetime | None = None,
+) -> list[Finding]:
+    """Design §2b: per real key, oldest row older than age_days; unsorted, growth over the window.
+
+    `config` is the canary's CanaryConfig (its `inbox` settings are read) or an InboxSettings.
+    """
+    settings = inbox_settings_of(config)
+    if not schema.has_column("sync_mutations", "project"):
+        return []
+    if aliases is None:
+        from canary.aliases import load_aliases
+
+        aliases, _ = load_aliases(settings.aliases)
+    snapshot = read_inbox(connection, schema, aliases, now=now)
+    return findings_for(snapshot, settings)
+
+
+def findings_for(snapshot: InboxSnapshot, settings: InboxSettings) -> list[Finding]:
+    findings: list[Finding] = []
+    for summary in summarize(snapshot):
+        if summary.key == UNSORTED or summary.oldest_age_days <= settings.age_days:
+            continue
+        findings.append(
+            Finding(
+                check="inbox_age",
+                severity="warning",
+                message=(
+                    f"inbox key {summary.key!r} has waited {summary.oldest_age_days:.1f} days "
+                    f"(> {settings.age_days:g}): {summary.count} memories, {summary.telemetry} telemetry rows "
+                    "never delivered; enroll, claim or drop it"
+                ),
+                target_key=LEGACY_TARGET,
+                key=summary.key,
+                evidence={
+                    "count": summary.count,
+                    "telemetry": summary.telemetry,
+                    "oldest": _iso(summary.oldest),
+                    "oldest_age_days": round(summary.oldest_age_days, 3),
+                    "threshold_days": settings.age_days,
+                    "claim_command": summary.claim_command,
+                },
+            )
+        )
+    since = snapshot.taken_at - timedelta(days=settings.unsorted_window_days)
+    recent = [row for row in snapshot.rows if row.key == UNSORTED and _within(row, since)]
+    if len(recent) > settings.unsorted_growth_rows:
+        findings.append(
+            Finding(
+                check="unsorted_growth",
+                severity="warning",
+                message=(
+                    f"inbox key 'unsorted' grew by {len(recent)} rows in {settings.unsorted_window_days:g} days "
+                    f"(> {settings.unsorted_growth_rows}); see engram-canary inbox list"
+                ),
+                target_key=LEGACY_TARGET,
+                key=UNSORTED,
+                evidence={
+                    "rows": len(recent),
+                    "window_days": settings.unsorted_window_days,
+                    "threshold_rows": settings.unsorted_growth_rows,
+                    "cwds": dict(Counter(row.cwd or "(unknown)" for row in recent).most_common(10)),
+                },
+            )
+        )
+    return findings
+
+
+def render_text(summaries: Iterable[KeySummary]) -> str:
+    summaries = list(summaries)
+    if not summaries:
+        return "inbox: empty (every unacked legacy-lane row belongs to an enrolled project)"
+    memories = sum(summary.count for summary in summaries)
+    telemetry = sum(summary.telemetry for summary in summaries)
+    lines = [
+        f"inbox: {memories} memories and {telemetry} telemetry rows in {len(summaries)} keys "
+        "(not enrolled: engram's worker never delivers them)",
+        f"{'KEY':<32} {'MEMORIES':>8} {'TELEMETRY':>9}  {'OLDEST':<20} {'AGE':>8}  ENTITIES",
+    ]
+    for summary in summaries:
+        entities = " ".join(f"{name}={count}" for name, count in sorted(summary.entities.items()))
+        lines.append(
+            f"{summary.key:<32} {summary.count:>8} {summary.telemetry:>9}  {_iso(summary.oldest) or '-':<20} "
+            f"{summary.oldest_age_days:>7.1f}d  {entities}"
+        )
+        for cwd, count in sorted(summary.cwds.items(), key=lambda item: (-item[1], item[0])):
+            lines.append(f"    cwd {cwd}: {count}")
+            if cwd in summary.cwd_claim_commands:
+                lines.append(f"      claim: {summary.cwd_claim_commands[cwd]}")
+        if summary.claim_command:
+            lines.append(f"    claim: {summary.claim_command}")
+        if summary.hint:
+            lines.append(f"    note: {summary.hint}")
+    return "\n".join(lines)
