@@ -1,0 +1,291 @@
+"""Load scenario YAML into typed models; every error says file:line, what is wrong and what is allowed."""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from harness.errors import ScenarioError
+from harness.schema import (
+    STEP_MODELS,
+    TOP_LEVEL_KEYS,
+    Expectation,
+    Header,
+    RepeatStep,
+)
+
+SCENARIO_SUFFIX = ".scenario.yaml"
+Loc = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    body: BaseModel
+    line: int
+    raw: Any
+    children: tuple[Step, ...] = ()
+
+    def describe(self) -> str:
+        """One replayable line: the step as written in the YAML."""
+        return yaml.safe_dump({self.name: self.raw}, default_flow_style=True, width=10_000).strip()
+
+
+@dataclass(frozen=True)
+class ExpectationAt:
+    expectation: Expectation
+    line: int
+    index: int
+
+
+@dataclass(frozen=True)
+class Scenario:
+    path: Path
+    line: int
+    header: Header
+    steps: tuple[Step, ...]
+    expectations: tuple[ExpectationAt, ...]
+    source: str = field(repr=False, default="")
+
+    @property
+    def name(self) -> str:
+        return self.header.name
+
+    @property
+    def id(self) -> str:
+        return self.path.name.removesuffix(SCENARIO_SUFFIX)
+
+
+def _lines_of(node: yaml.Node, loc: Loc, lines: dict[Loc, int], problems: list[tuple[Loc, str]]) -> None:
+    lines.setdefault(loc, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            key = str(key_node.value)
+            if key in seen:
+                problems.append((loc + (key,), f"duplicate key {key!r}; each key may appear once"))
+            seen.add(key)
+            lines[loc + (key,)] = key_node.start_mark.line + 1
+            _lines_of(value_node, loc + (key,), lines, problems)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _lines_of(item, loc + (index,), lines, problems)
+
+
+class _Located:
+    def __init__(self, path: Path, lines: dict[Loc, int]) -> None:
+        self.path = path
+        self.lines = lines
+        self.errors: list[str] = []
+
+    def line(self, loc: Loc) -> int:
+        for end in range(len(loc), -1, -1):
+            if loc[:end] in self.lines:
+                return self.lines[loc[:end]]
+        return 1
+
+    def add(self, loc: Loc, message: str) -> None:
+        where = ".".join(str(part) for part in loc) or "(top level)"
+        self.errors.append(f"{self.path}:{self.line(loc)}: {where}: {message}")
+
+    def validate(self, model: type[BaseModel], data: Any, loc: Loc) -> BaseModel | None:
+        try:
+            return model.model_validate(data)
+        except ValidationError as error:
+            for item in error.errors(include_url=False):
+                self.add(loc + tuple(item["loc"]), _explain(model, tuple(item["loc"]), item))
+            return None
+
+
+def _unwrap(annotation: Any) -> list[Any]:
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return [inner for arg in typing.get_args(annotation) for inner in _unwrap(arg)]
+    if origin is typing.Annotated:
+        return _unwrap(typing.get_args(annotation)[0])
+    return [annotation]
+
+
+def _model_at(model: type[BaseModel], loc: Loc) -> type[BaseModel] | None:
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        candidates = [c for c in _unwrap(current) if isinstance(c, type) and issubclass(c, BaseModel)]
+        containers = [c for c in _unwrap(current) if typing.get_origin(c) in (list, dict)]
+        if candidates:
+            fields = {(info.alias or name): info for name, info in candidates[0].model_fields.items()}
+            if part not in fields:
+                return None
+            current = fields[part].annotation
+        elif containers:
+            args = typing.get_args(containers[0])
+            current = args[-1]
+        else:
+            return None
+    found = [c for c in _unwrap(current) if isinstance(c, type) and issubclass(c, BaseModel)]
+    return found[0] if found else None
+
+
+def allowed_keys(model: type[BaseModel]) -> list[str]:
+    return [info.alias or name for name, info in model.model_fields.items()]
+
+
+def _explain(model: type[BaseModel], loc: Loc, item: Any) -> str:
+    kind = item["type"]
+    message = str(item["msg"]).removeprefix("Value error, ")
+    if kind == "extra_forbidden":
+        parent = _model_at(model, loc[:-1])
+        allowed = f"; allowed: {', '.join(allowed_keys(parent))}" if parent else ""
+        return f"unknown key {loc[-1]!r}{allowed}"
+    if kind == "missing":
+        return f"missing required key {loc[-1]!r}" if loc else message
+    shown = item.get("input")
+    if isinstance(shown, dict | list):
+        return message
+    return f"{message} (got {shown!r})"
+
+
+def _parse_steps(items: Any, loc: Loc, located: _Located) -> tuple[Step, ...]:
+    if not isinstance(items, list):
+        located.add(loc, "steps must be a list of steps, each a mapping with one step name")
+        return ()
+    allowed = ", ".join(STEP_MODELS)
+    steps: list[Step] = []
+    for index, item in enumerate(items):
+        item_loc = (*loc, index)
+        if not isinstance(item, dict) or len(item) != 1:
+            got = list(item) if isinstance(item, dict) else type(item).__name__
+            located.add(
+                item_loc, f"a step is a mapping with exactly one step name (got {got}); allowed: {allowed}"
+            )
+            continue
+        ((name, raw),) = item.items()
+        if name not in STEP_MODELS:
+            located.add((*item_loc, name), f"unknown step {name!r}; allowed: {allowed}")
+            continue
+        body = located.validate(STEP_MODELS[name], {} if raw is None else raw, (*item_loc, name))
+        if body is None:
+            continue
+        children: tuple[Step, ...] = ()
+        if isinstance(body, RepeatStep):
+            children = _parse_steps(body.steps, (*item_loc, name, "steps"), located)
+        steps.append(Step(name, body, located.line((*item_loc, name)), raw, children))
+    return tuple(steps)
+
+
+def _workspace_refs(steps: Iterable[Step]) -> Iterable[tuple[Step, str]]:
+    for step in steps:
+        for attribute in ("in_", "cwd"):
+            value = getattr(step.body, attribute, None)
+            if isinstance(value, str):
+                yield step, value
+        yield from _workspace_refs(step.children)
+
+
+def parse_scenario(text: str, path: Path) -> Scenario:
+    located = _Located(path, {})
+    try:
+        loader = yaml.SafeLoader(text)
+        try:
+            node = loader.get_single_node()
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else 1
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ScenarioError(f"{path}:{line}: not valid YAML: {problem}") from None
+    if node is None or not isinstance(data, dict):
+        raise ScenarioError(
+            f"{path}:1: a scenario is a mapping with keys {', '.join(TOP_LEVEL_KEYS)} (got {type(data).__name__})"
+        )
+    problems: list[tuple[Loc, str]] = []
+    _lines_of(node, (), located.lines, problems)
+    for loc, message in problems:
+        located.add(loc, message)
+
+    for key in data:
+        if key not in TOP_LEVEL_KEYS:
+            located.add((key,), f"unknown key {key!r}; allowed: {', '.join(TOP_LEVEL_KEYS)}")
+    header_data = {key: value for key, value in data.items() if key in Header.model_fields}
+    header = located.validate(Header, header_data, ())
+    if "steps" not in data:
+        located.add(("steps",), "missing required key 'steps' (a list of steps)")
+    steps = _parse_steps(data.get("steps", []), ("steps",), located)
+
+    expectations: list[ExpectationAt] = []
+    raw_expect = data.get("expect", [])
+    if not isinstance(raw_expect, list):
+        located.add(("expect",), "expect must be a list of expectations")
+        raw_expect = []
+    for index, raw in enumerate(raw_expect):
+        expectation = located.validate(Expectation, raw, ("expect", index))
+        if isinstance(expectation, Expectation):
+            expectations.append(ExpectationAt(expectation, located.line(("expect", index)), index))
+
+    if isinstance(header, Header):
+        known = set(header.workspaces)
+        for step, name in _workspace_refs(steps):
+            if name not in known:
+                allowed = ", ".join(sorted(known)) or "none declared (add a workspaces: section)"
+                located.errors.append(
+                    f"{path}:{step.line}: {step.name}: unknown workspace {name!r}; declared: {allowed}"
+                )
+        for name, spec in header.workspaces.items():
+            if spec.parent is not None and spec.parent not in known:
+                located.add(("workspaces", name, "parent"), f"unknown workspace {spec.parent!r}")
+
+    if located.errors:
+        raise ScenarioError("\n".join(located.errors))
+    assert isinstance(header, Header)
+    return Scenario(
+        path=path,
+        line=located.lines.get(("name",), 1),
+        header=header,
+        steps=steps,
+        expectations=tuple(expectations),
+        source=text,
+    )
+
+
+def load_scenario(path: Path) -> Scenario:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ScenarioError(f"{path}: cannot read: {error.strerror}") from None
+    return parse_scenario(text, path)
+
+
+def discover(paths: Sequence[Path]) -> list[Path]:
+    """Scenario files under PATHS (files taken as given, directories searched recursively), sorted."""
+    found: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found.extend(sorted(path.rglob(f"*{SCENARIO_SUFFIX}")))
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise ScenarioError(f"{path}: no such file or directory")
+    return found
+
+
+def load_all(paths: Sequence[Path]) -> list[Scenario]:
+    scenarios: list[Scenario] = []
+    errors: list[str] = []
+    for path in discover(paths):
+        try:
+            scenarios.append(load_scenario(path))
+        except ScenarioError as error:
+            errors.append(str(error))
+    if errors:
+        raise ScenarioError("\n".join(errors))
+    return scenarios
