@@ -70,13 +70,13 @@ def _lines_of(node: yaml.Node, loc: Loc, lines: dict[Loc, int], problems: list[t
         for key_node, value_node in node.value:
             key = str(key_node.value)
             if key in seen:
-                problems.append((loc + (key,), f"duplicate key {key!r}; each key may appear once"))
+                problems.append(((*loc, key), f"duplicate key {key!r}; each key may appear once"))
             seen.add(key)
-            lines[loc + (key,)] = key_node.start_mark.line + 1
-            _lines_of(value_node, loc + (key,), lines, problems)
+            lines[(*loc, key)] = key_node.start_mark.line + 1
+            _lines_of(value_node, (*loc, key), lines, problems)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
-            _lines_of(item, loc + (index,), lines, problems)
+            _lines_of(item, (*loc, index), lines, problems)
 
 
 class _Located:
@@ -196,9 +196,9 @@ def parse_scenario(text: str, path: Path) -> Scenario:
         loader = yaml.SafeLoader(text)
         try:
             node = loader.get_single_node()
-            data = loader.construct_document(node) if node is not None else None
+            data = loader.construct_document(node) if node is not None else None  # type: ignore[no-untyped-call]
         finally:
-            loader.dispose()
+            loader.dispose()  # type: ignore[no-untyped-call]
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         line = mark.line + 1 if mark is not None else 1

@@ -477,7 +477,7 @@ def json_schema() -> dict[str, Any]:
     step_union: Any = wrappers[0]
     for wrapper in wrappers[1:]:
         step_union = step_union | wrapper
-    document = create_model(  # type: ignore[call-overload]
+    document = create_model(
         "Scenario",
         __base__=Header,
         steps=(list[step_union], ...),
