@@ -1,16 +1,258 @@
-"""engram-canary: a thin command line over the canary library."""
+"""engram-canary: a thin command line over the canary library.
+
+Exit codes follow the monitoring-plugin convention: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN. Bad
+arguments are UNKNOWN too (3, not click's usual 2, which would read as CRITICAL), with a one-line error.
+"""
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
 
 import click
 
 from canary import __version__
+from canary.baseline import Baseline, baseline_path_for, load_baseline, record_baseline
+from canary.checks import FOREIGN_CHECKS, CheckResult, now_iso, run_check, unknown_result
+from canary.config import CanaryConfig, default_config_path, load_config
+from canary.db import default_db_path
+from canary.errors import CanaryError
+from canary.findings import Status
+from canary.report import render_json, render_text, write_textfile
+from canary.systemd import (
+    UnitOptions,
+    default_executable,
+    default_unit_dir,
+    enable_hint,
+    render_units,
+    write_units,
+)
+from canary.watch import WatchOptions, watch
+
+PROG = "engram-canary"
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="engram-canary")
+class CanaryGroup(click.Group):
+    """Turns click's usage errors (exit 2) and canary errors into one line and exit 3 (UNKNOWN)."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        try:
+            return super().main(*args, **kwargs)
+        except click.exceptions.Exit as done:
+            sys.exit(done.exit_code)
+        except click.UsageError as error:
+            where = error.ctx.command_path if error.ctx is not None else PROG
+            click.echo(f"{where}: error: {error.format_message()} (see {where} --help)", err=True)
+            sys.exit(int(Status.UNKNOWN))
+        except click.ClickException as error:
+            click.echo(f"{PROG}: error: {error.format_message()}", err=True)
+            sys.exit(int(Status.UNKNOWN))
+        except click.exceptions.Abort:
+            click.echo(f"{PROG}: aborted", err=True)
+            sys.exit(int(Status.UNKNOWN))
+        except CanaryError as error:
+            click.echo(f"{PROG}: error: {error}", err=True)
+            sys.exit(int(Status.UNKNOWN))
+
+
+@click.group(cls=CanaryGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name=PROG)
 def cli() -> None:
     """Watch engram's sync target space and triage its virtual inbox."""
+
+
+db_option = click.option(
+    "--db",
+    "db",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="engram.db (default: config `db`, else $ENGRAM_DATA_DIR/engram.db, else ~/.engram/engram.db).",
+)
+config_option = click.option(
+    "--config",
+    "config_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help=f"YAML config (default: {default_config_path()}).",
+)
+baseline_option = click.option(
+    "--baseline",
+    "baseline_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Baseline file (default: baseline.json next to the config).",
+)
+
+
+def resolve_db(db: Path | None, config: CanaryConfig) -> Path:
+    if db is not None:
+        return db.expanduser()
+    if config.db is not None:
+        return config.db.expanduser()
+    return default_db_path()
+
+
+def _load(config_file: Path | None, baseline_file: Path | None) -> tuple[CanaryConfig, Path, Path]:
+    config, config_path = load_config(config_file)
+    return config, config_path, baseline_file or baseline_path_for(config_path)
+
+
+@cli.command()
+@db_option
+@config_option
+@baseline_option
+@click.option(
+    "--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+@click.option(
+    "--no-baseline", is_flag=True, help="Report every foreign target as new, ignoring the baseline."
+)
+@click.option(
+    "--textfile-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Also write engram_canary.prom here (node_exporter textfile collector), atomically.",
+)
+def check(
+    db: Path | None,
+    config_file: Path | None,
+    baseline_file: Path | None,
+    output_format: str,
+    no_baseline: bool,
+    textfile_dir: Path | None,
+) -> None:
+    """One-shot check, for cron and systemd timers. Exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN."""
+    config = CanaryConfig()
+    db_path = db if db is not None else default_db_path()
+    try:
+        config, _, baseline_path = _load(config_file, baseline_file)
+        db_path = resolve_db(db, config)
+        baseline: Baseline | None = None if no_baseline else load_baseline(baseline_path)
+        result = run_check(db_path, config, baseline)
+    except CanaryError as error:
+        result = unknown_result(db_path, str(error))
+    if textfile_dir is not None:
+        try:
+            write_textfile(result, textfile_dir)
+        except CanaryError as error:
+            click.echo(f"{PROG}: error: {error}", err=True)
+            result = CheckResult.model_validate(
+                {**result.model_dump(by_alias=True), "status": Status.UNKNOWN.label, "error": str(error)}
+            )
+    click.echo(render_json(result) if output_format == "json" else render_text(result, config))
+    sys.exit(int(result.exit_status))
+
+
+@cli.command("baseline")
+@db_option
+@config_option
+@baseline_option
+def baseline_command(db: Path | None, config_file: Path | None, baseline_file: Path | None) -> None:
+    """Record today's foreign targets, so that only NEW targets raise the status from now on."""
+    config, _, baseline_path = _load(config_file, baseline_file)
+    db_path = resolve_db(db, config)
+    result = run_check(db_path, config, None)
+    if result.error is not None:
+        raise CanaryError(result.error)
+    targets = sorted({f.target_key for f in result.findings if f.check in FOREIGN_CHECKS and f.target_key})
+    record_baseline(baseline_path, db_path, targets, now_iso())
+    listed = f": {', '.join(targets)}" if targets else ""
+    click.echo(f"recorded {len(targets)} known foreign targets for {db_path} in {baseline_path}{listed}")
+
+
+@cli.command("watch")
+@db_option
+@config_option
+@baseline_option
+@click.option("--no-baseline", is_flag=True, help="Alert on every foreign target, ignoring the baseline.")
+@click.option("--poll", is_flag=True, help="Use the polling observer (filesystems without inotify).")
+@click.option("--poll-interval", type=click.FloatRange(min=0.01), help="Seconds between polls (with --poll).")
+@click.option("--debounce-ms", type=click.FloatRange(min=0), help="Coalesce file events for this long.")
+@click.option(
+    "--full-every", type=click.FloatRange(min=0.1), help="Seconds between full re-checks (backstop)."
+)
+@click.option(
+    "--exec", "exec_command", help="Shell command run for each alert (line on stdin, ENGRAM_CANARY_*)."
+)
+@click.option("--ping-url", help="Healthchecks-style URL; pinged as URL/<exit status> on each full check.")
+def watch_command(
+    db: Path | None,
+    config_file: Path | None,
+    baseline_file: Path | None,
+    no_baseline: bool,
+    poll: bool,
+    poll_interval: float | None,
+    debounce_ms: float | None,
+    full_every: float | None,
+    exec_command: str | None,
+    ping_url: str | None,
+) -> None:
+    """Real-time watch: one stderr line per foreign target when it appears and when it goes away."""
+    config, _, baseline_path = _load(config_file, baseline_file)
+    settings = config.watch
+    if poll_interval is not None:
+        settings.poll_interval_seconds = poll_interval
+    if debounce_ms is not None:
+        settings.debounce_ms = debounce_ms
+    if full_every is not None:
+        settings.full_recheck_seconds = full_every
+    if ping_url is not None and not ping_url.startswith(("http://", "https://")):
+        raise click.BadParameter(f"{ping_url!r} is not an http(s) URL", param_hint="--ping-url")
+    options = WatchOptions(
+        db_path=resolve_db(db, config),
+        config=config,
+        baseline=None if no_baseline else load_baseline(baseline_path),
+        poll=poll,
+        exec_command=exec_command,
+        ping_url=ping_url,
+    )
+    sys.exit(watch(options))
+
+
+@cli.command("install-systemd")
+@db_option
+@config_option
+@click.option("--system", is_flag=True, help="System units in /etc/systemd/system (default: user units).")
+@click.option("--user", "run_as", help="With --system: the account the services run as.")
+@click.option("--print", "print_only", is_flag=True, help="Print the units instead of writing them.")
+@click.option(
+    "--unit-dir", type=click.Path(path_type=Path, file_okay=False), help="Where to write (default per mode)."
+)
+@click.option("--textfile-dir", type=click.Path(path_type=Path, file_okay=False), help="Passed to check.")
+@click.option("--on-calendar", default="*:0/15", show_default=True, help="When the backstop check runs.")
+@click.option("--exec", "exec_command", help="Passed to watch --exec.")
+@click.option("--ping-url", help="Passed to watch --ping-url.")
+def install_systemd(
+    db: Path | None,
+    config_file: Path | None,
+    system: bool,
+    run_as: str | None,
+    print_only: bool,
+    unit_dir: Path | None,
+    textfile_dir: Path | None,
+    on_calendar: str,
+    exec_command: str | None,
+    ping_url: str | None,
+) -> None:
+    """Write (or --print) a hardened watcher service and a timer running `check` as a backstop."""
+    config, _ = load_config(config_file)
+    options = UnitOptions(
+        executable=default_executable(),
+        db_path=resolve_db(db, config).resolve(),
+        config_path=config_file.resolve() if config_file is not None else None,
+        textfile_dir=textfile_dir.resolve() if textfile_dir is not None else None,
+        on_calendar=on_calendar,
+        system=system,
+        user=run_as,
+        exec_command=exec_command,
+        ping_url=ping_url,
+    )
+    units = render_units(options)
+    if print_only:
+        for name, text in units.items():
+            click.echo(f"# {name}\n{text}")
+        return
+    for path in write_units(units, unit_dir or default_unit_dir(system)):
+        click.echo(f"wrote {path}")
+    click.echo(f"enable with: {enable_hint(system)}")
 
 
 def main() -> None:

@@ -1,0 +1,342 @@
+"""The closed-target-space invariant, read from a live engram database in one short snapshot.
+
+allowed = {cloud, cloud:inbox, local} ∪ {cloud:<p> | p enrolled} ∪ config extras. Every other
+sync_state.target_key is a foreign_sync_target, every other sync_mutations.target_key a
+foreign_mutation_target. Queries stay on engram's own indexes so a check is cheap on 1M rows:
+distinct keys come from index skip-scans, unacked counts from idx_sync_mutations_pending ranges.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from canary.baseline import Baseline
+from canary.config import CanaryConfig
+from canary.db import DatabaseUnavailable, Schema, discover_schema, open_read_only, read_transaction
+from canary.errors import CanaryError
+from canary.findings import Finding, Status
+from canary.inbox import tripwire_findings
+from canary.targets import LEGACY_TARGET, allowed_targets, project_target
+
+RESULT_SCHEMA = "engram-canary/check/v1"
+FOREIGN_SYNC_TARGET = "foreign_sync_target"
+FOREIGN_MUTATION_TARGET = "foreign_mutation_target"
+FOREIGN_CHECKS = frozenset({FOREIGN_SYNC_TARGET, FOREIGN_MUTATION_TARGET})
+V120_LANE_NOTE = (
+    "engram v1.20 journals every mutation in the legacy 'cloud' lane with a project column; "
+    "project_unacked_rows counts unacked rows (any lane) whose project maps to this target"
+)
+SYNC_STATE_FIELDS = ("lifecycle", "last_enqueued_seq", "last_acked_seq", "updated_at")
+
+
+class CheckResult(BaseModel):
+    """The stable JSON document of `engram-canary check --format json` (schema engram-canary/check/v1)."""
+
+    schema_: str = Field(default=RESULT_SCHEMA, alias="schema")
+    status: str
+    db: str
+    checked_at: str
+    allowed_targets: list[str] = Field(default_factory=list)
+    findings: list[Finding] = Field(default_factory=list)
+    summary: dict[str, Any] = Field(default_factory=dict)
+    error: str | None = None
+
+    model_config = {"populate_by_name": True}
+
+    @property
+    def exit_status(self) -> Status:
+        return Status[self.status.upper()]
+
+
+@dataclass(frozen=True)
+class SyncStateRow:
+    target_key: str
+    fields: dict[str, Any]
+
+
+@dataclass
+class TargetSpace:
+    """What the invariant needs from one snapshot: the allowed set and the keys that exist."""
+
+    enrolled: list[str]
+    allowed: frozenset[str]
+    sync_state: dict[str, SyncStateRow]
+    mutation_targets: set[str] = field(default_factory=set)
+    last_seq: int = 0
+
+    def foreign_sync_targets(self) -> list[str]:
+        return sorted(key for key in self.sync_state if key not in self.allowed)
+
+    def foreign_mutation_targets(self) -> list[str]:
+        return sorted(key for key in self.mutation_targets if key not in self.allowed)
+
+    def foreign_keys(self) -> set[str]:
+        return set(self.foreign_sync_targets()) | set(self.foreign_mutation_targets())
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def read_enrolled(connection: sqlite3.Connection, schema: Schema) -> list[str]:
+    if not schema.has_column("sync_enrolled_projects", "project"):
+        return []
+    return [str(row[0]) for row in connection.execute("SELECT project FROM sync_enrolled_projects")]
+
+
+def read_sync_state(connection: sqlite3.Connection, schema: Schema) -> dict[str, SyncStateRow]:
+    present = [name for name in SYNC_STATE_FIELDS if schema.has_column("sync_state", name)]
+    columns = ", ".join(["target_key", *present])
+    rows: dict[str, SyncStateRow] = {}
+    for row in connection.execute(f"SELECT {columns} FROM sync_state"):
+        rows[str(row[0])] = SyncStateRow(str(row[0]), dict(zip(present, row[1:], strict=True)))
+    return rows
+
+
+def distinct_values(connection: sqlite3.Connection, column: str) -> set[str]:
+    """Distinct values of an indexed sync_mutations column by skip-scan: one index seek per value."""
+    values: set[str] = set()
+    row = connection.execute(f"SELECT min({column}) FROM sync_mutations").fetchone()
+    while row is not None and row[0] is not None:
+        values.add(str(row[0]))
+        row = connection.execute(
+            f"SELECT min({column}) FROM sync_mutations WHERE {column} > ?", (row[0],)
+        ).fetchone()
+    return values
+
+
+def mutation_targets_since(connection: sqlite3.Connection, after_seq: int) -> tuple[set[str], int]:
+    """Target keys of rows appended after `after_seq` (a primary-key range), and the new high mark."""
+    keys = {
+        str(row[0])
+        for row in connection.execute(
+            "SELECT DISTINCT target_key FROM sync_mutations WHERE seq > ?", (after_seq,)
+        )
+    }
+    return keys, last_seq(connection)
+
+
+def last_seq(connection: sqlite3.Connection) -> int:
+    row = connection.execute("SELECT max(seq) FROM sync_mutations").fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def read_target_space(
+    connection: sqlite3.Connection, schema: Schema, extra_allowed: Iterable[str] = ()
+) -> TargetSpace:
+    enrolled = read_enrolled(connection, schema)
+    return TargetSpace(
+        enrolled=sorted(enrolled),
+        allowed=allowed_targets(enrolled, extra_allowed),
+        sync_state=read_sync_state(connection, schema),
+        mutation_targets=distinct_values(connection, "target_key"),
+        last_seq=last_seq(connection),
+    )
+
+
+class EvidenceReader:
+    """Unacked-row counts for foreign targets, computed lazily and cached within one snapshot."""
+
+    def __init__(self, connection: sqlite3.Connection, schema: Schema) -> None:
+        self.connection = connection
+        self.has_acked = schema.has_column("sync_mutations", "acked_at")
+        self.has_project = schema.has_column("sync_mutations", "project")
+        self._projects: set[str] | None = None
+
+    def unacked_on_target(self, target_key: str) -> int | None:
+        if not self.has_acked:
+            return None
+        row = self.connection.execute(
+            "SELECT count(*) FROM sync_mutations WHERE target_key = ? AND acked_at IS NULL", (target_key,)
+        ).fetchone()
+        return int(row[0])
+
+    def rows_on_target(self, target_key: str) -> dict[str, Any]:
+        row = self.connection.execute(
+            "SELECT count(*), min(seq), max(seq) FROM sync_mutations WHERE target_key = ?", (target_key,)
+        ).fetchone()
+        return {"rows": int(row[0]), "first_seq": row[1], "last_seq": row[2]}
+
+    def projects_mapping_to(self, target_key: str) -> list[str]:
+        if not self.has_project:
+            return []
+        if self._projects is None:
+            self._projects = distinct_values(self.connection, "project")
+        return sorted(p for p in self._projects if p and project_target(p) == target_key)
+
+    def project_unacked(self, projects: list[str]) -> dict[str, int]:
+        """Unacked rows of these projects, per lane (on v1.20 that is the legacy 'cloud' lane)."""
+        if not self.has_acked or not projects:
+            return {}
+        marks = ", ".join("?" for _ in projects)
+        by_lane: dict[str, int] = {}
+        for lane, count in self.connection.execute(
+            f"SELECT target_key, count(*) FROM sync_mutations "
+            f"WHERE project IN ({marks}) AND acked_at IS NULL GROUP BY target_key",
+            projects,
+        ):
+            by_lane[str(lane)] = int(count)
+        return by_lane
+
+    def sync_target_evidence(self, row: SyncStateRow) -> dict[str, Any]:
+        projects = self.projects_mapping_to(row.target_key)
+        by_lane = self.project_unacked(projects)
+        evidence: dict[str, Any] = {"target_key": row.target_key, **row.fields}
+        evidence["unacked_rows"] = self.unacked_on_target(row.target_key)
+        if self.has_project:
+            evidence["projects"] = projects
+            evidence["project_unacked_rows"] = sum(by_lane.values())
+            evidence["project_unacked_by_lane"] = by_lane
+            evidence["note"] = V120_LANE_NOTE
+        return evidence
+
+
+def stuck_rows(evidence: dict[str, Any]) -> int:
+    return int(evidence.get("unacked_rows") or 0) + int(evidence.get("project_unacked_rows") or 0)
+
+
+def foreign_target_findings(
+    space: TargetSpace, reader: EvidenceReader, config: CanaryConfig, only: Iterable[str] | None = None
+) -> list[Finding]:
+    """Findings for the foreign targets of `space` (restricted to `only` when given)."""
+    wanted = set(only) if only is not None else None
+    critical_rows = config.thresholds.critical_unacked_rows
+    findings: list[Finding] = []
+    for key in space.foreign_sync_targets():
+        if wanted is not None and key not in wanted:
+            continue
+        evidence = reader.sync_target_evidence(space.sync_state[key])
+        rows = stuck_rows(evidence)
+        findings.append(
+            Finding(
+                check=FOREIGN_SYNC_TARGET,
+                severity="critical" if rows >= critical_rows else "warning",
+                message=f"sync target {key} is outside the closed target space ({rows} unacked rows)",
+                target_key=key,
+                evidence=evidence,
+            )
+        )
+    for key in space.foreign_mutation_targets():
+        if wanted is not None and key not in wanted:
+            continue
+        evidence = {"target_key": key, **reader.rows_on_target(key)}
+        evidence["unacked_rows"] = reader.unacked_on_target(key)
+        evidence["in_sync_state"] = key in space.sync_state
+        rows = stuck_rows(evidence)
+        findings.append(
+            Finding(
+                check=FOREIGN_MUTATION_TARGET,
+                severity="critical" if rows >= critical_rows else "warning",
+                message=(
+                    f"{evidence['rows']} sync_mutations rows target {key}, outside the closed target space "
+                    f"({rows} unacked)"
+                ),
+                target_key=key,
+                evidence=evidence,
+            )
+        )
+    return findings
+
+
+def apply_baseline(findings: list[Finding], known: frozenset[str]) -> None:
+    for finding in findings:
+        if finding.check in FOREIGN_CHECKS and finding.target_key in known:
+            finding.new = False
+
+
+def overall_status(findings: list[Finding], config: CanaryConfig) -> Status:
+    new = [finding for finding in findings if finding.new]
+    status = max((finding.status for finding in new), default=Status.OK)
+    new_targets = {f.target_key for f in new if f.check in FOREIGN_CHECKS}
+    if len(new_targets) >= config.thresholds.critical_new_foreign_targets:
+        status = Status.CRITICAL
+    return status
+
+
+def summarize(space: TargetSpace, findings: list[Finding], reader: EvidenceReader) -> dict[str, Any]:
+    foreign = {f.target_key for f in findings if f.check in FOREIGN_CHECKS}
+    new = {f.target_key for f in findings if f.check in FOREIGN_CHECKS and f.new}
+    unacked = {key: reader.unacked_on_target(key) for key in sorted(space.mutation_targets)}
+    return {
+        "foreign_targets": len(foreign),
+        "new_foreign_targets": len(new),
+        "known_foreign_targets": len(foreign - new),
+        "foreign_sync_targets": len(space.foreign_sync_targets()),
+        "foreign_mutation_targets": len(space.foreign_mutation_targets()),
+        "sync_state_targets": len(space.sync_state),
+        "enrolled_projects": space.enrolled,
+        "last_seq": space.last_seq,
+        "unacked_rows_by_target": unacked,
+        "unacked_rows": sum(value or 0 for value in unacked.values()),
+        "legacy_target": LEGACY_TARGET,
+        "other_findings": len([f for f in findings if f.check not in FOREIGN_CHECKS]),
+    }
+
+
+def check_connection(
+    connection: sqlite3.Connection,
+    schema: Schema,
+    db_path: Path,
+    config: CanaryConfig,
+    baseline: Baseline | None,
+) -> CheckResult:
+    """One full check in one short read transaction."""
+    return check_snapshot(connection, schema, db_path, config, baseline)[0]
+
+
+def check_snapshot(
+    connection: sqlite3.Connection,
+    schema: Schema,
+    db_path: Path,
+    config: CanaryConfig,
+    baseline: Baseline | None,
+) -> tuple[CheckResult, TargetSpace]:
+    """The full check and the target space it saw (the watcher keeps the latter)."""
+    with read_transaction(connection):
+        space = read_target_space(connection, schema, config.allowed_targets)
+        reader = EvidenceReader(connection, schema)
+        findings = foreign_target_findings(space, reader, config)
+        if baseline is not None:
+            apply_baseline(findings, baseline.targets_for(db_path))
+        summary = summarize(space, findings, reader)
+    # The inbox view takes its own short read transaction.
+    inbox_findings = tripwire_findings(connection, schema, config)
+    findings.extend(inbox_findings)
+    summary["other_findings"] = len(inbox_findings)
+    result = CheckResult(
+        status=overall_status(findings, config).label,
+        db=str(db_path),
+        checked_at=now_iso(),
+        allowed_targets=sorted(space.allowed),
+        findings=findings,
+        summary=summary,
+    )
+    return result, space
+
+
+def run_check(db_path: Path, config: CanaryConfig, baseline: Baseline | None) -> CheckResult:
+    """Open, check, close. An unreadable or non-engram file is UNKNOWN, never OK."""
+    try:
+        connection = open_read_only(db_path)
+    except DatabaseUnavailable as error:
+        return unknown_result(db_path, str(error))
+    try:
+        schema = discover_schema(connection, db_path)
+        return check_connection(connection, schema, db_path, config, baseline)
+    except sqlite3.DatabaseError as error:
+        return unknown_result(db_path, f"{db_path}: read failed ({error})")
+    except CanaryError as error:
+        return unknown_result(db_path, str(error))
+    finally:
+        connection.close()
+
+
+def unknown_result(db_path: Path, error: str) -> CheckResult:
+    return CheckResult(status=Status.UNKNOWN.label, db=str(db_path), checked_at=now_iso(), error=error)

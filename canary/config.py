@@ -1,0 +1,165 @@
+"""The canary's YAML config file: extra allowed targets and alert thresholds.
+
+Default location: $XDG_CONFIG_HOME/engram-canary/config.yaml (else ~/.config/engram-canary/config.yaml).
+A missing default file means defaults; a missing file named with --config is an error. Unknown keys are
+errors, reported as one line with file:line so a typo never silently disables a check.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from canary.errors import CanaryError
+
+CONFIG_DIR_NAME = "engram-canary"
+CONFIG_FILE_NAME = "config.yaml"
+
+
+class ConfigError(CanaryError):
+    """The config file cannot be read or does not validate."""
+
+
+class Thresholds(BaseModel):
+    """When a finding is a warning and when it is critical."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    critical_new_foreign_targets: int = Field(
+        default=10, ge=1, description="this many NEW foreign targets at once make the status critical"
+    )
+    critical_unacked_rows: int = Field(
+        default=100, ge=1, description="a foreign target holding this many unacked rows is critical"
+    )
+
+
+class WatchSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    debounce_ms: float = Field(default=2.0, ge=0, le=10_000)
+    full_recheck_seconds: float = Field(default=300.0, gt=0)
+    poll_interval_seconds: float = Field(default=1.0, gt=0, description="only with --poll")
+
+
+class CanaryConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    db: Path | None = Field(default=None, description="engram.db to watch when --db is not given")
+    allowed_targets: list[str] = Field(
+        default_factory=list, description="extra sync target keys that are not findings"
+    )
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+    watch: WatchSettings = Field(default_factory=WatchSettings)
+
+    @field_validator("allowed_targets")
+    @classmethod
+    def _non_empty_keys(cls, keys: list[str]) -> list[str]:
+        for key in keys:
+            if not key.strip():
+                raise ValueError("an allowed target key must not be empty")
+        return keys
+
+
+def default_config_dir() -> Path:
+    xdg = os.environ.get("XDG_CONFIG_HOME", "").strip()
+    base = Path(xdg) if xdg else Path.home() / ".config"
+    return base / CONFIG_DIR_NAME
+
+
+def default_config_path() -> Path:
+    return default_config_dir() / CONFIG_FILE_NAME
+
+
+class _LineLoader(yaml.SafeLoader):
+    """A SafeLoader that remembers the line of every mapping key, for file:line errors."""
+
+
+def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    mapping = loader.construct_mapping(node, deep=True)
+    lines = {key.value: key.start_mark.line + 1 for key, _ in node.value if isinstance(key, yaml.ScalarNode)}
+    mapping_with_lines: dict[Any, Any] = dict(mapping)
+    mapping_with_lines["__lines__"] = lines
+    mapping_with_lines["__line__"] = node.start_mark.line + 1
+    return mapping_with_lines
+
+
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _strip_lines(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {
+            key: _strip_lines(item) for key, item in value.items() if key not in ("__lines__", "__line__")
+        }
+    if isinstance(value, list):
+        return [_strip_lines(item) for item in value]
+    return value
+
+
+def _line_of(document: Any, location: tuple[int | str, ...]) -> int:
+    """The line of the deepest mapping key on the error's path."""
+    line = document.get("__line__", 1) if isinstance(document, dict) else 1
+    node = document
+    for part in location:
+        if isinstance(node, dict):
+            line = node.get("__lines__", {}).get(part, line)
+            node = node.get(part)
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            node = node[part]
+        else:
+            break
+    return int(line)
+
+
+def load_config(path: Path | None) -> tuple[CanaryConfig, Path]:
+    """The config at `path` (must exist), else the default file if present, else defaults."""
+    explicit = path is not None
+    config_path = path if path is not None else default_config_path()
+    if not config_path.exists():
+        if explicit:
+            raise ConfigError(f"{config_path}: config file not found")
+        return CanaryConfig(), config_path
+    try:
+        text = config_path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{config_path}: cannot read config ({error})") from error
+    try:
+        document = yaml.load(text, Loader=_LineLoader)  # a SafeLoader subclass
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else 1
+        problem = getattr(error, "problem", None) or str(error)
+        raise ConfigError(f"{config_path}:{line}: invalid YAML ({problem})") from error
+    if document is None:
+        return CanaryConfig(), config_path
+    if not isinstance(document, dict):
+        raise ConfigError(f"{config_path}:1: expected a mapping of settings, got {type(document).__name__}")
+    try:
+        return CanaryConfig.model_validate(_strip_lines(document)), config_path
+    except ValidationError as error:
+        first = error.errors()[0]
+        location = tuple(first["loc"])
+        dotted = ".".join(str(part) for part in location) or "(top level)"
+        line = _line_of(document, location)
+        if first["type"] == "extra_forbidden":
+            allowed = _allowed_keys(location[:-1])
+            raise ConfigError(
+                f"{config_path}:{line}: unknown key {dotted!r} (allowed: {', '.join(allowed)})"
+            ) from error
+        raise ConfigError(f"{config_path}:{line}: {dotted}: {first['msg']}") from error
+
+
+def _allowed_keys(parent: tuple[int | str, ...]) -> list[str]:
+    model: type[BaseModel] = CanaryConfig
+    for part in parent:
+        field = model.model_fields.get(str(part))
+        annotation = field.annotation if field is not None else None
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            model = annotation
+        else:
+            break
+    return sorted(model.model_fields)

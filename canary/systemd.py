@@ -1,0 +1,185 @@
+"""systemd units for the canary: a hardened real-time watcher and a timer running `check` as a backstop."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from canary.errors import CanaryError
+
+WATCH_UNIT = "engram-canary-watch.service"
+CHECK_UNIT = "engram-canary-check.service"
+TIMER_UNIT = "engram-canary-check.timer"
+
+# The sandbox of both services: read-only everywhere except the database directory, where SQLite may
+# need to create the -wal/-shm files of a read-only connection (the data itself is opened mode=ro).
+HARDENING = """\
+NoNewPrivileges=yes
+PrivateTmp=yes
+ProtectSystem=strict
+ProtectHome=read-only
+ProtectKernelTunables=yes
+ProtectKernelModules=yes
+ProtectControlGroups=yes
+RestrictNamespaces=yes
+RestrictRealtime=yes
+RestrictSUIDSGID=yes
+LockPersonality=yes
+SystemCallArchitectures=native
+RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6
+CapabilityBoundingSet=
+UMask=0077
+"""
+
+
+class SystemdError(CanaryError):
+    """Units cannot be generated or written."""
+
+
+@dataclass(frozen=True)
+class UnitOptions:
+    executable: Path
+    db_path: Path
+    config_path: Path | None = None
+    textfile_dir: Path | None = None
+    on_calendar: str = "*:0/15"
+    system: bool = False
+    user: str | None = None
+    exec_command: str | None = None
+    ping_url: str | None = None
+
+
+def default_executable() -> Path:
+    found = shutil.which("engram-canary")
+    if found:
+        return Path(found).resolve()
+    return (Path(sys.executable).parent / "engram-canary").resolve()
+
+
+def default_unit_dir(system: bool) -> Path:
+    if system:
+        return Path("/etc/systemd/system")
+    xdg = os.environ.get("XDG_CONFIG_HOME", "").strip()
+    return (Path(xdg) if xdg else Path.home() / ".config") / "systemd" / "user"
+
+
+def quote_argument(argument: str) -> str:
+    """systemd command-line quoting: specifiers (%) and variables ($) escaped, quoted when needed."""
+    escaped = argument.replace("%", "%%").replace("$", "$$")
+    if escaped and not any(char in escaped for char in " \t\"'\\;"):
+        return escaped
+    return '"' + escaped.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def command_line(arguments: list[str]) -> str:
+    return " ".join(quote_argument(argument) for argument in arguments)
+
+
+def _common_arguments(options: UnitOptions) -> list[str]:
+    arguments = ["--db", str(options.db_path)]
+    if options.config_path is not None:
+        arguments += ["--config", str(options.config_path)]
+    return arguments
+
+
+def _writable_paths(options: UnitOptions) -> str:
+    paths = [options.db_path.parent]
+    if options.textfile_dir is not None:
+        paths.append(options.textfile_dir)
+    return " ".join(quote_argument(str(path)) for path in paths)
+
+
+def _service_user(options: UnitOptions) -> str:
+    return f"User={options.user}\n" if options.system and options.user else ""
+
+
+def watch_service(options: UnitOptions) -> str:
+    arguments = [str(options.executable), "watch", *_common_arguments(options)]
+    if options.exec_command:
+        arguments += ["--exec", options.exec_command]
+    if options.ping_url:
+        arguments += ["--ping-url", options.ping_url]
+    wanted_by = "multi-user.target" if options.system else "default.target"
+    return (
+        "[Unit]\n"
+        "Description=engram-canary: real-time watch of engram's closed sync target space\n"
+        "Documentation=man:systemd.service(5)\n"
+        "\n"
+        "[Service]\n"
+        "Type=simple\n"
+        f"{_service_user(options)}"
+        f"ExecStart={command_line(arguments)}\n"
+        "Restart=on-failure\n"
+        "RestartSec=10s\n"
+        "KillSignal=SIGTERM\n"
+        "TimeoutStopSec=15s\n"
+        f"ReadWritePaths={_writable_paths(options)}\n"
+        f"{HARDENING}"
+        "\n"
+        "[Install]\n"
+        f"WantedBy={wanted_by}\n"
+    )
+
+
+def check_service(options: UnitOptions) -> str:
+    arguments = [str(options.executable), "check", *_common_arguments(options)]
+    if options.textfile_dir is not None:
+        arguments += ["--textfile-dir", str(options.textfile_dir)]
+    return (
+        "[Unit]\n"
+        "Description=engram-canary: one-shot check of engram's sync target space (backstop)\n"
+        "\n"
+        "[Service]\n"
+        "Type=oneshot\n"
+        f"{_service_user(options)}"
+        f"ExecStart={command_line(arguments)}\n"
+        f"ReadWritePaths={_writable_paths(options)}\n"
+        f"{HARDENING}"
+    )
+
+
+def check_timer(options: UnitOptions) -> str:
+    return (
+        "[Unit]\n"
+        "Description=engram-canary: run the backstop check periodically\n"
+        "\n"
+        "[Timer]\n"
+        f"OnCalendar={options.on_calendar}\n"
+        "Persistent=true\n"
+        "RandomizedDelaySec=30s\n"
+        f"Unit={CHECK_UNIT}\n"
+        "\n"
+        "[Install]\n"
+        "WantedBy=timers.target\n"
+    )
+
+
+def render_units(options: UnitOptions) -> dict[str, str]:
+    return {
+        WATCH_UNIT: watch_service(options),
+        CHECK_UNIT: check_service(options),
+        TIMER_UNIT: check_timer(options),
+    }
+
+
+def write_units(units: dict[str, str], directory: Path) -> list[Path]:
+    written: list[Path] = []
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, text in units.items():
+            path = directory / name
+            temporary = directory / f".{name}.tmp"
+            temporary.write_text(text, encoding="utf-8")
+            os.replace(temporary, path)
+            written.append(path)
+    except OSError as error:
+        raise SystemdError(f"{directory}: cannot write units ({error.strerror or error})") from error
+    return written
+
+
+def enable_hint(system: bool) -> str:
+    systemctl = "systemctl" if system else "systemctl --user"
+    return f"{systemctl} daemon-reload && {systemctl} enable --now {WATCH_UNIT} {TIMER_UNIT}"
