@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from harness import __version__
+from harness.deployment_cli import make_deployment
 from harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
 from harness.errors import HarnessError
 
@@ -46,6 +47,9 @@ def engram_path(version: str) -> None:
             f"engram {version} is not installed; run: engram-harness engram install {version}"
         )
     click.echo(str(path))
+
+
+cli.add_command(make_deployment)
 
 
 def main() -> None:
