@@ -179,3 +179,12 @@ def _write_atomically(path: Path, text: str) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def check_alias_free(current: AliasMap, path: Path, section: str, alias: str, project: str) -> None:
+    """Refuse before any write when --as would contradict an alias the user already has."""
+    existing = current.project_for_cwd(alias) if section == "cwds" else current.project_for_key(alias)
+    if existing is not None and existing != normalize_project(project):
+        raise AliasError(
+            f"{path}: {section} alias {alias!r} already maps to {existing!r}; edit the file to change it"
+        )

@@ -19,6 +19,7 @@ from canary.config import CanaryConfig, default_config_path, load_config
 from canary.db import default_db_path
 from canary.errors import CanaryError
 from canary.findings import Status
+from canary.inbox_cli import cleanup_phantoms_command, inbox
 from canary.report import render_json, render_text, write_textfile
 from canary.systemd import (
     UnitOptions,
@@ -253,6 +254,10 @@ def install_systemd(
     for path in write_units(units, unit_dir or default_unit_dir(system)):
         click.echo(f"wrote {path}")
     click.echo(f"enable with: {enable_hint(system)}")
+
+
+cli.add_command(inbox)
+cli.add_command(cleanup_phantoms_command)
 
 
 def main() -> None:

@@ -1,0 +1,541 @@
+"""Claim, drop and cleanup-phantoms: the only canary code that writes to engram's database.
+
+Every operation is a dry run unless applied. Applying takes a backup with SQLite's online backup API,
+then makes every change in ONE transaction (BEGIN IMMEDIATE, busy timeout), re-planned inside it so a
+concurrent engram write is never lost or double-counted. The mutation log is append-only: rows are
+retired by setting acked_at (engram's ack), never deleted or rewritten. The sync_state bookkeeping
+mirrors engram v1.20's enqueueSyncMutationTx and AckSyncMutationSeqs (internal/store/store.go).
+
+Test hook: ENGRAM_CANARY_TEST_PAUSE_MIDWAY=<file> makes --apply stop halfway through its transaction,
+write its pid to <file> and wait until <file> is removed (at most 300 s). The crash-safety test uses it to
+SIGKILL the process at a known point; nothing else should set it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from canary.aliases import register_alias
+from canary.db import BUSY_TIMEOUT_MS, DatabaseUnavailable, Schema, discover_schema, read_transaction
+from canary.derive import UNSORTED, AliasMap, normalize_cwd
+from canary.errors import CanaryError
+from canary.inbox import InboxRow, InboxSnapshot, enrolled_projects, select_inbox_rows
+from canary.targets import (
+    LEGACY_TARGET,
+    RESERVED_INBOX_PROJECT,
+    allowed_targets,
+    normalize_project,
+    project_target,
+)
+
+PAUSE_HOOK_VARIABLE = "ENGRAM_CANARY_TEST_PAUSE_MIDWAY"
+PAUSE_HOOK_LIMIT_SECONDS = 300.0
+BACKUP_DIR_NAME = "engram-canary-backups"
+TRIAGE_LOG_NAME = "triage-log.jsonl"
+
+Operation = Literal["claim", "drop", "cleanup-phantoms"]
+
+
+class TriageError(CanaryError):
+    """A triage request that is refused (nothing was written)."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    key: str
+    cwd: str | None = None
+    telemetry_only: bool = False
+
+    def describe(self) -> str:
+        text = f"inbox key {self.key!r}"
+        if self.cwd is not None:
+            text += f" with cwd {self.cwd}"
+        if self.telemetry_only:
+            text += " (noise: session and prompt rows only)"
+        return text
+
+
+@dataclass(frozen=True)
+class Copy:
+    """A new legacy-lane row for the enrolled project, copied from an inbox row."""
+
+    source: InboxRow
+    project: str
+    payload: str
+
+
+@dataclass(frozen=True)
+class PhantomTarget:
+    target_key: str
+    lifecycle: str
+
+
+@dataclass
+class Plan:
+    operation: Operation
+    selection: Selection | None = None
+    project: str | None = None
+    copies: list[Copy] = field(default_factory=list)
+    acks: list[InboxRow] = field(default_factory=list)
+    phantoms: list[PhantomTarget] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    alias: tuple[str, str, str] | None = None
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.copies or self.acks or self.phantoms)
+
+    def describe(self) -> list[str]:
+        lines: list[str] = []
+        for copy in self.copies:
+            row = copy.source
+            lines.append(
+                f"insert: legacy-lane row {row.entity} {row.entity_key} {row.op} for project {copy.project!r} "
+                f"(copy of seq {row.seq}, project {row.project!r})"
+            )
+        verb = "ack (discarded)" if self.operation == "drop" else "ack"
+        for row in self.acks:
+            lines.append(
+                f"{verb}: seq {row.seq} {row.entity} {row.entity_key} {row.op} (project {row.project!r})"
+            )
+        for phantom in self.phantoms:
+            lines.append(
+                f"delete: sync_state row {phantom.target_key!r} (lifecycle {phantom.lifecycle}, 0 unacked rows)"
+            )
+        for reason in self.kept:
+            lines.append(f"keep: {reason}")
+        if self.alias is not None:
+            section, alias, project = self.alias
+            lines.append(f"alias: {section} {alias!r} -> {project!r}")
+        return lines
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    plan: Plan
+    backup: Path
+    new_seqs: tuple[int, ...]
+    alias_registered: bool
+
+
+def connect_read_write(path: Path) -> sqlite3.Connection:
+    if not path.is_file():
+        raise DatabaseUnavailable(f"{path}: no such file (pass --db or set ENGRAM_DATA_DIR)")
+    try:
+        connection = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        connection.execute("PRAGMA foreign_keys = ON")
+        discover_schema(connection, path)
+    except sqlite3.DatabaseError as error:
+        raise DatabaseUnavailable(f"{path}: cannot be opened for writing ({error})") from error
+    return connection
+
+
+# ---------------------------------------------------------------- planning (pure over a snapshot)
+
+
+def select_rows(snapshot: InboxSnapshot, selection: Selection) -> list[InboxRow]:
+    wanted_key = selection.key if selection.key == UNSORTED else normalize_project(selection.key)
+    wanted_cwd = normalize_cwd(selection.cwd) if selection.cwd is not None else None
+    return [
+        row
+        for row in snapshot.rows
+        if normalize_project(row.key) == normalize_project(wanted_key)
+        and (wanted_cwd is None or row.cwd == wanted_cwd)
+        and (not selection.telemetry_only or row.is_telemetry)
+    ]
+
+
+def _enrolled_name(snapshot: InboxSnapshot, project: str) -> str | None:
+    wanted = normalize_project(project)
+    for name in snapshot.enrolled:
+        if normalize_project(name) == wanted:
+            return name
+    return None
+
+
+def _refuse_reserved(project: str) -> None:
+    if normalize_project(project) == RESERVED_INBOX_PROJECT:
+        raise TriageError(f"{RESERVED_INBOX_PROJECT!r} is a reserved name; rows cannot be claimed into it")
+
+
+def _nothing_selected(operation: str, selection: Selection) -> TriageError:
+    return TriageError(
+        f"nothing to {operation}: no unacked inbox rows match {selection.describe()} (see: engram-canary inbox list)"
+    )
+
+
+def plan_claim(snapshot: InboxSnapshot, selection: Selection, as_project: str | None) -> Plan:
+    if as_project is not None:
+        _refuse_reserved(as_project)
+        if not normalize_project(as_project):
+            raise TriageError("--as must name an enrolled project, got an empty name")
+    rows = select_rows(snapshot, selection)
+    if not rows:
+        raise _nothing_selected("claim", selection)
+    if as_project is None:
+        resolved = {row.derivation.project for row in rows}
+        if len(resolved) != 1 or None in resolved:
+            raise TriageError(
+                f"{selection.describe()} does not resolve to one enrolled project (no alias, no enrolled match); "
+                "pass --as <enrolled project>"
+            )
+        (target,) = resolved
+        assert target is not None
+    else:
+        target = as_project
+    _refuse_reserved(target)
+    enrolled_name = _enrolled_name(snapshot, target)
+    if enrolled_name is None:
+        enrolled = ", ".join(sorted(snapshot.enrolled)) or "none"
+        raise TriageError(
+            f"cannot claim into {normalize_project(target)!r}: it is not enrolled (enrolled: {enrolled}); "
+            f"run: engram cloud enroll {normalize_project(target)}"
+        )
+    plan = Plan(operation="claim", selection=selection, project=enrolled_name)
+    plan.copies = [Copy(row, enrolled_name, _rewrite_project(row.payload, enrolled_name)) for row in rows]
+    plan.acks = list(rows)
+    if as_project is not None:
+        if selection.cwd is not None:
+            plan.alias = ("cwds", normalize_cwd(selection.cwd), enrolled_name)
+        elif selection.key != UNSORTED and normalize_project(selection.key) != enrolled_name:
+            plan.alias = ("keys", selection.key, enrolled_name)
+    return plan
+
+
+def plan_drop(snapshot: InboxSnapshot, selection: Selection) -> Plan:
+    rows = select_rows(snapshot, selection)
+    if not rows:
+        raise _nothing_selected("drop", selection)
+    return Plan(operation="drop", selection=selection, acks=rows)
+
+
+def _rewrite_project(payload: str, project: str) -> str:
+    """The same payload with its project set to the enrolled name; key order and other values kept."""
+    try:
+        decoded = json.loads(payload)
+    except ValueError:
+        return payload
+    if not isinstance(decoded, dict):
+        return payload
+    decoded["project"] = project
+    return json.dumps(decoded, ensure_ascii=False, separators=(",", ":"))
+
+
+def plan_cleanup(connection: sqlite3.Connection, schema: Schema, keep: Sequence[str] = ()) -> Plan:
+    """sync_state rows outside the allowed set that hold no unacked row (and no row at all, for the FK)."""
+    allowed = allowed_targets(enrolled_projects(connection, schema), keep)
+    plan = Plan(operation="cleanup-phantoms")
+    has_project = schema.has_column("sync_mutations", "project")
+    for target_key, lifecycle in connection.execute(
+        "SELECT target_key, lifecycle FROM sync_state ORDER BY target_key"
+    ):
+        if target_key in allowed:
+            continue
+        unacked = _count(
+            connection,
+            "SELECT COUNT(*) FROM sync_mutations WHERE target_key = ? AND acked_at IS NULL",
+            target_key,
+        )
+        if has_project and str(target_key).startswith(LEGACY_TARGET + ":"):
+            project = str(target_key)[len(LEGACY_TARGET) + 1 :]
+            unacked += _count(
+                connection,
+                "SELECT COUNT(*) FROM sync_mutations WHERE target_key = ? AND project = ? AND acked_at IS NULL",
+                LEGACY_TARGET,
+                project,
+            )
+        if unacked:
+            plan.kept.append(
+                f"{target_key!r} still holds {unacked} unacked rows (triage them with inbox claim/drop)"
+            )
+            continue
+        referencing = _count(
+            connection, "SELECT COUNT(*) FROM sync_mutations WHERE target_key = ?", target_key
+        )
+        if referencing:
+            plan.kept.append(
+                f"{target_key!r} is referenced by {referencing} acked rows (foreign key); left alone"
+            )
+            continue
+        plan.phantoms.append(PhantomTarget(str(target_key), str(lifecycle)))
+    return plan
+
+
+def _count(connection: sqlite3.Connection, sql: str, *parameters: object) -> int:
+    return int(connection.execute(sql, parameters).fetchone()[0])
+
+
+# ---------------------------------------------------------------- applying
+
+
+def backup_database(connection: sqlite3.Connection, db_path: Path, backup_dir: Path, operation: str) -> Path:
+    """A consistent copy through SQLite's online backup API, named by UTC time to the microsecond."""
+    backup_dir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    target = backup_dir / f"{db_path.stem}.{stamp}.{operation}.db"
+    destination = sqlite3.connect(str(target))
+    try:
+        connection.backup(destination)
+        status = destination.execute("PRAGMA quick_check").fetchone()[0]
+    finally:
+        destination.close()
+    if status != "ok":
+        raise TriageError(f"{target}: backup failed its integrity check ({status}); nothing was changed")
+    return target
+
+
+@contextmanager
+def immediate_transaction(connection: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        yield connection
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+    connection.execute("COMMIT")
+
+
+def _pause_midway() -> None:
+    marker = os.environ.get(PAUSE_HOOK_VARIABLE, "").strip()
+    if not marker:
+        return
+    path = Path(marker)
+    path.write_text(str(os.getpid()), encoding="utf-8")
+    deadline = time.monotonic() + PAUSE_HOOK_LIMIT_SECONDS
+    while path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+class _SyncState:
+    """engram v1.20's sync_state bookkeeping, statement for statement, inside the caller's transaction."""
+
+    def __init__(self, connection: sqlite3.Connection, schema: Schema) -> None:
+        self.connection = connection
+        self.has_reason = schema.has_column("sync_state", "reason_code")
+
+    def ensure(self, target_key: str) -> None:
+        self.connection.execute(
+            "INSERT OR IGNORE INTO sync_state (target_key, lifecycle, updated_at) VALUES (?, 'idle', datetime('now'))",
+            (target_key,),
+        )
+
+    def get(self, target_key: str) -> dict[str, Any]:
+        self.ensure(target_key)
+        columns = "lifecycle, last_enqueued_seq, last_acked_seq, backoff_until"
+        if self.has_reason:
+            columns += ", reason_code"
+        row = self.connection.execute(
+            f"SELECT {columns} FROM sync_state WHERE target_key = ?", (target_key,)
+        ).fetchone()
+        names = [name.strip() for name in columns.split(",")]
+        return dict(zip(names, row, strict=True))
+
+    def actively_degraded(self, state: dict[str, Any]) -> bool:
+        if state["lifecycle"] != "degraded":
+            return False
+        if str(state.get("reason_code") or "").strip() in {
+            "blocked_unenrolled",
+            "paused",
+            "auth_required",
+            "policy_forbidden",
+            "cloud_config_error",
+        }:
+            return True
+        backoff = state.get("backoff_until")
+        if backoff:
+            try:
+                return datetime.fromisoformat(str(backoff).strip().replace("Z", "+00:00")) > datetime.now(UTC)
+            except ValueError:
+                return False
+        return False
+
+    def set_cursor(self, target_key: str, lifecycle: str, assignments: str, values: Sequence[object]) -> None:
+        clear = ", consecutive_failures = 0, backoff_until = NULL, last_error = NULL"
+        if self.has_reason:
+            clear += ", reason_code = NULL, reason_message = NULL"
+        if lifecycle == "degraded":
+            clear = ""
+        self.connection.execute(
+            f"UPDATE sync_state SET {assignments}, lifecycle = ?{clear}, updated_at = datetime('now') "
+            "WHERE target_key = ?",
+            (*values, lifecycle, target_key),
+        )
+
+    def enqueue(self, entity: str, entity_key: str, op: str, payload: str, project: str) -> int:
+        """enqueueSyncMutationTx: the legacy lane row, then 'cloud' and 'cloud:<project>' pending."""
+        self.ensure(LEGACY_TARGET)
+        cursor = self.connection.execute(
+            "INSERT INTO sync_mutations (target_key, entity, entity_key, op, payload, source, project) "
+            "VALUES (?, ?, ?, ?, ?, 'local', ?)",
+            (LEGACY_TARGET, entity, entity_key, op, payload, project),
+        )
+        seq = int(cursor.lastrowid or 0)
+        for target_key in (LEGACY_TARGET, project_target(project)):
+            self.ensure(target_key)
+            self.connection.execute(
+                "UPDATE sync_state SET lifecycle = 'pending', last_enqueued_seq = ?, updated_at = datetime('now') "
+                "WHERE target_key = ?",
+                (seq, target_key),
+            )
+        return seq
+
+    def ack(self, rows: Sequence[InboxRow], *, on_half: Callable[[], None] = lambda: None) -> None:
+        """AckSyncMutationSeqs('cloud', seqs), then refreshProjectSyncStateTx for every touched project."""
+        affected = sorted({normalize_project(row.project) for row in rows} - {""})
+        state = self.get(LEGACY_TARGET)
+        max_seq = int(state["last_acked_seq"])
+        for index, row in enumerate(rows):
+            changed = self.connection.execute(
+                "UPDATE sync_mutations SET acked_at = datetime('now') WHERE target_key = ? AND seq = ? AND acked_at IS NULL",
+                (LEGACY_TARGET, row.seq),
+            ).rowcount
+            if changed != 1:
+                raise TriageError(f"seq {row.seq} was acked by someone else meanwhile; nothing was changed")
+            max_seq = max(max_seq, row.seq)
+            if index == len(rows) // 2:
+                on_half()
+        remaining = _count(
+            self.connection,
+            "SELECT COUNT(*) FROM sync_mutations WHERE target_key = ? AND acked_at IS NULL",
+            LEGACY_TARGET,
+        )
+        lifecycle = "healthy" if remaining == 0 else "pending"
+        if self.actively_degraded(state):
+            lifecycle = "degraded"
+        self.set_cursor(LEGACY_TARGET, lifecycle, "last_acked_seq = ?", (max_seq,))
+        for project in affected:
+            self.refresh_project(project)
+
+    def refresh_project(self, project: str) -> None:
+        target_key = project_target(project)
+        state = self.get(target_key)
+        max_acked = _count(
+            self.connection,
+            "SELECT ifnull(MAX(seq), 0) FROM sync_mutations WHERE target_key = ? AND project = ? AND acked_at IS NOT NULL",
+            LEGACY_TARGET,
+            project,
+        )
+        max_enqueued = _count(
+            self.connection,
+            "SELECT ifnull(MAX(seq), 0) FROM sync_mutations WHERE target_key = ? AND project = ?",
+            LEGACY_TARGET,
+            project,
+        )
+        pending = _count(
+            self.connection,
+            "SELECT COUNT(*) FROM sync_mutations WHERE target_key = ? AND project = ? AND acked_at IS NULL",
+            LEGACY_TARGET,
+            project,
+        )
+        lifecycle = "pending" if pending else "healthy"
+        if self.actively_degraded(state):
+            lifecycle = "degraded"
+        self.set_cursor(
+            target_key,
+            lifecycle,
+            "last_enqueued_seq = ?, last_acked_seq = ?",
+            (
+                max(max_enqueued, int(state["last_enqueued_seq"])),
+                max(max_acked, int(state["last_acked_seq"])),
+            ),
+        )
+
+
+def execute_plan(connection: sqlite3.Connection, schema: Schema, plan: Plan) -> tuple[int, ...]:
+    """Every change of `plan`, inside the caller's open transaction."""
+    state = _SyncState(connection, schema)
+    new_seqs = tuple(
+        state.enqueue(copy.source.entity, copy.source.entity_key, copy.source.op, copy.payload, copy.project)
+        for copy in plan.copies
+    )
+    if plan.copies:
+        _pause_midway()
+        state.ack(plan.acks)
+    elif plan.acks:
+        state.ack(plan.acks, on_half=_pause_midway)
+    for index, phantom in enumerate(plan.phantoms):
+        connection.execute("DELETE FROM sync_state WHERE target_key = ?", (phantom.target_key,))
+        if index == len(plan.phantoms) // 2:
+            _pause_midway()
+    return new_seqs
+
+
+def apply(
+    db_path: Path,
+    planner: Callable[[sqlite3.Connection, Schema], Plan],
+    *,
+    backup_dir: Path | None = None,
+    aliases_path: Path | None = None,
+) -> ApplyResult:
+    """Plan read-only, back up, then re-plan and apply in one IMMEDIATE transaction."""
+    connection = connect_read_write(db_path)
+    try:
+        schema = discover_schema(connection, db_path)
+        with read_transaction(connection):
+            preview = planner(connection, schema)
+        if preview.is_empty:
+            raise TriageError(f"nothing to {preview.operation}: the selection is empty")
+        backup = backup_database(
+            connection, db_path, backup_dir or default_backup_dir(db_path), preview.operation
+        )
+        try:
+            with immediate_transaction(connection):
+                plan = planner(connection, schema)
+                if plan.is_empty:
+                    raise TriageError(f"nothing to {plan.operation}: the selection emptied meanwhile")
+                new_seqs = execute_plan(connection, schema, plan)
+        except sqlite3.Error as error:
+            raise TriageError(
+                f"{db_path}: the change was rolled back ({error}); backup at {backup}"
+            ) from error
+        alias_registered = False
+        if plan.alias is not None and aliases_path is not None:
+            section, alias, project = plan.alias
+            alias_registered = register_alias(aliases_path, section, alias, project)
+        _log(backup.parent / TRIAGE_LOG_NAME, db_path, backup, plan, new_seqs)
+        return ApplyResult(plan=plan, backup=backup, new_seqs=new_seqs, alias_registered=alias_registered)
+    finally:
+        connection.close()
+
+
+def default_backup_dir(db_path: Path) -> Path:
+    return db_path.resolve().parent / BACKUP_DIR_NAME
+
+
+def _log(path: Path, db_path: Path, backup: Path, plan: Plan, new_seqs: Sequence[int]) -> None:
+    """One JSON line per applied operation: the forensic record of which acks were discards."""
+    entry = {
+        "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "operation": plan.operation,
+        "db": str(db_path.resolve()),
+        "backup": str(backup),
+        "selection": None
+        if plan.selection is None
+        else {"key": plan.selection.key, "cwd": plan.selection.cwd, "noise": plan.selection.telemetry_only},
+        "project": plan.project,
+        "acked_seqs": [row.seq for row in plan.acks],
+        "discarded": plan.operation == "drop",
+        "copies": [[copy.source.seq, seq] for copy, seq in zip(plan.copies, new_seqs, strict=True)],
+        "deleted_targets": [phantom.target_key for phantom in plan.phantoms],
+    }
+    with path.open("a", encoding="utf-8") as stream:
+        stream.write(json.dumps(entry, ensure_ascii=False) + "\n")
+
+
+def inbox_planner(
+    aliases: AliasMap, build: Callable[[InboxSnapshot], Plan]
+) -> Callable[[sqlite3.Connection, Schema], Plan]:
+    def planner(connection: sqlite3.Connection, schema: Schema) -> Plan:
+        return build(select_inbox_rows(connection, schema, aliases))
+
+    return planner
