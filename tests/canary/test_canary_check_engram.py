@@ -1,0 +1,202 @@
+"""`engram-canary check` and `baseline` against databases written by the real engram v1.20 binary."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from canary_support import rows_digest, run_canary
+
+from harness.engram_env import EngramEnvironment
+
+pytestmark = pytest.mark.engram
+
+
+def save(world: EngramEnvironment, cwd: Path, project: str | None, title: str = "note") -> None:
+    args = ["save", title, f"content of {title}"]
+    if project is not None:
+        args += ["--project", project]
+    result = world.run(args, cwd=cwd)
+    assert result.returncode == 0, result.stderr
+
+
+def enroll(world: EngramEnvironment, project: str) -> None:
+    result = world.run(["cloud", "enroll", project])
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.fixture
+def scratch(tmp_path: Path) -> Path:
+    directory = tmp_path / "scratch"
+    directory.mkdir()
+    return directory
+
+
+def check_json(world: EngramEnvironment, config_home: Path, *extra: str) -> tuple[int, dict[str, object]]:
+    result = run_canary(["check", "--db", str(world.db_path), "--format", "json", *extra], config_home)
+    return result.returncode, json.loads(result.stdout)
+
+
+def test_unenrolled_save_is_a_foreign_sync_target_with_evidence(
+    engram_world: EngramEnvironment, scratch: Path, tmp_path: Path
+) -> None:
+    save(engram_world, scratch, "scratch")
+
+    code, document = check_json(engram_world, tmp_path / "xdg")
+
+    assert code == 1
+    assert document["schema"] == "engram-canary/check/v1"
+    assert document["status"] == "warning"
+    assert document["allowed_targets"] == ["cloud", "cloud:inbox", "local"]
+    findings = document["findings"]
+    assert isinstance(findings, list) and len(findings) == 1
+    finding = findings[0]
+    assert finding["check"] == "foreign_sync_target"
+    assert finding["severity"] == "warning"
+    assert finding["target_key"] == "cloud:scratch"
+    assert finding["new"] is True
+    evidence = finding["evidence"]
+    assert evidence["lifecycle"] == "pending"
+    assert evidence["last_enqueued_seq"] == 2
+    assert evidence["updated_at"]
+    # v1.20 journals the rows in the legacy lane; they are counted through their project column.
+    assert evidence["unacked_rows"] == 0
+    assert evidence["projects"] == ["scratch"]
+    assert evidence["project_unacked_rows"] == 2
+    assert evidence["project_unacked_by_lane"] == {"cloud": 2}
+
+
+def test_enrolled_project_target_is_allowed(
+    engram_world: EngramEnvironment, scratch: Path, tmp_path: Path
+) -> None:
+    save(engram_world, scratch, "scratch")
+    enroll(engram_world, "scratch")
+
+    code, document = check_json(engram_world, tmp_path / "xdg")
+
+    assert code == 0
+    assert document["status"] == "ok"
+    assert document["findings"] == []
+    assert "cloud:scratch" in document["allowed_targets"]
+    assert document["summary"]["enrolled_projects"] == ["scratch"]  # type: ignore[index]
+
+
+def test_enrolled_name_is_normalized_like_engram(
+    engram_world: EngramEnvironment, scratch: Path, tmp_path: Path
+) -> None:
+    save(engram_world, scratch, "My--Proj")
+    enroll(engram_world, "My--Proj")
+
+    code, document = check_json(engram_world, tmp_path / "xdg")
+
+    assert (code, document["findings"]) == (0, [])
+
+
+def test_text_output_follows_the_plugin_convention(
+    engram_world: EngramEnvironment, scratch: Path, tmp_path: Path
+) -> None:
+    save(engram_world, scratch, "scratch")
+
+    result = run_canary(["check", "--db", str(engram_world.db_path)], tmp_path / "xdg")
+
+    lines = result.stdout.splitlines()
+    assert result.returncode == 1
+    assert lines[0] == (
+        "ENGRAM-CANARY WARNING - 1 foreign sync target (1 new) | foreign_targets=1;1;;0 "
+        "new_foreign_targets=1;1;10;0 unacked_rows=2;;;0 allowed_targets=3;;;0"
+    )
+    assert lines[1].startswith("[NEW] warning foreign_sync_target: sync target cloud:scratch")
+
+
+def test_config_extra_allowed_key(engram_world: EngramEnvironment, scratch: Path, tmp_path: Path) -> None:
+    save(engram_world, scratch, "scratch")
+    config = tmp_path / "canary.yaml"
+    config.write_text("allowed_targets:\n  - cloud:scratch\n")
+
+    code, document = check_json(engram_world, tmp_path / "xdg", "--config", str(config))
+
+    assert code == 0
+    assert "cloud:scratch" in document["allowed_targets"]  # type: ignore[operator]
+
+
+def test_baseline_silences_known_targets_only(
+    engram_world: EngramEnvironment, scratch: Path, tmp_path: Path
+) -> None:
+    config_home = tmp_path / "xdg"
+    save(engram_world, scratch, "scratch")
+
+    recorded = run_canary(["baseline", "--db", str(engram_world.db_path)], config_home)
+    assert recorded.returncode == 0, recorded.stderr
+    assert recorded.stdout.startswith("recorded 1 known foreign targets for ")
+    assert recorded.stdout.rstrip().endswith(": cloud:scratch")
+    baseline_file = config_home / "engram-canary" / "baseline.json"
+    stored = json.loads(baseline_file.read_text())
+    assert stored["databases"][str(engram_world.db_path.resolve())]["targets"] == ["cloud:scratch"]
+
+    code, document = check_json(engram_world, config_home)
+    assert code == 0
+    assert document["status"] == "ok"
+    assert [(f["target_key"], f["new"]) for f in document["findings"]] == [("cloud:scratch", False)]  # type: ignore[index,union-attr]
+
+    save(engram_world, scratch, "another")
+    code, document = check_json(engram_world, config_home)
+    assert code == 1
+    assert sorted((f["target_key"], f["new"]) for f in document["findings"]) == [  # type: ignore[index,union-attr]
+        ("cloud:another", True),
+        ("cloud:scratch", False),
+    ]
+    assert document["summary"]["new_foreign_targets"] == 1  # type: ignore[index]
+
+    code, document = check_json(engram_world, config_home, "--no-baseline")
+    assert code == 1
+    assert all(f["new"] for f in document["findings"])  # type: ignore[index,union-attr]
+
+
+def test_many_new_targets_are_critical(
+    engram_world: EngramEnvironment, scratch: Path, tmp_path: Path
+) -> None:
+    config = tmp_path / "canary.yaml"
+    config.write_text("thresholds:\n  critical_new_foreign_targets: 2\n")
+    save(engram_world, scratch, "one")
+    save(engram_world, scratch, "two")
+
+    code, document = check_json(engram_world, tmp_path / "xdg", "--config", str(config))
+
+    assert (code, document["status"]) == (2, "critical")
+
+
+def test_check_never_changes_the_database(
+    engram_world: EngramEnvironment, scratch: Path, tmp_path: Path
+) -> None:
+    save(engram_world, scratch, "scratch")
+    save(engram_world, scratch, None, "unscoped")
+    before = rows_digest(engram_world.db_path)
+    db_bytes = engram_world.db_path.read_bytes()
+
+    for args in (["check"], ["check", "--format", "json"], ["baseline"], ["check", "--no-baseline"]):
+        run_canary([*args, "--db", str(engram_world.db_path)], tmp_path / "xdg")
+
+    assert rows_digest(engram_world.db_path) == before
+    assert engram_world.db_path.read_bytes() == db_bytes
+
+
+def test_prometheus_textfile(engram_world: EngramEnvironment, scratch: Path, tmp_path: Path) -> None:
+    save(engram_world, scratch, "scratch")
+    textfiles = tmp_path / "textfiles"
+    textfiles.mkdir()
+
+    result = run_canary(
+        ["check", "--db", str(engram_world.db_path), "--textfile-dir", str(textfiles)], tmp_path / "xdg"
+    )
+
+    assert result.returncode == 1
+    assert [path.name for path in textfiles.iterdir()] == ["engram_canary.prom"]
+    text = (textfiles / "engram_canary.prom").read_text()
+    db = str(engram_world.db_path)
+    assert f'engram_canary_status{{db="{db}"}} 1.0' in text
+    assert f'engram_canary_new_foreign_targets{{db="{db}"}} 1.0' in text
+    assert (
+        f'engram_canary_foreign_target_unacked_rows{{check="foreign_sync_target",db="{db}",new="true",'
+        f'target_key="cloud:scratch"}} 2.0'
+    ) in text
