@@ -1,8 +1,15 @@
 """engram-sync-kit fake cloud: a recording, fault-injecting stand-in for engram's self-hosted cloud."""
 
-from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
-try:
-    __version__ = version("engram-sync-kit")
-except PackageNotFoundError:  # running from a checkout that was never installed
-    __version__ = "0.0.0"
+
+def __getattr__(name: str) -> Any:
+    # Resolved lazily: reading package metadata costs start-up time the server does not need.
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("engram-sync-kit")
+        except PackageNotFoundError:  # a checkout that was never installed
+            return "0.0.0"
+    raise AttributeError(name)

@@ -2,15 +2,117 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
 import click
 
-from fake_cloud import __version__
+from fake_cloud.errors import FakeCloudError
+
+
+def _env_bool(name: str) -> bool:
+    # Same spelling rules as engram's envBool.
+    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="engram-fake-cloud")
+@click.version_option(package_name="engram-sync-kit", prog_name="engram-fake-cloud")
 def cli() -> None:
     """A recording, fault-injecting stand-in for engram's self-hosted cloud."""
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=0, show_default=True, help="0 picks a free port."
+)
+@click.option("--tls", is_flag=True, help="Serve https with a throwaway CA (see --ca-out).")
+@click.option(
+    "--ca-out", type=click.Path(dir_okay=False, path_type=Path), help="Where to write the CA's PEM."
+)
+@click.option(
+    "--token", envvar="ENGRAM_CLOUD_TOKEN", help="Bearer token clients must send [env ENGRAM_CLOUD_TOKEN]."
+)
+@click.option(
+    "--insecure-no-auth",
+    is_flag=True,
+    help="Accept requests without a token [env ENGRAM_CLOUD_INSECURE_NO_AUTH].",
+)
+@click.option(
+    "--allowed-projects",
+    envvar="ENGRAM_CLOUD_ALLOWED_PROJECTS",
+    default="*",
+    show_default=True,
+    help="Comma-separated project allowlist, '*' for all [env ENGRAM_CLOUD_ALLOWED_PROJECTS].",
+)
+@click.option("--journal-limit", type=click.IntRange(min=1), default=100_000, show_default=True)
+@click.option(
+    "--max-push-bytes",
+    type=click.IntRange(min=1),
+    envvar="ENGRAM_CLOUD_MAX_PUSH_BYTES",
+    default=8 * 1024 * 1024,
+    show_default=True,
+)
+def serve(
+    host: str,
+    port: int,
+    tls: bool,
+    ca_out: Path | None,
+    token: str | None,
+    insecure_no_auth: bool,
+    allowed_projects: str,
+    journal_limit: int,
+    max_push_bytes: int,
+) -> None:
+    """Serve until SIGTERM; the first stdout line is the base URL, printed once the server is ready."""
+    from fake_cloud.server import FakeCloudConfig
+
+    if tls and ca_out is None:
+        raise click.UsageError("--tls needs --ca-out FILE: clients must be given the CA to trust")
+    if ca_out is not None and not tls:
+        raise click.UsageError("--ca-out only makes sense with --tls")
+    insecure = insecure_no_auth or _env_bool("ENGRAM_CLOUD_INSECURE_NO_AUTH")
+    projects = tuple(name.strip() for name in allowed_projects.split(",") if name.strip())
+    if not projects:
+        raise click.UsageError("--allowed-projects is empty: give one or more names, or '*' for all")
+    config = FakeCloudConfig(
+        token=token.strip() if token and token.strip() else None,
+        allowed_projects=projects,
+        insecure_no_auth=insecure,
+        tls=tls,
+        host=host,
+        port=port,
+        journal_limit=journal_limit,
+        max_push_bytes=max_push_bytes,
+        ca_out=ca_out,
+    )
+    try:
+        config.validate()
+        asyncio.run(_serve(config))
+    except FakeCloudError as error:
+        click.echo(f"engram-fake-cloud: {error}", err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        pass
+
+
+async def _serve(config: object) -> None:
+    from fake_cloud.server import FakeCloudConfig, serve_until
+
+    assert isinstance(config, FakeCloudConfig)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+
+    def ready(url: str) -> None:
+        sys.stdout.write(url + "\n")
+        sys.stdout.flush()
+
+    await serve_until(config, stop, ready)
 
 
 def main() -> None:

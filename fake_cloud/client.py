@@ -1,0 +1,122 @@
+"""A typed client for the fake cloud's control API (/_fake/), the same for every way of running it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from fake_cloud.errors import FakeCloudError
+from fake_cloud.models import Fault, JournalEntry, ReceivedMutation
+
+
+class FakeCloudWaitTimeout(FakeCloudError):
+    """wait() saw fewer matching journal entries than asked for before its timeout."""
+
+    def __init__(self, message: str, closest: list[dict[str, Any]], found: list[JournalEntry]) -> None:
+        super().__init__(message)
+        self.closest = closest
+        self.found = found
+
+
+class FakeCloudControlError(FakeCloudError):
+    """The control API refused a request, or could not be reached."""
+
+
+@dataclass(frozen=True)
+class Journal:
+    entries: list[JournalEntry]
+    overflow: int
+
+
+_ENTRY_FIELDS = {f.name for f in fields(JournalEntry)}
+_RECEIVED_FIELDS = {f.name for f in fields(ReceivedMutation)}
+
+
+def _entry(raw: dict[str, Any]) -> JournalEntry:
+    return JournalEntry(**{key: value for key, value in raw.items() if key in _ENTRY_FIELDS})
+
+
+class FakeCloudClient:
+    """Control a running fake cloud over HTTP(S); usable as a context manager."""
+
+    def __init__(self, base_url: str, ca_file: Path | str | None = None, *, timeout: float = 10.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        verify: Any = str(ca_file) if ca_file is not None else True
+        self._http = httpx.Client(base_url=self.base_url, verify=verify, timeout=timeout, trust_env=False)
+
+    def __enter__(self) -> FakeCloudClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _call(self, method: str, path: str, *, timeout: float | None = None, **kwargs: Any) -> httpx.Response:
+        try:
+            if timeout is not None:
+                kwargs["timeout"] = timeout
+            return self._http.request(method, f"/_fake/{path}", **kwargs)
+        except httpx.HTTPError as error:
+            raise FakeCloudControlError(
+                f"fake cloud at {self.base_url} did not answer {path}: {error}"
+            ) from None
+
+    def _ok(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self._call(method, path, **kwargs)
+        if response.status_code != 200:
+            raise FakeCloudControlError(
+                f"/_fake/{path} answered {response.status_code}: {response.text.strip()}"
+            )
+        return response.json()
+
+    def ready(self) -> bool:
+        try:
+            return self._http.get("/_fake/ready").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def reset(self) -> None:
+        self._ok("POST", "reset")
+
+    def journal(self, since_id: int = 0) -> Journal:
+        raw = self._ok("GET", "journal", params={"since_id": since_id})
+        return Journal(entries=[_entry(item) for item in raw["entries"]], overflow=int(raw["overflow"]))
+
+    def wait(
+        self, count: int = 1, timeout: float = 10.0, *, since_id: int = 0, **match: Any
+    ) -> list[JournalEntry]:
+        """Block until ``count`` journal entries match every ``match`` field; raise FakeCloudWaitTimeout."""
+        body = {"count": count, "timeout": timeout, "match": match, "since_id": since_id}
+        response = self._call("POST", "wait", json=body, timeout=timeout + 10.0)
+        if response.status_code == 408:
+            raw = response.json()
+            found = [_entry(item) for item in raw.get("found", [])]
+            raise FakeCloudWaitTimeout(raw["error"], raw.get("closest", []), found)
+        if response.status_code != 200:
+            raise FakeCloudControlError(
+                f"/_fake/wait answered {response.status_code}: {response.text.strip()}"
+            )
+        return [_entry(item) for item in response.json()["entries"]]
+
+    def received(self) -> list[ReceivedMutation]:
+        raw = self._ok("GET", "received")["received"]
+        return [ReceivedMutation(**{k: v for k, v in item.items() if k in _RECEIVED_FIELDS}) for item in raw]
+
+    def set_allowlist(self, projects: Sequence[str]) -> list[str]:
+        return list(self._ok("PUT", "allowlist", json={"projects": list(projects)})["projects"])
+
+    def pause(self, project: str, paused: bool = True) -> None:
+        self._ok("PUT", "pause", json={"project": project, "paused": paused})
+
+    def add_faults(self, faults: Iterable[Fault | dict[str, Any]]) -> None:
+        payload = [fault.to_dict() if isinstance(fault, Fault) else fault for fault in faults]
+        self._ok("POST", "faults", json={"faults": payload})
+
+    def clear_faults(self) -> None:
+        self._ok("DELETE", "faults")

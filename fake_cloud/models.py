@@ -1,0 +1,941 @@
+"""The fake cloud's state and rules, with no HTTP: what the handlers in ``app`` call.
+
+Each protocol operation returns a ``Reply`` (status and body) in the order engram v1.20's
+``internal/cloud/cloudserver`` checks things, so the handlers only parse and serialize.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Any, Literal
+
+from fake_cloud import chunkcodec
+from fake_cloud.chunkcodec import ChunkError
+from fake_cloud.errors import FakeCloudError
+
+MAX_MUTATION_BATCH = 100
+DEFAULT_PULL_LIMIT = 100
+DEFAULT_MAX_PUSH_BYTES = 8 * 1024 * 1024
+DEFAULT_JOURNAL_LIMIT = 100_000
+
+Transport = Literal["mutation", "chunk", "other"]
+
+
+class Route(str, Enum):
+    MUTATIONS_PUSH = "mutations_push"
+    MUTATIONS_PULL = "mutations_pull"
+    CHUNK_PUSH = "chunk_push"
+    CHUNK_PULL = "chunk_pull"
+    ANY = "any"
+
+
+class FaultAction(str, Enum):
+    STATUS = "status"
+    LATENCY = "latency"
+    RESET_AFTER_READ = "reset_after_read"
+    SHORT_ACCEPTED = "short_accepted"
+    HANG = "hang"
+
+
+class InvalidControlRequest(FakeCloudError):
+    """A control API request the fake cannot act on; the message says what is allowed."""
+
+
+@dataclass
+class Fault:
+    """One scheduled misbehaviour, consumed ``times`` times by the requests it matches."""
+
+    route: Route = Route.ANY
+    action: FaultAction = FaultAction.STATUS
+    project: str | None = None
+    times: int = 1
+    status: int = 503
+    latency_ms: int = 200
+    keep: int = 0
+    seconds: float = 5.0
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any], where: str = "fault") -> Fault:
+        if not isinstance(raw, Mapping):
+            raise InvalidControlRequest(f"{where}: expected an object, got {type(raw).__name__}")
+        known = {"route", "action", "project", "times", "status", "latency_ms", "keep", "seconds"}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise InvalidControlRequest(f"{where}: unknown field(s) {unknown}; allowed: {sorted(known)}")
+        try:
+            route = Route(raw.get("route", "any"))
+        except ValueError:
+            raise InvalidControlRequest(
+                f"{where}.route: {raw.get('route')!r} is not one of {[r.value for r in Route]}"
+            ) from None
+        try:
+            action = FaultAction(raw.get("action", "status"))
+        except ValueError:
+            raise InvalidControlRequest(
+                f"{where}.action: {raw.get('action')!r} is not one of {[a.value for a in FaultAction]}"
+            ) from None
+        project = raw.get("project")
+        if project is not None and not isinstance(project, str):
+            raise InvalidControlRequest(f"{where}.project: expected a string or null")
+        fault = cls(route=route, action=action, project=project)
+        for name, low, high in (("times", 1, 1_000_000), ("status", 100, 599), ("latency_ms", 0, 600_000)):
+            if name in raw:
+                setattr(fault, name, _int_in(raw[name], low, high, f"{where}.{name}"))
+        if "keep" in raw:
+            fault.keep = _int_in(raw["keep"], 0, MAX_MUTATION_BATCH, f"{where}.keep")
+        if "seconds" in raw:
+            value = raw["seconds"]
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 600:
+                raise InvalidControlRequest(
+                    f"{where}.seconds: expected a number from 0 to 600, got {value!r}"
+                )
+            fault.seconds = float(value)
+        return fault
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["route"], out["action"] = self.route.value, self.action.value
+        return out
+
+    def matches(self, route: Route, projects: Sequence[str]) -> bool:
+        if self.route not in (Route.ANY, route):
+            return False
+        return self.project is None or self.project in projects
+
+
+def _int_in(value: Any, low: int, high: int, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidControlRequest(f"{where}: expected an integer from {low} to {high}, got {value!r}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    id: int
+    time: float
+    request_id: str
+    transport: Transport
+    method: str
+    path: str
+    status: int
+    project: str | None = None
+    entity: str | None = None
+    entity_key: str | None = None
+    op: str | None = None
+    payload_digest: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ReceivedMutation:
+    """A mutation the fake accepted and stored; ``seq`` is its place in the order of receipt."""
+
+    seq: int
+    transport: Transport
+    project: str
+    entity: str
+    entity_key: str
+    op: str
+    payload: dict[str, Any]
+    payload_digest: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class JournalItem:
+    """What a request carried, before the fake knows the status it answers with."""
+
+    project: str | None = None
+    entity: str | None = None
+    entity_key: str | None = None
+    op: str | None = None
+    payload_digest: str | None = None
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    body: Any  # dict or list: JSON; str: text/plain like Go's http.Error; bytes: raw JSON
+    short_accepted_applied: bool = False
+
+
+@dataclass
+class StoredMutation:
+    seq: int
+    project: str
+    entity: str
+    entity_key: str
+    op: str
+    payload: str  # raw JSON text, served back verbatim on pull
+    occurred_at: str
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "project": self.project,
+            "entity": self.entity,
+            "entity_key": self.entity_key,
+            "op": self.op,
+            "payload": json.loads(self.payload),
+            "occurred_at": self.occurred_at,
+        }
+
+
+@dataclass
+class StoredChunk:
+    chunk_id: str
+    created_by: str
+    created_at: str
+    payload: bytes
+    sessions: int
+    memories: int
+    prompts: int
+
+
+def payload_digest(payload: Any) -> str:
+    """sha256 of the payload object's sorted, compact JSON; a JSON string payload is decoded first."""
+    if isinstance(payload, str):
+        with contextlib.suppress(json.JSONDecodeError):
+            payload = json.loads(payload)
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _utc_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def actionable(status: int, error_class: str, code: str, message: str) -> Reply:
+    return Reply(status, {"error_class": error_class, "error_code": code, "error": message})
+
+
+PROJECT_REQUIRED = actionable(400, "blocked", "upgrade_blocked_project_required", "project is required")
+FORBIDDEN = actionable(403, "policy", "policy_forbidden", "forbidden: project is not allowed")
+
+
+def _paused_reply(paused_project: str, primary: str) -> Reply:
+    return Reply(
+        409,
+        {
+            "error_class": "policy",
+            "error_code": "sync-paused",
+            "error": f'sync is paused for project "{paused_project}"',
+            "project": primary,
+            "project_source": "request_body",
+            "project_path": "",
+        },
+    )
+
+
+def _payload_invalid(message: str) -> Reply:
+    return actionable(400, "repairable", "upgrade_repairable_payload_invalid", message)
+
+
+def too_large(limit: int) -> Reply:
+    return actionable(
+        413,
+        "repairable",
+        "upgrade_repairable_payload_too_large",
+        f"push payload too large (max {limit} bytes)",
+    )
+
+
+class FakeCloudState:
+    """Everything the fake remembers. Not thread-safe: one event loop owns it."""
+
+    def __init__(
+        self,
+        *,
+        token: str | None,
+        allowed_projects: Iterable[str] = ("*",),
+        journal_limit: int = DEFAULT_JOURNAL_LIMIT,
+        max_push_bytes: int = DEFAULT_MAX_PUSH_BYTES,
+    ) -> None:
+        if journal_limit < 1:
+            raise FakeCloudError(f"journal_limit must be at least 1, got {journal_limit}")
+        if max_push_bytes < 1:
+            raise FakeCloudError(f"max_push_bytes must be at least 1, got {max_push_bytes}")
+        self.token = token.strip() if token else None
+        self.journal_limit = journal_limit
+        self.max_push_bytes = max_push_bytes
+        self._initial_allowlist = list(allowed_projects)
+        self.reset()
+
+    # ----- state -----
+
+    def reset(self) -> None:
+        self.set_allowlist(self._initial_allowlist)
+        self.paused: set[str] = set()
+        self.mutations: list[StoredMutation] = []
+        self.chunks: dict[str, dict[str, StoredChunk]] = {}
+        self.sessions: dict[str, set[str]] = {}
+        self.received: list[ReceivedMutation] = []
+        self.journal: deque[JournalEntry] = deque(maxlen=self.journal_limit)
+        self.overflow = 0
+        self.faults: list[Fault] = []
+        self._next_seq = 1
+        self._next_journal_id = 1
+        self._next_request = 1
+
+    def set_allowlist(self, projects: Iterable[str]) -> None:
+        self.allow_all = False
+        self.allowed: set[str] = set()
+        for project in projects:
+            if project.strip() == "*":
+                self.allow_all = True
+                self.allowed = set()
+                return
+            normalized = chunkcodec.normalize_project(project)
+            if normalized:
+                self.allowed.add(normalized)
+
+    def allowlist(self) -> list[str]:
+        return ["*"] if self.allow_all else sorted(self.allowed)
+
+    def set_paused(self, project: str, paused: bool) -> None:
+        project = project.strip()
+        if paused:
+            self.paused.add(project)
+        else:
+            self.paused.discard(project)
+
+    def is_authorized(self, project: str) -> bool:
+        normalized = chunkcodec.normalize_project(project)
+        if not normalized:
+            return False
+        return self.allow_all or normalized in self.allowed
+
+    def check_bearer(self, header: str | None) -> str | None:
+        """The 401 text the real server answers with, or None when the request may pass."""
+        if self.token is None:
+            return None
+        header = (header or "").strip()
+        if not header:
+            return "unauthorized: missing authorization header"
+        parts = header.split()
+        if len(parts) != 2 or parts[0].lower() != "bearer":
+            return "unauthorized: authorization must use Bearer token"
+        if parts[1] != self.token:
+            return "unauthorized: unknown token"
+        return None
+
+    def new_request_id(self) -> str:
+        request_id = f"r{self._next_request}"
+        self._next_request += 1
+        return request_id
+
+    # ----- journal -----
+
+    def record(
+        self,
+        *,
+        request_id: str,
+        transport: Transport,
+        method: str,
+        path: str,
+        status: int,
+        items: Sequence[JournalItem] = (),
+    ) -> list[JournalEntry]:
+        now = time.time()
+        written = []
+        for item in items or (JournalItem(),):
+            entry = JournalEntry(
+                id=self._next_journal_id,
+                time=now,
+                request_id=request_id,
+                transport=transport,
+                method=method,
+                path=path,
+                status=status,
+                project=item.project,
+                entity=item.entity,
+                entity_key=item.entity_key,
+                op=item.op,
+                payload_digest=item.payload_digest,
+            )
+            self._next_journal_id += 1
+            if len(self.journal) == self.journal.maxlen:
+                self.overflow += 1
+            self.journal.append(entry)
+            written.append(entry)
+        return written
+
+    def journal_since(self, since_id: int = 0) -> list[JournalEntry]:
+        return [entry for entry in self.journal if entry.id > since_id]
+
+    def matching(self, match: Mapping[str, Any], since_id: int = 0) -> list[JournalEntry]:
+        return [entry for entry in self.journal_since(since_id) if _mismatches(entry, match) == []]
+
+    def closest(self, match: Mapping[str, Any], since_id: int = 0, limit: int = 5) -> list[dict[str, Any]]:
+        ranked = sorted(
+            ((len(_mismatches(entry, match)), -entry.id, entry) for entry in self.journal_since(since_id)),
+            key=lambda item: (item[0], item[1]),
+        )
+        return [
+            {**entry.to_dict(), "mismatched": _mismatches(entry, match)} for _, _, entry in ranked[:limit]
+        ]
+
+    # ----- faults -----
+
+    def add_faults(self, faults: Iterable[Fault]) -> None:
+        self.faults.extend(faults)
+
+    def take_fault(self, route: Route, projects: Sequence[str]) -> Fault | None:
+        """The first scheduled fault matching this request, consumed once."""
+        for fault in self.faults:
+            if fault.matches(route, projects):
+                fault.times -= 1
+                if fault.times <= 0:
+                    self.faults.remove(fault)
+                return fault
+        return None
+
+    # ----- mutation protocol -----
+
+    def push_mutations(self, body: Any) -> tuple[Reply, list[JournalItem]]:
+        """POST /sync/mutations/push after auth and the size check, in the real server's order."""
+        if body is None:
+            body = {}
+        if not isinstance(body, dict):
+            return Reply(400, _decode_error(body, "cloudserver.mutationPushEnvelope")), []
+        entries = body.get("entries")
+        if entries is None:
+            entries = []
+        if not isinstance(entries, list):
+            return Reply(400, "invalid request body: json: cannot unmarshal entries into a list"), []
+        parsed: list[dict[str, Any]] = []
+        for index, raw in enumerate(entries):
+            entry, problem = _parse_entry(raw, index)
+            if problem:
+                return Reply(400, f"invalid request body: {problem}"), []
+            parsed.append(entry)
+        items = [_item_for(entry) for entry in parsed]
+        if len(parsed) > MAX_MUTATION_BATCH:
+            return Reply(400, f"batch too large: max {MAX_MUTATION_BATCH} entries per request"), items
+        if not parsed:
+            return actionable(
+                400, "repairable", "empty_batch", "mutation batch must contain at least one entry"
+            ), items
+        if any(not entry["project"].strip() for entry in parsed):
+            reply = actionable(
+                400, "invalid_request", "empty_project", "mutation entries must specify a project"
+            )
+            return reply, items
+        seen: set[str] = set()
+        for entry in parsed:
+            project = entry["project"].strip()
+            if project not in seen:
+                seen.add(project)
+                if not self.is_authorized(project):
+                    return FORBIDDEN, items
+        primary = parsed[0]["project"].strip()
+        for entry in parsed:
+            if entry["project"].strip() in self.paused:
+                return _paused_reply(entry["project"].strip(), primary), items
+        invalid = []
+        for index, entry in enumerate(parsed):
+            missing = _relation_missing_field(entry) if entry["entity"] == "relation" else None
+            if missing:
+                invalid.append({"entity": entry["entity"], "field": missing, "index": index})
+        if invalid:
+            reply_body = {
+                "error": "invalid relation payload",
+                "invalid": invalid,
+                "reason_code": "validation_error",
+            }
+            return Reply(400, reply_body), items
+        try:
+            chunks = _materialize_mutation_batch(parsed)
+        except ChunkError as error:
+            # The real server answers 500 here; the fake never does, and says why instead.
+            return _payload_invalid(f"invalid push payload: {error}"), items
+        seqs = []
+        for entry in parsed:
+            stored = self._store_mutation(
+                entry["project"].strip(),
+                entry["entity"].strip(),
+                entry["entity_key"].strip(),
+                entry["op"].strip(),
+                entry["payload_text"],
+            )
+            seqs.append(stored.seq)
+            self._receive(
+                "mutation", stored.project, stored.entity, stored.entity_key, stored.op, entry["payload"]
+            )
+        for project, payload, counts in chunks:
+            self._store_chunk(project, chunkcodec.chunk_id(payload), "mutation-push", "", payload, counts)
+        accepted = {
+            "accepted_seqs": seqs,
+            "project": primary,
+            "project_path": "",
+            "project_source": "request_body",
+        }
+        return Reply(200, accepted), items
+
+    def pull_mutations(self, since_seq: str | None, limit: str | None) -> Reply:
+        since = _lenient_int(since_seq, 0)
+        size = _lenient_int(limit, DEFAULT_PULL_LIMIT)
+        if size <= 0:
+            size = DEFAULT_PULL_LIMIT
+        size = min(size, DEFAULT_PULL_LIMIT)
+        allowed = None if self.allow_all else sorted(self.allowed)
+        rows: list[StoredMutation] = []
+        has_more = False
+        if allowed is None or allowed:
+            for stored in self.mutations:
+                if stored.seq <= since or (allowed is not None and stored.project not in allowed):
+                    continue
+                if len(rows) == size:
+                    has_more = True
+                    break
+                rows.append(stored)
+        body = {
+            "has_more": has_more,
+            "latest_seq": rows[-1].seq if rows else 0,
+            "mutations": [row.to_wire() for row in rows],
+            "project": allowed[0] if allowed else "",
+            "project_path": "",
+            "project_source": "request_body",
+        }
+        return Reply(200, body)
+
+    # ----- chunk protocol -----
+
+    def push_chunk(self, body: Any, query_project: str | None) -> tuple[Reply, list[JournalItem]]:
+        """POST /sync/push after auth and the size check."""
+        if not isinstance(body, dict):
+            return _payload_invalid(f"invalid push payload: {_decode_error(body, 'struct')}"), []
+        for name in ("chunk_id", "created_by", "client_created_at", "project"):
+            if body.get(name) is not None and not isinstance(body[name], str):
+                return _payload_invalid(
+                    f"invalid push payload: json: cannot unmarshal {type(body[name]).__name__} into field {name} of type string"
+                ), []
+        if "data" not in body:
+            return _payload_invalid("data is required"), []
+        data = body["data"]
+        project = (body.get("project") or "").strip() or (query_project or "").strip()
+        items = _chunk_items(data, project or None)
+        if not project:
+            return PROJECT_REQUIRED, items
+        project = chunkcodec.normalize_project(project)
+        if not project:
+            return PROJECT_REQUIRED, items
+        items = _chunk_items(data, project)
+        if not self.is_authorized(project):
+            return FORBIDDEN, items
+        if project in self.paused:
+            return _paused_reply(project, project), items
+        try:
+            canonical = chunkcodec.canonicalize_for_project(data, project)
+            chunk = json.loads(canonical)
+            _validate_importable(chunk)
+            _validate_session_references(chunk, self.sessions.get(project, set()))
+        except ChunkError as error:
+            return _payload_invalid(f"invalid push payload: {error}"), items
+        created_at = (body.get("client_created_at") or "").strip()
+        if created_at and not _is_rfc3339(created_at):
+            return _payload_invalid("client_created_at must be RFC3339"), items
+        chunk_id = chunkcodec.chunk_id(canonical)
+        existing = self.chunks.get(project, {}).get(chunk_id)
+        if existing is not None:
+            if json.loads(existing.payload) != chunk:
+                message = f'write chunk: cloudstore: chunk id conflict: existing chunk "{chunk_id}" has different payload'
+                return actionable(409, "repairable", "upgrade_repairable_chunk_conflict", message), items
+            return Reply(200, {"chunk_id": chunk_id, "status": "ok"}), items
+        counts = _chunk_counts(chunk)
+        self._store_chunk(
+            project, chunk_id, (body.get("created_by") or "").strip(), created_at, canonical, counts
+        )
+        for entity, key, op, payload in _materialized_entries(chunk):
+            self._store_mutation(project, entity, key, op, chunkcodec.go_json(payload, sort_keys=False))
+        for item, payload in _unpacked(data):
+            self._receive("chunk", project, item.entity or "", item.entity_key or "", item.op or "", payload)
+        return Reply(200, {"chunk_id": chunk_id, "status": "ok"}), items
+
+    def manifest(self, project: str | None) -> Reply:
+        normalized = chunkcodec.normalize_project(project or "")
+        if not normalized:
+            return PROJECT_REQUIRED
+        if not self.is_authorized(normalized):
+            return FORBIDDEN
+        chunks = [
+            {
+                "created_at": chunk.created_at,
+                "created_by": chunk.created_by,
+                "id": chunk.chunk_id,
+                "memories": chunk.memories,
+                "prompts": chunk.prompts,
+                "sessions": chunk.sessions,
+            }
+            for chunk in self.chunks.get(normalized, {}).values()
+        ]
+        return Reply(200, {"chunks": chunks, "version": 1})
+
+    def read_chunk(self, project: str | None, chunk_id: str) -> Reply:
+        normalized = chunkcodec.normalize_project(project or "")
+        if not normalized:
+            return PROJECT_REQUIRED
+        if not self.is_authorized(normalized):
+            return FORBIDDEN
+        chunk_id = chunk_id.strip()
+        if not chunk_id:
+            return Reply(400, "chunkID is required")
+        chunk = self.chunks.get(normalized, {}).get(chunk_id)
+        if chunk is None:
+            return Reply(404, f'read chunk: cloudstore: chunk not found: "{chunk_id}"')
+        return Reply(200, chunk.payload)
+
+    # ----- storage -----
+
+    def _store_mutation(
+        self, project: str, entity: str, key: str, op: str, payload_text: str
+    ) -> StoredMutation:
+        stored = StoredMutation(self._next_seq, project, entity, key, op, payload_text or "{}", _utc_now())
+        self._next_seq += 1
+        self.mutations.append(stored)
+        return stored
+
+    def _store_chunk(
+        self,
+        project: str,
+        chunk_id: str,
+        created_by: str,
+        created_at: str,
+        payload: bytes,
+        counts: tuple[int, int, int],
+    ) -> None:
+        per_project = self.chunks.setdefault(project, {})
+        if chunk_id in per_project:
+            return
+        when = _rfc3339_utc(created_at) if created_at else _utc_now()
+        per_project[chunk_id] = StoredChunk(chunk_id, created_by, when, payload, *counts)
+        self.sessions.setdefault(project, set()).update(_session_ids(json.loads(payload)))
+
+    def _receive(
+        self, transport: Transport, project: str, entity: str, key: str, op: str, payload: Any
+    ) -> None:
+        decoded = _as_object(payload)
+        self.received.append(
+            ReceivedMutation(
+                seq=len(self.received) + 1,
+                transport=transport,
+                project=project,
+                entity=entity,
+                entity_key=key,
+                op=op,
+                payload=decoded,
+                payload_digest=payload_digest(decoded),
+            )
+        )
+
+
+# ----- helpers (pure functions) -----
+
+
+def _mismatches(entry: JournalEntry, match: Mapping[str, Any]) -> list[str]:
+    data = entry.to_dict()
+    return sorted(name for name, wanted in match.items() if data.get(name) != wanted)
+
+
+MATCH_FIELDS = frozenset(JournalEntry.__dataclass_fields__)
+
+
+def _decode_error(value: Any, target: str) -> str:
+    return f"json: cannot unmarshal {type(value).__name__} into Go value of type {target}"
+
+
+def _parse_entry(raw: Any, index: int) -> tuple[dict[str, Any], str | None]:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        return {}, f"json: cannot unmarshal {type(raw).__name__} into entries[{index}]"
+    entry: dict[str, Any] = {}
+    for name in ("project", "entity", "entity_key", "op"):
+        value = raw.get(name)
+        if value is None:
+            value = ""
+        if not isinstance(value, str):
+            return (
+                {},
+                f"json: cannot unmarshal {type(value).__name__} into entries[{index}].{name} of type string",
+            )
+        entry[name] = value
+    payload = raw.get("payload")
+    entry["payload"] = payload
+    entry["payload_text"] = "{}" if payload is None else chunkcodec.go_json(payload, sort_keys=False)
+    return entry, None
+
+
+def _item_for(entry: Mapping[str, Any]) -> JournalItem:
+    payload = entry["payload"]
+    return JournalItem(
+        project=entry["project"] or None,
+        entity=entry["entity"] or None,
+        entity_key=entry["entity_key"] or None,
+        op=entry["op"] or None,
+        payload_digest=None if payload is None else payload_digest(payload),
+    )
+
+
+def _relation_missing_field(entry: Mapping[str, Any]) -> str | None:
+    payload = entry["payload"]
+    if not isinstance(payload, dict):
+        return "sync_id"
+    for name in (
+        "sync_id",
+        "source_id",
+        "target_id",
+        "relation",
+        "judgment_status",
+        "marked_by_actor",
+        "marked_by_kind",
+    ):
+        value = payload.get(name)
+        if not isinstance(value, str) or not value.strip():
+            return name
+    return None
+
+
+def _lenient_int(raw: str | None, default: int) -> int:
+    try:
+        return int((raw or "").strip())
+    except ValueError:
+        return default
+
+
+def _as_object(payload: Any) -> dict[str, Any]:
+    try:
+        decoded = chunkcodec.decode_mutation_payload(payload)
+    except ChunkError:
+        return {"_raw": payload}
+    return decoded if isinstance(decoded, dict) else {"_value": decoded}
+
+
+def _materialize_mutation_batch(
+    entries: Sequence[Mapping[str, Any]],
+) -> list[tuple[str, bytes, tuple[int, int, int]]]:
+    """The chunk the real server derives per project from a mutation push (created_by 'mutation-push')."""
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for entry in entries:
+        groups.setdefault(entry["project"].strip(), []).append(entry)
+    out = []
+    for project, batch in groups.items():
+        chunk: dict[str, Any] = {"sessions": [], "observations": [], "prompts": [], "mutations": []}
+        for entry in batch:
+            entity = entry["entity"].strip()
+            if entity not in ("session", "observation", "prompt", "relation"):
+                continue
+            chunk["mutations"].append(
+                {
+                    "seq": 0,
+                    "target_key": "",
+                    "entity": entity,
+                    "entity_key": entry["entity_key"].strip(),
+                    "op": entry["op"].strip(),
+                    "payload": entry["payload_text"],
+                    "source": "",
+                    "project": project,
+                    "occurred_at": "",
+                }
+            )
+            if entry["op"].strip() != "upsert" or entity == "relation":
+                continue
+            payload = entry["payload"]
+            if not isinstance(payload, dict):
+                raise ChunkError(
+                    f'materialize mutation batch {entity} "{entry["entity_key"]}": payload is not an object'
+                )
+            row = dict(payload)
+            id_field = "id" if entity == "session" else "sync_id"
+            if not str(row.get(id_field) or "").strip():
+                row[id_field] = entry["entity_key"].strip()
+            chunk[entity + "s"].append(row)
+        if not chunk["mutations"]:
+            continue
+        payload_bytes = chunkcodec.canonicalize_for_project(chunk, project)
+        counts = (len(chunk["sessions"]), len(chunk["observations"]), len(chunk["prompts"]))
+        out.append((project, payload_bytes, counts))
+    return out
+
+
+def _chunk_counts(chunk: Mapping[str, Any]) -> tuple[int, int, int]:
+    return tuple(len(chunk.get(name) or []) for name in ("sessions", "observations", "prompts"))  # type: ignore[return-value]
+
+
+_REQUIRED_CHUNK_FIELDS = {
+    "sessions": ("id", "directory"),
+    "observations": ("sync_id", "session_id", "type", "title", "content", "scope"),
+    "prompts": ("sync_id", "session_id", "content"),
+}
+
+
+def _validate_importable(chunk: Any) -> None:
+    if not isinstance(chunk, dict):
+        return
+    for name, required in _REQUIRED_CHUNK_FIELDS.items():
+        for index, row in enumerate(chunk.get(name) or []):
+            for field_name in required:
+                value = row.get(field_name)
+                if value is not None and not isinstance(value, str):
+                    raise ChunkError(
+                        f"chunk schema: json: cannot unmarshal into {name}[{index}].{field_name}"
+                    )
+                if not (value or "").strip():
+                    raise ChunkError(f"{name}[{index}].{field_name} is required")
+
+
+def _session_ids(chunk: Any) -> set[str]:
+    if not isinstance(chunk, dict):
+        return set()
+    ids = {
+        row["id"].strip()
+        for row in chunk.get("sessions") or []
+        if isinstance(row.get("id"), str) and row["id"].strip()
+    }
+    for mutation in chunk.get("mutations") or []:
+        if mutation.get("entity") != "session" or mutation.get("op") == "delete":
+            continue
+        try:
+            body = chunkcodec.decode_mutation_payload(mutation.get("payload") or "")
+        except ChunkError:
+            continue
+        if isinstance(body, dict) and isinstance(body.get("id"), str) and body["id"].strip():
+            ids.add(body["id"].strip())
+    return ids
+
+
+def _validate_session_references(chunk: Any, known: set[str]) -> None:
+    if not isinstance(chunk, dict):
+        return
+    present = set(known) | {str(row.get("id") or "").strip() for row in chunk.get("sessions") or []}
+    for index, mutation in enumerate(chunk.get("mutations") or []):
+        if mutation["entity"] != "session" or mutation["op"] != "upsert":
+            continue
+        body = chunkcodec.decode_mutation_payload(mutation["payload"])
+        session_id = str(body.get("id") or "").strip() or mutation["entity_key"].strip()
+        if not session_id:
+            raise ChunkError(f"mutations[{index}].payload.id is required for session upsert")
+        present.add(session_id)
+    for name in ("observations", "prompts"):
+        for index, row in enumerate(chunk.get(name) or []):
+            session_id = str(row.get("session_id") or "").strip()
+            if session_id not in present:
+                raise ChunkError(f'{name}[{index}] references missing session_id "{session_id}"')
+    for index, mutation in enumerate(chunk.get("mutations") or []):
+        if mutation["entity"] not in ("observation", "prompt") or mutation["op"] != "upsert":
+            continue
+        body = chunkcodec.decode_mutation_payload(mutation["payload"])
+        session_id = str(body.get("session_id") or "").strip()
+        if not session_id:
+            raise ChunkError(f"mutations[{index}].payload.session_id is required for upsert")
+        if session_id not in present:
+            raise ChunkError(f'mutations[{index}] references missing session_id "{session_id}"')
+
+
+def _materialized_entries(chunk: Any) -> list[tuple[str, str, str, Any]]:
+    """What the real server adds to the pullable mutation log for a pushed chunk."""
+    if not isinstance(chunk, dict):
+        return []
+    out: list[tuple[str, str, str, Any]] = []
+    for entity, name, key_field in (
+        ("session", "sessions", "id"),
+        ("observation", "observations", "sync_id"),
+        ("prompt", "prompts", "sync_id"),
+    ):
+        for row in chunk.get(name) or []:
+            out.append((entity, str(row.get(key_field) or "").strip(), "upsert", row))
+    for mutation in chunk.get("mutations") or []:
+        if mutation["entity"] == "relation":
+            payload = json.loads(mutation["payload"]) if mutation["payload"].strip() else {}
+            out.append(("relation", mutation["entity_key"], mutation["op"] or "upsert", payload))
+    return out
+
+
+def _unpacked(data: Any) -> list[tuple[JournalItem, Any]]:
+    """A chunk's entries for the journal: its ``mutations`` when it has them, else its typed rows."""
+    if not isinstance(data, dict):
+        return []
+    out: list[tuple[JournalItem, Any]] = []
+    mutations = data.get("mutations")
+    if isinstance(mutations, list) and mutations:
+        for row in mutations:
+            if not isinstance(row, dict):
+                continue
+            payload = row.get("payload")
+            decoded = _as_object(payload)
+            item = JournalItem(
+                project=None,
+                entity=_str_or_none(row.get("entity")),
+                entity_key=_str_or_none(row.get("entity_key")),
+                op=_str_or_none(row.get("op")),
+                payload_digest=payload_digest(decoded),
+            )
+            out.append((item, decoded))
+        return out
+    for entity, name, key_field in (
+        ("session", "sessions", "id"),
+        ("observation", "observations", "sync_id"),
+        ("prompt", "prompts", "sync_id"),
+    ):
+        rows = data.get(name)
+        if not isinstance(rows, list):
+            continue
+        for row in rows:
+            if isinstance(row, dict):
+                item = JournalItem(
+                    None, entity, _str_or_none(row.get(key_field)), "upsert", payload_digest(row)
+                )
+                out.append((item, row))
+    return out
+
+
+def _chunk_items(data: Any, project: str | None) -> list[JournalItem]:
+    return [
+        JournalItem(project, item.entity, item.entity_key, item.op, item.payload_digest)
+        for item, _ in _unpacked(data)
+    ]
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value.strip() or None if isinstance(value, str) else None
+
+
+def _is_rfc3339(value: str) -> bool:
+    try:
+        datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return "T" in value and (value.endswith("Z") or value[-6] in "+-")
+
+
+def _rfc3339_utc(value: str) -> str:
+    parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return parsed.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+__all__ = [
+    "MATCH_FIELDS",
+    "FakeCloudState",
+    "Fault",
+    "FaultAction",
+    "InvalidControlRequest",
+    "JournalEntry",
+    "JournalItem",
+    "ReceivedMutation",
+    "Reply",
+    "Route",
+    "payload_digest",
+    "too_large",
+]

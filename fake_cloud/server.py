@@ -1,0 +1,203 @@
+"""Run the fake cloud: in a background thread of the caller (``start_fake_cloud``) or in the foreground."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from fake_cloud.app import FakeCloudApp
+from fake_cloud.errors import FakeCloudError
+from fake_cloud.httpserver import HttpServer
+from fake_cloud.models import DEFAULT_JOURNAL_LIMIT, DEFAULT_MAX_PUSH_BYTES, FakeCloudState
+
+if TYPE_CHECKING:
+    import ssl
+
+    from fake_cloud.client import FakeCloudClient
+
+START_TIMEOUT_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class FakeCloudConfig:
+    token: str | None = None
+    allowed_projects: Sequence[str] = ("*",)
+    insecure_no_auth: bool = False
+    tls: bool = False
+    host: str = "127.0.0.1"
+    port: int = 0
+    journal_limit: int = DEFAULT_JOURNAL_LIMIT
+    max_push_bytes: int = DEFAULT_MAX_PUSH_BYTES
+    ca_out: Path | None = None
+
+    def validate(self) -> None:
+        """The real server's start-up rules for auth, plus range checks; raises FakeCloudError."""
+        token = (self.token or "").strip()
+        if self.insecure_no_auth and token:
+            raise FakeCloudError(
+                "conflicting auth configuration: insecure_no_auth cannot be used together with a token"
+            )
+        if not self.insecure_no_auth and not token:
+            raise FakeCloudError(
+                "cloud auth token is required: set ENGRAM_CLOUD_TOKEN or --token "
+                "(or ENGRAM_CLOUD_INSECURE_NO_AUTH=1 / --insecure-no-auth for no auth)"
+            )
+        if isinstance(self.allowed_projects, str):
+            raise FakeCloudError(
+                "allowed_projects must be a sequence of names, not one string; use ('*',) for all"
+            )
+        if not 0 <= self.port <= 65535:
+            raise FakeCloudError(f"port must be 0 to 65535, got {self.port}")
+        if self.journal_limit < 1:
+            raise FakeCloudError(f"journal_limit must be at least 1, got {self.journal_limit}")
+        if self.max_push_bytes < 1:
+            raise FakeCloudError(f"max_push_bytes must be at least 1, got {self.max_push_bytes}")
+
+    def new_state(self) -> FakeCloudState:
+        return FakeCloudState(
+            token=None if self.insecure_no_auth else self.token,
+            allowed_projects=self.allowed_projects,
+            journal_limit=self.journal_limit,
+            max_push_bytes=self.max_push_bytes,
+        )
+
+
+def _url_host(host: str) -> str:
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
+
+
+class Serving:
+    """A started server on the current event loop."""
+
+    def __init__(self, config: FakeCloudConfig, ca_file: Path | None) -> None:
+        config.validate()
+        self.config = config
+        self.ca_file = ca_file
+        self.app = FakeCloudApp(config.new_state())
+        # Control bodies share the cap; the handlers answer 413 themselves past max_push_bytes.
+        self.http = HttpServer(self.app.handle, max_body=max(config.max_push_bytes, 1024 * 1024))
+        self.base_url = ""
+
+    async def start(self) -> str:
+        ssl_context: ssl.SSLContext | None = None
+        if self.config.tls:
+            from fake_cloud.tls import server_context
+
+            if self.ca_file is None:
+                raise FakeCloudError("tls needs a path for the CA file")
+            ssl_context = server_context(self.config.host, self.ca_file)
+        try:
+            port = await self.http.start(self.config.host, self.config.port, ssl_context)
+        except OSError as error:
+            raise FakeCloudError(
+                f"cannot listen on {self.config.host}:{self.config.port}: {error.strerror}"
+            ) from None
+        scheme = "https" if ssl_context else "http"
+        self.base_url = f"{scheme}://{_url_host(self.config.host)}:{port}"
+        return self.base_url
+
+    async def stop(self) -> None:
+        await self.http.stop()
+
+
+async def serve_until(config: FakeCloudConfig, stop: asyncio.Event, on_ready: Callable[[str], None]) -> None:
+    serving = Serving(config, config.ca_out)
+    on_ready(await serving.start())
+    try:
+        await stop.wait()
+    finally:
+        await serving.stop()
+
+
+class RunningFakeCloud:
+    """A fake cloud on its own event loop in a daemon thread; stop() is idempotent and joins."""
+
+    def __init__(self, config: FakeCloudConfig) -> None:
+        config.validate()
+        self.config = config
+        self._tmp: Path | None = None
+        ca_file = config.ca_out
+        if config.tls and ca_file is None:
+            self._tmp = Path(tempfile.mkdtemp(prefix="engram-fake-cloud-"))
+            ca_file = self._tmp / "ca.pem"
+        self.ca_file: Path | None = ca_file if config.tls else None
+        self.base_url = ""
+        self._client: FakeCloudClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_event: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="engram-fake-cloud", daemon=True)
+
+    def start(self) -> RunningFakeCloud:
+        self._thread.start()
+        if not self._ready.wait(START_TIMEOUT_SECONDS):
+            self.stop()
+            raise FakeCloudError(f"fake cloud did not start within {START_TIMEOUT_SECONDS:g} s")
+        if self._error is not None:
+            self.stop()
+            if isinstance(self._error, FakeCloudError):
+                raise self._error
+            raise FakeCloudError(f"fake cloud failed to start: {self._error}") from self._error
+        return self
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._stop_event = asyncio.Event()
+
+        def ready(url: str) -> None:
+            self.base_url = url
+            self._ready.set()
+
+        try:
+            loop.run_until_complete(serve_until(self.config, self._stop_event, ready))
+        except BaseException as error:
+            self._error = error
+        finally:
+            self._ready.set()
+            loop.close()
+
+    @property
+    def client(self) -> FakeCloudClient:
+        if self._client is None:
+            from fake_cloud.client import FakeCloudClient
+
+            self._client = FakeCloudClient(self.base_url, self.ca_file)
+        return self._client
+
+    def stop(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        loop, stop_event = self._loop, self._stop_event
+        if loop is not None and stop_event is not None and self._thread.is_alive():
+            with contextlib.suppress(RuntimeError):  # the loop closed in between
+                loop.call_soon_threadsafe(stop_event.set)
+        if self._thread.ident is not None:
+            self._thread.join(timeout=10)
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    def __enter__(self) -> RunningFakeCloud:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+
+def start_fake_cloud(config: FakeCloudConfig) -> RunningFakeCloud:
+    """Start a fake cloud in a background thread; use it as ``with start_fake_cloud(cfg) as cloud:``."""
+    return RunningFakeCloud(config).start()
