@@ -174,6 +174,7 @@ def baseline_command(db: Path | None, config_file: Path | None, baseline_file: P
     "--exec", "exec_command", help="Shell command run for each alert (line on stdin, ENGRAM_CANARY_*)."
 )
 @click.option("--ping-url", help="Healthchecks-style URL; pinged as URL/<exit status> on each full check.")
+@click.option("--verbose", "-v", is_flag=True, help="Also log every confirmed commit and full check.")
 def watch_command(
     db: Path | None,
     config_file: Path | None,
@@ -185,6 +186,7 @@ def watch_command(
     full_every: float | None,
     exec_command: str | None,
     ping_url: str | None,
+    verbose: bool,
 ) -> None:
     """Real-time watch: one stderr line per foreign target when it appears and when it goes away."""
     config, _, baseline_path = _load(config_file, baseline_file)
@@ -204,6 +206,7 @@ def watch_command(
         poll=poll,
         exec_command=exec_command,
         ping_url=ping_url,
+        verbose=verbose,
     )
     sys.exit(watch(options))
 

@@ -60,6 +60,7 @@ class WatchOptions:
     poll: bool = False
     exec_command: str | None = None
     ping_url: str | None = None
+    verbose: bool = False
     stream: TextIO = field(default_factory=lambda: sys.stderr)
 
     @property
@@ -218,6 +219,8 @@ class Watcher:
         assert self.connection is not None and self.schema is not None
         connection, schema, config = self.connection, self.schema, self.options.config
         self.stats.incremental_checks += 1
+        if self.options.verbose:
+            self._say(f"engram-canary: commit seen (data_version {self.last_version}), incremental check")
         try:
             with read_transaction(connection):
                 enrolled = read_enrolled(connection, schema)
@@ -246,6 +249,8 @@ class Watcher:
     def _full_check(self, *, initial: bool) -> None:
         assert self.connection is not None and self.schema is not None
         self.stats.full_checks += 1
+        if self.options.verbose:
+            self._say(f"engram-canary: full check {self.stats.full_checks}")
         try:
             result, space = check_snapshot(
                 self.connection, self.schema, self.options.db_path, self.options.config, self.options.baseline

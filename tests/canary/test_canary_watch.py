@@ -1,0 +1,213 @@
+"""`engram-canary watch` as a subprocess, against databases the real engram v1.20 binary writes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+from canary_support import WatchProcess, eventually, free_port, rows_digest, run_canary
+
+from harness.engram_env import EngramEnvironment
+
+pytestmark = pytest.mark.engram
+
+
+def save(world: EngramEnvironment, cwd: Path, project: str) -> None:
+    result = world.run(["save", f"note for {project}", "content", "--project", project], cwd=cwd)
+    assert result.returncode == 0, result.stderr
+
+
+def new_alerts(watcher: WatchProcess, key: str) -> list[str]:
+    return watcher.matching(lambda line: "NEW foreign sync target" in line and f" {key} " in line)
+
+
+def gone_alerts(watcher: WatchProcess, key: str) -> list[str]:
+    return watcher.matching(lambda line: "GONE foreign sync target" in line and f" {key} " in line)
+
+
+@pytest.fixture
+def watcher_factory(tmp_path: Path) -> Iterator[list[WatchProcess]]:
+    started: list[WatchProcess] = []
+    yield started
+    for watcher in started:
+        watcher.kill()
+
+
+@pytest.mark.parametrize("mode", ["inotify", "poll"])
+def test_each_foreign_target_is_reported_once_on_appear_and_once_on_disappear(
+    engram_world: EngramEnvironment, tmp_path: Path, watcher_factory: list[WatchProcess], mode: str
+) -> None:
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    save(engram_world, scratch, "seed")
+    engram_world.run(["cloud", "enroll", "seed"])
+    args = ["--db", str(engram_world.db_path), "--full-every", "600"]
+    if mode == "poll":
+        args += ["--poll", "--poll-interval", "0.05"]
+    watcher = WatchProcess(args, tmp_path / "xdg")
+    watcher_factory.append(watcher)
+    watcher.wait_started()
+
+    save(engram_world, scratch, "scratch")
+    line = watcher.wait_for(lambda text: "NEW foreign sync target cloud:scratch " in text, what="the alert")
+    assert line.startswith("engram-canary WARNING: NEW foreign sync target cloud:scratch in sync_state (")
+    assert f"db={engram_world.db_path}" in line
+
+    save(engram_world, scratch, "scratch")  # more writes on the same target: no second alert
+    save(engram_world, scratch, "other")
+    watcher.wait_for(lambda text: "NEW foreign sync target cloud:other " in text, what="the second alert")
+    engram_world.run(["cloud", "enroll", "scratch"])
+    watcher.wait_for(lambda text: "GONE foreign sync target cloud:scratch " in text, what="the gone line")
+
+    assert watcher.stop() == 0
+    assert len(new_alerts(watcher, "cloud:scratch")) == 1
+    assert len(gone_alerts(watcher, "cloud:scratch")) == 1
+    assert len(new_alerts(watcher, "cloud:other")) == 1
+    assert gone_alerts(watcher, "cloud:other") == []
+    assert watcher.snapshot()[-1].startswith("engram-canary: stopped (")
+
+
+def test_watch_never_triggers_itself_and_never_writes(
+    engram_world: EngramEnvironment, tmp_path: Path, watcher_factory: list[WatchProcess]
+) -> None:
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    save(engram_world, scratch, "scratch")
+    before = rows_digest(engram_world.db_path)
+    watcher = WatchProcess(
+        ["--db", str(engram_world.db_path), "--full-every", "0.2", "--verbose"], tmp_path / "xdg"
+    )
+    watcher_factory.append(watcher)
+    watcher.wait_started()
+
+    for _ in range(3):  # other readers open and close the files the watcher watches
+        assert run_canary(["check", "--db", str(engram_world.db_path)], tmp_path / "xdg").returncode == 1
+    # Two more full checks: every file event of those readers has been handled by then.
+    full_checks = len(watcher.matching(lambda text: text.startswith("engram-canary: full check ")))
+    watcher.wait_for(
+        lambda text: text == f"engram-canary: full check {full_checks + 2}", what="two more full checks"
+    )
+
+    assert watcher.stop() == 0
+    lines = watcher.snapshot()
+    assert len(new_alerts(watcher, "cloud:scratch")) == 1  # the one foreign target present at start
+    assert watcher.matching(lambda text: "commit seen" in text) == []
+    stopped = lines[-1]
+    assert " 0 commits seen, 0 incremental " in stopped, stopped
+    assert stopped.endswith(" 1 alerts)")
+    assert rows_digest(engram_world.db_path) == before
+
+
+class _PingRecorder(BaseHTTPRequestHandler):
+    paths: list[tuple[str, str]]
+
+    def do_POST(self) -> None:  # http.server names it
+        length = int(self.headers.get("Content-Length", "0"))
+        self.server.paths.append((self.path, self.rfile.read(length).decode()))  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        return
+
+
+def test_exec_and_ping_url(
+    engram_world: EngramEnvironment, tmp_path: Path, watcher_factory: list[WatchProcess]
+) -> None:
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    server = HTTPServer(("127.0.0.1", 0), _PingRecorder)
+    server.paths = []  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/ping/abc"
+    exec_log = tmp_path / "exec.jsonl"
+    save(engram_world, scratch, "seed")
+    engram_world.run(["cloud", "enroll", "seed"])
+    command = (
+        f'printf \'{{"event":"%s","key":"%s","status":"%s","stdin":"%s"}}\\n\' '
+        f'"$ENGRAM_CANARY_EVENT" "$ENGRAM_CANARY_TARGET_KEY" "$ENGRAM_CANARY_STATUS" "$(cat)" >> {exec_log}'
+    )
+    watcher = WatchProcess(
+        ["--db", str(engram_world.db_path), "--exec", command, "--ping-url", url, "--full-every", "600"],
+        tmp_path / "xdg",
+    )
+    watcher_factory.append(watcher)
+    try:
+        watcher.wait_started()
+        eventually(lambda: server.paths or None, timeout=10, what="the startup ping")  # type: ignore[attr-defined]
+        save(engram_world, scratch, "scratch")
+        alert = watcher.wait_for(lambda text: "NEW foreign sync target cloud:scratch " in text, what="alert")
+        records = eventually(
+            lambda: exec_log.read_text().splitlines() if exec_log.exists() else None, timeout=10, what="exec"
+        )
+        eventually(lambda: len(server.paths) >= 2 or None, timeout=10, what="the status ping")  # type: ignore[attr-defined]
+        assert watcher.stop() == 0
+    finally:
+        server.shutdown()
+    assert [json.loads(record) for record in records] == [
+        {"event": "appeared", "key": "cloud:scratch", "status": "warning", "stdin": alert}
+    ]
+    paths = [path for path, _ in server.paths]  # type: ignore[attr-defined]
+    assert paths[:2] == ["/ping/abc/0", "/ping/abc/1"]
+
+
+def test_engram_serve_keeps_writing_while_watched(
+    engram_world: EngramEnvironment, tmp_path: Path, watcher_factory: list[WatchProcess]
+) -> None:
+    port = free_port()
+    serve = subprocess.Popen(
+        [str(engram_world.binary), "serve"],
+        env=engram_world.env({"ENGRAM_PORT": str(port)}),
+        cwd=engram_world.home,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+
+        def healthy() -> bool | None:
+            try:
+                return httpx.get(f"{base}/health", timeout=1).status_code == 200 or None
+            except httpx.HTTPError:
+                return None
+
+        eventually(healthy, timeout=30, what="engram serve")
+        watcher = WatchProcess(["--db", str(engram_world.db_path), "--full-every", "0.3"], tmp_path / "xdg")
+        watcher_factory.append(watcher)
+        watcher.wait_started()
+        statuses: list[int] = []
+        with httpx.Client(base_url=base, timeout=10) as client:
+            for number in range(40):
+                session = f"s-{number}"
+                project = f"svc{number % 4}"
+                statuses.append(
+                    client.post(
+                        "/sessions", json={"id": session, "project": project, "directory": str(tmp_path)}
+                    ).status_code
+                )
+                statuses.append(
+                    client.post(
+                        "/observations",
+                        json={"session_id": session, "type": "note", "title": f"t{number}", "content": "c"},
+                    ).status_code
+                )
+        for project in ("svc0", "svc1", "svc2", "svc3"):
+            watcher.wait_for(
+                lambda text, key=f"cloud:{project}": f"NEW foreign sync target {key} " in text, what=project
+            )
+        assert watcher.stop() == 0
+    finally:
+        serve.terminate()
+        _, serve_stderr = serve.communicate(timeout=15)
+    assert all(200 <= status < 300 for status in statuses), statuses
+    assert "database is locked" not in serve_stderr
+    assert "SQLITE_BUSY" not in serve_stderr
+    for project in ("svc0", "svc1", "svc2", "svc3"):
+        assert len(new_alerts(watcher, f"cloud:{project}")) == 1
