@@ -8,6 +8,7 @@ from harness import __version__
 from harness.deployment_cli import make_deployment
 from harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
 from harness.errors import HarnessError
+from harness.run_cli import run_command, schema_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -50,6 +51,8 @@ def engram_path(version: str) -> None:
 
 
 cli.add_command(make_deployment)
+cli.add_command(run_command)
+cli.add_command(schema_command)
 
 
 def main() -> None:

@@ -1,0 +1,218 @@
+"""Evaluating a scenario's expectations against what engram and the cloud did."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness import schema as s
+from harness.lanes import LaneTable
+from harness.steps import plain
+
+_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.]+))?$")
+
+
+def version_key(version: str) -> tuple[int, int, int, int, tuple[Any, ...]]:
+    match = _VERSION.match(version.strip())
+    if match is None:
+        raise ValueError(f"not a version: {version!r}")
+    major, minor, patch, pre = match.groups()
+    pre_parts: tuple[Any, ...] = ()
+    if pre:
+        pre_parts = tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in pre.split("."))
+    return (int(major), int(minor), int(patch), 0 if pre else 1, pre_parts)
+
+
+def in_range(version: str, spec: str) -> bool:
+    """Whether VERSION satisfies a range like '>=1.20.0,<2.0.0'."""
+    have = version_key(version)
+    for part in spec.split(","):
+        op, wanted = re.match(r"^\s*(>=|<=|==|!=|>|<)\s*(.+?)\s*$", part).groups()  # type: ignore[union-attr]
+        other = version_key(wanted)
+        ok = {
+            ">=": have >= other,
+            "<=": have <= other,
+            "==": have == other,
+            "!=": have != other,
+            ">": have > other,
+            "<": have < other,
+        }[op]
+        if not ok:
+            return False
+    return True
+
+
+@dataclass
+class Observed:
+    """Everything a check may look at, gathered once after the steps ran."""
+
+    version: str
+    lanes: LaneTable
+    sync_state_targets: list[str]
+    results: dict[str, Any]
+    stderr: str
+    received: Sequence[Any]
+
+
+@dataclass
+class ExpectationResult:
+    index: int
+    line: int
+    tag: str
+    kind: str
+    status: str  # pass | fail | n/a
+    detail: str = ""
+    why: str = ""
+    expected_rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _lanes(check: s.LanesCheck, observed: Observed) -> list[str]:
+    problems: list[str] = []
+    for want in check.rows:
+        row = observed.lanes.row(want.lane, want.project)
+        actual = row.counts() if row else dict.fromkeys(s.LANE_COUNTS, 0)
+        for count in s.LANE_COUNTS:
+            expected = getattr(want, count)
+            if expected is not None and actual[count] != expected:
+                problems.append(
+                    f"{want.lane}/{want.project or '∅'} {count}: expected {expected}, got {actual[count]}"
+                )
+    if check.exact:
+        listed = {(row.lane, row.project) for row in check.rows}
+        for row in observed.lanes.rows:
+            if (row.lane, row.project) not in listed:
+                problems.append(
+                    f"unexpected lane row {row.lane}/{row.project or '∅'} ({row.enqueued} enqueued)"
+                )
+    return problems
+
+
+def _set(check: s.SetCheck, actual: list[str], what: str) -> list[str]:
+    problems: list[str] = []
+    have = set(actual)
+    if check.equals is not None and have != set(check.equals):
+        problems.append(f"{what}: expected exactly {sorted(check.equals)}, got {sorted(have)}")
+    problems += [
+        f"{what}: missing {item!r} (have {sorted(have)})" for item in check.includes if item not in have
+    ]
+    problems += [f"{what}: unexpected {item!r}" for item in check.excludes if item in have]
+    return problems
+
+
+def _finding_matches(finding: dict[str, Any], want: s.FindingMatch) -> bool:
+    return all(
+        expected is None or str(finding.get(key)) == expected
+        for key, expected in (
+            ("check", want.check),
+            ("severity", want.severity),
+            ("target_key", want.target_key),
+            ("key", want.key),
+        )
+    )
+
+
+def _result(observed: Observed, label: str, step: str) -> Any:
+    if label not in observed.results:
+        raise LookupError(
+            f"no {step} result named {label!r}: add a `{step}:` step (as: {label}) before the checks"
+        )
+    return observed.results[label]
+
+
+def _canary(check: s.CanaryCheck, observed: Observed) -> list[str]:
+    report = _result(observed, check.of, "canary")["report"]
+    problems: list[str] = []
+    if check.status is not None and report.get("status") != check.status:
+        problems.append(f"canary status: expected {check.status}, got {report.get('status')}")
+    findings = report.get("findings", [])
+    summary = ", ".join(f"{f.get('check')}:{f.get('key') or f.get('target_key')}" for f in findings) or "none"
+    for want in check.findings_include:
+        if not any(_finding_matches(finding, want) for finding in findings):
+            problems.append(
+                f"canary: no finding matching {want.model_dump(exclude_none=True)} (findings: {summary})"
+            )
+    for want in check.findings_exclude:
+        if any(_finding_matches(finding, want) for finding in findings):
+            problems.append(f"canary: unexpected finding matching {want.model_dump(exclude_none=True)}")
+    return problems
+
+
+def _inbox(check: s.InboxCheck, observed: Observed) -> list[str]:
+    keys = {entry.get("key"): entry for entry in _result(observed, check.of, "inbox")["keys"]}
+    problems: list[str] = []
+    if check.empty is not None and (not keys) != check.empty:
+        problems.append(f"inbox: expected {'empty' if check.empty else 'non-empty'}, got keys {sorted(keys)}")
+    for want in check.keys_include:
+        entry = keys.get(want.key)
+        if entry is None:
+            problems.append(f"inbox: key {want.key!r} missing (keys: {sorted(map(str, keys))})")
+            continue
+        for name in ("count", "telemetry"):
+            expected = getattr(want, name)
+            if expected is not None and entry.get(name) != expected:
+                problems.append(f"inbox {want.key} {name}: expected {expected}, got {entry.get(name)}")
+    problems += [f"inbox: unexpected key {key!r}" for key in check.keys_exclude if key in keys]
+    return problems
+
+
+def _doctor(check: s.DoctorCheck, observed: Observed) -> list[str]:
+    report = _result(observed, check.of, "doctor")
+    flagged = {c.get("check_id") for c in report.get("checks", []) if c.get("result") not in (None, "ok")}
+    problems = [
+        f"doctor: check {c!r} reported nothing (flagged: {sorted(flagged)})"
+        for c in check.checks_include
+        if c not in flagged
+    ]
+    problems += [f"doctor: check {c!r} reported findings" for c in check.checks_exclude if c in flagged]
+    return problems
+
+
+def _text(check: s.TextCheck, text: str) -> list[str]:
+    problems = [
+        f"engram stderr does not contain {needle!r}" for needle in check.contains if needle not in text
+    ]
+    problems += [f"engram stderr contains {needle!r}" for needle in check.not_contains if needle in text]
+    return problems
+
+
+def _received(check: s.ReceivedCheck, observed: Observed) -> list[str]:
+    count = sum(
+        1
+        for item in observed.received
+        if all(plain(getattr(item, k, None)) == v for k, v in check.match.items())
+    )
+    return (
+        []
+        if count == check.count
+        else [f"cloud received {count} matching {check.match}, expected {check.count}"]
+    )
+
+
+def evaluate(expectation: s.Expectation, observed: Observed) -> tuple[str, str]:
+    if (
+        expectation.tag == "baseline"
+        and expectation.engram
+        and not in_range(observed.version, expectation.engram)
+    ):
+        return "n/a", f"engram {observed.version} is outside {expectation.engram}"
+    try:
+        if expectation.lanes is not None:
+            problems = _lanes(expectation.lanes, observed)
+        elif expectation.sync_state_targets is not None:
+            problems = _set(expectation.sync_state_targets, observed.sync_state_targets, "sync_state targets")
+        elif expectation.canary is not None:
+            problems = _canary(expectation.canary, observed)
+        elif expectation.inbox is not None:
+            problems = _inbox(expectation.inbox, observed)
+        elif expectation.doctor is not None:
+            problems = _doctor(expectation.doctor, observed)
+        elif expectation.stderr is not None:
+            problems = _text(expectation.stderr, observed.stderr)
+        else:
+            assert expectation.received is not None
+            problems = _received(expectation.received, observed)
+    except LookupError as error:
+        problems = [str(error)]
+    return ("fail", "; ".join(problems)) if problems else ("pass", "")

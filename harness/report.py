@@ -1,0 +1,223 @@
+"""Reports of a harness run: rich tables on the terminal, a JSON report and JUnit XML."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from harness.lanes import LaneTable
+from harness.runner import ExpectMode, ScenarioResult, judge
+from harness.schema import LANE_COUNTS
+
+REPORT_SCHEMA = "engram-harness/report/v1"
+_STYLE = {"passed": "green", "failed": "red", "error": "red", "pass": "green", "fail": "red", "n/a": "dim"}
+
+
+def lane_table(lanes: LaneTable, title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column("lane")
+    table.add_column("project")
+    for count in LANE_COUNTS:
+        table.add_column(count, justify="right")
+    for row in lanes.rows:
+        counts = row.counts()
+        cells = [str(counts[c]) for c in LANE_COUNTS]
+        if counts["lost"]:
+            cells[LANE_COUNTS.index("lost")] = f"[red]{counts['lost']}[/red]"
+        table.add_row(row.lane, row.project or "∅", *cells)
+    if lanes.unmatched_received:
+        table.caption = f"{lanes.unmatched_received} received mutation(s) match no local row"
+    return table
+
+
+def expected_lane_table(result: ScenarioResult) -> Table | None:
+    rows = [(e, row) for e in result.expectations if e.status == "fail" for row in e.expected_rows]
+    if not rows:
+        return None
+    table = Table(title="expected (failing lane expectations)", title_justify="left")
+    for column in ("tag", "lane", "project", *LANE_COUNTS):
+        table.add_column(column)
+    for expectation, row in rows:
+        table.add_row(
+            expectation.tag,
+            row["lane"],
+            row["project"] or "∅",
+            *[str(row.get(count, "·")) for count in LANE_COUNTS],
+        )
+    return table
+
+
+def print_result(console: Console, result: ScenarioResult, mode: ExpectMode) -> None:
+    verdict = judge(result, mode)
+    scenario = result.scenario
+    console.rule(
+        f"[{_STYLE[verdict]}]{verdict.upper()}[/] {scenario.name} ({scenario.path}) on engram {result.version}"
+    )
+    if result.error:
+        console.print(f"[red]error:[/red] {result.error}")
+    console.print(lane_table(result.lanes, "actual lanes"))
+    expectations = Table(title="expectations", title_justify="left")
+    for column in ("line", "tag", "check", "result", "detail"):
+        expectations.add_column(column)
+    for e in result.expectations:
+        selected = mode == "all" or e.tag in (mode, "invariant")
+        style = _STYLE[e.status] if selected else "dim"
+        label = e.status if selected else f"{e.status} (not selected)"
+        expectations.add_row(str(e.line), e.tag, e.kind, f"[{style}]{label}[/]", e.detail or e.why)
+    console.print(expectations)
+    if verdict == "passed":
+        return
+    failed = result.failed_step
+    if failed is not None:
+        console.print(
+            f"[red]failed step[/red] {failed.index} at {scenario.path}:{failed.line}: {failed.error}"
+        )
+    console.print("[bold]replay (steps as run):[/bold]")
+    for step in result.steps:
+        mark = {"ok": "✓", "failed": "✗", "skipped": "–"}[step.status]
+        console.print(
+            f"  {mark} {step.index}. {step.text}" + (f"  # {step.error}" if step.error else ""), markup=False
+        )
+    expected = expected_lane_table(result)
+    if expected is not None:
+        console.print(expected)
+    if result.stderr:
+        console.print("[bold]engram stderr:[/bold]")
+        console.print("\n".join(result.stderr.splitlines()[-30:]), markup=False)
+    if result.journal_excerpt:
+        console.print("[bold]cloud journal (last entries):[/bold]")
+        for entry in result.journal_excerpt[-15:]:
+            console.print("  " + json.dumps(entry, default=str), markup=False)
+    if result.root:
+        console.print(f"kept for inspection: {result.root}")
+
+
+def summary_table(results: Sequence[ScenarioResult], mode: ExpectMode) -> Table:
+    table = Table(title=f"scenarios (expect: {mode})", title_justify="left")
+    for column in ("scenario", "engram", "result", "baseline", "design", "lanes", "seconds"):
+        table.add_column(column)
+    for result in results:
+        verdict = judge(result, mode)
+        counts = {}
+        for tag in ("baseline", "design"):
+            tagged = [e for e in result.expectations if e.tag == tag and e.status != "n/a"]
+            passed = sum(1 for e in tagged if e.status == "pass")
+            counts[tag] = f"{passed}/{len(tagged)}" if tagged else "-"
+        lanes = ", ".join(
+            f"{row.lane}/{row.project or '∅'} {row.delivered}/{row.enqueued}" for row in result.lanes.rows
+        )
+        table.add_row(
+            result.scenario.id,
+            result.version,
+            f"[{_STYLE[verdict]}]{verdict}[/]",
+            counts["baseline"],
+            counts["design"],
+            lanes or "-",
+            f"{result.timings.get('total', 0):.1f}",
+        )
+    return table
+
+
+def matrix_table(results: Sequence[ScenarioResult], mode: ExpectMode) -> Table:
+    versions = sorted({r.version for r in results})
+    table = Table(title=f"scenario × engram version (expect: {mode})", title_justify="left")
+    table.add_column("scenario")
+    for version in versions:
+        table.add_column(version)
+    for scenario_id in sorted({r.scenario.id for r in results}):
+        cells = []
+        for version in versions:
+            match = next((r for r in results if r.scenario.id == scenario_id and r.version == version), None)
+            verdict = judge(match, mode) if match else "-"
+            cells.append(f"[{_STYLE.get(verdict, 'dim')}]{verdict}[/]")
+        table.add_row(scenario_id, *cells)
+    return table
+
+
+def as_json(results: Sequence[ScenarioResult], mode: ExpectMode) -> dict[str, Any]:
+    return {
+        "schema": REPORT_SCHEMA,
+        "expect": mode,
+        "passed": all(judge(r, mode) == "passed" for r in results),
+        "scenarios": [
+            {
+                "name": r.scenario.name,
+                "id": r.scenario.id,
+                "file": str(r.scenario.path),
+                "line": r.scenario.line,
+                "engram_version": r.version,
+                "status": judge(r, mode),
+                "error": r.error,
+                "lanes": r.lanes.as_json(),
+                "unmatched_received": r.lanes.unmatched_received,
+                "sync_state_targets": r.sync_state_targets,
+                "steps": [
+                    {
+                        "index": s.index,
+                        "step": s.name,
+                        "line": s.line,
+                        "status": s.status,
+                        "seconds": round(s.seconds, 3),
+                        "error": s.error,
+                    }
+                    for s in r.steps
+                ],
+                "expectations": [
+                    {
+                        "line": e.line,
+                        "tag": e.tag,
+                        "check": e.kind,
+                        "status": e.status,
+                        "detail": e.detail,
+                        "why": e.why,
+                    }
+                    for e in r.expectations
+                ],
+                "timings": {k: round(v, 3) for k, v in r.timings.items()},
+            }
+            for r in results
+        ],
+    }
+
+
+def write_json(path: Path, results: Sequence[ScenarioResult], mode: ExpectMode) -> None:
+    path.write_text(json.dumps(as_json(results, mode), indent=2) + "\n", encoding="utf-8")
+
+
+def write_junit(path: Path, results: Sequence[ScenarioResult], mode: ExpectMode) -> None:
+    suite = ElementTree.Element("testsuite", name="engram-harness", tests=str(len(results)))
+    failures = errors = 0
+    for r in results:
+        case = ElementTree.SubElement(
+            suite,
+            "testcase",
+            classname=f"scenarios.{r.version}",
+            name=r.scenario.id,
+            file=str(r.scenario.path),
+            line=str(r.scenario.line),
+            time=f"{r.timings.get('total', 0):.3f}",
+        )
+        verdict = judge(r, mode)
+        if verdict == "passed":
+            continue
+        lines = [r.error] if r.error else []
+        if r.failed_step is not None:
+            lines.append(f"step {r.failed_step.index} (line {r.failed_step.line}): {r.failed_step.error}")
+        lines += [
+            f"line {e.line} [{e.tag}] {e.kind}: {e.detail}" for e in r.selected(mode) if e.status == "fail"
+        ]
+        element = "error" if verdict == "error" else "failure"
+        errors += verdict == "error"
+        failures += verdict != "error"
+        node = ElementTree.SubElement(case, element, message=(lines[0] if lines else verdict)[:500])
+        node.text = "\n".join(lines)
+        ElementTree.SubElement(case, "system-err").text = r.stderr[-5000:]
+    suite.set("failures", str(failures))
+    suite.set("errors", str(errors))
+    ElementTree.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)

@@ -1,0 +1,248 @@
+"""Run a scenario end to end: build its world, play its steps, gather what happened, judge expectations."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from harness.checks import ExpectationResult, Observed, evaluate
+from harness.engram_env import EngramEnvironment
+from harness.errors import HarnessError, StepFailed
+from harness.lanes import LaneTable, compute_lanes, read_local_mutations, read_sync_state_targets
+from harness.loader import Scenario
+from harness.schema import WorkspaceSpec
+from harness.steps import StepRecord, StepRunner
+from harness.world import CloudHandle, CloudMode, World, engram_version
+
+ExpectMode = Literal["baseline", "design", "all"]
+
+
+@dataclass
+class ScenarioResult:
+    scenario: Scenario
+    version: str
+    status: str = "passed"  # passed | failed | error
+    steps: list[StepRecord] = field(default_factory=list)
+    expectations: list[ExpectationResult] = field(default_factory=list)
+    lanes: LaneTable = field(default_factory=LaneTable)
+    sync_state_targets: list[str] = field(default_factory=list)
+    stderr: str = ""
+    journal_excerpt: list[dict[str, Any]] = field(default_factory=list)
+    error: str = ""
+    timings: dict[str, float] = field(default_factory=dict)
+    root: str = ""
+
+    @property
+    def failed_step(self) -> StepRecord | None:
+        return next((step for step in self.steps if step.status == "failed"), None)
+
+    def selected(self, mode: ExpectMode) -> list[ExpectationResult]:
+        return [e for e in self.expectations if mode == "all" or e.tag == mode or e.tag == "invariant"]
+
+
+def _make_workspaces(world: World, specs: dict[str, WorkspaceSpec]) -> None:
+    pending = dict(specs)
+    while pending:
+        for name, spec in list(pending.items()):
+            if spec.parent is not None and spec.parent not in world.workspaces:
+                continue
+            base = world.workspaces[spec.parent] if spec.parent else world.workspace_root
+            if spec.root:
+                path = Path("/")
+            elif spec.home:
+                path = world.env.home
+            elif spec.named_like_home:
+                path = base / world.env.home.name
+            else:
+                path = base / str(spec.git if spec.git is not None else spec.dir)
+            path.mkdir(parents=True, exist_ok=True)
+            if spec.git is not None:
+                env = world.env.env()
+                subprocess.run(["git", "init", "-q", str(path)], check=True, env=env, capture_output=True)
+                if spec.remote:
+                    subprocess.run(
+                        ["git", "-C", str(path), "remote", "add", "origin", spec.remote],
+                        check=True,
+                        env=env,
+                        capture_output=True,
+                    )
+            if spec.subdir:
+                path = path / spec.subdir
+                path.mkdir(parents=True, exist_ok=True)
+            world.workspaces[name] = path
+            del pending[name]
+
+
+def copy_database(source: Path, target: Path) -> None:
+    """Copy an engram database through SQLite's backup API, opening the original read-only."""
+    if not source.is_file():
+        raise HarnessError(f"{source}: no such database file")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    original = sqlite3.connect(f"file:{source.resolve()}?mode=ro", uri=True, timeout=15)
+    try:
+        copy = sqlite3.connect(target)
+        try:
+            original.backup(copy)
+        finally:
+            copy.close()
+    except sqlite3.Error as error:
+        raise HarnessError(f"{source}: cannot copy ({error})") from None
+    finally:
+        original.close()
+
+
+def run_scenario(
+    scenario: Scenario,
+    binary: Path,
+    *,
+    cloud_mode: CloudMode = "process",
+    db_copy_source: Path | None = None,
+    root: Path | None = None,
+    keep: bool = False,
+    progress: Callable[[Scenario, StepRecord], None] | None = None,
+) -> ScenarioResult:
+    started = time.monotonic()
+    own_root = root is None
+    base = Path(tempfile.mkdtemp(prefix="engram-harness-")) if root is None else root
+    result = ScenarioResult(scenario=scenario, version="?", root=str(base))
+    world: World | None = None
+    try:
+        result.version = engram_version(binary)
+        env = EngramEnvironment(binary=binary, root=base).prepare()
+        if db_copy_source is not None:
+            copy_database(db_copy_source, env.db_path)
+        logs = base / "logs"
+        logs.mkdir(exist_ok=True)
+        spec = scenario.header.cloud
+        mark = time.monotonic()
+        cloud = CloudHandle(cloud_mode, spec.token, list(spec.allowed_projects), logs / "fake-cloud.log")
+        result.timings["cloud_start"] = time.monotonic() - mark
+        engram_env = {"ENGRAM_CLOUD_SERVER": cloud.base_url}
+        token = spec.engram_token if spec.engram_token is not None else spec.token
+        if token:
+            engram_env["ENGRAM_CLOUD_TOKEN"] = token
+        world = World(
+            env=env,
+            cloud=cloud,
+            engram_env=engram_env,
+            version=result.version,
+            workspace_root=base / "workspaces",
+        )
+        mark = time.monotonic()
+        _make_workspaces(world, scenario.header.workspaces)
+        world.run(["stats"])  # creates the database through engram itself
+        result.timings["workspaces"] = time.monotonic() - mark
+        mark = time.monotonic()
+        if spec.autosync:
+            # The worker's 30 s ticker starts now, so the setup steps overlap its first period.
+            world.ensure_daemon(autosync=True)
+        result.timings["daemon_start"] = time.monotonic() - mark
+        mark = time.monotonic()
+        runner = StepRunner(world, (lambda record: progress(scenario, record)) if progress else None)
+        runner.run(scenario.steps)
+        result.steps = runner.records
+        result.timings["steps"] = time.monotonic() - mark
+        mark = time.monotonic()
+        _observe(result, world)
+        result.timings["evaluate"] = time.monotonic() - mark
+    except (HarnessError, OSError, subprocess.SubprocessError) as error:
+        result.status, result.error = "error", str(error)
+    finally:
+        mark = time.monotonic()
+        if world is not None:
+            world.close()
+            result.stderr = world.output.text()
+        result.timings["teardown"] = time.monotonic() - mark
+        result.timings["total"] = time.monotonic() - started
+    if result.status != "error" and result.failed_step is not None:
+        result.status = "failed"
+    if own_root and not keep and result.status == "passed":
+        shutil.rmtree(base, ignore_errors=True)
+    return result
+
+
+def _observe(result: ScenarioResult, world: World) -> None:
+    received = world.cloud.client.received()
+    result.lanes = compute_lanes(read_local_mutations(world.db_path), received)
+    result.sync_state_targets = read_sync_state_targets(world.db_path)
+    journal = world.cloud.client.journal()
+    result.journal_excerpt = [_entry(entry) for entry in journal.entries[-40:]]
+    world.collect_logs()
+    observed = Observed(
+        version=result.version,
+        lanes=result.lanes,
+        sync_state_targets=result.sync_state_targets,
+        results=world.results,
+        stderr=world.output.text(),
+        received=received,
+    )
+    for at in result.scenario.expectations:
+        expectation = at.expectation
+        status, detail = evaluate(expectation, observed)
+        rows = (
+            [row.model_dump(exclude_none=True) for row in expectation.lanes.rows] if expectation.lanes else []
+        )
+        result.expectations.append(
+            ExpectationResult(
+                at.index, at.line, expectation.tag, expectation.kind, status, detail, expectation.why, rows
+            )
+        )
+    lost = result.lanes.lost
+    result.expectations.append(
+        ExpectationResult(
+            -1,
+            result.scenario.line,
+            "invariant",
+            "lanes",
+            "fail" if lost else "pass",
+            f"{lost} row(s) acked but never received by the cloud" if lost else "",
+            "lost is always a failure",
+        )
+    )
+
+
+def _entry(entry: Any) -> dict[str, Any]:
+    fields = ("id", "transport", "method", "path", "status", "project", "entity", "entity_key", "op")
+    return {name: getattr(entry, name, None) for name in fields}
+
+
+def judge(result: ScenarioResult, mode: ExpectMode) -> str:
+    """passed / failed / error for MODE's expectations (design failures are reported either way)."""
+    if result.status in ("error", "failed"):
+        return result.status
+    return "failed" if any(e.status == "fail" for e in result.selected(mode)) else "passed"
+
+
+def run_many(
+    scenarios: list[Scenario],
+    binary: Path,
+    *,
+    cloud_mode: CloudMode,
+    jobs: int,
+    db_copy_source: Path | None = None,
+    progress: Callable[[Scenario, StepRecord], None] | None = None,
+    done: Callable[[ScenarioResult], None] | None = None,
+) -> list[ScenarioResult]:
+    """Scenarios side by side: they mostly wait on engram's worker, so threads overlap those waits."""
+
+    def one(scenario: Scenario) -> ScenarioResult:
+        try:
+            outcome = run_scenario(
+                scenario, binary, cloud_mode=cloud_mode, db_copy_source=db_copy_source, progress=progress
+            )
+        except StepFailed as error:
+            outcome = ScenarioResult(scenario=scenario, version="?", status="error", error=str(error))
+        if done is not None:
+            done(outcome)
+        return outcome
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(one, scenarios))

@@ -1,0 +1,621 @@
+"""Steps in the domain's words, each played through one of engram's real interfaces.
+
+What each step really does (v1.20.0, read in cmd/engram, internal/mcp, internal/server, internal/project):
+
+- save via mcp: `engram mcp` started in the workspace, tool mem_save. Without `project` engram derives the
+  project from the cwd (DetectProjectFull: .engram/config.json, git remote, git root, one child repo, else
+  the directory's basename). This is the only real path that derives cwd keys; `engram save` does not.
+- save via cli: `engram save T C [--project P]` in the workspace. Without --project v1.20 journals project ''
+  under session 'manual-save' (no cwd detection); with it, session 'manual-save-P'.
+- save via http: POST /observations to `engram serve` (session required; project defaults to the session's).
+- session: POST /sessions {id, project, directory} (http, project required) or mcp mem_session_start
+  (project derived from the cwd). prompt: POST /prompts or mcp mem_save_prompt.
+- enroll: `engram cloud enroll P`. unenroll / alias: only when `engram cloud` lists the subcommand;
+  otherwise the step fails as unsupported (v1.20 has neither).
+- relate: POST /conflicts/compare (a judged relation between two saved observations).
+- reenqueue how=update: PATCH /observations/{id} with identical fields; how=copy_row SIMULATES LEGACY
+  DATA: a byte-identical copy of the observation's latest sync_mutations row (the seed's item-7 control).
+- time_travel and legacy_rows SIMULATE LEGACY DATA by writing engram's tables; no other step does.
+- sync via autosync waits for cycles of the `engram serve` worker (read from GET /sync/status and the
+  sync lease in sync_state); via manual runs `engram sync --cloud --project P` (the chunk path).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from harness import schema as s
+from harness.errors import StepFailed, StepUnsupported
+from harness.loader import Step
+from harness.world import SavedObservation, World, eventually
+
+CYCLE_SECONDS = 45.0
+UNSUPPORTED_HINT = "mark the step `if_unsupported: skip` to run the rest of the scenario on this version"
+
+
+@dataclass
+class StepRecord:
+    index: str
+    name: str
+    line: int
+    text: str
+    status: str  # ok | failed | skipped
+    seconds: float
+    error: str = ""
+
+
+# ─── helpers ─────────────────────────────────────────────────────────────────
+
+
+def _cwd(world: World, name: str | None) -> Path:
+    return world.workspaces[name] if name else world.env.home
+
+
+def _check(result: subprocess.CompletedProcess[str], what: str) -> subprocess.CompletedProcess[str]:
+    if result.returncode != 0:
+        detail = (result.stderr.strip() or result.stdout.strip()).splitlines()
+        detail = [line for line in detail if "Could not check for updates" not in line]
+        raise StepFailed(f"{what} exited {result.returncode}: {' | '.join(detail[-3:])}")
+    return result
+
+
+def _write(world: World) -> sqlite3.Connection:
+    """A short write transaction, only for the steps that simulate legacy data."""
+    if not world.db_path.exists():
+        raise StepFailed(f"{world.db_path} does not exist yet")
+    connection = sqlite3.connect(world.db_path, timeout=15, isolation_level=None)
+    connection.execute("PRAGMA busy_timeout = 15000")
+    connection.execute("BEGIN IMMEDIATE")
+    return connection
+
+
+def _observation_row(world: World, observation_id: int) -> SavedObservation:
+    connection = sqlite3.connect(f"file:{world.db_path}?mode=ro", uri=True, timeout=15)
+    try:
+        row = connection.execute(
+            "SELECT id, COALESCE(sync_id, ''), title, content, type, COALESCE(project, '') FROM observations WHERE id = ?",
+            (observation_id,),
+        ).fetchone()
+    finally:
+        connection.close()
+    if row is None:
+        raise StepFailed(f"observation #{observation_id} is not in the database")
+    return SavedObservation(int(row[0]), str(row[1]), str(row[2]), str(row[3]), str(row[4]), str(row[5]))
+
+
+def _saved(world: World, label: str) -> SavedObservation:
+    if label not in world.observations:
+        known = ", ".join(sorted(world.observations)) or "none yet (use save ... as: LABEL)"
+        raise StepFailed(f"no saved observation labelled {label!r}; labelled so far: {known}")
+    return world.observations[label]
+
+
+def _http(world: World, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    daemon = world.ensure_daemon()
+    status, data = daemon.request(method, path, body)
+    if status >= 300:
+        error = data.get("error", data) if isinstance(data, dict) else data
+        raise StepFailed(f"engram serve {method} {path} answered {status}: {error}")
+    return data
+
+
+# ─── step implementations ────────────────────────────────────────────────────
+
+
+def do_session(world: World, step: s.SessionStep) -> None:
+    cwd = _cwd(world, step.in_)
+    if step.via == "mcp":
+        if step.project is not None:
+            raise StepFailed(
+                "session via mcp derives the project from the cwd; drop project or use via: http"
+            )
+        world.mcp(cwd).call_tool("mem_session_start", {"id": step.id, "directory": str(cwd)})
+        return
+    _http(world, "POST", "/sessions", {"id": step.id, "project": step.project or "", "directory": str(cwd)})
+
+
+def do_end_session(world: World, step: s.EndSessionStep) -> None:
+    _http(world, "POST", f"/sessions/{step.id}/end", {"summary": step.summary})
+
+
+def do_save(world: World, step: s.SaveStep) -> None:
+    cwd = _cwd(world, step.in_)
+    if step.via == "mcp":
+        arguments: dict[str, Any] = {"title": step.title, "content": step.content, "type": step.type}
+        for key, value in (
+            ("project", step.project),
+            ("session_id", step.session),
+            ("topic_key", step.topic_key),
+        ):
+            if value is not None:
+                arguments[key] = value
+        answer = world.mcp(cwd).call_tool("mem_save", arguments)
+        if "id" not in answer:
+            raise StepFailed(f"mem_save answered without an id: {answer}")
+        observation_id = int(answer["id"])
+    elif step.via == "cli":
+        args = ["save", step.title, step.content, "--type", step.type]
+        if step.project is not None:
+            args += ["--project", step.project]
+        if step.topic_key is not None:
+            args += ["--topic", step.topic_key]
+        result = _check(world.run(args, cwd=cwd), "engram save")
+        match = re.search(r"#(\d+)", result.stdout)
+        if match is None:
+            raise StepFailed(f"engram save printed no observation id: {result.stdout.strip()!r}")
+        observation_id = int(match.group(1))
+    else:
+        if step.session is None:
+            raise StepFailed("save via http needs session (POST /observations requires session_id)")
+        body: dict[str, Any] = {
+            "session_id": step.session,
+            "type": step.type,
+            "title": step.title,
+            "content": step.content,
+        }
+        if step.project is not None:
+            body["project"] = step.project
+        if step.topic_key is not None:
+            body["topic_key"] = step.topic_key
+        observation_id = int(_http(world, "POST", "/observations", body)["id"])
+    if step.as_:
+        world.observations[step.as_] = _observation_row(world, observation_id)
+
+
+def do_prompt(world: World, step: s.PromptStep) -> None:
+    if step.via == "mcp":
+        world.mcp(_cwd(world, step.in_)).call_tool(
+            "mem_save_prompt", {"content": step.content, "session_id": step.session}
+        )
+        return
+    body: dict[str, Any] = {"session_id": step.session, "content": step.content}
+    if step.project is not None:
+        body["project"] = step.project
+    _http(world, "POST", "/prompts", body)
+
+
+def do_enroll(world: World, step: s.EnrollStep) -> None:
+    _check(world.run(["cloud", "enroll", step.project]), f"engram cloud enroll {step.project}")
+
+
+def _require_cloud_subcommand(world: World, name: str, what: str) -> None:
+    available = world.cloud_subcommands()
+    if name not in available:
+        listed = ", ".join(sorted(available)) or "nothing"
+        raise StepUnsupported(
+            f"engram {world.version} has no {what}: `engram cloud` lists {listed}; {UNSUPPORTED_HINT}"
+        )
+
+
+def do_unenroll(world: World, step: s.UnenrollStep) -> None:
+    _require_cloud_subcommand(world, "unenroll", "`engram cloud unenroll`")
+    _check(world.run(["cloud", "unenroll", step.project]), f"engram cloud unenroll {step.project}")
+
+
+def do_alias(world: World, step: s.AliasStep) -> None:
+    _require_cloud_subcommand(world, "alias", "alias map (`engram cloud alias`, design §4)")
+    source = step.key if step.key is not None else str(_cwd(world, step.cwd))
+    flag = "--key" if step.key is not None else "--cwd"
+    _check(world.run(["cloud", "alias", flag, source, step.project]), "engram cloud alias")
+
+
+def do_relate(world: World, step: s.RelateStep) -> None:
+    a, b = _saved(world, step.a), _saved(world, step.b)
+    _http(
+        world,
+        "POST",
+        "/conflicts/compare",
+        {
+            "memory_id_a": a.id,
+            "memory_id_b": b.id,
+            "relation": step.relation,
+            "confidence": step.confidence,
+            "reasoning": step.reasoning,
+        },
+    )
+
+
+def do_reenqueue(world: World, step: s.ReenqueueStep) -> None:
+    saved = _saved(world, step.of)
+    if step.how == "update":
+        _http(world, "PATCH", f"/observations/{saved.id}", {"title": saved.title, "content": saved.content})
+        return
+    connection = _write(world)
+    try:
+        row = connection.execute(
+            "SELECT seq, target_key FROM sync_mutations WHERE entity = 'observation' AND entity_key = ? "
+            "AND source = 'local' ORDER BY seq DESC LIMIT 1",
+            (saved.sync_id,),
+        ).fetchone()
+        if row is None:
+            raise StepFailed(f"observation {step.of!r} ({saved.sync_id}) has no sync_mutations row to copy")
+        cursor = connection.execute(
+            "INSERT INTO sync_mutations (target_key, entity, entity_key, op, payload, source, project) "
+            "SELECT target_key, entity, entity_key, op, payload, source, project FROM sync_mutations WHERE seq = ?",
+            (row[0],),
+        )
+        connection.execute(
+            "UPDATE sync_state SET lifecycle = 'pending', last_enqueued_seq = ?, updated_at = datetime('now') "
+            "WHERE target_key = ?",
+            (cursor.lastrowid, row[1]),
+        )
+        connection.execute("COMMIT")
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+    finally:
+        connection.close()
+
+
+def do_revise(world: World, step: s.ReviseStep) -> None:
+    saved = _saved(world, step.of)
+    body = {"title": step.title or saved.title, "content": step.content or saved.content}
+    _http(world, "PATCH", f"/observations/{saved.id}", body)
+    world.observations[step.of] = _observation_row(world, saved.id)
+
+
+def do_cloud(world: World, step: s.CloudStep) -> None:
+    client = world.cloud.client
+    if step.allowlist is not None:
+        client.set_allowlist(list(step.allowlist))
+    if step.pause:
+        client.pause(step.pause, paused=True)
+    if step.resume:
+        client.pause(step.resume, paused=False)
+    if step.clear_faults:
+        client.clear_faults()
+    if step.faults is not None:
+        client.add_faults([_fault(fault) for fault in step.faults])
+
+
+def _fault(fault: s.Fault) -> dict[str, Any]:
+    data: dict[str, Any] = fault.model_dump(exclude_none=True)
+    return data
+
+
+def _status_snapshot(world: World) -> tuple[Any, Any, Any, str | None]:
+    assert world.daemon is not None
+    status = world.daemon.sync_status()
+    return status.get("last_sync_at"), status.get("consecutive_failures"), status.get("phase"), _lease(world)
+
+
+def _lease(world: World) -> str | None:
+    try:
+        connection = sqlite3.connect(f"file:{world.db_path}?mode=ro", uri=True, timeout=15)
+        try:
+            row = connection.execute(
+                "SELECT lease_until FROM sync_state WHERE target_key = 'cloud'"
+            ).fetchone()
+        finally:
+            connection.close()
+    except sqlite3.Error:
+        return None
+    return None if row is None or row[0] is None else str(row[0])
+
+
+def _cycle_done(before: tuple[Any, Any, Any, str | None], now: tuple[Any, Any, Any, str | None]) -> bool:
+    last_sync, failures, _phase, lease = before
+    now_sync, now_failures, now_phase, now_lease = now
+    if now_sync != last_sync or now_failures != failures:
+        return True
+    # A blocked cycle (only unenrolled rows pending) sends nothing and changes neither: it shows as a new
+    # lease with the worker degraded afterwards.
+    return now_lease != lease and now_phase == "degraded"
+
+
+def do_sync(world: World, step: s.SyncStep) -> None:
+    if step.via == "manual":
+        mark = _journal_mark(world)
+        result = world.run(["sync", "--cloud", "--project", step.project or ""], cwd=_cwd(world, step.in_))
+        _check(result, f"engram sync --cloud --project {step.project}")
+        eventually(
+            lambda: True if _journal_mark(world) > mark else None,
+            timeout=10,
+            what="the fake cloud to journal the manual sync's requests",
+        )
+        return
+    daemon = world.daemon
+    if daemon is None or not daemon.running or not daemon.autosync:
+        raise StepFailed("sync via autosync needs the engram serve worker: set cloud.autosync: true")
+    timeout = step.timeout or CYCLE_SECONDS * (step.cycles if step.until is None else 2)
+    if step.until is not None:
+        until = step.until
+
+        def enough() -> bool | None:
+            count = sum(1 for item in world.cloud.client.received() if _matches(item, until.match))
+            return True if count >= until.received else None
+
+        before = _status_snapshot(world)
+        eventually(
+            enough, timeout=timeout, interval=0.25, what=f"the cloud to store {until.received} mutation(s)"
+        )
+        # The worker acks after the cloud answered: let that cycle finish before anyone reads the lanes.
+        eventually(
+            lambda: True if _cycle_done(before, _status_snapshot(world)) else None,
+            timeout=CYCLE_SECONDS,
+            interval=0.1,
+            what="the autosync cycle that delivered them to finish",
+        )
+        return
+    deadline = time.monotonic() + timeout
+    before = _status_snapshot(world)
+    for cycle in range(step.cycles):
+        remaining = max(1.0, deadline - time.monotonic())
+
+        def finished(
+            previous: tuple[Any, Any, Any, str | None] = before,
+        ) -> tuple[Any, Any, Any, str | None] | None:
+            now = _status_snapshot(world)
+            return now if _cycle_done(previous, now) else None
+
+        try:
+            before = eventually(finished, timeout=remaining, interval=0.2, what=f"autosync cycle {cycle + 1}")
+        except StepFailed as error:
+            status = world.daemon.sync_status() if world.daemon else {}
+            raise StepFailed(f"{error} (worker status: {json.dumps(status, default=str)})") from None
+
+
+def plain(value: Any) -> str:
+    return str(value.value if isinstance(value, Enum) else value)
+
+
+def _matches(item: Any, match: dict[str, str]) -> bool:
+    return all(plain(getattr(item, key, None)) == value for key, value in match.items())
+
+
+def _journal_mark(world: World) -> int:
+    entries = world.cloud.client.journal().entries
+    return max((entry.id for entry in entries), default=0)
+
+
+def do_daemon(world: World, step: s.DaemonStep) -> None:
+    if step.action == "stop":
+        if world.daemon is not None:
+            world.daemon.stop()
+        return
+    if step.action == "restart" and world.daemon is not None:
+        world.daemon.stop()
+    world.ensure_daemon()
+
+
+def _kit_command(name: str) -> str:
+    candidate = Path(sys.executable).parent / name
+    return str(candidate) if candidate.exists() else name
+
+
+def _json_command(world: World, command: list[str], what: str) -> tuple[int, Any]:
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise StepFailed(f"{what} could not run: {error}") from None
+    try:
+        return result.returncode, json.loads(result.stdout)
+    except json.JSONDecodeError:
+        raise StepFailed(
+            f"{what} exited {result.returncode} without JSON: {(result.stderr or result.stdout).strip()[:300]}"
+        ) from None
+
+
+def _side_file(world: World, name: str, content: dict[str, Any]) -> Path:
+    path = world.env.root / name
+    path.write_text(json.dumps(content), encoding="utf-8")
+    return path
+
+
+def do_canary(world: World, step: s.CanaryStep) -> None:
+    command = [_kit_command("engram-canary"), "check", "--db", str(world.db_path), "--format", "json"]
+    if step.no_baseline:
+        command.append("--no-baseline")
+    if step.config is not None:
+        command += ["--config", str(_side_file(world, f"canary-{step.as_}.json", step.config))]
+    code, report = _json_command(world, command, "engram-canary check")
+    world.results[step.as_] = {"exit": code, "report": report}
+
+
+def do_inbox(world: World, step: s.InboxStep) -> None:
+    command = [_kit_command("engram-canary"), "inbox", "list", "--db", str(world.db_path), "--format", "json"]
+    if step.aliases is not None:
+        command += ["--aliases", str(_side_file(world, f"aliases-{step.as_}.json", step.aliases))]
+    code, listing = _json_command(world, command, "engram-canary inbox list")
+    world.results[step.as_] = {"exit": code, "keys": listing}
+
+
+def do_doctor(world: World, step: s.DoctorStep) -> None:
+    result = world.run(["doctor", "--json"])
+    try:
+        world.results[step.as_] = json.loads(result.stdout)
+    except json.JSONDecodeError:
+        raise StepFailed(f"engram doctor --json exited {result.returncode} without JSON") from None
+
+
+def do_run(world: World, step: s.RunStep) -> None:
+    result = world.run(list(step.args), cwd=_cwd(world, step.in_))
+    if step.exit is not None and result.returncode != step.exit:
+        detail = " | ".join(line for line in result.stderr.splitlines() if "Could not check" not in line)[
+            -300:
+        ]
+        raise StepFailed(
+            f"engram {' '.join(step.args)} exited {result.returncode}, expected {step.exit}: {detail}"
+        )
+
+
+def do_time_travel(world: World, step: s.TimeTravelStep) -> None:
+    columns = {
+        "sync_mutations": ("occurred_at", "acked_at"),
+        "sessions": ("started_at", "ended_at"),
+        "observations": ("created_at", "updated_at", "last_seen_at"),
+        "user_prompts": ("created_at",),
+    }
+    shift = f"-{int(step.days * 86400)} seconds"
+    connection = _write(world)
+    try:
+        for table in step.tables:
+            sets = ", ".join(f"{column} = datetime({column}, ?)" for column in columns[table])
+            where = " WHERE COALESCE(project, '') = ?" if step.project is not None else ""
+            parameters: list[Any] = [shift] * len(columns[table])
+            if step.project is not None:
+                parameters.append(step.project)
+            connection.execute(f"UPDATE {table} SET {sets}{where}", parameters)
+        connection.execute("COMMIT")
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+    finally:
+        connection.close()
+
+
+def do_legacy_rows(world: World, step: s.LegacyRowsStep) -> None:
+    connection = _write(world)
+    try:
+        for row in step.rows:
+            payload = dict(row.payload)
+            if row.project and "project" not in payload:
+                payload["project"] = row.project
+            connection.execute(
+                "INSERT OR IGNORE INTO sync_state (target_key, lifecycle, updated_at) VALUES (?, 'pending', datetime('now'))",
+                (row.target_key,),
+            )
+            age = f"-{int(row.age_days * 86400)} seconds"
+            connection.execute(
+                "INSERT INTO sync_mutations (target_key, entity, entity_key, op, payload, source, project, occurred_at, "
+                "acked_at) VALUES (?, ?, ?, ?, ?, 'local', ?, datetime('now', ?), "
+                "CASE WHEN ? THEN datetime('now', ?) END)",
+                (
+                    row.target_key,
+                    row.entity,
+                    row.entity_key,
+                    row.op,
+                    json.dumps(payload),
+                    row.project,
+                    age,
+                    row.acked,
+                    age,
+                ),
+            )
+        connection.execute("COMMIT")
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+    finally:
+        connection.close()
+
+
+HANDLERS: dict[str, Callable[[World, Any], None]] = {
+    "session": do_session,
+    "end_session": do_end_session,
+    "save": do_save,
+    "prompt": do_prompt,
+    "enroll": do_enroll,
+    "unenroll": do_unenroll,
+    "alias": do_alias,
+    "relate": do_relate,
+    "reenqueue": do_reenqueue,
+    "revise": do_revise,
+    "cloud": do_cloud,
+    "sync": do_sync,
+    "daemon": do_daemon,
+    "canary": do_canary,
+    "inbox": do_inbox,
+    "doctor": do_doctor,
+    "run": do_run,
+    "time_travel": do_time_travel,
+    "legacy_rows": do_legacy_rows,
+}
+assert set(HANDLERS) | {"repeat"} == set(s.STEP_MODELS)
+
+
+# ─── running a list of steps ─────────────────────────────────────────────────
+
+
+def _substitute(value: Any, index: int) -> Any:
+    if isinstance(value, str):
+        return value.replace("{i}", str(index))
+    if isinstance(value, list):
+        return [_substitute(item, index) for item in value]
+    if isinstance(value, dict):
+        return {key: _substitute(item, index) for key, item in value.items()}
+    return value
+
+
+class StepRunner:
+    """Plays steps in order, recording each; stops at the first failure."""
+
+    def __init__(self, world: World, progress: Callable[[StepRecord], None] | None = None) -> None:
+        self.world = world
+        self.records: list[StepRecord] = []
+        self.progress = progress
+
+    def run(self, steps: tuple[Step, ...], prefix: str = "") -> bool:
+        for number, step in enumerate(steps, start=1):
+            index = f"{prefix}{number}"
+            if step.name == "repeat":
+                assert isinstance(step.body, s.RepeatStep)
+                started = time.monotonic()
+                for repetition in range(step.body.times):
+                    expanded = tuple(
+                        Step(
+                            child.name,
+                            s.STEP_MODELS[child.name].model_validate(
+                                _substitute({} if child.raw is None else child.raw, repetition)
+                            ),
+                            child.line,
+                            _substitute(child.raw, repetition),
+                        )
+                        for child in step.children
+                    )
+                    quiet = StepRunner(self.world)
+                    if not quiet.run(expanded, prefix=f"{index}.{repetition}."):
+                        self.records.extend(quiet.records[-1:])
+                        return False
+                self._record(
+                    StepRecord(index, step.name, step.line, step.describe(), "ok", time.monotonic() - started)
+                )
+                continue
+            if not self._one(step, index):
+                return False
+        return True
+
+    def _one(self, step: Step, index: str) -> bool:
+        body: BaseModel = step.body
+        expect_error = getattr(body, "expect_error", None)
+        started = time.monotonic()
+        status, error = "ok", ""
+        try:
+            HANDLERS[step.name](self.world, body)
+            if expect_error is not None:
+                status, error = "failed", f"expected an error containing {expect_error!r}, the step succeeded"
+        except StepUnsupported as failure:
+            if getattr(body, "if_unsupported", "fail") == "skip":
+                status, error = "skipped", str(failure)
+            else:
+                status, error = "failed", str(failure)
+        except StepFailed as failure:
+            if expect_error is not None and expect_error in str(failure):
+                status, error = "ok", f"failed as expected: {failure}"
+            else:
+                status, error = "failed", str(failure)
+        except Exception as failure:  # the cloud client, sqlite or http: reported in one line, never a trace
+            status, error = "failed", f"{type(failure).__name__}: {failure}"
+        self._record(
+            StepRecord(
+                index, step.name, step.line, step.describe(), status, time.monotonic() - started, error
+            )
+        )
+        return status != "failed"
+
+    def _record(self, record: StepRecord) -> None:
+        self.records.append(record)
+        if self.progress is not None:
+            self.progress(record)

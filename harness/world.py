@@ -1,0 +1,454 @@
+"""One scenario's world: the real engram (CLI, `engram serve`, `engram mcp`) and its own fake cloud.
+
+Every world has its own ENGRAM_DATA_DIR, HOME, workspace root and fake cloud, so worlds run side by
+side. Every wait here is a bounded poll of something observable (a port, the cloud, the database).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Literal, TypeVar
+
+import httpx
+
+from harness.engram_env import EngramEnvironment, meaningful_stderr
+from harness.errors import HarnessError, StepFailed
+
+CloudMode = Literal["process", "docker", "inprocess"]
+T = TypeVar("T")
+
+
+def eventually(probe: Callable[[], T | None], *, timeout: float, interval: float = 0.1, what: str) -> T:
+    """Poll PROBE until it returns a value that is not None, or fail after TIMEOUT seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value is not None:
+            return value
+        if time.monotonic() >= deadline:
+            raise StepFailed(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class OutputLog:
+    """Everything engram printed on stderr, by source, for stderr checks and failure reports."""
+
+    entries: list[tuple[str, str]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, source: str, text: str) -> None:
+        text = meaningful_stderr(text)
+        if text:
+            with self.lock:
+                self.entries.append((source, text))
+
+    def text(self) -> str:
+        with self.lock:
+            return "\n".join(
+                f"[{source}] {line}" for source, text in self.entries for line in text.splitlines()
+            )
+
+
+# ─── MCP over stdio ──────────────────────────────────────────────────────────
+
+
+class McpSession:
+    """`engram mcp` started in one cwd, spoken to with newline-delimited JSON-RPC."""
+
+    def __init__(self, env: EngramEnvironment, cwd: Path, extra_env: dict[str, str], log_path: Path) -> None:
+        self.cwd = cwd
+        self._log = log_path.open("ab")
+        self._process = subprocess.Popen(
+            [str(env.binary), "mcp"],
+            cwd=cwd,
+            env=env.env(extra_env),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+        )
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._next_id = 0
+        threading.Thread(target=self._pump, daemon=True).start()
+        self.request(
+            "initialize",
+            {
+                "protocolVersion": "2024-11-05",
+                "capabilities": {},
+                "clientInfo": {"name": "engram-harness", "version": "1"},
+            },
+        )
+        self._send({"jsonrpc": "2.0", "method": "notifications/initialized", "params": {}})
+
+    def _pump(self) -> None:
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def _send(self, message: dict[str, Any]) -> None:
+        assert self._process.stdin is not None
+        self._process.stdin.write(json.dumps(message) + "\n")
+        self._process.stdin.flush()
+
+    def request(self, method: str, params: dict[str, Any], timeout: float = 30.0) -> dict[str, Any]:
+        self._next_id += 1
+        request_id = self._next_id
+        self._send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._lines.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                raise StepFailed(f"engram mcp did not answer {method} within {timeout:.0f}s") from None
+            if line is None:
+                raise StepFailed(f"engram mcp exited while answering {method} (exit {self._process.poll()})")
+            message = json.loads(line)
+            if message.get("id") != request_id:
+                continue
+            if "error" in message:
+                raise StepFailed(f"engram mcp {method}: {message['error'].get('message', message['error'])}")
+            result: dict[str, Any] = message.get("result", {})
+            return result
+
+    def call_tool(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        result = self.request("tools/call", {"name": tool, "arguments": arguments})
+        text = "".join(part.get("text", "") for part in result.get("content", []))
+        if result.get("isError"):
+            raise StepFailed(f"engram mcp {tool} failed: {text}")
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError:
+            return {"text": text}
+        return parsed if isinstance(parsed, dict) else {"value": parsed}
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            if self._process.stdin is not None:
+                self._process.stdin.close()
+        try:
+            self._process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        self._log.close()
+
+
+# ─── engram serve ────────────────────────────────────────────────────────────
+
+
+class EngramDaemon:
+    """`engram serve` on a free port, optionally with the autosync worker (ENGRAM_CLOUD_AUTOSYNC=1)."""
+
+    def __init__(self, env: EngramEnvironment, extra_env: dict[str, str], log_path: Path) -> None:
+        self._env = env
+        self._extra_env = extra_env
+        self.log_path = log_path
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+        self.port = 0
+        self.autosync = False
+        self.http = httpx.Client(timeout=30.0)
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, *, autosync: bool) -> None:
+        self.stop()
+        self.autosync = autosync
+        for _attempt in range(3):
+            self.port = free_port()
+            overrides = dict(self._extra_env, ENGRAM_PORT=str(self.port))
+            if autosync:
+                overrides["ENGRAM_CLOUD_AUTOSYNC"] = "1"
+            self._log = self.log_path.open("ab")
+            self._process = subprocess.Popen(
+                [str(self._env.binary), "serve"],
+                cwd=self._env.home,
+                env=self._env.env(overrides),
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            if self._wait_ready():
+                return
+            self.stop()
+        raise StepFailed(f"engram serve did not become ready; its log:\n{self.log_text()[-2000:]}")
+
+    def _wait_ready(self) -> bool:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if not self.running:
+                return False
+            try:
+                if self.http.get(f"{self.base_url}/health", timeout=1).status_code == 200:
+                    return True
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        return False
+
+    def stop(self) -> None:
+        if self._process is not None:
+            if self._process.poll() is None:
+                self._process.send_signal(signal.SIGTERM)
+                try:
+                    self._process.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    self._process.kill()
+                    self._process.wait()
+            self._process = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
+        if not self.running:
+            raise StepFailed(f"engram serve is not running (needed for {method} {path})")
+        try:
+            response = self.http.request(method, f"{self.base_url}{path}", json=body)
+        except httpx.HTTPError as error:
+            raise StepFailed(f"engram serve {method} {path}: {error}") from None
+        try:
+            data = response.json()
+        except ValueError:
+            data = response.text
+        return response.status_code, data
+
+    def sync_status(self) -> dict[str, Any]:
+        status, data = self.request("GET", "/sync/status")
+        return data if status == 200 and isinstance(data, dict) else {}
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+
+    def close(self) -> None:
+        self.stop()
+        self.http.close()
+
+
+# ─── the fake cloud ──────────────────────────────────────────────────────────
+
+
+class CloudHandle:
+    """The scenario's own fake cloud, as a local process, a container or (tests) in this process."""
+
+    def __init__(
+        self, mode: CloudMode, token: str | None, allowed_projects: list[str], log_path: Path
+    ) -> None:
+        from fake_cloud.client import FakeCloudClient
+
+        self.mode = mode
+        self._stop: Callable[[], None] = lambda: None
+        base_url = self._start(mode, token, allowed_projects, log_path)
+        self.base_url = base_url
+        self.client = FakeCloudClient(base_url)
+
+    def _start(self, mode: CloudMode, token: str | None, allowed: list[str], log_path: Path) -> str:
+        auth = ["--token", token] if token else ["--insecure-no-auth"]
+        allowed_text = ",".join(allowed) if allowed != ["*"] else "*"
+        if mode == "inprocess":
+            from fake_cloud.server import FakeCloudConfig, start_fake_cloud
+
+            config = FakeCloudConfig(
+                token=token, allowed_projects=tuple(allowed), insecure_no_auth=token is None
+            )
+            manager = start_fake_cloud(config)
+            cloud = manager.__enter__()
+            self._stop = lambda: manager.__exit__(None, None, None)
+            return str(cloud.base_url)
+        if mode == "process":
+            executable = shutil.which(
+                "engram-fake-cloud", path=str(Path(sys.executable).parent)
+            ) or shutil.which("engram-fake-cloud")
+            if executable is None:
+                raise HarnessError("engram-fake-cloud is not installed in this environment")
+            command = [executable, "serve", "--port", "0", *auth, "--allowed-projects", allowed_text]
+            return self._start_process(command, log_path)
+        image = os.environ.get("ENGRAM_KIT_FAKE_CLOUD_IMAGE", "local/engram-fake-cloud:dev")
+        command = [
+            "docker", "run", "--rm", "-i", "--network", "host", image,
+            "engram-fake-cloud", "serve", "--port", "0", "--host", "127.0.0.1", *auth,
+            "--allowed-projects", allowed_text,
+        ]  # fmt: skip
+        return self._start_process(command, log_path)
+
+    def _start_process(self, command: list[str], log_path: Path) -> str:
+        log = log_path.open("ab")
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True
+        )
+        first: queue.Queue[str] = queue.Queue()
+
+        def read_first_line() -> None:
+            assert process.stdout is not None
+            first.put(process.stdout.readline())
+            for _ in process.stdout:
+                pass
+
+        threading.Thread(target=read_first_line, daemon=True).start()
+        try:
+            line = first.get(timeout=60).strip()
+        except queue.Empty:
+            line = ""
+        if not re.match(r"^https?://", line):
+            process.kill()
+            process.wait()
+            log.close()
+            detail = log_path.read_text(errors="replace")[-1000:]
+            raise HarnessError(
+                f"the fake cloud did not start ({' '.join(command[:3])} ...): {detail.strip()}"
+            )
+
+        def stop() -> None:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+            log.close()
+
+        self._stop = stop
+        return line
+
+    def close(self) -> None:
+        self._stop()
+
+
+# ─── the world ───────────────────────────────────────────────────────────────
+
+
+@dataclass
+class SavedObservation:
+    id: int
+    sync_id: str
+    title: str
+    content: str
+    type: str
+    project: str
+
+
+@dataclass
+class World:
+    env: EngramEnvironment
+    cloud: CloudHandle
+    engram_env: dict[str, str]
+    version: str
+    workspace_root: Path
+    workspaces: dict[str, Path] = field(default_factory=dict)
+    observations: dict[str, SavedObservation] = field(default_factory=dict)
+    results: dict[str, Any] = field(default_factory=dict)
+    output: OutputLog = field(default_factory=OutputLog)
+    daemon: EngramDaemon | None = None
+    _mcp: dict[Path, McpSession] = field(default_factory=dict)
+    _capabilities: dict[str, set[str]] = field(default_factory=dict)
+    _collected: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def db_path(self) -> Path:
+        return self.env.db_path
+
+    @property
+    def logs(self) -> Path:
+        path = self.env.root / "logs"
+        path.mkdir(exist_ok=True)
+        return path
+
+    def run(
+        self, args: list[str], *, cwd: Path | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        try:
+            result = self.env.run(args, cwd=cwd, env=self.engram_env, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise StepFailed(f"engram {' '.join(args)} did not finish within {timeout:.0f}s") from None
+        self.output.add(f"engram {' '.join(args[:3])}", result.stderr)
+        return result
+
+    def mcp(self, cwd: Path) -> McpSession:
+        if cwd not in self._mcp:
+            self._mcp[cwd] = McpSession(
+                self.env, cwd, self.engram_env, self.logs / f"mcp-{len(self._mcp)}.log"
+            )
+        return self._mcp[cwd]
+
+    def ensure_daemon(self, *, autosync: bool | None = None) -> EngramDaemon:
+        if self.daemon is None:
+            self.daemon = EngramDaemon(self.env, self.engram_env, self.logs / "serve.log")
+        if not self.daemon.running:
+            self.daemon.start(autosync=self.daemon.autosync if autosync is None else autosync)
+        return self.daemon
+
+    def cloud_subcommands(self) -> set[str]:
+        """`engram cloud`'s subcommands as this binary lists them (the usage line)."""
+        if "cloud" not in self._capabilities:
+            result = self.env.run(["cloud"], env=self.engram_env)
+            found: set[str] = set()
+            for line in (result.stdout + result.stderr).splitlines():
+                if line.strip().startswith("supported subcommands:"):
+                    found = {part.strip() for part in line.split(":", 1)[1].split(",") if part.strip()}
+            self._capabilities["cloud"] = found
+        return self._capabilities["cloud"]
+
+    def collect_logs(self) -> None:
+        """Fold the long-running processes' logs into the output log (what is new since the last call)."""
+        sources = [
+            (f"engram mcp #{index}", self.logs / f"mcp-{index}.log") for index in range(len(self._mcp))
+        ]
+        if self.daemon is not None:
+            sources.append(("engram serve", self.daemon.log_path))
+        for source, path in sources:
+            try:
+                text = path.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            seen = self._collected.get(source, 0)
+            self.output.add(source, text[seen:])
+            self._collected[source] = len(text)
+
+    def close(self) -> None:
+        for session in self._mcp.values():
+            session.close()
+        if self.daemon is not None:
+            self.daemon.close()
+        self.collect_logs()
+        self._mcp.clear()
+        self.cloud.close()
+
+
+def engram_version(binary: Path) -> str:
+    result = subprocess.run([str(binary), "version"], capture_output=True, text=True, timeout=30, check=False)
+    match = re.search(r"(\d+\.\d+\.\d+(?:-[0-9A-Za-z.]+)?)", result.stdout)
+    if match is None:
+        raise HarnessError(f"{binary}: `engram version` printed no version ({result.stdout.strip()!r})")
+    return match.group(1)
