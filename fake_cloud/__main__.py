@@ -1,0 +1,3 @@
+from fake_cloud.cli import main
+
+main()
