@@ -409,7 +409,7 @@ class FakeCloudState:
         if body is None:
             body = {}
         if not isinstance(body, dict):
-            return Reply(400, _decode_error(body, "cloudserver.mutationPushEnvelope")), []
+            return Reply(400, "invalid request body: " + _decode_error(body, "cloudserver.mutationPushEnvelope")), []
         entries = body.get("entries")
         if entries is None:
             entries = []

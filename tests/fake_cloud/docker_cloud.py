@@ -1,0 +1,185 @@
+"""The fake cloud as a container: built from the repository's Dockerfile, run with testcontainers.
+
+The image is built once per test session (per xdist worker) from the wheelhouse that
+scripts/build-wheelhouse.sh makes on the host, since containers here reach no package index. A file
+lock serialises the wheelhouse and the build between workers; Docker's layer cache makes the second
+build a no-op.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from fake_cloud.client import FakeCloudClient
+from fake_cloud.server import FakeCloudConfig
+
+REPO = Path(__file__).resolve().parents[2]
+IMAGE_TAG = "engram-sync-kit/fake-cloud:test"
+CONTAINER_PORT = 8080
+CA_IN_CONTAINER = "/run/engram-fake-cloud/ca.pem"
+READY_TIMEOUT_SECONDS = 30.0
+
+# machine-notes: no reaper image can be pulled, and /.dockerenv fools testcontainers into using the
+# 172.17.0.1 gateway, which is refused; published ports are on loopback only.
+TESTCONTAINERS_SETTINGS = {
+    "TESTCONTAINERS_RYUK_DISABLED": "true",
+    "TESTCONTAINERS_CONNECTION_MODE": "docker_host",
+    "TESTCONTAINERS_HOST_OVERRIDE": "127.0.0.1",
+}
+
+
+def configure_testcontainers() -> None:
+    for key, value in TESTCONTAINERS_SETTINGS.items():
+        os.environ.setdefault(key, value)
+
+
+@contextlib.contextmanager
+def _build_lock() -> Iterator[None]:
+    lock_path = REPO / ".cache" / "fake-cloud-image.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def build_wheelhouse() -> Path:
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "build-wheelhouse.sh")], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"scripts/build-wheelhouse.sh failed: {done.stderr.strip()[-2000:]}")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def build_image(base_image: str, tag: str = IMAGE_TAG) -> str:
+    """Wheelhouse, then `docker build` of the repository's Dockerfile with BASE_IMAGE; returns the tag."""
+    configure_testcontainers()
+    from testcontainers.core.image import DockerImage
+
+    with _build_lock():
+        build_wheelhouse()
+        # clean_up=False: the tagged image keeps its layers, which the next session's build reuses.
+        DockerImage(path=str(REPO), tag=tag, buildargs={"BASE_IMAGE": base_image}, clean_up=False).build()
+    return tag
+
+
+@dataclass
+class DockerFakeCloud:
+    """A running fake cloud container; the same surface as the in-process RunningFakeCloud."""
+
+    container: object
+    base_url: str
+    ca_file: Path | None
+    _client: FakeCloudClient | None = field(default=None, repr=False)
+    _tmp: tempfile.TemporaryDirectory[str] | None = field(default=None, repr=False)
+
+    @property
+    def client(self) -> FakeCloudClient:
+        if self._client is None:
+            self._client = FakeCloudClient(self.base_url, self.ca_file)
+        return self._client
+
+    def logs(self) -> str:
+        stdout, stderr = self.container.get_logs()  # type: ignore[attr-defined]
+        return (stdout + stderr).decode(errors="replace")
+
+    def stop(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        with contextlib.suppress(Exception):
+            self.container.stop()  # type: ignore[attr-defined]
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> DockerFakeCloud:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+
+def _environment(config: FakeCloudConfig) -> dict[str, str]:
+    env = {
+        "ENGRAM_CLOUD_ALLOWED_PROJECTS": ",".join(config.allowed_projects),
+        "ENGRAM_CLOUD_MAX_PUSH_BYTES": str(config.max_push_bytes),
+        "ENGRAM_FAKE_CLOUD_TLS": "1" if config.tls else "0",
+    }
+    if config.insecure_no_auth:
+        env["ENGRAM_CLOUD_INSECURE_NO_AUTH"] = "1"
+    elif config.token:
+        env["ENGRAM_CLOUD_TOKEN"] = config.token
+    return env
+
+
+def start_docker_fake_cloud(config: FakeCloudConfig, image: str = IMAGE_TAG) -> DockerFakeCloud:
+    """Run the image with the config's auth, allowlist and TLS; return once /_fake/ready answers."""
+    configure_testcontainers()
+    from testcontainers.core.container import DockerContainer
+
+    container = DockerContainer(image, name=f"engram-fake-cloud-{uuid.uuid4().hex[:12]}")
+    container.with_exposed_ports(CONTAINER_PORT)
+    for key, value in _environment(config).items():
+        container.with_env(key, value)
+    container.start()
+    host = container.get_container_host_ip()
+    port = container.get_exposed_port(CONTAINER_PORT)
+    scheme = "https" if config.tls else "http"
+    cloud = DockerFakeCloud(container=container, base_url=f"{scheme}://{host}:{port}", ca_file=None)
+    try:
+        _wait_ready(cloud, config.tls)
+    except BaseException:
+        cloud.stop()
+        raise
+    return cloud
+
+
+def _wait_ready(cloud: DockerFakeCloud, tls: bool) -> None:
+    if tls:
+        cloud._tmp = tempfile.TemporaryDirectory(prefix="engram-fake-cloud-ca-")
+    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+    last_error = "no answer yet"
+    while time.monotonic() < deadline:
+        try:
+            if cloud._tmp is not None and cloud.ca_file is None:
+                # The server writes its CA while starting; until then the copy fails.
+                ca_file = Path(cloud._tmp.name) / "ca.pem"
+                cloud.container.copy_from_container(CA_IN_CONTAINER, ca_file)  # type: ignore[attr-defined]
+                cloud.ca_file = ca_file
+            if cloud.client.ready():
+                return
+            last_error = "/_fake/ready did not answer 200"
+        except Exception as error:
+            last_error = f"{type(error).__name__}: {error}"
+        time.sleep(0.1)
+    raise TimeoutError(
+        f"fake cloud container at {cloud.base_url} not ready within {READY_TIMEOUT_SECONDS:g} s "
+        f"({last_error}); its log:\n{cloud.logs()[-2000:]}"
+    )
+
+
+def health_status(base_url: str, ca_file: Path | None = None) -> int:
+    verify: str | bool = str(ca_file) if ca_file else True
+    return httpx.get(f"{base_url}/health", verify=verify, timeout=5, trust_env=False).status_code
+
+
+@pytest.fixture(scope="session")
+def fake_cloud_image(base_image: str) -> str:
+    """The repository's Dockerfile built on ``base_image``, once per session."""
+    return build_image(base_image)
