@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import AUTH, TOKEN, CloudUnderTest
+from fake_cloud_support import TOKEN, CloudUnderTest
 
 SYNC_ROUTES = [
     ("POST", "/sync/mutations/push"),
