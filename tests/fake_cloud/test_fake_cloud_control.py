@@ -1,0 +1,194 @@
+"""The control API (/_fake/) and the fault schedule, against every mode of the ``cloud`` fixture."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import httpx
+import pytest
+from fake_cloud_support import AUTH, CloudUnderTest
+
+from fake_cloud.client import FakeCloudControlError, FakeCloudWaitTimeout
+from fake_cloud.models import Fault, FaultAction, Route
+
+
+def push(http: httpx.Client, project: str = "p", key: str = "o1") -> httpx.Response:
+    payload = {
+        "sync_id": key,
+        "session_id": "s1",
+        "type": "t",
+        "title": "x",
+        "content": "c",
+        "scope": "project",
+    }
+    body = {
+        "entries": [
+            {
+                "project": project,
+                "entity": "observation",
+                "entity_key": key,
+                "op": "upsert",
+                "payload": payload,
+            }
+        ]
+    }
+    return http.post("/sync/mutations/push", json=body)
+
+
+def test_ready_and_reset_clear_every_kind_of_state(cloud: CloudUnderTest, http: httpx.Client) -> None:
+    assert cloud.client.ready()
+    assert push(http).status_code == 200
+    http.post("/sync/push", json={"project": "p", "data": {"sessions": [{"id": "s1", "directory": "/d"}]}})
+    cloud.client.set_allowlist(["only"])
+    cloud.client.pause("p")
+    cloud.client.add_faults([Fault(route=Route.CHUNK_PULL)])
+    cloud.client.reset()
+    assert cloud.client.journal().entries == []
+    assert cloud.client.received() == []
+    assert http.get("/sync/pull", params={"project": "p"}).json()["chunks"] == []
+    assert http.get("/sync/mutations/pull").json()["mutations"] == []
+    assert push(http).json()["accepted_seqs"] == [1]
+
+
+def test_journal_records_every_request_with_monotonic_ids(cloud: CloudUnderTest, http: httpx.Client) -> None:
+    http.get("/health")
+    push(http)
+    with cloud.http() as raw:
+        raw.get("/sync/mutations/pull")
+    journal = cloud.client.journal()
+    assert [(e.transport, e.path, e.status) for e in journal.entries] == [
+        ("other", "/health", 200),
+        ("mutation", "/sync/mutations/push", 200),
+        ("mutation", "/sync/mutations/pull", 401),
+    ]
+    ids = [e.id for e in journal.entries]
+    assert ids == sorted(ids) and len(set(ids)) == 3
+    assert journal.overflow == 0
+    assert [e.id for e in cloud.client.journal(since_id=ids[0]).entries] == ids[1:]
+    assert all(e.time > time.time() - 60 for e in journal.entries)
+
+
+def test_wait_returns_as_soon_as_entries_arrive(cloud: CloudUnderTest, http: httpx.Client) -> None:
+    def push_later() -> None:
+        time.sleep(0.2)  # the waiter must already be blocked when the push lands
+        push(http, key="late")
+
+    pusher = threading.Thread(target=push_later)
+    pusher.start()
+    try:
+        [entry] = cloud.client.wait(1, timeout=20, entity_key="late", status=200)
+    finally:
+        pusher.join()
+    assert entry.entity == "observation"
+
+
+def test_wait_times_out_with_408_and_the_closest_misses(cloud: CloudUnderTest, http: httpx.Client) -> None:
+    push(http, project="p")
+    with pytest.raises(FakeCloudWaitTimeout) as caught:
+        cloud.client.wait(1, timeout=0.2, project="q", transport="mutation")
+    assert "0 of 1" in str(caught.value)
+    [closest] = caught.value.closest
+    assert closest["project"] == "p"
+    assert closest["mismatched"] == ["project"]
+
+
+def test_wait_rejects_unknown_match_fields(cloud: CloudUnderTest) -> None:
+    with pytest.raises(FakeCloudControlError, match="unknown match field"):
+        cloud.client.wait(1, timeout=0.1, colour="blue")
+
+
+def test_status_fault_fails_the_next_pushes_of_one_project_only(
+    cloud: CloudUnderTest, http: httpx.Client
+) -> None:
+    cloud.client.add_faults([Fault(route=Route.MUTATIONS_PUSH, project="p", times=2, status=503)])
+    assert push(http, project="q").status_code == 200
+    assert push(http, project="p").status_code == 503
+    assert push(http, project="p").status_code == 503
+    assert push(http, project="p").status_code == 200
+    statuses = [e.status for e in cloud.client.journal().entries if e.project == "p"]
+    assert statuses == [503, 503, 200]
+    assert [r.project for r in cloud.client.received()] == ["q", "p"]
+
+
+def test_latency_fault_delays_but_answers_normally(cloud: CloudUnderTest, http: httpx.Client) -> None:
+    cloud.client.add_faults([{"route": "mutations_pull", "action": "latency", "latency_ms": 300}])
+    started = time.monotonic()
+    assert http.get("/sync/mutations/pull").status_code == 200
+    assert time.monotonic() - started >= 0.3
+
+
+def test_reset_after_read_stores_the_push_but_the_client_sees_an_error(cloud: CloudUnderTest) -> None:
+    cloud.client.add_faults([Fault(route=Route.MUTATIONS_PUSH, action=FaultAction.RESET_AFTER_READ)])
+    with cloud.http(headers=AUTH) as http, pytest.raises(httpx.TransportError):
+        push(http)
+    [received] = cloud.client.received()
+    assert received.entity_key == "o1"
+    [entry] = cloud.client.wait(1, timeout=5, path="/sync/mutations/push")
+    assert entry.status == 0
+
+
+def test_short_accepted_fault_returns_fewer_seqs_than_entries(
+    cloud: CloudUnderTest, http: httpx.Client
+) -> None:
+    cloud.client.add_faults([Fault(route=Route.MUTATIONS_PUSH, action=FaultAction.SHORT_ACCEPTED, keep=1)])
+    entries = [
+        {"project": "p", "entity": "x", "entity_key": f"k{i}", "op": "upsert", "payload": {"n": i}}
+        for i in range(3)
+    ]
+    response = http.post("/sync/mutations/push", json={"entries": entries})
+    assert response.status_code == 200
+    assert response.json()["accepted_seqs"] == [1]
+    assert len(cloud.client.received()) == 3
+
+
+def test_hang_fault_holds_the_request_then_drops_it(cloud: CloudUnderTest) -> None:
+    cloud.client.add_faults([{"route": "any", "action": "hang", "seconds": 2}])
+    with cloud.http(headers=AUTH) as http, pytest.raises(httpx.TimeoutException):
+        http.get("/sync/mutations/pull", timeout=0.3)
+    [entry] = cloud.client.wait(1, timeout=5, path="/sync/mutations/pull")
+    assert entry.status == 0
+
+
+def test_faults_can_be_listed_and_cleared(cloud: CloudUnderTest, http: httpx.Client) -> None:
+    cloud.client.add_faults([Fault(route=Route.CHUNK_PUSH, times=3)])
+    cloud.client.clear_faults()
+    assert push(http).status_code == 200
+    assert http.get("/_fake/faults").json() == {"faults": []}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "message"),
+    [
+        ("POST", "faults", {"faults": [{"route": "nowhere"}]}, "faults[0].route: 'nowhere' is not one of"),
+        (
+            "POST",
+            "faults",
+            {"faults": [{"action": "status", "status": 42}]},
+            "faults[0].status: expected an integer from 100 to 599",
+        ),
+        ("POST", "faults", {"faults": [{"colour": 1}]}, "faults[0]: unknown field(s) ['colour']"),
+        ("POST", "faults", {"faults": "all"}, '"faults" must be a list'),
+        ("PUT", "allowlist", {"projects": "p"}, '"projects" must be a list of strings'),
+        ("PUT", "pause", {"paused": True}, '"project" must be a non-empty string'),
+        ("POST", "wait", {"count": 0}, '"count" must be a positive integer'),
+        ("POST", "wait", {"timeout": -1}, '"timeout" must be 0 to 600 seconds'),
+    ],
+)
+def test_bad_control_requests_get_a_one_line_400(
+    cloud: CloudUnderTest, method: str, path: str, body: dict[str, Any], message: str
+) -> None:
+    with cloud.http() as raw:
+        response = raw.request(method, f"/_fake/{path}", json=body)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert message in error
+    assert "\n" not in error
+
+
+def test_control_api_unknown_route_and_method(cloud: CloudUnderTest) -> None:
+    with cloud.http() as raw:
+        assert raw.get("/_fake/nothing").status_code == 404
+        assert raw.get("/_fake/reset").status_code == 405
+        assert raw.post("/_fake/wait", content=b"{oops").status_code == 400
