@@ -207,7 +207,7 @@ class FakeCloudApp:
 
     async def _read_json(self, request: Request) -> tuple[Any, str | None, bool]:
         """(value, decode error, too large) like Go's json.Decoder over a MaxBytesReader."""
-        if request.body_too_large:
+        if request.body_too_large or len(request.body) > self.state.max_push_bytes:
             return None, None, True
         body, problem = self._decoded_body(request)
         if problem == "too large":

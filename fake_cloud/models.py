@@ -409,7 +409,9 @@ class FakeCloudState:
         if body is None:
             body = {}
         if not isinstance(body, dict):
-            return Reply(400, "invalid request body: " + _decode_error(body, "cloudserver.mutationPushEnvelope")), []
+            return Reply(
+                400, "invalid request body: " + _decode_error(body, "cloudserver.mutationPushEnvelope")
+            ), []
         entries = body.get("entries")
         if entries is None:
             entries = []
@@ -770,7 +772,9 @@ def _materialize_mutation_batch(
     return out
 
 
-def _chunk_counts(chunk: Mapping[str, Any]) -> tuple[int, int, int]:
+def _chunk_counts(chunk: Any) -> tuple[int, int, int]:
+    if not isinstance(chunk, dict):
+        return (0, 0, 0)
     return tuple(len(chunk.get(name) or []) for name in ("sessions", "observations", "prompts"))  # type: ignore[return-value]
 
 

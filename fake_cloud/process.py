@@ -52,7 +52,9 @@ class FakeCloudProcess:
             if code is not None and self.process.stderr is not None:
                 stderr = self.process.stderr.read()
             self.stop()
-            message = stderr.decode(errors="replace").strip() or f"no base URL within {self.start_timeout:g} s"
+            message = (
+                stderr.decode(errors="replace").strip() or f"no base URL within {self.start_timeout:g} s"
+            )
             raise FakeCloudError(f"engram-fake-cloud serve did not start (exit {code}): {message}")
         self.base_url = line.decode().strip()
         return self

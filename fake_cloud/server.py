@@ -111,8 +111,10 @@ class Serving:
         await self.http.stop()
 
 
-async def serve_until(config: FakeCloudConfig, stop: asyncio.Event, on_ready: Callable[[str], None]) -> None:
-    serving = Serving(config, config.ca_out)
+async def serve_until(
+    config: FakeCloudConfig, stop: asyncio.Event, on_ready: Callable[[str], None], ca_file: Path | None = None
+) -> None:
+    serving = Serving(config, ca_file or config.ca_out)
     on_ready(await serving.start())
     try:
         await stop.wait()
@@ -162,7 +164,7 @@ class RunningFakeCloud:
             self._ready.set()
 
         try:
-            loop.run_until_complete(serve_until(self.config, self._stop_event, ready))
+            loop.run_until_complete(serve_until(self.config, self._stop_event, ready, self.ca_file))
         except BaseException as error:
             self._error = error
         finally:
