@@ -1,0 +1,317 @@
+"""Benchmark of engram-canary on a 1,000,000-row engram database: `python -m bench.canary`.
+
+1. The database: the real engram v1.20 binary creates the file (`engram cloud enroll`, engram's own
+   migrations), then harness.deployment fills it. That fill is a SIMULATION OF LEGACY DATA (the design's
+   measured deployment, scaled to >= 1M sync_mutations rows), written straight into engram's tables.
+   The generated file is cached; every run works on a fresh copy.
+2. Detection latency: a writer process inserts one foreign sync_state row per transaction (simulating
+   engram's sync layer minting a cloud:<key> target) and records the monotonic time right after COMMIT;
+   the parent records when `engram-canary watch` printed the alert line for that key. Both clocks are
+   CLOCK_MONOTONIC of the same machine.
+3. One-shot: `engram-canary check` wall time next to `engram doctor --json` on the same file, same run.
+4. Idle: watcher CPU time over 60 s without writes, and the -wal size before and after.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import queue
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from harness.deployment import DeploymentSpec, generate
+from harness.engram_install import DEFAULT_VERSION, find_engram
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "canary.json"
+CANARY = Path(sys.executable).parent / "engram-canary"
+TARGET_ROWS = 1_000_000
+SEED = 3
+
+WRITER = r"""
+import sqlite3, sys, time
+connection = sqlite3.connect(sys.argv[1], timeout=30, isolation_level=None)
+connection.execute("PRAGMA busy_timeout = 30000")
+for line in sys.stdin:
+    key = line.strip()
+    if not key:
+        break
+    connection.execute("BEGIN IMMEDIATE")
+    connection.execute(
+        "INSERT INTO sync_state (target_key, lifecycle, updated_at) VALUES (?, 'pending', datetime('now'))", (key,)
+    )
+    connection.execute("COMMIT")
+    committed = time.monotonic()
+    print(f"{key} {committed!r}", flush=True)
+"""
+
+
+@dataclass
+class Watch:
+    process: subprocess.Popen[str]
+    lines: queue.Queue[tuple[float, str]]
+
+    @classmethod
+    def start(cls, db: Path, env: dict[str, str], *extra: str) -> Watch:
+        process = subprocess.Popen(
+            [str(CANARY), "watch", "--db", str(db), *extra],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
+        lines: queue.Queue[tuple[float, str]] = queue.Queue()
+
+        def read() -> None:
+            assert process.stderr is not None
+            for line in process.stderr:
+                lines.put((time.monotonic(), line.rstrip("\n")))
+
+        threading.Thread(target=read, daemon=True).start()
+        watch = cls(process, lines)
+        watch.expect(lambda text: text.startswith("engram-canary: watching"), timeout=120)
+        return watch
+
+    def expect(self, predicate: Any, timeout: float) -> tuple[float, str]:
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise click.ClickException(f"watch printed no expected line within {timeout}s")
+            try:
+                stamp, text = self.lines.get(timeout=remaining)
+            except queue.Empty:
+                continue
+            if predicate(text):
+                return stamp, text
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        return (int(fields[11]) + int(fields[12])) / ticks
+
+    def stop(self) -> int:
+        self.process.terminate()
+        return self.process.wait(timeout=30)
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def build_database(cache: Path, engram: Path) -> tuple[Path, dict[str, Any]]:
+    base = DeploymentSpec()
+    scale = TARGET_ROWS / base.mutation_rows * 1.002
+    spec = base.scaled(scale)
+    cached = cache / f"deployment-{spec.mutation_rows}-seed{SEED}.db"
+    summary_file = cached.with_suffix(".json")
+    if not cached.exists() or not summary_file.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        click.echo(f"building {cached} (simulated legacy data, {spec.mutation_rows} rows) ...", err=True)
+        summary = generate(spec, SEED, cached, engram)
+        summary_file.write_text(summary.model_dump_json(indent=2))
+    return cached, json.loads(summary_file.read_text())
+
+
+def fresh_copy(cached: Path, workdir: Path) -> Path:
+    data = workdir / "data"
+    if data.exists():
+        shutil.rmtree(data)
+    data.mkdir(parents=True)
+    db = data / "engram.db"
+    shutil.copyfile(cached, db)
+    return db
+
+
+def measure_latency(db: Path, env: dict[str, str], events: int, *extra: str) -> dict[str, Any]:
+    watch = Watch.start(db, env, "--full-every", "3600", *extra)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(db)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        bufsize=1,
+    )
+    assert writer.stdin is not None and writer.stdout is not None
+    latencies: list[float] = []
+    tag = "poll" if "--poll" in extra else "inotify"
+    try:
+        for number in range(events):
+            key = f"cloud:bench-{tag}-{number:04d}"
+            writer.stdin.write(key + "\n")
+            writer.stdin.flush()
+            written_key, committed = writer.stdout.readline().split()
+            assert written_key == key
+            seen, _ = watch.expect(lambda text, key=key: f" {key} " in text, timeout=30)
+            latencies.append((seen - float(committed)) * 1000)
+            time.sleep(0.01)  # let the watcher go idle again, so events do not overlap
+    finally:
+        writer.stdin.close()
+        writer.wait(timeout=30)
+        watch.stop()
+    return {
+        "observer": tag,
+        "events": len(latencies),
+        "p50_ms": round(percentile(latencies, 0.50), 2),
+        "p90_ms": round(percentile(latencies, 0.90), 2),
+        "p99_ms": round(percentile(latencies, 0.99), 2),
+        "max_ms": round(max(latencies), 2),
+        "mean_ms": round(statistics.fmean(latencies), 2),
+    }
+
+
+def timed(command: list[str], env: dict[str, str], runs: int) -> dict[str, Any]:
+    walls: list[float] = []
+    codes: list[int] = []
+    for _ in range(runs):
+        began = time.perf_counter()
+        completed = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+        walls.append(time.perf_counter() - began)
+        codes.append(completed.returncode)
+    return {
+        "runs": runs,
+        "median_s": round(statistics.median(walls), 3),
+        "min_s": round(min(walls), 3),
+        "exit_codes": codes,
+    }
+
+
+def core_check_seconds(db: Path) -> dict[str, float]:
+    """The same check in-process, split into the target-space part and the inbox tripwires."""
+    from canary.checks import EvidenceReader, foreign_target_findings, read_target_space, summarize
+    from canary.config import CanaryConfig
+    from canary.db import discover_schema, open_read_only, read_transaction
+    from canary.inbox import tripwire_findings
+
+    connection = open_read_only(db)
+    schema = discover_schema(connection, db)
+    config = CanaryConfig()
+    began = time.perf_counter()
+    with read_transaction(connection):
+        space = read_target_space(connection, schema, [])
+        reader = EvidenceReader(connection, schema)
+        summarize(space, foreign_target_findings(space, reader, config), reader)
+    middle = time.perf_counter()
+    tripwire_findings(connection, schema, config)
+    end = time.perf_counter()
+    connection.close()
+    return {"target_space_s": round(middle - began, 3), "inbox_tripwires_s": round(end - middle, 3)}
+
+
+def measure_idle(db: Path, env: dict[str, str], seconds: float) -> dict[str, Any]:
+    wal = Path(f"{db}-wal")
+    wal_before = wal.stat().st_size if wal.exists() else 0
+    watch = Watch.start(db, env)
+    cpu_before = watch.cpu_seconds()
+    wal_started = wal.stat().st_size if wal.exists() else 0
+    time.sleep(seconds)
+    cpu_after = watch.cpu_seconds()
+    wal_after = wal.stat().st_size if wal.exists() else 0
+    watch.stop()
+    return {
+        "seconds": seconds,
+        "cpu_seconds": round(cpu_after - cpu_before, 4),
+        "cpu_percent": round((cpu_after - cpu_before) / seconds * 100, 4),
+        "wal_bytes_before_watch": wal_before,
+        "wal_bytes_after_start": wal_started,
+        "wal_bytes_after_idle": wal_after,
+    }
+
+
+@click.command()
+@click.option("--events", default=200, show_default=True, help="Detection-latency events (inotify).")
+@click.option("--poll-events", default=50, show_default=True, help="Events for the polling observer.")
+@click.option("--idle-seconds", default=60.0, show_default=True)
+@click.option("--doctor-runs", default=2, show_default=True)
+@click.option("--cache", type=click.Path(path_type=Path), default=ROOT / ".cache" / "bench-canary")
+def main(events: int, poll_events: int, idle_seconds: float, doctor_runs: int, cache: Path) -> None:
+    engram = find_engram(DEFAULT_VERSION)
+    if engram is None:
+        raise click.ClickException(
+            f"engram {DEFAULT_VERSION} is not installed (engram-harness engram install)"
+        )
+    cached, summary = build_database(cache, engram)
+    workdir = cache / "run"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("ENGRAM_")}
+    env["XDG_CONFIG_HOME"] = str(workdir / "xdg")
+
+    db = fresh_copy(cached, workdir)
+    check = timed([str(CANARY), "check", "--db", str(db), "--format", "json"], env, runs=5)
+    core = core_check_seconds(db)
+    doctor_env = {**env, "ENGRAM_DATA_DIR": str(db.parent), "HOME": str(workdir)}
+    doctor = timed([str(engram), "doctor", "--json"], doctor_env, runs=doctor_runs)
+    db = fresh_copy(cached, workdir)
+    idle = measure_idle(db, env, idle_seconds)
+    inotify = measure_latency(db, env, events)
+    polling = (
+        measure_latency(db, env, poll_events, "--poll", "--poll-interval", "0.05") if poll_events else None
+    )
+
+    results: dict[str, Any] = {
+        "benchmark": "canary",
+        "machine": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+        },
+        "engram": DEFAULT_VERSION,
+        "database": {
+            "sync_mutations_rows": summary["mutation_rows"],
+            "unacked_rows": summary["stuck_rows"],
+            "foreign_targets": len(summary["phantom_keys"]) + 1,
+            "bytes": cached.stat().st_size,
+            "how": "created by engram v1.20 (cloud enroll), then harness.deployment simulated legacy data",
+        },
+        "detection_latency": {"inotify": inotify, "polling_50ms": polling, "goal_p99_ms": 20},
+        "one_shot": {
+            "engram_canary_check": check,
+            "engram_canary_check_parts": core,
+            "engram_doctor_json": doctor,
+            "ratio_check_to_doctor": round(check["median_s"] / doctor["median_s"], 4),
+        },
+        "idle_watch": idle,
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    rows = [
+        (
+            "detection p50 / p99 (inotify)",
+            f"{inotify['p50_ms']} / {inotify['p99_ms']} ms over {inotify['events']}",
+        ),
+    ]
+    if polling:
+        rows.append(("detection p50 / p99 (poll 50 ms)", f"{polling['p50_ms']} / {polling['p99_ms']} ms"))
+    rows += [
+        ("engram-canary check (median)", f"{check['median_s']} s"),
+        ("  target space / inbox tripwires", f"{core['target_space_s']} s / {core['inbox_tripwires_s']} s"),
+        ("engram doctor --json (median)", f"{doctor['median_s']} s"),
+        ("check / doctor", f"{results['one_shot']['ratio_check_to_doctor']}"),
+        (f"idle watch CPU over {idle_seconds:.0f} s", f"{idle['cpu_seconds']} s"),
+        (
+            "-wal bytes before / after idle",
+            f"{idle['wal_bytes_after_start']} / {idle['wal_bytes_after_idle']}",
+        ),
+    ]
+    width = max(len(name) for name, _ in rows)
+    click.echo(f"canary benchmark, {summary['mutation_rows']} sync_mutations rows")
+    for name, value in rows:
+        click.echo(f"  {name.ljust(width)}  {value}")
+    click.echo(f"wrote {RESULTS.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
