@@ -177,6 +177,19 @@ def _text(check: s.TextCheck, text: str) -> list[str]:
     return problems
 
 
+def _command(check: s.CommandCheck, observed: Observed) -> list[str]:
+    ran = _result(observed, check.of, "run")
+    problems: list[str] = []
+    if check.exit is not None and ran["exit"] != check.exit:
+        problems.append(f"{check.of}: exit {ran['exit']}, expected {check.exit}")
+    if check.exit_not is not None and ran["exit"] == check.exit_not:
+        problems.append(f"{check.of}: exit {ran['exit']}, expected anything else")
+    problems += [f"{check.of}: stdout lacks {t!r}" for t in check.stdout_contains if t not in ran["stdout"]]
+    problems += [f"{check.of}: stderr lacks {t!r}" for t in check.stderr_contains if t not in ran["stderr"]]
+    problems += [f"{check.of}: stderr has {t!r}" for t in check.stderr_not_contains if t in ran["stderr"]]
+    return problems
+
+
 def _received(check: s.ReceivedCheck, observed: Observed) -> list[str]:
     count = sum(
         1
@@ -210,6 +223,8 @@ def evaluate(expectation: s.Expectation, observed: Observed) -> tuple[str, str]:
             problems = _doctor(expectation.doctor, observed)
         elif expectation.stderr is not None:
             problems = _text(expectation.stderr, observed.stderr)
+        elif expectation.command is not None:
+            problems = _command(expectation.command, observed)
         else:
             assert expectation.received is not None
             problems = _received(expectation.received, observed)

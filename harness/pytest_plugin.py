@@ -1,1 +1,132 @@
-"""pytest plugin of the harness: collects *.scenario.yaml files (filled in by the harness issue)."""
+"""pytest plugin of the harness: every *.scenario.yaml is collected as one test item per scenario.
+
+The item's location is the scenario's YAML line, its tags become marks (plus `engram` and `scenario`),
+and a failure shows the same report as `engram-harness run`: the failed step, the replayable steps,
+expected and actual lane tables, engram's stderr and an excerpt of the cloud journal.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from rich.console import Console
+
+from harness.engram_install import DEFAULT_VERSION, find_engram
+from harness.errors import ScenarioError
+from harness.loader import SCENARIO_SUFFIX, Scenario, load_scenario
+from harness.report import print_result
+from harness.runner import ExpectMode, ScenarioResult, judge, run_scenario
+from harness.world import CloudMode
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("engram-harness")
+    group.addoption(
+        "--scenario-expect",
+        choices=("baseline", "design", "all"),
+        default="baseline",
+        help="Which tagged expectations make a scenario item fail (default: baseline).",
+    )
+    group.addoption(
+        "--scenario-cloud",
+        choices=("process", "docker", "inprocess"),
+        default="process",
+        help="Where each scenario's fake cloud runs (default: process).",
+    )
+    group.addoption(
+        "--scenario-engram", default=None, help="The engram binary (default: ENGRAM_BIN or v1.20.0)."
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "scenario: a *.scenario.yaml replayed against the real engram")
+
+
+def pytest_collect_file(parent: pytest.Collector, file_path: Path) -> pytest.Collector | None:
+    if file_path.name.endswith(SCENARIO_SUFFIX):
+        return ScenarioFile.from_parent(parent, path=file_path)
+    return None
+
+
+class ScenarioFailed(Exception):
+    def __init__(self, result: ScenarioResult, mode: ExpectMode) -> None:
+        super().__init__(result.scenario.name)
+        self.result = result
+        self.mode = mode
+
+
+class InvalidScenario(Exception):
+    pass
+
+
+class ScenarioFile(pytest.File):
+    def collect(self) -> list[pytest.Item]:
+        try:
+            scenario = load_scenario(self.path)
+        except ScenarioError as error:
+            return [InvalidScenarioItem.from_parent(self, name=self.path.name, message=str(error))]
+        item = ScenarioItem.from_parent(self, name=scenario.id, scenario=scenario)
+        for tag in scenario.header.tags:
+            self.config.addinivalue_line("markers", f"{tag}: scenario tag")
+            item.add_marker(getattr(pytest.mark, tag))
+        item.add_marker(pytest.mark.scenario)
+        item.add_marker(pytest.mark.engram)
+        return [item]
+
+
+class InvalidScenarioItem(pytest.Item):
+    def __init__(self, *, message: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.message = message
+
+    def runtest(self) -> None:
+        raise InvalidScenario(self.message)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        return str(excinfo.value)
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, f"invalid scenario {self.path.name}"
+
+
+class ScenarioItem(pytest.Item):
+    def __init__(self, *, scenario: Scenario, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.scenario = scenario
+
+    def _binary(self) -> Path:
+        option = self.config.getoption("--scenario-engram")
+        binary = Path(option) if option else find_engram(DEFAULT_VERSION)
+        if binary is None:
+            reason = f"engram {DEFAULT_VERSION} is not installed (run: engram-harness engram install)"
+            if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
+                pytest.fail(f"CI=true and {reason}", pytrace=False)
+            pytest.skip(reason)
+        return binary
+
+    def runtest(self) -> None:
+        mode = cast(ExpectMode, self.config.getoption("--scenario-expect"))
+        result = run_scenario(
+            self.scenario,
+            self._binary(),
+            cloud_mode=cast(CloudMode, self.config.getoption("--scenario-cloud")),
+            expect=mode,
+        )
+        if judge(result, mode) != "passed":
+            raise ScenarioFailed(result, mode)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        failure = excinfo.value
+        if not isinstance(failure, ScenarioFailed):
+            return str(super().repr_failure(excinfo))
+        buffer = io.StringIO()
+        console = Console(file=buffer, width=140, force_terminal=False, color_system=None, highlight=False)
+        print_result(console, failure.result, failure.mode)
+        return buffer.getvalue()
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, self.scenario.line - 1, f"scenario: {self.scenario.name}"

@@ -130,6 +130,7 @@ def run_command(
             cloud_mode=cast(CloudMode, cloud_mode),
             jobs=jobs,
             db_copy_source=db_source,
+            expect=expect,
             progress=progress,
             done=done,
         )

@@ -107,6 +107,7 @@ def run_scenario(
     db_copy_source: Path | None = None,
     root: Path | None = None,
     keep: bool = False,
+    expect: ExpectMode = "all",
     progress: Callable[[Scenario, StepRecord], None] | None = None,
 ) -> ScenarioResult:
     started = time.monotonic()
@@ -164,7 +165,7 @@ def run_scenario(
         result.timings["total"] = time.monotonic() - started
     if result.status != "error" and result.failed_step is not None:
         result.status = "failed"
-    if own_root and not keep and result.status == "passed":
+    if own_root and not keep and judge(result, expect) == "passed":
         shutil.rmtree(base, ignore_errors=True)
     return result
 
@@ -228,6 +229,7 @@ def run_many(
     cloud_mode: CloudMode,
     jobs: int,
     db_copy_source: Path | None = None,
+    expect: ExpectMode = "all",
     progress: Callable[[Scenario, StepRecord], None] | None = None,
     done: Callable[[ScenarioResult], None] | None = None,
 ) -> list[ScenarioResult]:
@@ -236,7 +238,12 @@ def run_many(
     def one(scenario: Scenario) -> ScenarioResult:
         try:
             outcome = run_scenario(
-                scenario, binary, cloud_mode=cloud_mode, db_copy_source=db_copy_source, progress=progress
+                scenario,
+                binary,
+                cloud_mode=cloud_mode,
+                db_copy_source=db_copy_source,
+                expect=expect,
+                progress=progress,
             )
         except StepFailed as error:
             outcome = ScenarioResult(scenario=scenario, version="?", status="error", error=str(error))

@@ -273,6 +273,7 @@ class RunStep(StepBase):
     args: list[str]
     in_: str | None = Field(None, alias="in")
     exit: int | None = Field(0, description="Required exit code; null accepts any.")
+    as_: str | None = Field(None, alias="as", description="Keep exit code and output for a `command` check.")
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
@@ -397,6 +398,15 @@ class TextCheck(Strict):
     not_contains: list[str] = Field(default_factory=list)
 
 
+class CommandCheck(Strict):
+    of: str = Field(description="The `as` of a run step.")
+    exit: int | None = None
+    exit_not: int | None = Field(None, description="The exit code must differ from this.")
+    stdout_contains: list[str] = Field(default_factory=list)
+    stderr_contains: list[str] = Field(default_factory=list)
+    stderr_not_contains: list[str] = Field(default_factory=list)
+
+
 class ReceivedCheck(Strict):
     count: int = Field(ge=0)
     match: dict[str, str] = Field(default_factory=dict)
@@ -404,7 +414,7 @@ class ReceivedCheck(Strict):
 
 _VERSION_RANGE = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*v?\d+\.\d+\.\d+(-[0-9A-Za-z.]+)?\s*$")
 
-CHECK_KEYS = ("lanes", "sync_state_targets", "canary", "inbox", "doctor", "stderr", "received")
+CHECK_KEYS = ("lanes", "sync_state_targets", "canary", "inbox", "doctor", "stderr", "command", "received")
 
 
 class Expectation(Strict):
@@ -420,6 +430,7 @@ class Expectation(Strict):
     inbox: InboxCheck | None = None
     doctor: DoctorCheck | None = None
     stderr: TextCheck | None = None
+    command: CommandCheck | None = None
     received: ReceivedCheck | None = None
 
     @field_validator("engram")

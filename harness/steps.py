@@ -442,6 +442,12 @@ def do_doctor(world: World, step: s.DoctorStep) -> None:
 
 def do_run(world: World, step: s.RunStep) -> None:
     result = world.run(list(step.args), cwd=_cwd(world, step.in_))
+    if step.as_:
+        world.results[step.as_] = {
+            "exit": result.returncode,
+            "stdout": result.stdout,
+            "stderr": result.stderr,
+        }
     if step.exit is not None and result.returncode != step.exit:
         detail = " | ".join(line for line in result.stderr.splitlines() if "Could not check" not in line)[
             -300:
