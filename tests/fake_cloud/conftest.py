@@ -6,15 +6,19 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from docker_cloud import DOCKER_MODE, fake_cloud_image, start_docker  # noqa: F401 - a fixture
 from fake_cloud_support import AUTH, CLOUD_MODES, STARTERS, CloudUnderTest
 
 
-@pytest.fixture(scope="session", params=CLOUD_MODES)
+@pytest.fixture(scope="session", params=[*CLOUD_MODES, DOCKER_MODE])
 def cloud_server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[CloudUnderTest]:
     mode = str(request.param)
-    with STARTERS[mode](tmp_path_factory.mktemp(f"cloud-{mode}")) as server:
+    if mode == "docker":
+        request.getfixturevalue("fake_cloud_image")  # built once per session
+    starter = {**STARTERS, "docker": start_docker}[mode]
+    with starter(tmp_path_factory.mktemp(f"cloud-{mode}")) as server:
         yield server
 
 

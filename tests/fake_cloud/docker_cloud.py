@@ -21,6 +21,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fake_cloud_support import TOKEN, CloudUnderTest
 
 from fake_cloud.client import FakeCloudClient
 from fake_cloud.server import FakeCloudConfig
@@ -183,3 +184,13 @@ def health_status(base_url: str, ca_file: Path | None = None) -> int:
 def fake_cloud_image(base_image: str) -> str:
     """The repository's Dockerfile built on ``base_image``, once per session."""
     return build_image(base_image)
+
+
+DOCKER_MODE = pytest.param("docker", marks=pytest.mark.docker, id="docker")
+
+
+@contextlib.contextmanager
+def start_docker(tmp: Path) -> Iterator[CloudUnderTest]:
+    """The ``docker`` mode of the ``cloud`` fixture; the image must be built (``fake_cloud_image``)."""
+    with start_docker_fake_cloud(FakeCloudConfig(token=TOKEN)) as cloud:
+        yield CloudUnderTest("docker", cloud.base_url, cloud.ca_file, cloud.client)
