@@ -41,7 +41,12 @@ from harness.errors import HarnessError
     is_flag=True,
     help="End the history at the current time instead of the measurement date (not reproducible).",
 )
-def make_deployment(scale: float, seed: int, out: Path, engram_binary: Path | None, use_now: bool) -> None:
+@click.option(
+    "--digest", is_flag=True, help="Add the sha256 of a canonical dump of every row to the summary."
+)
+def make_deployment(
+    scale: float, seed: int, out: Path, engram_binary: Path | None, use_now: bool, digest: bool
+) -> None:
     """Create a messy engram deployment shaped like the one measured in the design; print a JSON summary."""
     binary = engram_binary or find_engram(DEFAULT_VERSION)
     if binary is None:
@@ -53,7 +58,7 @@ def make_deployment(scale: float, seed: int, out: Path, engram_binary: Path | No
         if use_now:
             now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
             spec = spec.model_copy(update={"reference_time": now})
-        summary = generate(spec, seed, out, binary)
+        summary = generate(spec, seed, out, binary, with_digest=digest)
     except ValidationError as error:
         first = error.errors()[0]
         raise click.ClickException(f"--scale {scale}: {first['msg']}") from error
