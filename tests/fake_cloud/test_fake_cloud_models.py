@@ -74,7 +74,7 @@ def test_a_session_not_owned_by_the_chunks_mutations_keeps_its_project() -> None
         ),
         (
             {"entity": "session", "op": "upsert", "payload": '{"id": "s"}'},
-            "session payload directory is required for upsert",
+            "mutations[0]: session payload directory is required for upsert",
         ),
     ],
 )
