@@ -47,6 +47,7 @@ LEFT JOIN sessions AS s ON s.id = CASE
 END
 WHERE m.target_key = '{LEGACY_TARGET}' AND m.acked_at IS NULL AND m.project != ''
   AND m.project NOT IN (SELECT project FROM sync_enrolled_projects)
+  AND m.seq > ?
 ORDER BY m.seq
 """
 
@@ -113,6 +114,7 @@ class InboxSnapshot:
     rows: tuple[InboxRow, ...]
     enrolled: frozenset[str]
     taken_at: datetime
+    high_water: int = 0
 
 
 @dataclass
@@ -202,8 +204,12 @@ def select_inbox_rows(
     resolver: GitRepoResolver | None = None,
     *,
     now: datetime | None = None,
+    after_seq: int = 0,
 ) -> InboxSnapshot:
-    """The inbox as of the caller's current transaction (no transaction control here)."""
+    """The inbox as of the caller's current transaction (no transaction control here).
+
+    `after_seq` limits it to rows journaled after that seq; `high_water` is the log's last seq.
+    """
     require_inbox_schema(schema)
     resolver = resolver or GitRepoResolver()
     enrolled = enrolled_projects(connection, schema)
@@ -222,7 +228,7 @@ def select_inbox_rows(
         sid,
         sproject,
         sdirectory,
-    ) in connection.execute(sql):
+    ) in connection.execute(sql, (after_seq,)):
         payload_text = str(payload)
         if sid is None and entity == "session":
             body = _payload_object(payload_text)
@@ -248,7 +254,10 @@ def select_inbox_rows(
                 derivation=derive(context, aliases, enrolled),
             )
         )
-    return InboxSnapshot(rows=tuple(rows), enrolled=enrolled, taken_at=now or datetime.now(UTC))
+    high_water = int(connection.execute("SELECT ifnull(MAX(seq), 0) FROM sync_mutations").fetchone()[0])
+    return InboxSnapshot(
+        rows=tuple(rows), enrolled=enrolled, taken_at=now or datetime.now(UTC), high_water=high_water
+    )
 
 
 def read_inbox(

@@ -14,7 +14,16 @@ from canary.db import default_db_path, discover_schema, open_read_only, read_tra
 from canary.derive import AliasMap
 from canary.errors import CanaryError
 from canary.inbox import InboxSnapshot, read_inbox, render_text, summarize
-from canary.triage import Plan, Selection, apply, inbox_planner, plan_claim, plan_cleanup, plan_drop
+from canary.triage import (
+    CleanupPlanner,
+    InboxPlanner,
+    Plan,
+    Selection,
+    apply,
+    plan_claim,
+    plan_cleanup,
+    plan_drop,
+)
 
 DB_HELP = "engram database (default: $ENGRAM_DATA_DIR/engram.db, else ~/.engram/engram.db)"
 ALIASES_HELP = "alias map YAML (default: $XDG_CONFIG_HOME/engram-canary/aliases.yaml)"
@@ -101,10 +110,10 @@ def _run(
         return
     _, resolved_aliases_path = load_aliases(aliases_path)
     result = apply(
-        database, inbox_planner(aliases, build), backup_dir=backup_dir, aliases_path=resolved_aliases_path
+        database, InboxPlanner(aliases, build), backup_dir=backup_dir, aliases_path=resolved_aliases_path
     )
     click.echo(f"backup: {result.backup}")
-    click.echo(f"applied: {headline(result.plan)}")
+    click.echo(f"applied: {headline(result.plan)} (write lock held {result.lock_held_ms:.1f} ms)")
     for line in result.plan.describe():
         click.echo(f"  {line}")
     if result.new_seqs:
@@ -209,10 +218,13 @@ def cleanup_phantoms_command(
             if not plan.is_empty:
                 click.echo("run again with --apply to make these changes (a backup is taken first)")
             return
-        result = apply(database, lambda conn, sch: plan_cleanup(conn, sch, keep), backup_dir=backup_dir)
+        result = apply(database, CleanupPlanner(keep), backup_dir=backup_dir)
     except CanaryError as error:
         raise _fail(error) from error
     click.echo(f"backup: {result.backup}")
-    click.echo(f"applied: delete {len(result.plan.phantoms)} phantom sync_state rows")
+    click.echo(
+        f"applied: delete {len(result.plan.phantoms)} phantom sync_state rows "
+        f"(write lock held {result.lock_held_ms:.1f} ms)"
+    )
     for line in result.plan.describe():
         click.echo(f"  {line}")

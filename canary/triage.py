@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from canary.aliases import register_alias
 from canary.db import BUSY_TIMEOUT_MS, DatabaseUnavailable, Schema, discover_schema, read_transaction
@@ -39,6 +39,7 @@ from canary.targets import (
 
 PAUSE_HOOK_VARIABLE = "ENGRAM_CANARY_TEST_PAUSE_MIDWAY"
 PAUSE_HOOK_LIMIT_SECONDS = 300.0
+_CHUNK = 500
 BACKUP_DIR_NAME = "engram-canary-backups"
 TRIAGE_LOG_NAME = "triage-log.jsonl"
 
@@ -89,6 +90,8 @@ class Plan:
     phantoms: list[PhantomTarget] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
     alias: tuple[str, str, str] | None = None
+    high_water: int = 0
+    enrolled: frozenset[str] = frozenset()
 
     @property
     def is_empty(self) -> bool:
@@ -125,6 +128,7 @@ class ApplyResult:
     backup: Path
     new_seqs: tuple[int, ...]
     alias_registered: bool
+    lock_held_ms: float
 
 
 def connect_read_write(path: Path) -> sqlite3.Connection:
@@ -133,7 +137,9 @@ def connect_read_write(path: Path) -> sqlite3.Connection:
     try:
         connection = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
         connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        # engram's own settings: FK checks on, and NORMAL sync so a commit holds the write lock briefly.
         connection.execute("PRAGMA foreign_keys = ON")
+        connection.execute("PRAGMA synchronous = NORMAL")
         discover_schema(connection, path)
     except sqlite3.DatabaseError as error:
         raise DatabaseUnavailable(f"{path}: cannot be opened for writing ({error})") from error
@@ -201,7 +207,13 @@ def plan_claim(snapshot: InboxSnapshot, selection: Selection, as_project: str | 
             f"cannot claim into {normalize_project(target)!r}: it is not enrolled (enrolled: {enrolled}); "
             f"run: engram cloud enroll {normalize_project(target)}"
         )
-    plan = Plan(operation="claim", selection=selection, project=enrolled_name)
+    plan = Plan(
+        operation="claim",
+        selection=selection,
+        project=enrolled_name,
+        high_water=snapshot.high_water,
+        enrolled=snapshot.enrolled,
+    )
     plan.copies = [Copy(row, enrolled_name, _rewrite_project(row.payload, enrolled_name)) for row in rows]
     plan.acks = list(rows)
     if as_project is not None:
@@ -216,7 +228,13 @@ def plan_drop(snapshot: InboxSnapshot, selection: Selection) -> Plan:
     rows = select_rows(snapshot, selection)
     if not rows:
         raise _nothing_selected("drop", selection)
-    return Plan(operation="drop", selection=selection, acks=rows)
+    return Plan(
+        operation="drop",
+        selection=selection,
+        acks=rows,
+        high_water=snapshot.high_water,
+        enrolled=snapshot.enrolled,
+    )
 
 
 def _rewrite_project(payload: str, project: str) -> str:
@@ -371,39 +389,47 @@ class _SyncState:
             (*values, lifecycle, target_key),
         )
 
-    def enqueue(self, entity: str, entity_key: str, op: str, payload: str, project: str) -> int:
-        """enqueueSyncMutationTx: the legacy lane row, then 'cloud' and 'cloud:<project>' pending."""
+    def enqueue_all(self, copies: Sequence[Copy]) -> tuple[int, ...]:
+        """enqueueSyncMutationTx per copy: the legacy-lane row, then 'cloud' and 'cloud:<project>' pending.
+
+        engram updates both cursors after every row; inside one transaction only the last update of
+        each is ever visible, so it is made once per target.
+        """
         self.ensure(LEGACY_TARGET)
-        cursor = self.connection.execute(
-            "INSERT INTO sync_mutations (target_key, entity, entity_key, op, payload, source, project) "
-            "VALUES (?, ?, ?, ?, ?, 'local', ?)",
-            (LEGACY_TARGET, entity, entity_key, op, payload, project),
-        )
-        seq = int(cursor.lastrowid or 0)
-        for target_key in (LEGACY_TARGET, project_target(project)):
+        seqs: list[int] = []
+        last_by_target: dict[str, int] = {}
+        for copy in copies:
+            row = copy.source
+            cursor = self.connection.execute(
+                "INSERT INTO sync_mutations (target_key, entity, entity_key, op, payload, source, project) "
+                "VALUES (?, ?, ?, ?, ?, 'local', ?)",
+                (LEGACY_TARGET, row.entity, row.entity_key, row.op, copy.payload, copy.project),
+            )
+            seq = int(cursor.lastrowid or 0)
+            seqs.append(seq)
+            last_by_target[LEGACY_TARGET] = seq
+            last_by_target[project_target(copy.project)] = seq
+        for target_key, seq in last_by_target.items():
             self.ensure(target_key)
             self.connection.execute(
                 "UPDATE sync_state SET lifecycle = 'pending', last_enqueued_seq = ?, updated_at = datetime('now') "
                 "WHERE target_key = ?",
                 (seq, target_key),
             )
-        return seq
+        return tuple(seqs)
 
     def ack(self, rows: Sequence[InboxRow], *, on_half: Callable[[], None] = lambda: None) -> None:
         """AckSyncMutationSeqs('cloud', seqs), then refreshProjectSyncStateTx for every touched project."""
         affected = sorted({normalize_project(row.project) for row in rows} - {""})
         state = self.get(LEGACY_TARGET)
-        max_seq = int(state["last_acked_seq"])
-        for index, row in enumerate(rows):
-            changed = self.connection.execute(
-                "UPDATE sync_mutations SET acked_at = datetime('now') WHERE target_key = ? AND seq = ? AND acked_at IS NULL",
-                (LEGACY_TARGET, row.seq),
-            ).rowcount
-            if changed != 1:
-                raise TriageError(f"seq {row.seq} was acked by someone else meanwhile; nothing was changed")
-            max_seq = max(max_seq, row.seq)
-            if index == len(rows) // 2:
-                on_half()
+        seqs = [row.seq for row in rows]
+        half = len(seqs) // 2
+        acked = self._ack_seqs(seqs[:half])
+        on_half()
+        acked += self._ack_seqs(seqs[half:])
+        if acked != len(seqs):
+            raise TriageError("some selected rows were acked by someone else meanwhile; nothing was changed")
+        max_seq = max([int(state["last_acked_seq"]), *seqs])
         remaining = _count(
             self.connection,
             "SELECT COUNT(*) FROM sync_mutations WHERE target_key = ? AND acked_at IS NULL",
@@ -415,6 +441,18 @@ class _SyncState:
         self.set_cursor(LEGACY_TARGET, lifecycle, "last_acked_seq = ?", (max_seq,))
         for project in affected:
             self.refresh_project(project)
+
+    def _ack_seqs(self, seqs: Sequence[int]) -> int:
+        acked = 0
+        for start in range(0, len(seqs), _CHUNK):
+            chunk = seqs[start : start + _CHUNK]
+            marks = ",".join("?" * len(chunk))
+            acked += self.connection.execute(
+                "UPDATE sync_mutations SET acked_at = datetime('now') "
+                f"WHERE target_key = ? AND acked_at IS NULL AND seq IN ({marks})",
+                (LEGACY_TARGET, *chunk),
+            ).rowcount
+        return acked
 
     def refresh_project(self, project: str) -> None:
         target_key = project_target(project)
@@ -454,10 +492,7 @@ class _SyncState:
 def execute_plan(connection: sqlite3.Connection, schema: Schema, plan: Plan) -> tuple[int, ...]:
     """Every change of `plan`, inside the caller's open transaction."""
     state = _SyncState(connection, schema)
-    new_seqs = tuple(
-        state.enqueue(copy.source.entity, copy.source.entity_key, copy.source.op, copy.payload, copy.project)
-        for copy in plan.copies
-    )
+    new_seqs = state.enqueue_all(plan.copies)
     if plan.copies:
         _pause_midway()
         state.ack(plan.acks)
@@ -470,19 +505,73 @@ def execute_plan(connection: sqlite3.Connection, schema: Schema, plan: Plan) -> 
     return new_seqs
 
 
+class Planner(Protocol):
+    def plan(self, connection: sqlite3.Connection, schema: Schema) -> Plan:
+        """The full plan, from the caller's current snapshot."""
+
+    def revalidate(self, connection: sqlite3.Connection, schema: Schema, plan: Plan) -> Plan:
+        """Under the write lock: `plan` if it still holds, else a fresh one. Must be quick."""
+
+
+@dataclass(frozen=True)
+class InboxPlanner:
+    aliases: AliasMap
+    build: Callable[[InboxSnapshot], Plan]
+
+    def plan(self, connection: sqlite3.Connection, schema: Schema) -> Plan:
+        return self.build(select_inbox_rows(connection, schema, self.aliases))
+
+    def revalidate(self, connection: sqlite3.Connection, schema: Schema, plan: Plan) -> Plan:
+        """The preview holds if enrollment is unchanged, its rows are still unacked and no row journaled
+        since the preview joined the selection; otherwise plan again (slower, still correct)."""
+        if enrolled_projects(connection, schema) != plan.enrolled:
+            return self.plan(connection, schema)
+        seqs = [row.seq for row in plan.acks]
+        unacked = 0
+        for start in range(0, len(seqs), _CHUNK):
+            chunk = seqs[start : start + _CHUNK]
+            unacked += _count(
+                connection,
+                f"SELECT COUNT(*) FROM sync_mutations WHERE acked_at IS NULL AND seq IN ({','.join('?' * len(chunk))})",
+                *chunk,
+            )
+        if unacked != len(seqs):
+            return self.plan(connection, schema)
+        newer = select_inbox_rows(connection, schema, self.aliases, after_seq=plan.high_water)
+        if plan.selection is not None and select_rows(newer, plan.selection):
+            return self.plan(connection, schema)
+        return plan
+
+
+@dataclass(frozen=True)
+class CleanupPlanner:
+    keep: tuple[str, ...] = ()
+
+    def plan(self, connection: sqlite3.Connection, schema: Schema) -> Plan:
+        return plan_cleanup(connection, schema, self.keep)
+
+    def revalidate(self, connection: sqlite3.Connection, schema: Schema, plan: Plan) -> Plan:
+        return self.plan(connection, schema)
+
+
 def apply(
     db_path: Path,
-    planner: Callable[[sqlite3.Connection, Schema], Plan],
+    planner: Planner,
     *,
     backup_dir: Path | None = None,
     aliases_path: Path | None = None,
 ) -> ApplyResult:
-    """Plan read-only, back up, then re-plan and apply in one IMMEDIATE transaction."""
+    """Plan from a read snapshot, back up, then revalidate and apply in one short IMMEDIATE transaction.
+
+    engram v1.20 retries a busy write for only ~85 ms (10, 25, 50 ms backoffs) and a deferred
+    transaction that must upgrade to write fails at once while another connection holds the lock, so
+    the slow work (planning, backup) happens before the lock and the locked part stays short.
+    """
     connection = connect_read_write(db_path)
     try:
         schema = discover_schema(connection, db_path)
         with read_transaction(connection):
-            preview = planner(connection, schema)
+            preview = planner.plan(connection, schema)
         if preview.is_empty:
             raise TriageError(f"nothing to {preview.operation}: the selection is empty")
         backup = backup_database(
@@ -490,10 +579,12 @@ def apply(
         )
         try:
             with immediate_transaction(connection):
-                plan = planner(connection, schema)
+                locked_at = time.perf_counter()
+                plan = planner.revalidate(connection, schema, preview)
                 if plan.is_empty:
                     raise TriageError(f"nothing to {plan.operation}: the selection emptied meanwhile")
                 new_seqs = execute_plan(connection, schema, plan)
+            lock_held_ms = (time.perf_counter() - locked_at) * 1000
         except sqlite3.Error as error:
             raise TriageError(
                 f"{db_path}: the change was rolled back ({error}); backup at {backup}"
@@ -503,7 +594,13 @@ def apply(
             section, alias, project = plan.alias
             alias_registered = register_alias(aliases_path, section, alias, project)
         _log(backup.parent / TRIAGE_LOG_NAME, db_path, backup, plan, new_seqs)
-        return ApplyResult(plan=plan, backup=backup, new_seqs=new_seqs, alias_registered=alias_registered)
+        return ApplyResult(
+            plan=plan,
+            backup=backup,
+            new_seqs=new_seqs,
+            alias_registered=alias_registered,
+            lock_held_ms=lock_held_ms,
+        )
     finally:
         connection.close()
 
@@ -530,12 +627,3 @@ def _log(path: Path, db_path: Path, backup: Path, plan: Plan, new_seqs: Sequence
     }
     with path.open("a", encoding="utf-8") as stream:
         stream.write(json.dumps(entry, ensure_ascii=False) + "\n")
-
-
-def inbox_planner(
-    aliases: AliasMap, build: Callable[[InboxSnapshot], Plan]
-) -> Callable[[sqlite3.Connection, Schema], Plan]:
-    def planner(connection: sqlite3.Connection, schema: Schema) -> Plan:
-        return build(select_inbox_rows(connection, schema, aliases))
-
-    return planner

@@ -112,10 +112,13 @@ class EngramServer:
         self.log = log
         self.http = httpx.Client(timeout=30)
         self.statuses: list[int] = []
+        self.failures: list[str] = []
 
     def post(self, path: str, body: dict[str, Any]) -> Any:
         response = self.http.post(f"{self.base_url}{path}", json=body)
         self.statuses.append(response.status_code)
+        if response.status_code >= 300:
+            self.failures.append(f"{path} {response.status_code}: {response.text.strip()}")
         return response.json() if response.content else None
 
     def log_text(self) -> str:
