@@ -12,15 +12,17 @@ import contextlib
 import hashlib
 import json
 import sqlite3
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from canary.db import open_read_only
+from canary.errors import CanaryError
 
 MatchKey = tuple[str, str, str, str]
+LANE_COUNTS = ("enqueued", "acked", "delivered", "stranded", "lost", "duplicated")
 
 
 def payload_digest(payload: Any) -> str:
@@ -42,6 +44,7 @@ class LocalMutation:
     op: str
     digest: str
     acked: bool
+    payload: Any = field(default=None, compare=False, repr=False)
 
     @property
     def key(self) -> MatchKey:
@@ -57,6 +60,10 @@ class Received(Protocol):
     def op(self) -> str | None: ...
     @property
     def payload_digest(self) -> str | None: ...
+    @property
+    def payload(self) -> Any: ...
+    @property
+    def transport(self) -> Any: ...
 
 
 @dataclass
@@ -69,18 +76,18 @@ class LaneRow:
     stranded: int = 0
     lost: int = 0
     duplicated: int = 0
+    delivered_as_current_state: int = 0
 
     def counts(self) -> dict[str, int]:
-        data = asdict(self)
-        data.pop("lane")
-        data.pop("project")
-        return data
+        return {name: getattr(self, name) for name in LANE_COUNTS}
 
 
 @dataclass
 class LaneTable:
     rows: list[LaneRow] = field(default_factory=list)
     unmatched_received: int = 0
+    lost_rows: list[LocalMutation] = field(default_factory=list)
+    unmatched: list[MatchKey] = field(default_factory=list)
 
     def row(self, lane: str, project: str) -> LaneRow | None:
         return next((r for r in self.rows if r.lane == lane and r.project == project), None)
@@ -95,7 +102,10 @@ class LaneTable:
 
 def read_local_mutations(db_path: Path) -> list[LocalMutation]:
     """Every locally enqueued sync_mutations row, read-only."""
-    connection = open_read_only(db_path)
+    try:
+        connection = open_read_only(db_path)
+    except CanaryError:
+        return []
     try:
         columns = {row[1] for row in connection.execute("PRAGMA table_info(sync_mutations)")}
         if not columns:
@@ -116,6 +126,7 @@ def read_local_mutations(db_path: Path) -> list[LocalMutation]:
                 op=str(op),
                 digest=payload_digest(payload),
                 acked=bool(acked),
+                payload=_decoded(payload),
             )
             for seq, lane, proj, entity, entity_key, op, payload, acked in cursor
         ]
@@ -125,40 +136,85 @@ def read_local_mutations(db_path: Path) -> list[LocalMutation]:
         connection.close()
 
 
+def _decoded(payload: Any) -> Any:
+    if isinstance(payload, str):
+        with contextlib.suppress(json.JSONDecodeError):
+            return json.loads(payload)
+    return payload
+
+
+def _carries(received: Any, local: Any) -> bool:
+    """A chunk carries an entity's current state: every field the row had, maybe more (project)."""
+    if not isinstance(received, dict) or not isinstance(local, dict):
+        return False
+    return all(received.get(key) == value for key, value in local.items())
+
+
+def _transport(item: Received) -> str:
+    value = item.transport
+    return str(getattr(value, "value", value))
+
+
 def compute_lanes(local: Sequence[LocalMutation], received: Iterable[Received]) -> LaneTable:
-    available: Counter[MatchKey] = Counter(
-        (str(r.entity), str(r.entity_key), str(r.op), str(r.payload_digest)) for r in received
-    )
+    pool: defaultdict[MatchKey, list[Received]] = defaultdict(list)
+    for item in received:
+        pool[(str(item.entity), str(item.entity_key), str(item.op), str(item.payload_digest))].append(item)
     rows: dict[tuple[str, str], LaneRow] = {}
-    last_owner: dict[MatchKey, LaneRow] = {}
-    by_key: defaultdict[MatchKey, int] = defaultdict(int)
+    owners: dict[MatchKey, LaneRow] = {}
+    undelivered: list[tuple[LocalMutation, LaneRow]] = []
     for mutation in sorted(local, key=lambda m: m.seq):
         row = rows.setdefault((mutation.lane, mutation.project), LaneRow(mutation.lane, mutation.project))
         row.enqueued += 1
         row.acked += int(mutation.acked)
-        by_key[mutation.key] += 1
-        last_owner[mutation.key] = row
-        if available[mutation.key] > 0:
-            available[mutation.key] -= 1
+        owners[mutation.key] = row
+        if pool[mutation.key]:
+            pool[mutation.key].pop()
             row.delivered += 1
+        else:
+            undelivered.append((mutation, row))
+    # The chunk path (engram sync --cloud) exports the entity's current row, not the queued payload.
+    chunk_items = [
+        (key, item) for key, items in pool.items() for item in items if _transport(item) == "chunk"
+    ]
+    lost_rows: list[LocalMutation] = []
+    for mutation, row in undelivered:
+        match = next(
+            (
+                (key, item)
+                for key, item in chunk_items
+                if key[:3] == mutation.key[:3] and _carries(item.payload, mutation.payload)
+            ),
+            None,
+        )
+        if match is not None:
+            chunk_items.remove(match)
+            pool[match[0]].remove(match[1])
+            row.delivered += 1
+            row.delivered_as_current_state += 1
         elif mutation.acked:
             row.lost += 1
+            lost_rows.append(mutation)
         else:
             row.stranded += 1
-    unmatched = 0
-    for key, extra in available.items():
-        if extra <= 0:
+    unmatched: list[MatchKey] = []
+    for key, items in pool.items():
+        if not items:
             continue
-        if key in last_owner:
-            last_owner[key].duplicated += extra
+        if key in owners:
+            owners[key].duplicated += len(items)
         else:
-            unmatched += extra
+            unmatched.extend([key] * len(items))
     ordered = sorted(rows.values(), key=lambda r: (r.lane, r.project))
-    return LaneTable(rows=ordered, unmatched_received=unmatched)
+    return LaneTable(
+        rows=ordered, unmatched_received=len(unmatched), lost_rows=lost_rows, unmatched=unmatched
+    )
 
 
 def read_sync_state_targets(db_path: Path) -> list[str]:
-    connection = open_read_only(db_path)
+    try:
+        connection = open_read_only(db_path)
+    except CanaryError:
+        return []
     try:
         return sorted(str(row[0]) for row in connection.execute("SELECT target_key FROM sync_state"))
     except sqlite3.Error:

@@ -87,6 +87,14 @@ def print_result(console: Console, result: ScenarioResult, mode: ExpectMode) -> 
     expected = expected_lane_table(result)
     if expected is not None:
         console.print(expected)
+    for mutation in result.lanes.lost_rows[:10]:
+        console.print(
+            f"lost: seq {mutation.seq} {mutation.lane}/{mutation.project or '∅'} {mutation.entity} "
+            f"{mutation.entity_key} {mutation.op} (acked, never received)",
+            markup=False,
+        )
+    for entity, entity_key, op, digest in result.lanes.unmatched[:10]:
+        console.print(f"received, matching no local row: {entity} {entity_key} {op} {digest[:12]}", markup=False)
     if result.stderr:
         console.print("[bold]engram stderr:[/bold]")
         console.print("\n".join(result.stderr.splitlines()[-30:]), markup=False)
