@@ -13,9 +13,9 @@ import socket
 import ssl
 import struct
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from email.utils import formatdate
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import h11
@@ -155,7 +155,7 @@ class HttpServer:
         headers = [
             ("content-type", response.content_type),
             ("content-length", str(len(response.body))),
-            ("date", formatdate(usegmt=True)),
+            ("date", time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime())),
             *response.headers,
         ]
         data = conn.send(h11.Response(status_code=response.status, headers=headers)) or b""

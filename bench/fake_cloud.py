@@ -1,0 +1,196 @@
+"""Benchmark the fake cloud: start to ready, reset, push throughput, memory with a full journal.
+
+Run ``python -m bench.fake_cloud``; it writes bench/results/fake_cloud.json and prints a table.
+``measure_push_throughput`` works against any server of the contract (the real ``engram cloud serve``
+too), so a same-run ratio can be computed by calling it on both.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from fake_cloud.process import FakeCloudProcess, command
+
+RESULTS = Path(__file__).parent / "results" / "fake_cloud.json"
+TOKEN = "bench-token"
+BATCH = 100
+_keys = itertools.count()
+
+
+def _batch(project: str) -> dict[str, Any]:
+    entries = []
+    for _ in range(BATCH):
+        key = f"obs-{next(_keys)}"
+        payload = {
+            "sync_id": key,
+            "session_id": "bench-session",
+            "type": "manual",
+            "title": "benchmark observation",
+            "content": "x" * 200,
+            "project": project,
+            "scope": "project",
+        }
+        entries.append(
+            {
+                "project": project,
+                "entity": "observation",
+                "entity_key": key,
+                "op": "upsert",
+                "payload": payload,
+            }
+        )
+    return {"entries": entries}
+
+
+def measure_push_throughput(
+    base_url: str, token: str, seconds: float, *, project: str = "bench", ca_file: str | None = None
+) -> float:
+    """Entries per second accepted by POST /sync/mutations/push in 100-entry batches on one keep-alive connection."""
+    verify: Any = ca_file if ca_file else True
+    headers = {"Authorization": f"Bearer {token}"}
+    bodies = [json.dumps(_batch(project)).encode() for _ in range(50)]
+    accepted = 0
+    with httpx.Client(base_url=base_url, headers=headers, verify=verify, trust_env=False, timeout=30) as http:
+        http.post("/sync/mutations/push", content=bodies[0]).raise_for_status()  # warm the connection
+        started = time.perf_counter()
+        for body in itertools.cycle(bodies):
+            response = http.post(
+                "/sync/mutations/push", content=body, headers={"Content-Type": "application/json"}
+            )
+            response.raise_for_status()
+            accepted += len(response.json()["accepted_seqs"])
+            if time.perf_counter() - started >= seconds:
+                break
+        elapsed = time.perf_counter() - started
+    return accepted / elapsed
+
+
+def _ready(base_url: str) -> bool:
+    with urllib.request.urlopen(f"{base_url}/_fake/ready", timeout=5) as response:
+        return bool(response.status == 200)
+
+
+def measure_start_to_ready(runs: int = 15) -> dict[str, float]:
+    """Wall time from spawning ``engram-fake-cloud serve --port 0`` to its first line and /_fake/ready."""
+    samples = []
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_CLOUD_")}
+    for _ in range(runs):
+        started = time.perf_counter()
+        process = FakeCloudProcess(["--port", "0", "--token", TOKEN], env=env).start()
+        try:
+            assert _ready(process.base_url)
+            samples.append((time.perf_counter() - started) * 1000)
+        finally:
+            process.stop()
+    return _summary(samples)
+
+
+def _summary(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    return {
+        "median_ms": round(statistics.median(ordered), 2),
+        "p95_ms": round(ordered[max(0, int(len(ordered) * 0.95) - 1)], 2),
+        "min_ms": round(ordered[0], 2),
+        "max_ms": round(ordered[-1], 2),
+        "runs": len(ordered),
+    }
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmRSS in /proc status")
+
+
+def measure_reset(http: httpx.Client, runs: int = 50) -> dict[str, float]:
+    """Round-trip time of POST /_fake/reset right after a 1000-entry push (state to clear each time)."""
+    samples = []
+    body = json.dumps(_batch("bench")).encode()
+    for _ in range(runs):
+        for _ in range(10):
+            http.post("/sync/mutations/push", content=body).raise_for_status()
+        started = time.perf_counter()
+        http.post("/_fake/reset").raise_for_status()
+        samples.append((time.perf_counter() - started) * 1000)
+    return _summary(samples)
+
+
+def run(seconds: float = 5.0, journal_limit: int = 100_000) -> dict[str, Any]:
+    results: dict[str, Any] = {"start_to_ready": measure_start_to_ready()}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_CLOUD_")}
+    args = ["--port", "0", "--token", TOKEN, "--journal-limit", str(journal_limit)]
+    with FakeCloudProcess(args, env=env) as process:
+        assert process.process is not None
+        pid = process.process.pid
+        with httpx.Client(
+            base_url=process.base_url, headers={"Authorization": f"Bearer {TOKEN}"}, trust_env=False
+        ) as http:
+            results["reset"] = measure_reset(http)
+            http.post("/_fake/reset").raise_for_status()
+            idle_rss = _rss_kib(pid)
+            results["push_throughput_entries_per_s"] = round(
+                measure_push_throughput(process.base_url, TOKEN, seconds), 1
+            )
+            body = json.dumps(_batch("bench")).encode()
+            while http.get("/_fake/journal", params={"since_id": 10**12}).json()["overflow"] == 0:
+                for _ in range(100):
+                    http.post("/sync/mutations/push", content=body).raise_for_status()
+            stored = len(http.get("/_fake/received").json()["received"])
+            results["memory"] = {
+                "idle_rss_mib": round(idle_rss / 1024, 1),
+                "full_journal_rss_mib": round(_rss_kib(pid) / 1024, 1),
+                "journal_limit": journal_limit,
+                "stored_mutations": stored,
+                "note": "RSS with the journal full (overflowing) and every accepted mutation stored",
+            }
+    results["environment"] = {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "server_command": " ".join(Path(part).name for part in command()),
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    results["goals"] = {"start_to_ready_ms": 150, "reset_ms": 5}
+    return results
+
+
+def print_table(results: dict[str, Any]) -> None:
+    start, reset, memory = results["start_to_ready"], results["reset"], results["memory"]
+    rows = [
+        ("start to ready (median)", f"{start['median_ms']} ms", "< 150 ms"),
+        ("start to ready (p95)", f"{start['p95_ms']} ms", ""),
+        ("reset round trip (median)", f"{reset['median_ms']} ms", "< 5 ms"),
+        ("reset round trip (p95)", f"{reset['p95_ms']} ms", ""),
+        ("push throughput", f"{results['push_throughput_entries_per_s']} entries/s", "100-entry batches"),
+        ("RSS idle", f"{memory['idle_rss_mib']} MiB", ""),
+        ("RSS, full journal", f"{memory['full_journal_rss_mib']} MiB", f"{memory['journal_limit']} entries"),
+    ]
+    width = max(len(name) for name, _, _ in rows)
+    for name, value, goal in rows:
+        print(f"{name:<{width}}  {value:>22}  {goal}")
+
+
+def main() -> None:
+    results = run()
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    print_table(results)
+    print(f"wrote {RESULTS.relative_to(Path.cwd()) if RESULTS.is_relative_to(Path.cwd()) else RESULTS}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1:
+        raise SystemExit(f"usage: {sys.executable} -m bench.fake_cloud (no arguments)")
+    main()
