@@ -1,0 +1,91 @@
+"""The per-lane delivery table, computed from local rows and what the cloud stored."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fake_cloud.models import payload_digest as cloud_digest
+from harness.lanes import LocalMutation, compute_lanes, payload_digest
+
+PAYLOAD = {"sync_id": "obs-1", "title": "t", "content": "ü", "project": "app"}
+
+
+@dataclass
+class Got:
+    entity: str
+    entity_key: str
+    op: str
+    payload: dict[str, Any]
+    transport: str = "mutation"
+
+    @property
+    def payload_digest(self) -> str:
+        return cloud_digest(self.payload)
+
+
+def row(seq: int, *, lane: str = "cloud", project: str = "app", key: str = "obs-1", acked: bool = True,
+        payload: dict[str, Any] | None = None) -> LocalMutation:  # fmt: skip
+    body = payload if payload is not None else PAYLOAD
+    return LocalMutation(seq, lane, project, "observation", key, "upsert", payload_digest(body), acked, body)
+
+
+def test_the_digest_is_the_fake_clouds_digest_for_objects_and_json_strings() -> None:
+    assert payload_digest(PAYLOAD) == cloud_digest(PAYLOAD)
+    assert payload_digest(
+        '{"title": "t", "sync_id": "obs-1", "content": "ü", "project": "app"}'
+    ) == cloud_digest(PAYLOAD)
+
+
+def test_delivered_stranded_and_lost_are_told_apart() -> None:
+    local = [row(1), row(2, key="obs-2", acked=False), row(3, key="obs-3", acked=True)]
+    table = compute_lanes(local, [Got("observation", "obs-1", "upsert", PAYLOAD)])
+    (only,) = table.rows
+    assert only.counts() == {
+        "enqueued": 3,
+        "acked": 2,
+        "delivered": 1,
+        "stranded": 1,
+        "lost": 1,
+        "duplicated": 0,
+    }
+    assert [m.seq for m in table.lost_rows] == [3]
+    assert table.lost == 1
+
+
+def test_a_byte_identical_reenqueue_needs_its_own_received_copy() -> None:
+    local = [row(1), row(2)]
+    once = compute_lanes(local, [Got("observation", "obs-1", "upsert", PAYLOAD)])
+    assert once.rows[0].delivered == 1 and once.rows[0].lost == 1
+    twice = compute_lanes(local, [Got("observation", "obs-1", "upsert", PAYLOAD)] * 2)
+    assert twice.rows[0].delivered == 2 and twice.rows[0].lost == 0
+
+
+def test_copies_beyond_the_local_rows_are_duplicated_and_strangers_unmatched() -> None:
+    received = [Got("observation", "obs-1", "upsert", PAYLOAD)] * 3 + [
+        Got("session", "s", "upsert", {"id": "s"})
+    ]
+    table = compute_lanes([row(1)], received)
+    assert table.rows[0].duplicated == 2
+    assert table.unmatched_received == 1
+
+
+def test_rows_are_grouped_by_lane_and_project_column() -> None:
+    local = [row(1, lane="cloud:app", acked=False), row(2, project="other", acked=False), row(3)]
+    table = compute_lanes(local, [])
+    assert [(r.lane, r.project, r.enqueued) for r in table.rows] == [
+        ("cloud", "app", 1),
+        ("cloud", "other", 1),
+        ("cloud:app", "app", 1),
+    ]
+
+
+def test_a_chunk_carrying_the_current_state_counts_as_delivered() -> None:
+    queued = {"sync_id": "obs-1", "title": "t"}
+    current = {"sync_id": "obs-1", "title": "t", "project": "app"}
+    table = compute_lanes([row(1, payload=queued)], [Got("observation", "obs-1", "upsert", current, "chunk")])
+    assert table.rows[0].delivered == 1 and table.rows[0].delivered_as_current_state == 1
+    assert table.unmatched_received == 0
+    # over the mutation protocol the exact payload is required
+    table = compute_lanes([row(1, payload=queued)], [Got("observation", "obs-1", "upsert", current)])
+    assert table.rows[0].lost == 1 and table.unmatched_received == 1

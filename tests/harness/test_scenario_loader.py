@@ -1,0 +1,152 @@
+"""The scenario format: typed, unknown keys rejected, every error as file:line + what + what is allowed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from harness.errors import ScenarioError
+from harness.loader import load_all, parse_scenario
+from harness.schema import STEP_MODELS, EnrollStep, SaveStep, json_schema
+
+REPO = Path(__file__).resolve().parents[2]
+VALID = """\
+name: ok
+tags: [smoke]
+workspaces:
+  app: {git: my-app}
+steps:
+  - enroll: my-app
+  - save: {in: app, title: t, content: c, as: first}
+  - repeat:
+      times: 2
+      steps:
+        - session: {id: "s-{i}", project: my-app, in: app}
+  - sync: autosync
+expect:
+  - tag: baseline
+    engram: ">=1.20.0,<2.0.0"
+    lanes: {rows: [{lane: cloud, project: my-app, delivered: 2}]}
+"""
+
+
+def errors_of(text: str) -> list[str]:
+    with pytest.raises(ScenarioError) as caught:
+        parse_scenario(text, Path("s.scenario.yaml"))
+    return str(caught.value).splitlines()
+
+
+def test_a_valid_scenario_loads_into_typed_steps_with_their_lines() -> None:
+    scenario = parse_scenario(VALID, Path("ok.scenario.yaml"))
+    assert [step.name for step in scenario.steps] == ["enroll", "save", "repeat", "sync"]
+    assert [step.line for step in scenario.steps] == [6, 7, 8, 12]
+    assert scenario.steps[0].body == EnrollStep(project="my-app")
+    save = scenario.steps[1].body
+    assert isinstance(save, SaveStep) and save.in_ == "app" and save.as_ == "first" and save.via == "mcp"
+    assert scenario.steps[2].children[0].line == 11
+    assert scenario.line == 1 and scenario.id == "ok"
+    assert scenario.expectations[0].line == 14
+
+
+def test_unknown_top_level_key_names_the_line_and_the_allowed_keys() -> None:
+    assert errors_of(VALID + "colour: red\n") == [
+        "s.scenario.yaml:17: colour: unknown key 'colour'; allowed: name, description, tags, cloud, workspaces, "
+        "timeout, steps, expect"
+    ]
+
+
+def test_unknown_step_lists_every_step_name() -> None:
+    (line,) = errors_of("name: x\nsteps:\n  - savee: {title: t}\n")
+    assert (
+        line == f"s.scenario.yaml:3: steps.0.savee: unknown step 'savee'; allowed: {', '.join(STEP_MODELS)}"
+    )
+
+
+def test_unknown_key_inside_a_step_lists_that_steps_keys() -> None:
+    (line,) = errors_of("name: x\nsteps:\n  - enroll: {project: p, colour: red}\n")
+    assert line == (
+        "s.scenario.yaml:3: steps.0.enroll.colour: unknown key 'colour'; allowed: expect_error, if_unsupported, project"
+    )
+
+
+def test_nested_errors_point_at_the_nested_line() -> None:
+    text = "name: x\nsteps:\n  - repeat:\n      times: 2\n      steps:\n        - prompt: {session: s, contnt: x}\n"
+    assert errors_of(text) == [
+        "s.scenario.yaml:6: steps.0.repeat.steps.0.prompt.content: missing required key 'content'",
+        "s.scenario.yaml:6: steps.0.repeat.steps.0.prompt.contnt: unknown key 'contnt'; allowed: expect_error, "
+        "if_unsupported, session, content, project, in, via",
+    ]
+
+
+def test_a_wrong_value_says_what_is_allowed() -> None:
+    (line,) = errors_of("name: x\nsteps:\n  - cloud:\n      faults: [{route: bogus}]\n")
+    assert line == (
+        "s.scenario.yaml:4: steps.0.cloud.faults.0.route: Input should be 'mutations_push', 'mutations_pull', "
+        "'chunk_push', 'chunk_pull' or 'any' (got 'bogus')"
+    )
+
+
+def test_expectations_need_a_tag_a_range_for_baseline_and_exactly_one_check() -> None:
+    text = (
+        "name: x\nsteps: []\nexpect:\n"
+        "  - tag: baseline\n    lanes: {rows: []}\n"
+        "  - tag: design\n    lanes: {rows: []}\n    doctor: {}\n"
+        "  - tag: baseline\n    engram: '~1.20'\n    doctor: {}\n"
+    )
+    assert errors_of(text) == [
+        "s.scenario.yaml:4: expect.0: a baseline expectation needs engram: a version range, e.g. '>=1.20.0,<2.0.0'",
+        "s.scenario.yaml:6: expect.1: an expectation needs exactly one check of lanes, sync_state_targets, canary, "
+        "inbox, doctor, stderr, command, received (got ['lanes', 'doctor'])",
+        "s.scenario.yaml:10: expect.2.engram: version range part '~1.20' is not OP VERSION (OP one of >=, <=, ==, "
+        "!=, >, <) (got '~1.20')",
+    ]
+
+
+def test_workspaces_are_checked_and_referenced_by_name() -> None:
+    text = "name: x\nworkspaces:\n  a: {git: r, dir: d}\nsteps: []\n"
+    assert errors_of(text) == [
+        "s.scenario.yaml:3: workspaces.a: a workspace needs exactly one of git, dir, home, named_like_home, root "
+        "(got ['git', 'dir'])"
+    ]
+    text = "name: x\nworkspaces:\n  a: {git: r}\nsteps:\n  - save: {in: b, title: t, content: c}\n"
+    assert errors_of(text) == ["s.scenario.yaml:5: save: unknown workspace 'b'; declared: a"]
+
+
+def test_duplicate_keys_and_broken_yaml_are_reported_with_lines() -> None:
+    assert errors_of("name: x\nname: y\nsteps: []\n") == [
+        "s.scenario.yaml:2: name: duplicate key 'name'; each key may appear once"
+    ]
+    assert errors_of("name: x\nsteps: [\n") == [
+        "s.scenario.yaml:3: not valid YAML: expected the node content, but found '<stream end>'"
+    ]
+    assert errors_of("- a\n") == [
+        "s.scenario.yaml:1: a scenario is a mapping with keys name, description, tags, cloud, workspaces, timeout, "
+        "steps, expect (got list)"
+    ]
+
+
+def test_sync_manual_needs_a_project() -> None:
+    (line,) = errors_of("name: x\nsteps:\n  - sync: manual\n")
+    assert line == (
+        "s.scenario.yaml:3: steps.0.sync: sync via manual needs project (engram sync --cloud requires --project) "
+        "(got 'manual')"
+    )
+
+
+def test_every_shipped_scenario_loads_and_matches_the_exported_json_schema() -> None:
+    schema = json_schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    scenarios = load_all([REPO / "scenarios"])
+    assert len(scenarios) >= 3
+    for scenario in scenarios:
+        jsonschema.validate(yaml.safe_load(scenario.source), schema)
+
+
+def test_the_json_schema_rejects_unknown_keys_too() -> None:
+    document = yaml.safe_load(VALID)
+    document["steps"].append({"enroll": {"project": "p", "colour": "red"}})
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(document, json_schema())
