@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from canary.errors import CanaryError
+from canary.inbox_settings import InboxSettings
 
 CONFIG_DIR_NAME = "engram-canary"
 CONFIG_FILE_NAME = "config.yaml"
@@ -53,6 +54,7 @@ class CanaryConfig(BaseModel):
         default_factory=list, description="extra sync target keys that are not findings"
     )
     thresholds: Thresholds = Field(default_factory=Thresholds)
+    inbox: InboxSettings = Field(default_factory=InboxSettings)
     watch: WatchSettings = Field(default_factory=WatchSettings)
 
     @field_validator("allowed_targets")
