@@ -114,10 +114,11 @@ def distinct_values(connection: sqlite3.Connection, column: str) -> set[str]:
 
 def mutation_targets_since(connection: sqlite3.Connection, after_seq: int) -> tuple[set[str], int]:
     """Target keys of rows appended after `after_seq` (a primary-key range), and the new high mark."""
+    # ORDER BY seq keeps the planner on the rowid range; DISTINCT alone makes it scan a whole index.
     keys = {
         str(row[0])
         for row in connection.execute(
-            "SELECT DISTINCT target_key FROM sync_mutations WHERE seq > ?", (after_seq,)
+            "SELECT target_key FROM sync_mutations WHERE seq > ? ORDER BY seq", (after_seq,)
         )
     }
     return keys, last_seq(connection)
