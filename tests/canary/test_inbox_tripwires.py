@@ -85,6 +85,8 @@ def test_unsorted_growth_over_the_threshold_warns(world: EngramEnvironment) -> N
 def test_check_reports_both_tripwires_in_json_and_exit_code(world: EngramEnvironment) -> None:
     config = world.root / "canary.yaml"
     config.write_text("inbox:\n  age_days: 0.000001\n  unsorted_growth_rows: 8\n")
+    textfiles = world.root / "prom"
+    textfiles.mkdir()
     result = canary(
         world,
         "check",
@@ -95,11 +97,18 @@ def test_check_reports_both_tripwires_in_json_and_exit_code(world: EngramEnviron
         "--no-baseline",
         "--config",
         str(config),
+        "--textfile-dir",
+        str(textfiles),
     )
     report = json.loads(result.stdout)
     assert (result.returncode, report["status"]) == (1, "warning"), result.stderr
     inbox = sorted((f["check"], f["key"], f["severity"]) for f in report["findings"] if f["key"] is not None)
     assert inbox == [("inbox_age", "side-project", "warning"), ("unsorted_growth", "unsorted", "warning")]
+    prom = (textfiles / "engram_canary.prom").read_text()
+    db = str(world.db_path)
+    assert f'engram_canary_findings{{check="inbox_age",db="{db}",severity="warning"}} 1.0' in prom
+    assert f'engram_canary_findings{{check="unsorted_growth",db="{db}",severity="warning"}} 1.0' in prom
+    assert f'engram_canary_status{{db="{db}"}} 1.0' in prom
 
 
 def test_check_rejects_a_bad_threshold_with_file_and_line(world: EngramEnvironment) -> None:
