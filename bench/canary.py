@@ -245,6 +245,7 @@ def main(events: int, poll_events: int, idle_seconds: float, doctor_runs: int, c
             f"engram {DEFAULT_VERSION} is not installed (engram-harness engram install)"
         )
     cached, summary = build_database(cache, engram)
+    load_at_start = os.getloadavg()
     workdir = cache / "run"
     env = {key: value for key, value in os.environ.items() if not key.startswith("ENGRAM_")}
     env["XDG_CONFIG_HOME"] = str(workdir / "xdg")
@@ -267,6 +268,8 @@ def main(events: int, poll_events: int, idle_seconds: float, doctor_runs: int, c
             "python": platform.python_version(),
             "platform": platform.platform(),
             "cpus": os.cpu_count(),
+            "load_average_at_start": [round(value, 2) for value in load_at_start],
+            "load_average_at_end": [round(value, 2) for value in os.getloadavg()],
         },
         "engram": DEFAULT_VERSION,
         "database": {
