@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -200,3 +201,63 @@ def test_prometheus_textfile(engram_world: EngramEnvironment, scratch: Path, tmp
         f'engram_canary_foreign_target_unacked_rows{{check="foreign_sync_target",db="{db}",new="true",'
         f'target_key="cloud:scratch"}} 2.0'
     ) in text
+
+
+def test_mutation_rows_outside_the_space_are_findings(
+    engram_world: EngramEnvironment, scratch: Path, tmp_path: Path
+) -> None:
+    save(engram_world, scratch, "seed")
+    enroll(engram_world, "seed")
+    # Simulates legacy data: engram v1.20 itself journals into 'cloud' only, older or newer builds
+    # (and chunk imports) may leave rows under a per-key target.
+    connection = sqlite3.connect(engram_world.db_path)
+    with connection:
+        connection.execute("INSERT INTO sync_state (target_key) VALUES ('cloud:legacy')")
+        connection.executemany(
+            "INSERT INTO sync_mutations (target_key, entity, entity_key, op, payload, project, acked_at) "
+            "VALUES ('cloud:legacy', 'observation', ?, 'upsert', '{}', 'legacy', ?)",
+            [("obs-1", None), ("obs-2", None), ("obs-3", "2026-09-01 00:00:00")],
+        )
+    connection.close()
+
+    code, document = check_json(engram_world, tmp_path / "xdg")
+
+    assert code == 1
+    by_check = {f["check"]: f for f in document["findings"]}  # type: ignore[union-attr]
+    assert sorted(by_check) == ["foreign_mutation_target", "foreign_sync_target"]
+    mutation = by_check["foreign_mutation_target"]
+    assert mutation["target_key"] == "cloud:legacy"
+    evidence = mutation["evidence"]
+    assert (evidence["rows"], evidence["unacked_rows"], evidence["in_sync_state"]) == (3, 2, True)
+    assert evidence["last_seq"] - evidence["first_seq"] == 2
+    assert by_check["foreign_sync_target"]["evidence"]["unacked_rows"] == 2
+    assert document["summary"]["foreign_targets"] == 1  # type: ignore[index]
+
+
+def test_json_document_keys_are_stable(
+    engram_world: EngramEnvironment, scratch: Path, tmp_path: Path
+) -> None:
+    save(engram_world, scratch, "scratch")
+
+    _, document = check_json(engram_world, tmp_path / "xdg")
+
+    assert sorted(document) == [
+        "allowed_targets",
+        "checked_at",
+        "db",
+        "error",
+        "findings",
+        "schema",
+        "status",
+        "summary",
+    ]
+    assert sorted(document["findings"][0]) == [  # type: ignore[index]
+        "check",
+        "evidence",
+        "key",
+        "message",
+        "new",
+        "severity",
+        "target_key",
+    ]
+    assert str(document["checked_at"]).endswith("Z")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from canary_support import WatchProcess, eventually, free_port, rows_digest, run_canary
+from canary_support import CANARY, WatchProcess, canary_env, eventually, free_port, rows_digest, run_canary
 
 from harness.engram_env import EngramEnvironment
 
@@ -211,3 +211,41 @@ def test_engram_serve_keeps_writing_while_watched(
     assert "SQLITE_BUSY" not in serve_stderr
     for project in ("svc0", "svc1", "svc2", "svc3"):
         assert len(new_alerts(watcher, f"cloud:{project}")) == 1
+
+
+def test_baseline_known_targets_do_not_alert(
+    engram_world: EngramEnvironment, tmp_path: Path, watcher_factory: list[WatchProcess]
+) -> None:
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    save(engram_world, scratch, "known")
+    assert run_canary(["baseline", "--db", str(engram_world.db_path)], tmp_path / "xdg").returncode == 0
+    watcher = WatchProcess(["--db", str(engram_world.db_path)], tmp_path / "xdg")
+    watcher_factory.append(watcher)
+    started = watcher.wait_for(lambda text: text.startswith("engram-canary: watching"), what="start")
+    assert started.endswith("; 0 foreign targets open, 1 known in baseline")
+
+    save(engram_world, scratch, "known")
+    save(engram_world, scratch, "fresh")
+    watcher.wait_for(lambda text: "NEW foreign sync target cloud:fresh " in text, what="the new target")
+
+    assert watcher.stop() == 0
+    assert watcher.matching(lambda text: "cloud:known" in text) == []
+
+
+def test_watch_on_a_missing_database_is_unknown(tmp_path: Path) -> None:
+    missing = tmp_path / "engram.db"
+
+    result = subprocess.run(
+        [str(CANARY), "watch", "--db", str(missing)],
+        env=canary_env(tmp_path / "xdg"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert result.returncode == 3
+    assert result.stderr == (
+        f"engram-canary: error: {missing}: no such file (pass --db or set ENGRAM_DATA_DIR)\n"
+    )
