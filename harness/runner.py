@@ -82,21 +82,39 @@ def _make_workspaces(world: World, specs: dict[str, WorkspaceSpec]) -> None:
 
 
 def copy_database(source: Path, target: Path) -> None:
-    """Copy an engram database through SQLite's backup API, opening the original read-only."""
+    """Copy an engram database for a beta-validation run; the original is never written.
+
+    With no -wal beside it the file is closed and complete: copy its bytes, so not even SQLite's -shm/-wal
+    appear next to the original. A live database (a -wal exists) is read through the backup API on a
+    read-only connection, which sees a consistent snapshot.
+    """
     if not source.is_file():
         raise HarnessError(f"{source}: no such database file")
     target.parent.mkdir(parents=True, exist_ok=True)
-    original = sqlite3.connect(f"file:{source.resolve()}?mode=ro", uri=True, timeout=15)
     try:
-        copy = sqlite3.connect(target)
+        if not source.with_name(source.name + "-wal").exists():
+            shutil.copyfile(source, target)
+        else:
+            original = sqlite3.connect(f"file:{source.resolve()}?mode=ro", uri=True, timeout=15)
+            try:
+                copy = sqlite3.connect(target)
+                try:
+                    original.backup(copy)
+                finally:
+                    copy.close()
+            finally:
+                original.close()
+        check = sqlite3.connect(target)
         try:
-            original.backup(copy)
+            verdict = check.execute("PRAGMA quick_check").fetchone()[0]
         finally:
-            copy.close()
-    except sqlite3.Error as error:
+            check.close()
+    except (OSError, sqlite3.Error) as error:
         raise HarnessError(f"{source}: cannot copy ({error})") from None
-    finally:
-        original.close()
+    if verdict != "ok":
+        raise HarnessError(
+            f"{source}: the copy fails SQLite's quick_check ({verdict}); copy again while engram is idle"
+        )
 
 
 def run_scenario(

@@ -1,0 +1,110 @@
+"""`engram-harness run` and `schema` as a user runs them (marker engram where the real binary plays)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+import pytest
+
+HARNESS = str(Path(sys.executable).parent / "engram-harness")
+SCENARIO = """\
+name: cli
+cloud: {autosync: false}
+workspaces:
+  app: {git: my-app}
+steps:
+  - enroll: my-app
+  - save: {in: app, title: t, content: c}
+  - sync: {via: manual, project: my-app}
+expect:
+  - tag: baseline
+    engram: ">=1.20.0,<2.0.0"
+    lanes: {exact: true, rows: [{lane: cloud, project: my-app, enqueued: 2, delivered: 2}]}
+  - tag: design
+    why: telemetry is not enqueued
+    lanes: {rows: [{lane: cloud, project: my-app, enqueued: 1}]}
+"""
+
+
+def harness(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([HARNESS, *args], cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_schema_prints_a_json_schema(tmp_path: Path) -> None:
+    result = harness("schema", cwd=tmp_path)
+    assert result.returncode == 0
+    schema = json.loads(result.stdout)
+    assert schema["$id"] == "engram-harness/scenario/v1" and schema["additionalProperties"] is False
+
+
+def test_an_invalid_scenario_exits_1_with_file_line_and_no_traceback(tmp_path: Path) -> None:
+    (tmp_path / "bad.scenario.yaml").write_text("name: x\nsteps:\n  - savee: {}\n")
+    result = harness("run", "bad.scenario.yaml", cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.startswith(
+        "Error: bad.scenario.yaml:3: steps.0.savee: unknown step 'savee'; allowed: session,"
+    )
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_no_scenarios_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    result = harness("run", "empty", cwd=tmp_path)
+    assert result.returncode == 2 and "no *.scenario.yaml under empty" in result.stderr
+
+
+@pytest.mark.engram
+def test_expect_selects_which_tagged_expectations_decide_the_exit_code(
+    tmp_path: Path, engram_bin: Path
+) -> None:
+    (tmp_path / "cli.scenario.yaml").write_text(SCENARIO)
+    baseline = harness(
+        "run", "cli.scenario.yaml", "--engram", str(engram_bin), "--expect", "baseline",
+        "--json", "report.json", "--junit", "junit.xml", cwd=tmp_path,
+    )  # fmt: skip
+    assert baseline.returncode == 0, baseline.stdout[-3000:]
+    assert "  cli ✓ 3. sync" in baseline.stdout
+    assert "fail (not selected)" in baseline.stdout
+    report = json.loads((tmp_path / "report.json").read_text())
+    (scenario,) = report["scenarios"]
+    assert report["schema"] == "engram-harness/report/v1" and report["passed"] is True
+    assert (
+        scenario["name"] == "cli"
+        and scenario["status"] == "passed"
+        and scenario["engram_version"] == "1.20.0"
+    )
+    assert scenario["lanes"][0] == {
+        "lane": "cloud", "project": "my-app", "enqueued": 2, "acked": 2, "delivered": 2, "stranded": 0,
+        "lost": 0, "duplicated": 0, "delivered_as_current_state": 0,
+    }  # fmt: skip
+    assert [e["status"] for e in scenario["expectations"]] == ["pass", "fail", "pass"]
+    suite = ElementTree.parse(tmp_path / "junit.xml").getroot()
+    assert suite.get("tests") == "1" and suite.get("failures") == "0"
+
+    everything = harness(
+        "run", "cli.scenario.yaml", "--engram", str(engram_bin), "--junit", "all.xml", cwd=tmp_path
+    )
+    assert everything.returncode == 1
+    assert "cloud/my-app enqueued: expected 1, got 2" in everything.stdout
+    failure = ElementTree.parse(tmp_path / "all.xml").getroot().find("testcase/failure")
+    assert failure is not None and "[design] lanes" in (failure.text or "")
+
+
+@pytest.mark.engram
+def test_a_version_matrix_prints_scenario_by_version(tmp_path: Path, engram_bin: Path) -> None:
+    (tmp_path / "cli.scenario.yaml").write_text(SCENARIO)
+    result = harness(
+        "run",
+        "cli.scenario.yaml",
+        "--engram-version",
+        "v1.20.0,v1.20.0",
+        "--expect",
+        "baseline",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout[-2000:]
+    assert "┃ scenario ┃ 1.20.0 ┃" in result.stdout and "│ cli      │ passed │" in result.stdout
