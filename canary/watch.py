@@ -41,6 +41,7 @@ from canary.checks import (
 )
 from canary.config import CanaryConfig
 from canary.db import Schema, data_version, discover_schema, open_read_only, read_transaction
+from canary.errors import CanaryError
 from canary.findings import Finding, Status
 from canary.targets import allowed_targets
 
@@ -258,6 +259,10 @@ class Watcher:
         except sqlite3.DatabaseError as error:
             self._say(f"engram-canary: UNKNOWN - {self.options.db_path}: read failed ({error})")
             self._notify_status(Status.UNKNOWN, f"read failed: {error}")
+            return
+        except CanaryError as error:
+            self._say(f"engram-canary: UNKNOWN - {error}")
+            self._notify_status(Status.UNKNOWN, str(error))
             return
         self.last_seq = space.last_seq
         self.mutation_targets = set(space.mutation_targets)
