@@ -294,7 +294,7 @@ class CloudHandle:
                 raise HarnessError("engram-fake-cloud is not installed in this environment")
             command = [executable, "serve", "--port", "0", *auth, "--allowed-projects", allowed_text]
             return self._start_process(command, log_path)
-        image = os.environ.get("ENGRAM_KIT_FAKE_CLOUD_IMAGE", "local/engram-fake-cloud:dev")
+        image = os.environ.get("ENGRAM_KIT_FAKE_CLOUD_IMAGE", "engram-sync-kit/fake-cloud:latest")
         command = [
             "docker", "run", "--rm", "-i", "--network", "host", image,
             "engram-fake-cloud", "serve", "--port", "0", "--host", "127.0.0.1", *auth,
