@@ -17,7 +17,6 @@ from pathlib import PurePosixPath
 from canary.targets import normalize_project
 
 UNSORTED = "unsorted"
-MANUAL_SAVE_PREFIX = "manual-save-"
 _SEPARATORS = re.compile(r"[\s_]+")
 _HYPHENS = re.compile(r"-{2,}")
 
@@ -111,17 +110,18 @@ def session_designation(
 ) -> str | None:
     """The project a session was explicitly designated for, if any.
 
-    - `engram save --project P` journals session `manual-save-P`: always a designation.
-    - Otherwise sessions.project is a designation only when cwd detection could not have produced it
-      from the session's own directory (an MCP `--project`/ENGRAM_PROJECT, a config file, an agent
-      naming its project); a name equal to the directory's or an ancestor's basename is detection
-      output, which Stage A re-derives from git instead of trusting the basename fallback.
+    engram v1.20 records no project source, so a designation is recognised by what it is not:
+    sessions.project is a designation when cwd detection could not have produced it from the
+    session's own directory, i.e. it is neither that directory's basename (the fallback) nor an
+    ancestor's (a git root). ENGRAM_PROJECT / `engram mcp --project`, `engram save --project` and
+    POST /sessions all designate that way. The session id says nothing: MCP's auto-detected saves
+    also use `manual-save-<project>`. A session without a directory keeps its project.
+    `session_id` is accepted for the record and for callers; it does not change the answer.
     """
+    del session_id
     project = normalize_project(session_project or "")
     if not project:
         return None
-    if session_id and session_id.startswith(MANUAL_SAVE_PREFIX):
-        return project
     if not directory or not directory.strip():
         return project
     if project in cwd_derived_names(directory):

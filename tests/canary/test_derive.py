@@ -66,14 +66,27 @@ CASES = [
         None,
         CandidateSource.DESIGNATION,
     ),
-    # `engram save --project P` journals session manual-save-P: a designation even when P is the basename.
+    # A session named after its own non-repo directory is the basename fallback, whatever its id:
+    # engram's MCP auto-detection also uses manual-save-<project>.
     Case(
-        "manual-save",
+        "manual-save-basename",
         "manual-save-agent-ws",
         "agent-ws",
         "/home/ana/agent-ws",
         None,
-        "agent-ws",
+        UNSORTED,
+        Resolution.INBOX,
+        None,
+        CandidateSource.NONE,
+    ),
+    # `engram save --project P` from a directory with another name designates P.
+    Case(
+        "manual-save-designation",
+        "manual-save-side-project",
+        "side-project",
+        "/home/ana/agent-ws",
+        None,
+        "side-project",
         Resolution.INBOX,
         None,
         CandidateSource.DESIGNATION,
@@ -255,7 +268,7 @@ def test_slug_is_idempotent(name: str) -> None:
 def test_a_non_repo_dir_never_yields_its_basename(parts: list[str], session_id: str) -> None:
     directory = "/" + "/".join(parts)
     basename = parts[-1]
-    designation = session_designation(session_id.replace("manual-save-", "x"), basename, directory)
+    designation = session_designation(session_id, basename, directory)
     result = derive(
         RowContext(designation=designation, cwd=directory, repo_name=None), AliasMap(), frozenset()
     )

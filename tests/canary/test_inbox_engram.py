@@ -329,3 +329,35 @@ def test_cleanup_phantoms_deletes_only_empty_foreign_states(inbox_world: InboxWo
     targets = {row[0] for row in query(db, "SELECT target_key FROM sync_state")}
     assert targets == {"cloud", "cloud:lm_studio_model", "cloud:side-project"}
     assert table_digest(db, "sync_mutations") == mutations
+
+
+def test_mcp_saves_get_the_designs_keys(engram_world: EngramEnvironment) -> None:
+    """engram mcp's own project detection: basename fallback -> unsorted, ENGRAM_PROJECT -> designation,
+    git root -> slugged repo name (engram itself recorded 'ana', 'agent-ws', 'lm_studio_model')."""
+    from harness.world import McpSession
+
+    world = engram_world
+    home = world.home / "ana"
+    workspace = home / "agent-ws"
+    workspace.mkdir(parents=True)
+    repo = git_repo(home / "code" / "LM_Studio_Model")
+    for cwd, extra_env in (
+        (home, {}),
+        (workspace, {}),
+        (workspace, {"ENGRAM_PROJECT": "future-project"}),
+        (repo, {}),
+    ):
+        session = McpSession(world, cwd, extra_env, world.root / "mcp.log")
+        try:
+            session.call_tool("mem_save", {"title": f"from {cwd.name}", "content": "c", "type": "manual"})
+        finally:
+            session.close()
+    recorded = {row[0] for row in query(world.db_path, "SELECT project FROM sessions")}
+    assert recorded == {"ana", "agent-ws", "future-project", "lm_studio_model"}
+    entries = by_key(inbox_json(world))
+    assert {key: entry["total"] for key, entry in entries.items()} == {
+        "future-project": 2,
+        "lm-studio-model": 2,
+        "unsorted": 4,
+    }
+    assert entries["unsorted"]["cwds"] == {str(home): 2, str(workspace): 2}
