@@ -1,0 +1,132 @@
+"""The container itself: configuration through the environment, HTTPS with its CA, compose, refusal to
+start without auth. The contract runs against the container through the ``cloud`` fixture's docker mode.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from docker_cloud import (
+    REPO,
+    _build_lock,
+    build_wheelhouse,
+    health_status,
+    start_docker_fake_cloud,
+)
+
+from fake_cloud.server import FakeCloudConfig
+
+pytestmark = pytest.mark.docker
+
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def push(base_url: str, ca_file: Path | None, token: str, project: str) -> httpx.Response:
+    session = {"id": "s1", "project": project, "directory": "/w", "started_at": "2026-01-01 00:00:00"}
+    body = {
+        "entries": [
+            {"project": project, "entity": "session", "entity_key": "s1", "op": "upsert", "payload": session}
+        ]
+    }
+    verify: Any = str(ca_file) if ca_file else True
+    return httpx.post(
+        f"{base_url}/sync/mutations/push",
+        json=body,
+        headers={"Authorization": f"Bearer {token}"},
+        verify=verify,
+        trust_env=False,
+        timeout=30,
+    )
+
+
+def test_container_serves_https_with_a_ca_it_hands_out(fake_cloud_image: str) -> None:
+    with start_docker_fake_cloud(FakeCloudConfig(token="t", tls=True), fake_cloud_image) as cloud:
+        assert cloud.base_url.startswith("https://127.0.0.1:")
+        assert cloud.ca_file is not None
+        assert "BEGIN CERTIFICATE" in cloud.ca_file.read_text()
+        assert health_status(cloud.base_url, cloud.ca_file) == 200
+        with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+            health_status(cloud.base_url)  # the system trust store does not know the throwaway CA
+        assert push(cloud.base_url, cloud.ca_file, "t", "alpha").json()["accepted_seqs"] == [1]
+
+
+def test_container_takes_token_and_allowlist_from_the_environment(fake_cloud_image: str) -> None:
+    config = FakeCloudConfig(token="env-token", allowed_projects=("alpha", "beta"))
+    with start_docker_fake_cloud(config, fake_cloud_image) as cloud:
+        wrong = push(cloud.base_url, None, "other", "alpha")
+        assert (wrong.status_code, wrong.text.strip()) == (401, "unauthorized: unknown token")
+        forbidden = push(cloud.base_url, None, "env-token", "gamma")
+        assert forbidden.status_code == 403
+        assert forbidden.json()["error_code"] == "policy_forbidden"
+        accepted = push(cloud.base_url, None, "env-token", "beta")
+        assert accepted.status_code == 200
+        assert [m.project for m in cloud.client.received()] == ["beta"]
+
+
+def test_container_refuses_to_start_without_auth(fake_cloud_image: str, docker_client: Any) -> None:
+    import docker.errors
+
+    with pytest.raises(docker.errors.ContainerError) as refused:
+        docker_client.containers.run(fake_cloud_image, remove=True, stderr=True)
+    assert refused.value.exit_status == 2
+    assert b"engram-fake-cloud: cloud auth token is required" in refused.value.stderr
+
+
+@pytest.fixture
+def compose_project(base_image: str) -> Iterator[tuple[list[str], dict[str, str]]]:
+    if shutil.which("docker-compose") is None:
+        reason = "docker-compose is not installed (apt-get install docker-compose)"
+        if IN_CI:
+            pytest.fail(f"CI=true and {reason}", pytrace=False)
+        pytest.skip(reason)
+    command = ["docker-compose", "-p", f"ekfake{uuid.uuid4().hex[:10]}", "-f", str(REPO / "compose.yaml")]
+    env = {
+        **os.environ,
+        "BASE_IMAGE": base_image,
+        "ENGRAM_CLOUD_TOKEN": "compose-token",
+        "ENGRAM_FAKE_CLOUD_HOST_PORT": "",  # a free loopback port
+    }
+    try:
+        yield command, env
+    finally:
+        subprocess.run([*command, "down", "-t", "5"], env=env, capture_output=True, check=False, timeout=120)
+
+
+def test_compose_up_serves_health_on_loopback(compose_project: tuple[list[str], dict[str, str]]) -> None:
+    command, env = compose_project
+    with _build_lock():
+        build_wheelhouse()
+        up = subprocess.run(
+            [*command, "up", "-d", "--build"], env=env, capture_output=True, text=True, timeout=600
+        )
+    assert up.returncode == 0, up.stderr[-2000:]
+    port = subprocess.run(
+        [*command, "port", "fake-cloud", "8080"], env=env, capture_output=True, text=True, timeout=60
+    )
+    address = port.stdout.strip()
+    assert address.startswith("127.0.0.1:"), (address, port.stderr)
+    base_url = f"http://{address}"
+    deadline, status = time.monotonic() + 30, 0
+    while time.monotonic() < deadline and status != 200:
+        try:
+            status = health_status(base_url)
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    assert status == 200
+    pull = httpx.get(
+        f"{base_url}/sync/mutations/pull",
+        headers={"Authorization": "Bearer compose-token"},
+        trust_env=False,
+        timeout=10,
+    )
+    assert pull.status_code == 200
+    assert pull.json()["mutations"] == []
