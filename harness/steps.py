@@ -34,6 +34,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import BaseModel
 
 from harness import schema as s
@@ -410,7 +411,7 @@ def _json_command(world: World, command: list[str], what: str) -> tuple[int, Any
 
 def _side_file(world: World, name: str, content: dict[str, Any]) -> Path:
     path = world.env.root / name
-    path.write_text(json.dumps(content), encoding="utf-8")
+    path.write_text(yaml.safe_dump(content, sort_keys=False), encoding="utf-8")
     return path
 
 
@@ -419,7 +420,7 @@ def do_canary(world: World, step: s.CanaryStep) -> None:
     if step.no_baseline:
         command.append("--no-baseline")
     if step.config is not None:
-        command += ["--config", str(_side_file(world, f"canary-{step.as_}.json", step.config))]
+        command += ["--config", str(_side_file(world, f"canary-{step.as_}.yaml", step.config))]
     code, report = _json_command(world, command, "engram-canary check")
     world.results[step.as_] = {"exit": code, "report": report}
 
@@ -427,7 +428,7 @@ def do_canary(world: World, step: s.CanaryStep) -> None:
 def do_inbox(world: World, step: s.InboxStep) -> None:
     command = [_kit_command("engram-canary"), "inbox", "list", "--db", str(world.db_path), "--format", "json"]
     if step.aliases is not None:
-        command += ["--aliases", str(_side_file(world, f"aliases-{step.as_}.json", step.aliases))]
+        command += ["--aliases", str(_side_file(world, f"aliases-{step.as_}.yaml", step.aliases))]
     code, listing = _json_command(world, command, "engram-canary inbox list")
     world.results[step.as_] = {"exit": code, "keys": listing}
 
