@@ -112,7 +112,9 @@ def _build_from_module_source(
         check=False,
     )
     if downloaded.returncode != 0:
-        detail = _last_line(downloaded.stdout + downloaded.stderr) or _last_line(first_error)
+        detail = (
+            _download_error(downloaded.stdout) or _last_line(downloaded.stderr) or _last_line(first_error)
+        )
         raise EngramInstallError(f"cannot fetch engram {release.version}: {detail}")
     source_dir = json.loads(downloaded.stdout)["Dir"]
     built = subprocess.run(
@@ -125,6 +127,15 @@ def _build_from_module_source(
     )
     if built.returncode != 0:
         raise EngramInstallError(f"cannot build engram {release.version}: {_last_line(built.stderr)}")
+
+
+def _download_error(stdout: str) -> str:
+    # `go mod download -json` reports a failure in the JSON's Error field, not on stderr.
+    try:
+        error = json.loads(stdout).get("Error", "")
+    except (ValueError, AttributeError):
+        return ""
+    return " ".join(line.strip() for line in str(error).splitlines() if line.strip())
 
 
 def _last_line(text: str) -> str:
