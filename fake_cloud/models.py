@@ -117,7 +117,7 @@ def _int_in(value: Any, low: int, high: int, where: str) -> int:
     return int(value)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class JournalEntry:
     id: int
     time: float
@@ -136,7 +136,7 @@ class JournalEntry:
         return asdict(self)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ReceivedMutation:
     """A mutation the fake accepted and stored; ``seq`` is its place in the order of receipt."""
 
@@ -153,7 +153,7 @@ class ReceivedMutation:
         return asdict(self)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class JournalItem:
     """What a request carried, before the fake knows the status it answers with."""
 
@@ -171,7 +171,7 @@ class Reply:
     short_accepted_applied: bool = False
 
 
-@dataclass
+@dataclass(slots=True)
 class StoredMutation:
     seq: int
     project: str
@@ -193,7 +193,7 @@ class StoredMutation:
         }
 
 
-@dataclass
+@dataclass(slots=True)
 class StoredChunk:
     chunk_id: str
     created_by: str
