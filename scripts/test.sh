@@ -11,6 +11,14 @@ BIN=.venv/bin
 
 ENGRAM_BIN_V1=$("$BIN/engram-harness" engram install v1.20.0)
 export ENGRAM_BIN_V1
+# The newest v3 release, for the HTTPS tests; the module proxy may refuse it (then those tests skip,
+# and fail under CI=true).
+ENGRAM_V3_VERSION=${ENGRAM_V3_VERSION:-v3.2.1}
+if ENGRAM_BIN_V3=$("$BIN/engram-harness" engram install "$ENGRAM_V3_VERSION"); then
+  export ENGRAM_BIN_V3
+else
+  echo "test.sh: engram $ENGRAM_V3_VERSION could not be installed; the v3 tests will skip" >&2
+fi
 
 started_docker=0
 if ! timeout 10 docker info >/dev/null 2>&1; then
@@ -20,9 +28,27 @@ if ! timeout 10 docker info >/dev/null 2>&1; then
     echo "test.sh: no Docker engine answers and starting one needs root; the docker tier will skip" >&2
   fi
 fi
-stop_services() { if [ "$started_docker" = 1 ]; then bash scripts/docker-engine.sh down; fi; }
+postgres_dir=""
+stop_services() {
+  if [ -n "$postgres_dir" ]; then bash scripts/postgres.sh down "$postgres_dir"; fi
+  if [ "$started_docker" = 1 ]; then bash scripts/docker-engine.sh down; fi
+}
 trap stop_services EXIT
 if timeout 10 docker info >/dev/null 2>&1; then bash scripts/docker-engine.sh base; fi
+if timeout 10 docker info >/dev/null 2>&1 && ! command -v docker-compose >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null \
+    || echo "test.sh: could not install docker-compose; the compose test will skip" >&2
+fi
+
+# A throwaway Postgres for the differential tests against the real `engram cloud serve`.
+if [ -z "${ENGRAM_KIT_POSTGRES_URL:-}" ]; then
+  if read -r postgres_dir ENGRAM_KIT_POSTGRES_URL < <(bash scripts/postgres.sh up); then
+    export ENGRAM_KIT_POSTGRES_URL
+  else
+    postgres_dir=""
+    echo "test.sh: no PostgreSQL could be started; the differential tests will skip" >&2
+  fi
+fi
 
 export TESTCONTAINERS_RYUK_DISABLED=true
 export TESTCONTAINERS_CONNECTION_MODE=docker_host
