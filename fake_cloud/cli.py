@@ -25,7 +25,13 @@ def cli() -> None:
 
 
 @cli.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option(
+    "--host",
+    envvar="ENGRAM_CLOUD_HOST",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to bind [env ENGRAM_CLOUD_HOST].",
+)
 @click.option(
     "--port", type=click.IntRange(0, 65535), default=0, show_default=True, help="0 picks a free port."
 )
