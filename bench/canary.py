@@ -98,9 +98,11 @@ class Watch:
                 return stamp, text
 
     def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        ticks = os.sysconf("SC_CLK_TCK")
-        return (int(fields[11]) + int(fields[12])) / ticks
+        """CPU time of every thread of the watcher, in nanosecond resolution (schedstat)."""
+        total_ns = 0
+        for task in Path(f"/proc/{self.process.pid}/task").iterdir():
+            total_ns += int((task / "schedstat").read_text().split()[0])
+        return total_ns / 1e9
 
     def stop(self) -> int:
         self.process.terminate()
@@ -224,8 +226,8 @@ def measure_idle(db: Path, env: dict[str, str], seconds: float) -> dict[str, Any
     watch.stop()
     return {
         "seconds": seconds,
-        "cpu_seconds": round(cpu_after - cpu_before, 4),
-        "cpu_percent": round((cpu_after - cpu_before) / seconds * 100, 4),
+        "cpu_seconds": round(cpu_after - cpu_before, 6),
+        "cpu_percent": round((cpu_after - cpu_before) / seconds * 100, 5),
         "wal_bytes_before_watch": wal_before,
         "wal_bytes_after_start": wal_started,
         "wal_bytes_after_idle": wal_after,
