@@ -248,3 +248,19 @@ def test_sync_cloud_failures_land_in_sync_state_with_their_reason(
     assert state["reason_code"] == reason_code
     assert error_text in state["last_error"]
     assert state["lifecycle"] == "degraded"
+
+
+def test_sync_cloud_over_https_trusts_the_handed_out_ca(chunk_world: EngramEnvironment) -> None:
+    with start_fake_cloud(FakeCloudConfig(token=TOKEN, tls=True)) as fake:
+        assert fake.ca_file is not None
+        env = {"ENGRAM_CLOUD_TOKEN": TOKEN, "ENGRAM_CLOUD_SERVER": fake.base_url}
+        untrusted = chunk_world.run(["sync", "--cloud", "--project", "p"], env=env)
+        assert untrusted.returncode == 1
+        assert "certificate" in untrusted.stderr
+        trusted = chunk_world.run(
+            ["sync", "--cloud", "--project", "p"], env={**env, "SSL_CERT_FILE": str(fake.ca_file)}
+        )
+        assert trusted.returncode == 0, meaningful_stderr(trusted.stderr)
+        [entry] = fake.client.wait(1, timeout=5, path="/sync/pull", status=200, since_id=0)
+        assert entry.project == "p"
+        assert len(fake.client.wait(2, timeout=5, path="/sync/push", status=200)) == 2
