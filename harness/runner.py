@@ -167,7 +167,11 @@ def run_scenario(
             world.ensure_daemon(autosync=True)
         result.timings["daemon_start"] = time.monotonic() - mark
         mark = time.monotonic()
-        runner = StepRunner(world, (lambda record: progress(scenario, record)) if progress else None)
+        runner = StepRunner(
+            world,
+            (lambda record: progress(scenario, record)) if progress else None,
+            deadline=started + scenario.header.timeout,
+        )
         runner.run(scenario.steps)
         result.steps = runner.records
         result.timings["steps"] = time.monotonic() - mark

@@ -559,10 +559,17 @@ def _substitute(value: Any, index: int) -> Any:
 class StepRunner:
     """Plays steps in order, recording each; stops at the first failure."""
 
-    def __init__(self, world: World, progress: Callable[[StepRecord], None] | None = None) -> None:
+    def __init__(
+        self,
+        world: World,
+        progress: Callable[[StepRecord], None] | None = None,
+        *,
+        deadline: float | None = None,
+    ) -> None:
         self.world = world
         self.records: list[StepRecord] = []
         self.progress = progress
+        self.deadline = deadline
 
     def run(self, steps: tuple[Step, ...], prefix: str = "") -> bool:
         for number, step in enumerate(steps, start=1):
@@ -582,7 +589,7 @@ class StepRunner:
                         )
                         for child in step.children
                     )
-                    quiet = StepRunner(self.world)
+                    quiet = StepRunner(self.world, deadline=self.deadline)
                     if not quiet.run(expanded, prefix=f"{index}.{repetition}."):
                         self.records.extend(quiet.records[-1:])
                         return False
@@ -596,6 +603,10 @@ class StepRunner:
 
     def _one(self, step: Step, index: str) -> bool:
         body: BaseModel = step.body
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            error = "the scenario's timeout ran out before this step (raise `timeout:` in the scenario)"
+            self._record(StepRecord(index, step.name, step.line, step.describe(), "failed", 0.0, error))
+            return False
         expect_error = getattr(body, "expect_error", None)
         started = time.monotonic()
         status, error = "ok", ""

@@ -141,3 +141,16 @@ def test_a_run_against_a_database_copy_leaves_the_original_untouched(
     assert result.lanes.row("cloud", "legacy-key") is not None
     assert hashlib.sha256(source.db_path.read_bytes()).hexdigest() == before
     assert sorted(p.name for p in source.data_dir.iterdir()) == siblings
+
+
+def test_a_scenario_that_outlives_its_timeout_stops_at_the_next_step(
+    tmp_path: Path, engram_bin: Path
+) -> None:
+    result = play(
+        tmp_path, engram_bin, "name: slow\ntimeout: 0.001\ncloud: {autosync: false}\nsteps:\n  - enroll: a\n"
+    )
+    assert result.status == "failed"
+    assert (
+        result.steps[0].error
+        == "the scenario's timeout ran out before this step (raise `timeout:` in the scenario)"
+    )
