@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 from differential_cases import ALLOWED, MAX_PUSH_BYTES, PAUSED, TOKEN, Case, Outcome, build_cases, run_cases
-from real_cloud import RealCloudError, real_cloud_server, throwaway_postgres
 
+from fake_cloud.real_server import RealCloudError, real_cloud_server, throwaway_postgres
 from fake_cloud.server import FakeCloudConfig, start_fake_cloud
 from harness.engram_env import EngramEnvironment, meaningful_stderr
 

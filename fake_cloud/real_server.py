@@ -1,4 +1,4 @@
-"""The REAL `engram cloud serve` (Postgres-backed), for the differential tests and the benchmark.
+"""The REAL `engram cloud serve` (Postgres-backed), to hold the fake against: differential tests, benchmark.
 
 Postgres comes from ENGRAM_KIT_POSTGRES_URL (scripts/test.sh starts a throwaway cluster with
 scripts/postgres.sh and exports it); without it, ``throwaway_postgres`` starts one itself. Each server
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -23,14 +24,17 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-REPO = Path(__file__).resolve().parents[2]
+from fake_cloud.errors import FakeCloudError
+
+REPO = Path(__file__).resolve().parents[1]
 POSTGRES_URL_VARIABLE = "ENGRAM_KIT_POSTGRES_URL"
 # The real server refuses the development default and any secret under 32 bytes.
 JWT_SECRET = "engram-sync-kit-differential-jwt-secret-0123456789"
 START_TIMEOUT_SECONDS = 30.0
+_PROJECT_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
 
-class RealCloudError(RuntimeError):
+class RealCloudError(FakeCloudError):
     """The real cloud server or its Postgres could not be started."""
 
 
@@ -41,6 +45,8 @@ def throwaway_postgres() -> Iterator[str]:
     if existing:
         yield existing
         return
+    if not (REPO / "scripts" / "postgres.sh").is_file():
+        raise RealCloudError(f"set {POSTGRES_URL_VARIABLE}: scripts/postgres.sh exists only in a checkout")
     started = subprocess.run(
         ["bash", str(REPO / "scripts" / "postgres.sh"), "up"], capture_output=True, text=True, check=False
     )
@@ -91,6 +97,8 @@ class RealCloud:
 
     def pause(self, project: str, paused: bool = True) -> None:
         """What the dashboard's pause switch does: a row in cloud_project_controls."""
+        if not _PROJECT_NAME.fullmatch(project):
+            raise RealCloudError(f"project {project!r} is not a plain name; allowed: letters, digits, . _ -")
         enabled = "false" if paused else "true"
         psql(
             self.database_url,
@@ -136,7 +144,7 @@ def real_cloud_server(
             port = free_port()
             with log_path.open("w") as log:
                 process = subprocess.Popen(
-                    [str(engram_bin), "cloud", "serve"],
+                    [str(engram_bin.resolve()), "cloud", "serve"],
                     env={**env, "ENGRAM_PORT": str(port)},
                     cwd=workdir,
                     stdout=log,
