@@ -1,0 +1,103 @@
+"""Push throughput of the fake cloud side by side with the REAL `engram cloud serve` (Postgres), same run.
+
+Run ``python -m bench.fake_cloud_vs_real``; it writes bench/results/fake_cloud_vs_real.json and prints a
+table. Both servers get the same load (bench.fake_cloud.measure_push_throughput: 100-entry batches on
+one keep-alive connection) in alternating rounds, so drift of the machine hits both alike. The fake
+runs as a subprocess, like a user runs it; the real server uses a throwaway Postgres from
+scripts/postgres.sh (or ENGRAM_KIT_POSTGRES_URL) with a fresh database.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.fake_cloud import TOKEN, measure_push_throughput
+from fake_cloud.process import FakeCloudProcess
+from fake_cloud.real_server import real_cloud_server, throwaway_postgres
+from harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
+
+RESULTS = Path(__file__).parent / "results" / "fake_cloud_vs_real.json"
+ROUNDS = 3
+SECONDS_PER_ROUND = 5.0
+PROJECT = "bench"
+
+
+def _postgres_version(url: str) -> str:
+    done = subprocess.run(
+        ["psql", "-X", "-t", "-A", url, "-c", "SHOW server_version"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.stdout.strip() or "unknown"
+
+
+def run(rounds: int = ROUNDS, seconds: float = SECONDS_PER_ROUND) -> dict[str, Any]:
+    engram_bin = find_engram(DEFAULT_VERSION) or install_engram(DEFAULT_VERSION)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_CLOUD_")}
+    fake_rates: list[float] = []
+    real_rates: list[float] = []
+    with (
+        throwaway_postgres() as postgres_url,
+        real_cloud_server(engram_bin, postgres_url, token=TOKEN, allowed_projects=[PROJECT]) as real,
+        FakeCloudProcess(["--port", "0", "--token", TOKEN], env=env) as fake,
+    ):
+        for _ in range(rounds):
+            fake_rates.append(measure_push_throughput(fake.base_url, TOKEN, seconds, project=PROJECT))
+            real_rates.append(measure_push_throughput(real.base_url, TOKEN, seconds, project=PROJECT))
+        postgres = _postgres_version(postgres_url)
+    fake_median, real_median = statistics.median(fake_rates), statistics.median(real_rates)
+    return {
+        "push_throughput_entries_per_s": {
+            "fake": {"median": round(fake_median, 1), "rounds": [round(r, 1) for r in fake_rates]},
+            "real": {"median": round(real_median, 1), "rounds": [round(r, 1) for r in real_rates]},
+            "ratio_fake_over_real": round(fake_median / real_median, 2),
+        },
+        "method": (
+            f"{rounds} alternating rounds of {seconds:g} s each; POST /sync/mutations/push with 100-entry "
+            "observation batches on one keep-alive connection; the median round per server"
+        ),
+        "environment": {
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+            "cpus": os.cpu_count(),
+            "engram": DEFAULT_VERSION,
+            "postgres": postgres,
+            "fake_server": "engram-fake-cloud serve (subprocess)",
+            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        },
+    }
+
+
+def print_table(results: dict[str, Any]) -> None:
+    push = results["push_throughput_entries_per_s"]
+    rows = [
+        ("fake cloud push (median)", f"{push['fake']['median']} entries/s"),
+        (f"engram cloud serve {results['environment']['engram']}", f"{push['real']['median']} entries/s"),
+        ("ratio fake / real", f"{push['ratio_fake_over_real']}x"),
+    ]
+    width = max(len(name) for name, _ in rows)
+    for name, value in rows:
+        print(f"{name:<{width}}  {value:>20}")
+
+
+def main() -> None:
+    results = run()
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    print_table(results)
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1:
+        raise SystemExit(f"usage: {sys.executable} -m bench.fake_cloud_vs_real (no arguments)")
+    main()
