@@ -71,6 +71,8 @@ def run(rounds: int = ROUNDS, seconds: float = SECONDS_PER_ROUND) -> dict[str, A
             "cpus": os.cpu_count(),
             "engram": DEFAULT_VERSION,
             "postgres": postgres,
+            "postgres_settings": "throwaway cluster, fsync=off (flatters the real server)",
+            "load_average_1m": round(os.getloadavg()[0], 2),
             "fake_server": "engram-fake-cloud serve (subprocess)",
             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         },
