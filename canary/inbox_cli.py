@@ -27,6 +27,8 @@ from canary.triage import (
 
 DB_HELP = "engram database (default: $ENGRAM_DATA_DIR/engram.db, else ~/.engram/engram.db)"
 ALIASES_HELP = "alias map YAML (default: $XDG_CONFIG_HOME/engram-canary/aliases.yaml)"
+# Measured (bench/results/inbox.json): about 2,000 rows fit in engram v1.20's ~85 ms busy-retry budget.
+LARGE_SELECTION_ROWS = 2000
 
 
 def _db_option(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -102,6 +104,12 @@ def _run(
         section, alias, project = plan.alias
         _, path = load_aliases(aliases_path)
         check_alias_free(aliases, path, section, alias, project)
+    if len(plan.acks) > LARGE_SELECTION_ROWS:
+        click.echo(
+            f"note: {len(plan.acks)} rows: the write lock may outlast engram's ~85 ms busy retry, so an engram "
+            "write at that moment could fail; stop engram serve/mcp first or narrow the selection with --cwd",
+            err=True,
+        )
     if not do_apply:
         click.echo(f"dry run: {headline(plan)}; nothing was written")
         for line in plan.describe():

@@ -328,7 +328,9 @@ def _pause_midway() -> None:
     if not marker:
         return
     path = Path(marker)
-    path.write_text(str(os.getpid()), encoding="utf-8")
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(str(os.getpid()), encoding="utf-8")
+    os.replace(partial, path)
     deadline = time.monotonic() + PAUSE_HOOK_LIMIT_SECONDS
     while path.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -396,17 +398,35 @@ class _SyncState:
         each is ever visible, so it is made once per target.
         """
         self.ensure(LEGACY_TARGET)
-        seqs: list[int] = []
-        last_by_target: dict[str, int] = {}
-        for copy in copies:
-            row = copy.source
-            cursor = self.connection.execute(
-                "INSERT INTO sync_mutations (target_key, entity, entity_key, op, payload, source, project) "
-                "VALUES (?, ?, ?, ?, ?, 'local', ?)",
-                (LEGACY_TARGET, row.entity, row.entity_key, row.op, copy.payload, copy.project),
+        if not copies:
+            return ()
+        before = _count(self.connection, "SELECT ifnull(MAX(seq), 0) FROM sync_mutations")
+        self.connection.executemany(
+            "INSERT INTO sync_mutations (target_key, entity, entity_key, op, payload, source, project) "
+            "VALUES (?, ?, ?, ?, ?, 'local', ?)",
+            [
+                (
+                    LEGACY_TARGET,
+                    copy.source.entity,
+                    copy.source.entity_key,
+                    copy.source.op,
+                    copy.payload,
+                    copy.project,
+                )
+                for copy in copies
+            ],
+        )
+        # We hold the write lock, so the rows after `before` are exactly ours, in insertion order.
+        seqs = [
+            int(row[0])
+            for row in self.connection.execute(
+                "SELECT seq FROM sync_mutations WHERE seq > ? ORDER BY seq", (before,)
             )
-            seq = int(cursor.lastrowid or 0)
-            seqs.append(seq)
+        ]
+        if len(seqs) != len(copies):
+            raise TriageError(f"expected {len(copies)} new rows, found {len(seqs)}; nothing was changed")
+        last_by_target: dict[str, int] = {}
+        for copy, seq in zip(copies, seqs, strict=True):
             last_by_target[LEGACY_TARGET] = seq
             last_by_target[project_target(copy.project)] = seq
         for target_key, seq in last_by_target.items():

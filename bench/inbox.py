@@ -1,0 +1,226 @@
+"""Benchmark of the inbox stopgap: `python -m bench.inbox`.
+
+1. Design-shaped databases: the real engram v1.20 binary creates the file, then harness.deployment fills
+   it with the design's measured history (892 stuck rows, 35 phantom targets). That fill is a
+   SIMULATION OF LEGACY DATA, written straight into engram's tables. Two sizes: the design's own
+   (~7.6k rows) and the 1M-row file of bench.canary (cached, copied fresh for every run).
+   Measured: `inbox list` (library and CLI wall time), `drop --noise --apply` and `cleanup-phantoms
+   --apply` (how long the write lock is held: engram v1.20 retries a busy write for only ~85 ms).
+2. Rows written by the real engram (`engram serve`, POST /observations): `inbox claim --apply` of N rows,
+   write-lock time, for N in 100, 1000, 5000.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+import httpx
+
+from bench.canary import build_database
+from canary.db import discover_schema, open_read_only
+from canary.derive import AliasMap
+from canary.inbox import read_inbox, summarize
+from canary.triage import CleanupPlanner, InboxPlanner, Selection, apply, plan_claim, plan_drop
+from harness.deployment import DeploymentSpec, generate
+from harness.engram_env import EngramEnvironment
+from harness.engram_install import DEFAULT_VERSION, find_engram
+from harness.world import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "inbox.json"
+CANARY = Path(sys.executable).parent / "engram-canary"
+ENGRAM_RETRY_BUDGET_MS = 10 + 25 + 50
+
+
+def timed(action: Callable[[], Any]) -> float:
+    began = time.perf_counter()
+    action()
+    return (time.perf_counter() - began) * 1000
+
+
+def list_timings(db: Path, runs: int) -> dict[str, Any]:
+    def library() -> None:
+        connection = open_read_only(db)
+        try:
+            summarize(read_inbox(connection, discover_schema(connection, db), AliasMap()))
+        finally:
+            connection.close()
+
+    def cli() -> None:
+        subprocess.run(
+            [str(CANARY), "inbox", "list", "--db", str(db), "--format", "json"],
+            check=True,
+            capture_output=True,
+        )
+
+    library_ms = [timed(library) for _ in range(runs)]
+    cli_ms = [timed(cli) for _ in range(runs)]
+    return {
+        "library_median_ms": round(statistics.median(library_ms), 1),
+        "cli_median_ms": round(statistics.median(cli_ms), 1),
+        "runs": runs,
+    }
+
+
+def triage_timings(db: Path) -> dict[str, Any]:
+    connection = open_read_only(db)
+    try:
+        snapshot = read_inbox(connection, discover_schema(connection, db), AliasMap())
+    finally:
+        connection.close()
+    backups = db.parent / "backups"
+    noise = Selection("unsorted", telemetry_only=True)
+    began = time.perf_counter()
+    dropped = apply(db, InboxPlanner(AliasMap(), lambda s: plan_drop(s, noise)), backup_dir=backups)
+    drop_wall = (time.perf_counter() - began) * 1000
+    began = time.perf_counter()
+    cleaned = apply(db, CleanupPlanner(), backup_dir=backups)
+    cleanup_wall = (time.perf_counter() - began) * 1000
+    return {
+        "inbox_rows": len(snapshot.rows),
+        "drop_noise": {
+            "rows": len(dropped.plan.acks),
+            "lock_held_ms": round(dropped.lock_held_ms, 1),
+            "wall_ms_with_backup": round(drop_wall, 1),
+        },
+        "cleanup_phantoms": {
+            "deleted": len(cleaned.plan.phantoms),
+            "kept": len(cleaned.plan.kept),
+            "lock_held_ms": round(cleaned.lock_held_ms, 1),
+            "wall_ms_with_backup": round(cleanup_wall, 1),
+        },
+    }
+
+
+def design_database(engram: Path, workdir: Path) -> Path:
+    db = workdir / "design" / "engram.db"
+    db.parent.mkdir(parents=True)
+    generate(DeploymentSpec(), 3, db, engram)
+    return db
+
+
+def big_database(engram: Path, cache: Path, workdir: Path) -> Path:
+    cached, _ = build_database(cache, engram)
+    db = workdir / "big" / "engram.db"
+    db.parent.mkdir(parents=True)
+    shutil.copyfile(cached, db)
+    return db
+
+
+def claim_timing(engram: Path, workdir: Path, rows: int) -> dict[str, Any]:
+    world = EngramEnvironment(binary=engram, root=workdir / f"claim-{rows}").prepare()
+    port = free_port()
+    with (world.root / "serve.log").open("wb") as log:
+        server = subprocess.Popen(
+            [str(engram), "serve"],
+            env=world.env({"ENGRAM_PORT": str(port)}),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=world.home,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(timeout=30) as http:
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    if http.get(f"{base}/health").status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise click.ClickException("engram serve did not start")
+                time.sleep(0.05)
+            http.post(
+                f"{base}/sessions",
+                json={"id": "bench", "project": "side-project", "directory": str(world.home)},
+            )
+            for number in range(rows - 1):
+                response = http.post(
+                    f"{base}/observations",
+                    json={
+                        "session_id": "bench",
+                        "type": "manual",
+                        "title": f"t{number}",
+                        "content": f"c{number}",
+                    },
+                )
+                response.raise_for_status()
+    finally:
+        server.terminate()
+        server.wait(timeout=15)
+    subprocess.run(
+        [str(engram), "cloud", "enroll", "main-proj"], env=world.env(), check=True, capture_output=True
+    )
+    selection = Selection("side-project")
+    result = apply(world.db_path, InboxPlanner(AliasMap(), lambda s: plan_claim(s, selection, "main-proj")))
+    return {"rows": len(result.plan.acks), "lock_held_ms": round(result.lock_held_ms, 1)}
+
+
+@click.command()
+@click.option("--runs", default=3, show_default=True, help="repetitions of each list timing")
+@click.option("--cache", type=click.Path(path_type=Path), default=ROOT / ".cache" / "bench-canary")
+@click.option("--skip-big", is_flag=True, help="skip the 1M-row database")
+def main(runs: int, cache: Path, skip_big: bool) -> None:
+    engram = find_engram(DEFAULT_VERSION)
+    if engram is None:
+        raise click.ClickException(
+            f"engram {DEFAULT_VERSION} is not installed (engram-harness engram install)"
+        )
+    with tempfile.TemporaryDirectory(
+        prefix="bench-inbox-", dir=cache.parent if cache.parent.exists() else None
+    ) as tmp:
+        workdir = Path(tmp)
+        datasets: dict[str, Any] = {}
+        design = design_database(engram, workdir)
+        datasets["design_7.6k"] = {"list": list_timings(design, runs), **triage_timings(design)}
+        if not skip_big:
+            big = big_database(engram, cache, workdir)
+            datasets["scaled_1M"] = {"list": list_timings(big, runs), **triage_timings(big)}
+        claims = [claim_timing(engram, workdir, rows) for rows in (100, 1000, 5000)]
+    result = {
+        "benchmark": "inbox",
+        "machine": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpus": __import__("os").cpu_count(),
+        },
+        "engram": DEFAULT_VERSION,
+        "engram_busy_retry_budget_ms": ENGRAM_RETRY_BUDGET_MS,
+        "datasets": datasets,
+        "claim_real_engram_rows": claims,
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    click.echo(
+        f"{'dataset':<14} {'inbox rows':>10} {'list lib ms':>11} {'list cli ms':>11} "
+        f"{'drop rows':>9} {'drop lock ms':>12} {'phantoms':>8} {'cleanup lock ms':>15}"
+    )
+    for name, data in datasets.items():
+        click.echo(
+            f"{name:<14} {data['inbox_rows']:>10} {data['list']['library_median_ms']:>11} "
+            f"{data['list']['cli_median_ms']:>11} {data['drop_noise']['rows']:>9} "
+            f"{data['drop_noise']['lock_held_ms']:>12} {data['cleanup_phantoms']['deleted']:>8} "
+            f"{data['cleanup_phantoms']['lock_held_ms']:>15}"
+        )
+    click.echo(
+        f"{'claim rows':>10} {'lock ms':>8}   (engram retries a busy write for ~{ENGRAM_RETRY_BUDGET_MS} ms)"
+    )
+    for claim in claims:
+        click.echo(f"{claim['rows']:>10} {claim['lock_held_ms']:>8}")
+    click.echo(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
