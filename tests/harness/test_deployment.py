@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -436,3 +437,23 @@ def test_command_rejects_a_bad_scale_and_a_missing_directory(tmp_path: Path) -> 
     assert nowhere.returncode == 1
     assert nowhere.stderr.strip() == f"Error: {tmp_path / 'no'}: no such directory for --out"
     assert not (tmp_path / "no").exists()
+
+
+@pytest.mark.engram
+def test_now_ends_the_history_at_the_current_time(engram_bin: Path, tmp_path: Path) -> None:
+    out = tmp_path / "engram.db"
+    before = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+    made = harness(
+        "make-deployment", "--scale", "0.01", "--now", "--out", str(out), "--engram", str(engram_bin)
+    )
+    assert made.returncode == 0, made.stderr
+    reference = datetime.strptime(json.loads(made.stdout)["reference_time"], "%Y-%m-%d %H:%M:%S")
+    assert before <= reference <= datetime.now(UTC).replace(tzinfo=None) + timedelta(seconds=1)
+    connection = sqlite3.connect(out)
+    earliest, latest = connection.execute(
+        "SELECT min(occurred_at), max(occurred_at) FROM sync_mutations"
+    ).fetchone()
+    connection.close()
+    assert (
+        (reference - timedelta(days=92)).strftime("%Y-%m-%d %H:%M:%S") <= earliest <= latest <= str(reference)
+    )
