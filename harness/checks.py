@@ -54,6 +54,7 @@ class Observed:
     results: dict[str, Any]
     stderr: str
     received: Sequence[Any]
+    journal: Sequence[Any] = ()
 
 
 @dataclass
@@ -203,6 +204,21 @@ def _received(check: s.ReceivedCheck, observed: Observed) -> list[str]:
     )
 
 
+def _journal(check: s.JournalCheck, observed: Observed) -> list[str]:
+    count = sum(
+        1
+        for entry in observed.journal
+        if all(plain(getattr(entry, k, None)) == v for k, v in check.match.items())
+    )
+    if check.count is not None and count != check.count:
+        return [f"cloud journal has {count} entries matching {check.match}, expected {check.count}"]
+    if check.at_least is not None and count < check.at_least:
+        return [
+            f"cloud journal has {count} entries matching {check.match}, expected at least {check.at_least}"
+        ]
+    return []
+
+
 def evaluate(expectation: s.Expectation, observed: Observed) -> tuple[str, str]:
     if (
         expectation.tag == "baseline"
@@ -223,6 +239,8 @@ def evaluate(expectation: s.Expectation, observed: Observed) -> tuple[str, str]:
             problems = _doctor(expectation.doctor, observed)
         elif expectation.stderr is not None:
             problems = _text(expectation.stderr, observed.stderr)
+        elif expectation.journal is not None:
+            problems = _journal(expectation.journal, observed)
         elif expectation.command is not None:
             problems = _command(expectation.command, observed)
         else:

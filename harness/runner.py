@@ -208,6 +208,7 @@ def _observe(result: ScenarioResult, world: World) -> None:
         results=world.results,
         stderr=world.output.text(),
         received=received,
+        journal=journal.entries,
     )
     for at in result.scenario.expectations:
         expectation = at.expectation

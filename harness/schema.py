@@ -407,6 +407,15 @@ class CommandCheck(Strict):
     stderr_not_contains: list[str] = Field(default_factory=list)
 
 
+class JournalCheck(Strict):
+    count: int | None = Field(None, ge=0, description="Exactly this many journal entries match.")
+    at_least: int | None = Field(None, ge=0)
+    match: dict[str, str] = Field(
+        default_factory=dict,
+        description="Journal fields: transport, method, path, status, project, entity, ...",
+    )
+
+
 class ReceivedCheck(Strict):
     count: int = Field(ge=0)
     match: dict[str, str] = Field(default_factory=dict)
@@ -414,7 +423,17 @@ class ReceivedCheck(Strict):
 
 _VERSION_RANGE = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*v?\d+\.\d+\.\d+(-[0-9A-Za-z.]+)?\s*$")
 
-CHECK_KEYS = ("lanes", "sync_state_targets", "canary", "inbox", "doctor", "stderr", "command", "received")
+CHECK_KEYS = (
+    "lanes",
+    "sync_state_targets",
+    "canary",
+    "inbox",
+    "doctor",
+    "stderr",
+    "command",
+    "received",
+    "journal",
+)
 
 
 class Expectation(Strict):
@@ -432,6 +451,7 @@ class Expectation(Strict):
     stderr: TextCheck | None = None
     command: CommandCheck | None = None
     received: ReceivedCheck | None = None
+    journal: JournalCheck | None = None
 
     @field_validator("engram")
     @classmethod

@@ -101,3 +101,23 @@ def test_set_canary_inbox_doctor_stderr_command_checks() -> None:
         ("fail", "enroll: exit 0, expected anything else"),
         ("fail", "no canary result named 'later': add a `canary:` step (as: later) before the checks"),
     ]
+
+
+class Entry:
+    def __init__(self, status: int, path: str) -> None:
+        self.status, self.path = status, path
+
+
+def test_journal_checks_count_matching_entries() -> None:
+    facts = observed(journal=[Entry(503, "/sync/mutations/push")] * 2 + [Entry(200, "/sync/mutations/push")])
+    text = (
+        "  - {tag: design, journal: {count: 2, match: {status: '503'}}}\n"
+        "  - {tag: design, journal: {at_least: 4, match: {path: /sync/mutations/push}}}\n"
+    )
+    assert judge(text, facts) == [
+        ("pass", ""),
+        (
+            "fail",
+            "cloud journal has 3 entries matching {'path': '/sync/mutations/push'}, expected at least 4",
+        ),
+    ]
