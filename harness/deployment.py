@@ -15,6 +15,7 @@ import os
 import random
 import shutil
 import sqlite3
+import subprocess
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -403,7 +404,7 @@ def _split(total: int, parts: int, rng: random.Random, minimum: int = 0) -> list
 
 
 class _Builder:
-    def __init__(self, spec: DeploymentSpec, seed: int) -> None:
+    def __init__(self, spec: DeploymentSpec, seed: int, workspace: Path | None = None) -> None:
         self.spec = spec
         self.rng = random.Random(seed)
         self.names = _Names(seed, self.rng)
@@ -415,13 +416,20 @@ class _Builder:
         self.prompts: list[tuple[int, str, Session, str, int]] = []
         self.relations: list[tuple[Any, ...]] = []
         self.user = self.names.user()
-        self.home_dir = f"/home/{self.user}"
+        # With a workspace, the home dir lives under it so its repositories can exist on disk.
+        self.home_dir = f"{workspace.resolve() if workspace else ''}/home/{self.user}"
         self.enrolled = [self.names.repo() for _ in range(spec.enrolled_projects)]
         self.designated_project = self.enrolled[0]
         self.designated_directory = f"{self.home_dir}/agents/workspace"
         self.forbidden_key = self.names.repo()
         self.forbidden_at = self.start + 20 * 86400
         self.plans = self._plan_unenrolled()
+
+    @property
+    def repositories(self) -> list[str]:
+        """Every git repository the sessions worked in: enrolled, unenrolled, and the 403 one."""
+        generic = self.plans[len(self.spec.special_keys) :]
+        return [*self.enrolled, *(plan.key for plan in generic), self.forbidden_key]
 
     def _moment(self, window: tuple[int, int]) -> int:
         return window[0] + int(self.rng.random() * (window[1] - window[0] + 1))
@@ -714,6 +722,25 @@ def _sequence(builder: _Builder) -> _Rows:
     return _Rows(mutations=rows, states=[legacy, *states])
 
 
+def _materialize(builder: _Builder) -> None:
+    """Create the deployment's home dir on disk: a real git repository per repo, plain dirs for the rest."""
+    git = shutil.which("git")
+    if git is None:
+        raise DeploymentError("--workspace needs git on PATH to create the deployment's repositories")
+    directories = {
+        session.directory for session in builder.sessions if session.directory.startswith(builder.home_dir)
+    }
+    repositories = {f"{builder.home_dir}/code/{name}" for name in builder.repositories}
+    for directory in sorted(directories | repositories):
+        Path(directory).mkdir(parents=True, exist_ok=True)
+    for repository in sorted(repositories):
+        result = subprocess.run(
+            [git, "init", "-q", repository], capture_output=True, text=True, check=False, timeout=60
+        )
+        if result.returncode != 0:
+            raise DeploymentError(f"git init {repository} failed: {result.stderr.strip()}")
+
+
 def _enroll(engram_binary: Path, workdir: Path, projects: Sequence[str]) -> Path:
     world = EngramEnvironment(binary=engram_binary, root=workdir).prepare()
     for project in projects:
@@ -846,11 +873,20 @@ def canonical_digest(db_path: Path) -> str:
 
 
 def generate(
-    spec: DeploymentSpec, seed: int, out: Path, engram_binary: Path, *, with_digest: bool = False
+    spec: DeploymentSpec,
+    seed: int,
+    out: Path,
+    engram_binary: Path,
+    *,
+    with_digest: bool = False,
+    workspace: Path | None = None,
 ) -> DeploymentSummary:
     """Create `out` with the real engram, fill it with the simulated legacy history, move it into place.
 
     `with_digest` adds the canonical sha256 of every row (about 9 s per million mutation rows).
+    `workspace` puts the home dir under that directory and creates it: every repository the sessions
+    worked in (enrolled, unenrolled, the 403 one) becomes a real git repository, so git-root derivation
+    (engram's and the design's) sees what the measured machine saw. Rows then depend on its path.
     """
     began = time.perf_counter()
     out = out.expanduser()
@@ -861,8 +897,20 @@ def generate(
     if not engram_binary.is_file():
         raise DeploymentError(f"{engram_binary}: no engram binary there (see: engram-harness engram path)")
     engram_binary = engram_binary.resolve()
-    builder = _Builder(spec, seed)
+    if workspace is not None:
+        if not workspace.is_dir():
+            raise DeploymentError(f"{workspace}: no such directory for --workspace")
+        enclosing = next(
+            (p for p in (workspace.resolve(), *workspace.resolve().parents) if (p / ".git").exists()), None
+        )
+        if enclosing is not None:
+            raise DeploymentError(
+                f"{workspace}: inside the git repository {enclosing}; --workspace must be outside any repository"
+            )
+    builder = _Builder(spec, seed, workspace)
     builder.build()
+    if workspace is not None:
+        _materialize(builder)
     rows = _sequence(builder)
     workdir = Path(tempfile.mkdtemp(prefix=".make-deployment-", dir=out.parent))
     try:

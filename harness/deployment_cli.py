@@ -44,8 +44,20 @@ from harness.errors import HarnessError
 @click.option(
     "--digest", is_flag=True, help="Add the sha256 of a canonical dump of every row to the summary."
 )
+@click.option(
+    "--workspace",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Put the home dir under this existing directory and create its git repositories there.",
+)
 def make_deployment(
-    scale: float, seed: int, out: Path, engram_binary: Path | None, use_now: bool, digest: bool
+    scale: float,
+    seed: int,
+    out: Path,
+    engram_binary: Path | None,
+    use_now: bool,
+    digest: bool,
+    workspace: Path | None,
 ) -> None:
     """Create a messy engram deployment shaped like the one measured in the design; print a JSON summary."""
     binary = engram_binary or find_engram(DEFAULT_VERSION)
@@ -58,7 +70,7 @@ def make_deployment(
         if use_now:
             now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
             spec = spec.model_copy(update={"reference_time": now})
-        summary = generate(spec, seed, out, binary, with_digest=digest)
+        summary = generate(spec, seed, out, binary, with_digest=digest, workspace=workspace)
     except ValidationError as error:
         first = error.errors()[0]
         raise click.ClickException(f"--scale {scale}: {first['msg']}") from error

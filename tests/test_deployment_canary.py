@@ -122,3 +122,34 @@ def test_the_348_designated_sessions_resolve_to_their_enrolled_project(deploymen
     assert resolved == {
         (deployment.designated_directory, deployment.designated_project, Resolution.ENROLLED.value): 348
     }
+
+
+def test_with_a_workspace_unenrolled_repositories_keep_their_key(engram_bin: Path, tmp_path: Path) -> None:
+    workspace = tmp_path / "machine"
+    workspace.mkdir()
+    summary = generate(DeploymentSpec(), 1013, tmp_path / "engram.db", engram_bin, workspace=workspace)
+    code, keys = canary("inbox", "list", "--format", "json", "--db", summary.path)
+    assert code == 0
+    totals = {key["key"]: key["total"] for key in keys}
+    connection = sqlite3.connect(f"file:{summary.path}?mode=ro", uri=True)
+    try:
+        stuck = dict(
+            connection.execute(
+                "SELECT project, count(*) FROM sync_mutations WHERE target_key = 'cloud' AND acked_at IS NULL"
+                " AND project NOT IN (SELECT project FROM sync_enrolled_projects) GROUP BY project"
+            ).fetchall()
+        )
+    finally:
+        connection.close()
+    # The 25 unenrolled git repositories keep their identity; the basename noise stays unsorted.
+    noise = set(summary.phantom_keys[:10])
+    repositories = set(summary.phantom_keys[10:])
+    assert len(repositories) == 25
+    assert totals == {
+        **{key: stuck[key] for key in repositories},
+        "unsorted": sum(stuck[key] for key in noise),
+    }
+    assert sum(totals.values()) == 892
+    assert (
+        totals["unsorted"] == (538 + 52 + 2) + (21 + 9 + 1) + (14 + 11 + 2) + (6 + 4) + (9 + 7 + 1) + 25 + 36
+    )

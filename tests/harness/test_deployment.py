@@ -457,3 +457,39 @@ def test_now_ends_the_history_at_the_current_time(engram_bin: Path, tmp_path: Pa
     assert (
         (reference - timedelta(days=92)).strftime("%Y-%m-%d %H:%M:%S") <= earliest <= latest <= str(reference)
     )
+
+
+@pytest.mark.engram
+def test_a_workspace_holds_real_repositories_and_engram_agrees_with_them(
+    engram_bin: Path, tmp_path: Path
+) -> None:
+    workspace = tmp_path / "machine"
+    workspace.mkdir()
+    summary = generate(
+        DeploymentSpec().scaled(0.01), 2, tmp_path / "engram.db", engram_bin, workspace=workspace
+    )
+    code = workspace.resolve() / "home" / summary.home_key / "code"
+    repositories = sorted(path.name for path in code.iterdir() if (path / ".git").is_dir())
+    assert repositories == sorted(
+        [*summary.enrolled_projects, *summary.phantom_keys[10:], summary.forbidden_key]
+    )
+    assert Path(summary.designated_directory).is_dir()
+    assert not (Path(summary.designated_directory) / ".git").exists()
+    world = engram_world(engram_bin, tmp_path / "world", tmp_path / "engram.db")
+    doctor = world.run(["doctor", "--json"])
+    assert doctor.returncode == 0, meaningful_stderr(doctor.stderr)
+    checks = {check["check_id"]: check["result"] for check in json.loads(doctor.stdout)["checks"]}
+    assert checks["session_project_directory_mismatch"] == "ok"
+
+
+@pytest.mark.unit
+def test_a_workspace_inside_a_repository_is_refused(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "inner").mkdir()
+    fake_binary = tmp_path / "engram"
+    fake_binary.write_text("")
+    with pytest.raises(
+        DeploymentError, match=r"inner: inside the git repository .*; --workspace must be outside"
+    ):
+        generate(DeploymentSpec(), 0, tmp_path / "x.db", fake_binary, workspace=tmp_path / "inner")
+    assert not (tmp_path / "x.db").exists()
