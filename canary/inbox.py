@@ -273,27 +273,36 @@ def read_inbox(
         return select_inbox_rows(connection, schema, aliases, resolver, now=now)
 
 
-def claim_command(key: str, project: str, *, cwd: str | None = None, db: Path | None = None) -> str:
+def claim_command(
+    key: str, project: str, *, cwd: str | None = None, db: Path | None = None, aliases: Path | None = None
+) -> str:
     parts = ["engram-canary", "inbox", "claim", "--project", key]
     if cwd is not None:
         parts += ["--cwd", cwd]
     parts += ["--as", project]
     if db is not None:
         parts += ["--db", str(db)]
+    if aliases is not None:
+        parts += ["--aliases", str(aliases)]
     return shlex.join(parts)
 
 
-def summarize(snapshot: InboxSnapshot, *, db: Path | None = None) -> list[KeySummary]:
-    """One summary per inbox key: real keys by name, `unsorted` last."""
+def summarize(
+    snapshot: InboxSnapshot, *, db: Path | None = None, aliases: Path | None = None
+) -> list[KeySummary]:
+    """One summary per inbox key: real keys by name, `unsorted` last.
+
+    `db` and `aliases` are repeated in the printed claim commands when the user named them.
+    """
     by_key: dict[str, list[InboxRow]] = {}
     for row in snapshot.rows:
         by_key.setdefault(row.key, []).append(row)
-    summaries = [_summarize_key(key, rows, snapshot, db) for key, rows in by_key.items()]
+    summaries = [_summarize_key(key, rows, snapshot, db, aliases) for key, rows in by_key.items()]
     return sorted(summaries, key=lambda summary: (summary.key == UNSORTED, summary.key))
 
 
 def _summarize_key(
-    key: str, rows: Sequence[InboxRow], snapshot: InboxSnapshot, db: Path | None
+    key: str, rows: Sequence[InboxRow], snapshot: InboxSnapshot, db: Path | None, aliases: Path | None
 ) -> KeySummary:
     summary = KeySummary(key=key)
     summary.count = sum(1 for row in rows if not row.is_telemetry)
@@ -310,14 +319,16 @@ def _summarize_key(
             if len(projects) == 1:
                 (project,) = projects
                 if project is not None and project in snapshot.enrolled:
-                    summary.cwd_claim_commands[cwd] = claim_command(key, project, cwd=cwd, db=db)
+                    summary.cwd_claim_commands[cwd] = claim_command(
+                        key, project, cwd=cwd, db=db, aliases=aliases
+                    )
         return summary
     projects = {row.derivation.project for row in rows}
     if len(projects) == 1:
         (project,) = projects
         summary.resolved_to = project
         if project is not None and project in snapshot.enrolled:
-            summary.claim_command = claim_command(key, project, db=db)
+            summary.claim_command = claim_command(key, project, db=db, aliases=aliases)
         elif project is not None:
             summary.hint = f"aliased to {project!r}, which is not enrolled: engram cloud enroll {project}"
     return summary

@@ -79,7 +79,7 @@ def list_command(db: Path | None, aliases_path: Path | None, output_format: str)
     """Count, oldest age and entities per inbox key; unsorted broken down by cwd."""
     try:
         aliases, _ = load_aliases(aliases_path)
-        summaries = summarize(_snapshot(db or default_db_path(), aliases), db=db)
+        summaries = summarize(_snapshot(db or default_db_path(), aliases), db=db, aliases=aliases_path)
     except CanaryError as error:
         raise _fail(error) from error
     if output_format == "json":

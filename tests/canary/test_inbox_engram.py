@@ -361,3 +361,16 @@ def test_mcp_saves_get_the_designs_keys(engram_world: EngramEnvironment) -> None
         "unsorted": 4,
     }
     assert entries["unsorted"]["cwds"] == {str(home): 2, str(workspace): 2}
+
+
+def test_claim_commands_repeat_a_named_db_and_alias_file(inbox_world: InboxWorld) -> None:
+    aliases = inbox_world.world.root / "my-aliases.yaml"
+    aliases.write_text("keys:\n  side-project: main-proj\n")
+    entries = by_key(inbox_json(inbox_world.world, "--db", str(inbox_world.db), "--aliases", str(aliases)))
+    assert entries["side-project"]["claim_command"] == (
+        f"engram-canary inbox claim --project side-project --as main-proj --db {inbox_world.db} --aliases {aliases}"
+    )
+    claim = canary(inbox_world.world, *entries["side-project"]["claim_command"].split()[1:], "--apply")
+    assert claim.returncode == 0, claim.stderr
+    assert aliases.read_text() == "keys:\n  side-project: main-proj\n"
+    assert not aliases_file(inbox_world.world).exists()
