@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import httpx
+
+from fake_cloud.errors import FakeCloudError
 from harness.checks import ExpectationResult, Observed, evaluate
 from harness.engram_env import EngramEnvironment
 from harness.errors import HarnessError, StepFailed
@@ -178,8 +181,16 @@ def run_scenario(
         mark = time.monotonic()
         _observe(result, world)
         result.timings["evaluate"] = time.monotonic() - mark
-    except (HarnessError, OSError, subprocess.SubprocessError) as error:
-        result.status, result.error = "error", str(error)
+    except (
+        HarnessError,
+        FakeCloudError,
+        httpx.HTTPError,
+        sqlite3.Error,
+        OSError,
+        subprocess.SubprocessError,
+    ) as error:
+        detail = str(error) if isinstance(error, HarnessError) else f"{type(error).__name__}: {error}"
+        result.status, result.error = "error", detail
     finally:
         mark = time.monotonic()
         if world is not None:
