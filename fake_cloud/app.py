@@ -231,8 +231,8 @@ class FakeCloudApp:
 
     async def _mutation_push(self, request: Request, request_id: str) -> Response | Drop:
         body, problem, over = await self._read_json(request)
-        items = _mutation_items(body)
-        projects = sorted({item.project for item in items if item.project})
+        projects = _pushed_projects(body)
+        items = _mutation_items(body) if self.state.faults else []
         fault, early = await self._fault(
             request, request_id, "mutation", Route.MUTATIONS_PUSH, projects, items
         )
@@ -248,6 +248,8 @@ class FakeCloudApp:
         else:
             reply, parsed_items = self.state.push_mutations(body)
             items = parsed_items or items
+        if not items and reply.status != 200:
+            items = _mutation_items(body)
         return await self._finish(request, request_id, "mutation", reply, items, fault)
 
     async def _chunk_push(self, request: Request, request_id: str) -> Response | Drop:
@@ -280,6 +282,13 @@ class FakeCloudApp:
             reply, parsed_items = self.state.push_chunk(body, request.query.get("project"))
             items = parsed_items or items
         return await self._finish(request, request_id, "chunk", reply, items, fault)
+
+
+def _pushed_projects(body: Any) -> list[str]:
+    if not isinstance(body, dict) or not isinstance(body.get("entries"), list):
+        return []
+    names = [raw.get("project") for raw in body["entries"] if isinstance(raw, dict)]
+    return sorted({name for name in names if isinstance(name, str) and name})
 
 
 def _mutation_items(body: Any) -> list[JournalItem]:

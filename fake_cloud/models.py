@@ -464,7 +464,7 @@ class FakeCloudState:
             # The real server answers 500 here; the fake never does, and says why instead.
             return _payload_invalid(f"invalid push payload: {error}"), items
         seqs = []
-        for entry in parsed:
+        for entry, item in zip(parsed, items, strict=True):
             stored = self._store_mutation(
                 entry["project"].strip(),
                 entry["entity"].strip(),
@@ -474,7 +474,13 @@ class FakeCloudState:
             )
             seqs.append(stored.seq)
             self._receive(
-                "mutation", stored.project, stored.entity, stored.entity_key, stored.op, entry["payload"]
+                "mutation",
+                stored.project,
+                stored.entity,
+                stored.entity_key,
+                stored.op,
+                entry["payload"],
+                item.payload_digest or payload_digest({}),
             )
         for project, payload, counts in chunks:
             self._store_chunk(project, chunkcodec.chunk_id(payload), "mutation-push", "", payload, counts)
@@ -563,7 +569,15 @@ class FakeCloudState:
         for entity, key, op, payload in _materialized_entries(chunk):
             self._store_mutation(project, entity, key, op, chunkcodec.go_json(payload, sort_keys=False))
         for item, payload in _unpacked(data):
-            self._receive("chunk", project, item.entity or "", item.entity_key or "", item.op or "", payload)
+            self._receive(
+                "chunk",
+                project,
+                item.entity or "",
+                item.entity_key or "",
+                item.op or "",
+                payload,
+                item.payload_digest,
+            )
         return Reply(200, {"chunk_id": chunk_id, "status": "ok"}), items
 
     def manifest(self, project: str | None) -> Reply:
@@ -626,9 +640,18 @@ class FakeCloudState:
         self.sessions.setdefault(project, set()).update(_session_ids(json.loads(payload)))
 
     def _receive(
-        self, transport: Transport, project: str, entity: str, key: str, op: str, payload: Any
+        self,
+        transport: Transport,
+        project: str,
+        entity: str,
+        key: str,
+        op: str,
+        payload: Any,
+        digest: str | None,
     ) -> None:
         decoded = _as_object(payload)
+        if digest is None:
+            digest = payload_digest(decoded)
         self.received.append(
             ReceivedMutation(
                 seq=len(self.received) + 1,
@@ -638,7 +661,7 @@ class FakeCloudState:
                 entity_key=key,
                 op=op,
                 payload=decoded,
-                payload_digest=payload_digest(decoded),
+                payload_digest=digest,
             )
         )
 
@@ -718,6 +741,8 @@ def _lenient_int(raw: str | None, default: int) -> int:
 
 
 def _as_object(payload: Any) -> dict[str, Any]:
+    if payload is None:
+        return {}  # stored as "{}", like the real server
     try:
         decoded = chunkcodec.decode_mutation_payload(payload)
     except ChunkError:
