@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
 
@@ -40,10 +41,39 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--scenario-engram", default=None, help="The engram binary (default: ENGRAM_BIN or v1.20.0)."
     )
+    group.addoption(
+        "--scenario-jobs",
+        type=int,
+        default=8,
+        help="Scenarios played side by side in one pytest process (they mostly wait on engram's 30 s "
+        "worker); 1 plays each only when its item runs. Default 8.",
+    )
+
+
+class _Prefetch:
+    """All scenario items of this process, started together; each item then waits for its own result."""
+
+    def __init__(self, items: list[ScenarioItem], jobs: int) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="scenario")
+        self.futures: dict[str, Future[ScenarioResult]] = {
+            item.nodeid: self.pool.submit(item.play) for item in items
+        }
+
+
+PREFETCH = pytest.StashKey["_Prefetch"]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "scenario: a *.scenario.yaml replayed against the real engram")
+    config.addinivalue_line(
+        "markers", "xdist_group(name): pytest-xdist --dist loadgroup runs a group together"
+    )
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    prefetch = session.config.stash.get(PREFETCH, None)
+    if prefetch is not None:
+        prefetch.pool.shutdown(wait=True, cancel_futures=True)
 
 
 def pytest_collect_file(parent: pytest.Collector, file_path: Path) -> pytest.Collector | None:
@@ -75,6 +105,8 @@ class ScenarioFile(pytest.File):
             item.add_marker(getattr(pytest.mark, tag))
         item.add_marker(pytest.mark.scenario)
         item.add_marker(pytest.mark.engram)
+        # Under --dist loadgroup every scenario goes to one worker, which plays them side by side.
+        item.add_marker(pytest.mark.xdist_group("engram-scenarios"))
         return [item]
 
 
@@ -108,16 +140,36 @@ class ScenarioItem(pytest.Item):
             pytest.skip(reason)
         return binary
 
-    def runtest(self) -> None:
-        mode = cast(ExpectMode, self.config.getoption("--scenario-expect"))
-        result = run_scenario(
+    @property
+    def mode(self) -> ExpectMode:
+        return cast(ExpectMode, self.config.getoption("--scenario-expect"))
+
+    def play(self) -> ScenarioResult:
+        return run_scenario(
             self.scenario,
             self._binary(),
             cloud_mode=cast(CloudMode, self.config.getoption("--scenario-cloud")),
-            expect=mode,
+            expect=self.mode,
         )
-        if judge(result, mode) != "passed":
-            raise ScenarioFailed(result, mode)
+
+    def _prefetch(self) -> _Prefetch | None:
+        jobs = int(self.config.getoption("--scenario-jobs"))
+        if jobs <= 1 or getattr(self.config.option, "dist", "no") not in ("no", "loadgroup"):
+            return None
+        prefetch = self.config.stash.get(PREFETCH, None)
+        if prefetch is None:
+            self._binary()  # skip or fail once here, before anything starts
+            items = [item for item in self.session.items if isinstance(item, ScenarioItem)]
+            prefetch = _Prefetch(items, jobs)
+            self.config.stash[PREFETCH] = prefetch
+        return prefetch
+
+    def runtest(self) -> None:
+        prefetch = self._prefetch()
+        future = prefetch.futures.get(self.nodeid) if prefetch is not None else None
+        result = future.result() if future is not None else self.play()
+        if judge(result, self.mode) != "passed":
+            raise ScenarioFailed(result, self.mode)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         failure = excinfo.value
