@@ -51,3 +51,19 @@ def test_a_scenario_item_runs_and_fails_on_design_only_when_asked(
     )
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*sync_state targets: missing 'cloud:inbox'*"])
+
+
+@pytest.mark.engram
+def test_items_played_side_by_side_keep_their_own_results(
+    pytester: pytest.Pytester, engram_bin: object
+) -> None:
+    pytester.makefile(".scenario.yaml", plugin=SCENARIO)
+    failing = SCENARIO.replace("name: plugin", "name: other").replace(
+        "tag: design", "tag: baseline\n    engram: '>=1.0.0'"
+    )
+    pytester.makefile(".scenario.yaml", other=failing)
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", "--scenario-engram", str(engram_bin), "--scenario-jobs", "4"
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["FAILED *other.scenario.yaml::other"])
