@@ -15,6 +15,8 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,6 +44,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=8)
     parser.add_argument("--repeat-noop", type=int, default=10)
+    parser.add_argument("--no-pytest", action="store_true", help="Skip timing `pytest scenarios -n 2`.")
     args = parser.parse_args()
     binary = find_engram(DEFAULT_VERSION)
     if binary is None:
@@ -51,6 +54,31 @@ def main() -> None:
     started = time.monotonic()
     results = run_many(scenarios, binary, cloud_mode="process", jobs=args.jobs, expect="baseline")
     suite_seconds = time.monotonic() - started
+
+    pytest_seconds: float | None = None
+    pytest_passed: bool | None = None
+    if not args.no_pytest:
+        started = time.monotonic()
+        completed = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                str(SUITE),
+                "-n",
+                "2",
+                "--dist",
+                "loadgroup",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        pytest_seconds = time.monotonic() - started
+        pytest_passed = completed.returncode == 0
 
     noop = parse_scenario(NOOP, Path("noop.scenario.yaml"))
     noop_runs = [run_scenario(noop, binary, expect="baseline") for _ in range(args.repeat_noop)]
@@ -86,6 +114,13 @@ def main() -> None:
             "all_baseline_passed": all(item["status"] == "passed" for item in per_scenario),
             "sum_of_scenario_seconds": round(sum(item["total_s"] for item in per_scenario), 2),
         },
+        "pytest_n2": None
+        if pytest_seconds is None
+        else {
+            "wall_seconds": round(pytest_seconds, 2),
+            "passed": pytest_passed,
+            "command": "pytest scenarios -n 2 --dist loadgroup",
+        },
         "per_scenario": per_scenario,
         "noop_scenario": {
             "runs": len(noop_runs),
@@ -99,6 +134,10 @@ def main() -> None:
 
     print(f"suite: {len(results)} scenarios in {suite_seconds:.1f}s wall with {args.jobs} jobs "
           f"(goal < {GOAL_SECONDS:.0f}s: {'met' if suite_seconds < GOAL_SECONDS else 'MISSED'})")  # fmt: skip
+    if pytest_seconds is not None:
+        print(
+            f"pytest scenarios -n 2 --dist loadgroup: {pytest_seconds:.1f}s wall ({'passed' if pytest_passed else 'FAILED'})"
+        )
     print(f"{'scenario':<28} {'status':<7} {'total':>7} {'steps':>7} {'outside engram':>15}")
     for item in per_scenario:
         print(
