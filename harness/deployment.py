@@ -39,6 +39,7 @@ OBSERVATION_TYPES = ("decision", "architecture", "bugfix", "discovery", "pattern
 RELATION_VERBS = ("related", "compatible", "scoped", "conflicts_with", "supersedes", "not_conflict")
 FORBIDDEN_MESSAGE = "push mutations: http 403: forbidden: project is not allowed"
 TEXT_POOL_SIZE = 512
+MAX_SCALE = 400.0
 _T = TypeVar("_T")
 RESERVED_KEYS = ("/", "prueba", "scratchpad", "notes", "documents", "inbox", "unsorted", "workspace", "cloud")
 
@@ -170,6 +171,10 @@ class DeploymentSpec(BaseModel):
         """Every volume times `scale`; the numbers of keys and targets stay those measured."""
         if scale <= 0:
             raise DeploymentError(f"--scale {scale}: must be a positive number (1 = the measured shape)")
+        if self.scale * scale > MAX_SCALE:
+            raise DeploymentError(
+                f"--scale {scale}: at most {MAX_SCALE:g} (about 3M mutation rows; memory grows ~1.5 GB per million)"
+            )
 
         def times(value: int, minimum: int = 0) -> int:
             return max(minimum, round(value * scale))
@@ -188,8 +193,10 @@ class DeploymentSpec(BaseModel):
             times(self.sessions),
             designated + stuck_sessions + forbidden.sessions + self.enrolled_projects,
         )
-        return self.model_copy(
-            update={
+        # Validated again (model_copy would not): a scaled spec must still fit together.
+        return DeploymentSpec.model_validate(
+            self.model_dump()
+            | {
                 "scale": self.scale * scale,
                 "sessions": sessions,
                 "prompts": max(times(self.prompts), stuck_prompts + forbidden.prompts),
@@ -912,7 +919,12 @@ def generate(
     if workspace is not None:
         _materialize(builder)
     rows = _sequence(builder)
-    workdir = Path(tempfile.mkdtemp(prefix=".make-deployment-", dir=out.parent))
+    try:
+        workdir = Path(tempfile.mkdtemp(prefix=".make-deployment-", dir=out.parent))
+    except OSError as error:
+        raise DeploymentError(
+            f"{out.parent}: cannot create the deployment there ({error.strerror})"
+        ) from error
     try:
         db_path = _enroll(engram_binary, workdir, builder.enrolled)
         _fill(db_path, builder, rows)
@@ -923,6 +935,8 @@ def generate(
         os.replace(db_path, out)
     except sqlite3.Error as error:
         raise DeploymentError(f"{out}: could not fill the engram database ({error})") from error
+    except OSError as error:
+        raise DeploymentError(f"{out}: could not write the deployment ({error.strerror})") from error
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     stuck = [row for row in rows.mutations if row[8] is None and row[1] == LEGACY_TARGET]

@@ -123,6 +123,9 @@ def test_a_spec_whose_volumes_do_not_fit_is_refused_in_one_line() -> None:
         DeploymentSpec(stuck_sessions=10)
     with pytest.raises(DeploymentError, match=r"--scale -1: must be a positive number"):
         DeploymentSpec().scaled(-1)
+    with pytest.raises(DeploymentError, match=r"--scale 1000: at most 400 \(about 3M mutation rows"):
+        DeploymentSpec().scaled(1000)
+    assert DeploymentSpec().scaled(0.001).phantom_keys == 35
 
 
 @pytest.mark.unit
