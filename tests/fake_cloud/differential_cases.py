@@ -97,6 +97,9 @@ def build_cases(good_entries: list[dict[str, Any]]) -> list[Case]:
         # mutation push validation order: body, batch size, empty, empty project, policy, pause, payload
         Case("push malformed json", "POST", "/sync/mutations/push", body=b'{"entries":'),
         Case("push not an object", "POST", "/sync/mutations/push", body=b"[1,2]"),
+        Case("push project is an array", "POST", "/sync/mutations/push", body={"entries": [{"project": []}]}),
+        Case("push entries is an object", "POST", "/sync/mutations/push", body={"entries": {"a": 1}}),
+        Case("push entry is a number", "POST", "/sync/mutations/push", body={"entries": [1]}),
         Case("push empty batch", "POST", "/sync/mutations/push", body={"entries": []}),
         Case("push no entries key", "POST", "/sync/mutations/push", body={}),
         Case(
@@ -183,6 +186,8 @@ def build_cases(good_entries: list[dict[str, Any]]) -> list[Case]:
         ),
         Case("chunk push no data", "POST", "/sync/push", body=chunk_push("beta", None)),
         Case("chunk push malformed json", "POST", "/sync/push", body=b'{"project":'),
+        Case("chunk push project is an array", "POST", "/sync/push", body={"project": ["beta"], "data": {}}),
+        Case("chunk push data is a string", "POST", "/sync/push", body=chunk_push("beta", "not a chunk")),
         Case(
             "chunk push observation without session",
             "POST",

@@ -27,11 +27,16 @@ pytestmark = [pytest.mark.engram, pytest.mark.xdist_group("differential")]
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 # Go's encoding/json wording for a body it cannot decode; only the prefix is compared for these cases
-# (reported in /tmp/notes/differential-findings.md, items 1-3).
+# (reported to the fake's authors: Go names JSON kinds and Go types).
 DECODER_DETAIL = {
     "push malformed json": "invalid request body: ",
     "push not an object": "invalid request body: json: cannot unmarshal ",
     "chunk push malformed json": "invalid push payload: ",
+    "push project is an array": "invalid request body: json: cannot unmarshal ",
+    "push entries is an object": "invalid request body: json: cannot unmarshal ",
+    "push entry is a number": "invalid request body: json: cannot unmarshal ",
+    "chunk push project is an array": "invalid push payload: json: cannot unmarshal ",
+    "chunk push data is a string": "invalid push payload: decode chunk data: json: cannot unmarshal ",
 }
 # v1.20.0's server does not gunzip /sync/push; the fake accepts gzip because newer clients send it.
 KNOWN_SUPERSET = {
