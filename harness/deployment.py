@@ -18,7 +18,7 @@ import sqlite3
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -250,6 +250,11 @@ class DeploymentSummary(BaseModel):
     seconds: float
     digest: str | None
 
+    @property
+    def foreign_targets(self) -> list[str]:
+        """The sync targets outside the closed target space: the 35 phantoms, then the 403 one."""
+        return [f"cloud:{key}" for key in [*self.phantom_keys, self.forbidden_key]]
+
 
 def to_text(moment: datetime) -> str:
     return moment.strftime(TIME_FORMAT)
@@ -279,7 +284,7 @@ class KeyPlan:
     """One unenrolled key: the directory it was derived from, and its volume."""
 
     key: str
-    directories: tuple[str, ...]
+    directory: str
     volume: KeyVolume
     window: tuple[int, int]
 
@@ -294,7 +299,6 @@ class Session:
 
 @dataclass
 class Observation:
-    id: int
     sync_id: str
     session: Session
     type: str
@@ -306,13 +310,14 @@ class Observation:
     updated: int
     revisions: int = 1
 
-    def payload(self, revision_content: str | None = None, updated: int | None = None) -> str:
+    def payload(self) -> str:
+        """syncObservationPayload of the observation's current state."""
         body: dict[str, Any] = {
             "sync_id": self.sync_id,
             "session_id": self.session.id,
             "type": self.type,
             "title": self.title,
-            "content": revision_content if revision_content is not None else self.content,
+            "content": self.content,
         }
         if self.tool_name is not None:
             body["tool_name"] = self.tool_name
@@ -323,7 +328,7 @@ class Observation:
         body["revision_count"] = self.revisions
         body["duplicate_count"] = 1
         body["created_at"] = stamp(self.created)
-        body["updated_at"] = stamp(updated if updated is not None else self.updated)
+        body["updated_at"] = stamp(self.updated)
         return go_json(body)
 
 
@@ -450,18 +455,18 @@ class _Builder:
         # One folder, three spellings: engram lowercases the key, so only the separators survive in it.
         spellings = ("LM-Studio-Models", "LM_Studio_Models", "LM Studio Models")
         plans = [
-            KeyPlan(self.user, (home,), spec.home, whole),
-            KeyPlan("/", ("/",), spec.root, whole),
-            KeyPlan("prueba", ("/tmp/prueba",), spec.scratch, whole),
-            KeyPlan("scratchpad", ("/tmp/scratchpad",), spec.scratchpad, whole),
-            KeyPlan(uuid_name, (f"{home}/apps/{uuid_name}",), spec.uuid_dir, whole),
+            KeyPlan(self.user, home, spec.home, whole),
+            KeyPlan("/", "/", spec.root, whole),
+            KeyPlan("prueba", "/tmp/prueba", spec.scratch, whole),
+            KeyPlan("scratchpad", "/tmp/scratchpad", spec.scratchpad, whole),
+            KeyPlan(uuid_name, f"{home}/apps/{uuid_name}", spec.uuid_dir, whole),
             *(
-                KeyPlan(spelling.lower(), (f"{home}/models/{spelling}",), volume, whole)
+                KeyPlan(spelling.lower(), f"{home}/models/{spelling}", volume, whole)
                 for spelling, volume in zip(spellings, spec.folder_variants, strict=True)
             ),
             # One non-repo working dir, two keys at two times (context-dependent resolution).
-            KeyPlan("notes", (f"{home}/Documents/notes",), spec.split_dir_first, july),
-            KeyPlan("documents", (f"{home}/Documents/notes",), spec.split_dir_second, august),
+            KeyPlan("notes", f"{home}/Documents/notes", spec.split_dir_first, july),
+            KeyPlan("documents", f"{home}/Documents/notes", spec.split_dir_second, august),
         ]
         special_sessions = sum(plan.volume.sessions for plan in plans)
         special_prompts = sum(plan.volume.prompts for plan in plans)
@@ -475,7 +480,7 @@ class _Builder:
             volume = KeyVolume(
                 sessions=sessions[index], prompts=prompts[index], observations=observations[index]
             )
-            plans.append(KeyPlan(key, (f"{home}/code/{key}",), volume, whole))
+            plans.append(KeyPlan(key, f"{home}/code/{key}", volume, whole))
         return plans
 
     def _session(self, project: str, directory: str, window: tuple[int, int], *, acked: bool) -> Session:
@@ -509,7 +514,6 @@ class _Builder:
         created = self._later(session.started, limit)
         passive = self.rng.random() < 0.2
         observation = Observation(
-            id=0,
             sync_id=self.names.hex_id("obs"),
             session=session,
             type=_pick(self.rng, OBSERVATION_TYPES),
@@ -538,7 +542,7 @@ class _Builder:
         whole = (self.start, self.end - 3600)
         for plan in self.plans:
             own = [
-                self._session(plan.key, plan.directories[0], plan.window, acked=False)
+                self._session(plan.key, plan.directory, plan.window, acked=False)
                 for _ in range(plan.volume.sessions)
             ]
             for _ in range(plan.volume.prompts):
@@ -966,10 +970,3 @@ def generate(
         seconds=round(time.perf_counter() - began, 3),
         digest=digest,
     )
-
-
-def iter_keys(summary: DeploymentSummary) -> Iterator[str]:
-    """Every foreign sync target the deployment holds: the phantoms, then the 403 one."""
-    for key in summary.phantom_keys:
-        yield f"cloud:{key}"
-    yield f"cloud:{summary.forbidden_key}"

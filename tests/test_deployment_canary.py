@@ -38,7 +38,8 @@ def test_check_reports_the_35_phantoms_and_the_dead_403_target(deployment: Deplo
     assert (code, report["status"]) == (2, "critical")
     assert Counter(finding["check"] for finding in report["findings"]) == {"foreign_sync_target": 36}
     by_target = {finding["target_key"]: finding for finding in report["findings"]}
-    assert set(by_target) == {f"cloud:{key}" for key in [*deployment.phantom_keys, deployment.forbidden_key]}
+    assert set(by_target) == set(deployment.foreign_targets)
+    assert len(deployment.foreign_targets) == 36
     assert all(finding["new"] for finding in report["findings"])
     assert set(report["allowed_targets"]) == {
         "cloud",
