@@ -65,6 +65,7 @@ class FakeCloudApp:
     def __init__(self, state: FakeCloudState) -> None:
         self.state = state
         self.journal_grew = asyncio.Condition()
+        self.background: set[asyncio.Task[None]] = set()
 
     async def record(
         self,

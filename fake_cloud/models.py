@@ -275,7 +275,9 @@ class FakeCloudState:
 
     # ----- state -----
 
-    def reset(self) -> None:
+    def reset(self) -> list[Any]:
+        """Start over; returns the old containers so the caller can free them off the hot path."""
+        garbage = [getattr(self, name, None) for name in ("mutations", "chunks", "received", "journal")]
         self.set_allowlist(self._initial_allowlist)
         self.paused: set[str] = set()
         self.mutations: list[StoredMutation] = []
@@ -288,6 +290,7 @@ class FakeCloudState:
         self._next_seq = 1
         self._next_journal_id = 1
         self._next_request = 1
+        return garbage
 
     def set_allowlist(self, projects: Iterable[str]) -> None:
         self.allow_all = False
