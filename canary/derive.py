@@ -12,6 +12,7 @@ import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import lru_cache
 from pathlib import PurePosixPath
 
 from canary.targets import normalize_project
@@ -78,6 +79,7 @@ def slug(name: str) -> str:
     return _HYPHENS.sub("-", hyphenated)
 
 
+@lru_cache(maxsize=65536)
 def normalize_cwd(cwd: str) -> str:
     """One spelling per directory: no trailing slash, no '.' or '..' segments ('/' stays '/')."""
     text = cwd.strip()
@@ -94,6 +96,7 @@ def normalize_cwd(cwd: str) -> str:
     return "/" + joined if text.startswith("/") else joined
 
 
+@lru_cache(maxsize=65536)
 def cwd_derived_names(directory: str) -> frozenset[str]:
     """Every project name engram's cwd detection could have produced for `directory`.
 

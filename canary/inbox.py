@@ -34,7 +34,6 @@ from canary.inbox_settings import InboxSettings
 from canary.targets import LEGACY_TARGET
 
 TELEMETRY_ENTITIES = frozenset({"session", "prompt"})
-ENGRAM_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 
 # Rows of the legacy lane that the v1.20 worker skips: unacked, non-empty project, not enrolled.
 _INBOX_ROWS_SQL = f"""
@@ -163,14 +162,10 @@ def require_inbox_schema(schema: Schema) -> None:
 
 def parse_engram_time(text: str) -> datetime | None:
     """engram writes datetime('now') (UTC, 'YYYY-MM-DD HH:MM:SS'); ISO strings are accepted too."""
-    value = text.strip()
     try:
-        parsed = datetime.strptime(value, ENGRAM_TIME_FORMAT)
+        parsed = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
-        try:
-            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            return None
+        return None
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
 

@@ -13,6 +13,7 @@ SIGKILL the process at a known point; nothing else should set it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sqlite3
@@ -251,42 +252,44 @@ def _rewrite_project(payload: str, project: str) -> str:
 
 def plan_cleanup(connection: sqlite3.Connection, schema: Schema, keep: Sequence[str] = ()) -> Plan:
     """sync_state rows outside the allowed set that hold no unacked row (and no row at all, for the FK)."""
-    allowed = allowed_targets(enrolled_projects(connection, schema), keep)
-    plan = Plan(operation="cleanup-phantoms")
-    has_project = schema.has_column("sync_mutations", "project")
+    enrolled = enrolled_projects(connection, schema)
+    allowed = allowed_targets(enrolled, keep)
+    plan = Plan(operation="cleanup-phantoms", enrolled=enrolled)
     for target_key, lifecycle in connection.execute(
         "SELECT target_key, lifecycle FROM sync_state ORDER BY target_key"
     ):
         if target_key in allowed:
             continue
-        unacked = _count(
-            connection,
-            "SELECT COUNT(*) FROM sync_mutations WHERE target_key = ? AND acked_at IS NULL",
-            target_key,
-        )
-        if has_project and str(target_key).startswith(LEGACY_TARGET + ":"):
-            project = str(target_key)[len(LEGACY_TARGET) + 1 :]
-            unacked += _count(
-                connection,
-                "SELECT COUNT(*) FROM sync_mutations WHERE target_key = ? AND project = ? AND acked_at IS NULL",
-                LEGACY_TARGET,
-                project,
-            )
+        unacked, referencing = _held_rows(connection, schema, str(target_key))
         if unacked:
             plan.kept.append(
                 f"{target_key!r} still holds {unacked} unacked rows (triage them with inbox claim/drop)"
             )
-            continue
-        referencing = _count(
-            connection, "SELECT COUNT(*) FROM sync_mutations WHERE target_key = ?", target_key
-        )
-        if referencing:
+        elif referencing:
             plan.kept.append(
                 f"{target_key!r} is referenced by {referencing} acked rows (foreign key); left alone"
             )
-            continue
-        plan.phantoms.append(PhantomTarget(str(target_key), str(lifecycle)))
+        else:
+            plan.phantoms.append(PhantomTarget(str(target_key), str(lifecycle)))
     return plan
+
+
+def _held_rows(connection: sqlite3.Connection, schema: Schema, target_key: str) -> tuple[int, int]:
+    """(unacked rows of the target, counting its project's legacy-lane rows; rows referencing it)."""
+    unacked = _count(
+        connection,
+        "SELECT COUNT(*) FROM sync_mutations WHERE target_key = ? AND acked_at IS NULL",
+        target_key,
+    )
+    if schema.has_column("sync_mutations", "project") and target_key.startswith(LEGACY_TARGET + ":"):
+        unacked += _count(
+            connection,
+            "SELECT COUNT(*) FROM sync_mutations WHERE target_key = ? AND project = ? AND acked_at IS NULL",
+            LEGACY_TARGET,
+            target_key[len(LEGACY_TARGET) + 1 :],
+        )
+    referencing = _count(connection, "SELECT COUNT(*) FROM sync_mutations WHERE target_key = ?", target_key)
+    return unacked, referencing
 
 
 def _count(connection: sqlite3.Connection, sql: str, *parameters: object) -> int:
@@ -571,7 +574,16 @@ class CleanupPlanner:
         return plan_cleanup(connection, schema, self.keep)
 
     def revalidate(self, connection: sqlite3.Connection, schema: Schema, plan: Plan) -> Plan:
-        return self.plan(connection, schema)
+        """Recheck only the planned phantoms; a target that became foreign meanwhile waits for next time."""
+        if enrolled_projects(connection, schema) != plan.enrolled:
+            return self.plan(connection, schema)
+        existing = {str(row[0]) for row in connection.execute("SELECT target_key FROM sync_state")}
+        still_empty = [
+            phantom
+            for phantom in plan.phantoms
+            if phantom.target_key in existing and _held_rows(connection, schema, phantom.target_key) == (0, 0)
+        ]
+        return dataclasses.replace(plan, phantoms=still_empty)
 
 
 def apply(
