@@ -24,6 +24,13 @@ def deployment(engram_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> De
     return generate(DeploymentSpec(), 1013, out, engram_bin)
 
 
+@pytest.fixture(autouse=True)
+def no_user_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The canary reads its config and alias map from XDG_CONFIG_HOME: keep the user's own out."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("ENGRAM_DATA_DIR", raising=False)
+
+
 def canary(*args: str) -> tuple[int, Any]:
     script = Path(sys.executable).parent / "engram-canary"
     done = subprocess.run([str(script), *args], capture_output=True, text=True, check=False, timeout=120)
