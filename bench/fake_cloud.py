@@ -147,7 +147,7 @@ def run(seconds: float = 5.0, journal_limit: int = 100_000) -> dict[str, Any]:
             while http.get("/_fake/journal", params={"since_id": 10**12}).json()["overflow"] == 0:
                 for _ in range(100):
                     http.post("/sync/mutations/push", content=body).raise_for_status()
-            stored = len(http.get("/_fake/received").json()["received"])
+            stored = http.get("/_fake/received", params={"since_seq": 10**12}).json()["count"]
             results["memory"] = {
                 "idle_rss_mib": round(idle_rss / 1024, 1),
                 "full_journal_rss_mib": round(_rss_kib(pid) / 1024, 1),

@@ -104,8 +104,9 @@ class FakeCloudClient:
             )
         return [_entry(item) for item in response.json()["entries"]]
 
-    def received(self) -> list[ReceivedMutation]:
-        raw = self._ok("GET", "received")["received"]
+    def received(self, since_seq: int = 0) -> list[ReceivedMutation]:
+        """Accepted mutations with seq > since_seq, in the order of receipt."""
+        raw = self._ok("GET", "received", params={"since_seq": since_seq})["received"]
         return [ReceivedMutation(**{k: v for k, v in item.items() if k in _RECEIVED_FIELDS}) for item in raw]
 
     def set_allowlist(self, projects: Sequence[str]) -> list[str]:

@@ -133,7 +133,8 @@ class JournalEntry:
     payload_digest: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # Shallow on purpose: asdict's deep copy dominates serializing a big journal.
+        return {name: getattr(self, name) for name in self.__slots__}
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +151,8 @@ class ReceivedMutation:
     payload_digest: str
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # Shallow on purpose: asdict's deep copy dominates serializing a big journal.
+        return {name: getattr(self, name) for name in self.__slots__}
 
 
 @dataclass(frozen=True, slots=True)

@@ -192,3 +192,10 @@ def test_control_api_unknown_route_and_method(cloud: CloudUnderTest) -> None:
         assert raw.get("/_fake/nothing").status_code == 404
         assert raw.get("/_fake/reset").status_code == 405
         assert raw.post("/_fake/wait", content=b"{oops").status_code == 400
+
+
+def test_received_pages_by_since_seq(cloud: CloudUnderTest, http: httpx.Client) -> None:
+    for key in ("a", "b", "c"):
+        push(http, key=key)
+    assert [r.entity_key for r in cloud.client.received(since_seq=1)] == ["b", "c"]
+    assert http.get("/_fake/received", params={"since_seq": 99}).json() == {"count": 3, "received": []}
