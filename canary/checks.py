@@ -298,6 +298,8 @@ def check_snapshot(
     db_path: Path,
     config: CanaryConfig,
     baseline: Baseline | None,
+    *,
+    include_inbox: bool = True,
 ) -> tuple[CheckResult, TargetSpace]:
     """The full check and the target space it saw (the watcher keeps the latter)."""
     with read_transaction(connection):
@@ -308,7 +310,7 @@ def check_snapshot(
             apply_baseline(findings, baseline.targets_for(db_path))
         summary = summarize(space, findings, reader)
     # The inbox view takes its own short read transaction.
-    inbox_findings = tripwire_findings(connection, schema, config)
+    inbox_findings = tripwire_findings(connection, schema, config) if include_inbox else []
     findings.extend(inbox_findings)
     summary["other_findings"] = len(inbox_findings)
     result = CheckResult(

@@ -254,7 +254,12 @@ class Watcher:
             self._say(f"engram-canary: full check {self.stats.full_checks}")
         try:
             result, space = check_snapshot(
-                self.connection, self.schema, self.options.db_path, self.options.config, self.options.baseline
+                self.connection,
+                self.schema,
+                self.options.db_path,
+                self.options.config,
+                self.options.baseline,
+                include_inbox=self.options.config.watch.inbox_tripwires,
             )
         except sqlite3.DatabaseError as error:
             self._say(f"engram-canary: UNKNOWN - {self.options.db_path}: read failed ({error})")
