@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from fake_cloud.httpserver import Request, Response
-from fake_cloud.models import MATCH_FIELDS, Fault, InvalidControlRequest
+from fake_cloud.models import MATCH_FIELDS, Fault, InvalidControlRequest, JournalEntry
 
 if TYPE_CHECKING:
     from fake_cloud.app import FakeCloudApp
@@ -162,9 +162,16 @@ async def _wait(app: FakeCloudApp, body: dict[str, Any]) -> Response:
     if isinstance(since_id, bool) or not isinstance(since_id, int):
         raise InvalidControlRequest('/_fake/wait: "since_id" must be an integer')
     deadline = time.monotonic() + float(timeout)
+    found: list[JournalEntry] = []
+    scanned = since_id
     async with app.journal_grew:
         while True:
-            found = app.state.matching(match, since_id)
+            newest = app.state.journal[-1].id if app.state.journal else 0
+            if newest < scanned:  # a reset restarted the ids
+                found, scanned = [], since_id
+            # Only entries that arrived since the last look: a busy fake must not rescan its whole journal.
+            found += app.state.matching(match, scanned)
+            scanned = max(scanned, newest)
             if len(found) >= count:
                 return _json(200, {"entries": [entry.to_dict() for entry in found[:count]]})
             remaining = deadline - time.monotonic()

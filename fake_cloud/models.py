@@ -378,7 +378,13 @@ class FakeCloudState:
         return written
 
     def journal_since(self, since_id: int = 0) -> list[JournalEntry]:
-        return [entry for entry in self.journal if entry.id > since_id]
+        if not self.journal or self.journal[-1].id <= since_id:
+            return []
+        if since_id < self.journal[0].id:
+            return list(self.journal)
+        # Ids are consecutive, so the position of since_id is known without a scan.
+        start = since_id - self.journal[0].id + 1
+        return [self.journal[i] for i in range(start, len(self.journal))]
 
     def matching(self, match: Mapping[str, Any], since_id: int = 0) -> list[JournalEntry]:
         return [entry for entry in self.journal_since(since_id) if _mismatches(entry, match) == []]

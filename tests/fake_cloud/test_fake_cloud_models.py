@@ -103,6 +103,9 @@ def test_journal_is_bounded_and_counts_what_it_dropped() -> None:
     )
     assert [entry.request_id for entry in written] == ["r9", "r9"]
     assert state.overflow == 3
+    assert [entry.id for entry in state.journal_since(4)] == [5]
+    assert [entry.id for entry in state.journal_since(0)] == [4, 5]
+    assert state.journal_since(5) == []
 
 
 def test_faults_fire_in_order_and_are_used_up() -> None:
