@@ -199,3 +199,21 @@ def test_received_pages_by_since_seq(cloud: CloudUnderTest, http: httpx.Client) 
         push(http, key=key)
     assert [r.entity_key for r in cloud.client.received(since_seq=1)] == ["b", "c"]
     assert http.get("/_fake/received", params={"since_seq": 99}).json() == {"count": 3, "received": []}
+
+
+def test_wait_keeps_counting_across_a_reset(cloud: CloudUnderTest, http: httpx.Client) -> None:
+    for key in ("a", "b", "c"):
+        push(http, key=key)
+
+    def reset_then_push() -> None:
+        time.sleep(0.2)  # the waiter must already be blocked, having scanned ids 1-3
+        cloud.client.reset()
+        push(http, key="after")
+
+    worker = threading.Thread(target=reset_then_push)
+    worker.start()
+    try:
+        [entry] = cloud.client.wait(1, timeout=20, entity_key="after")
+    finally:
+        worker.join()
+    assert entry.id == 1
