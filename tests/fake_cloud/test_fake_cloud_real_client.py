@@ -192,10 +192,10 @@ def chunk_world(engram_bin: Path, tmp_path: Path) -> EngramEnvironment:
 
 
 def cloud_sync(
-    world: EngramEnvironment, fake: RunningFakeCloud, project: str = "p"
+    world: EngramEnvironment, fake: RunningFakeCloud, *extra: str, token: str = TOKEN
 ) -> subprocess.CompletedProcess[str]:
-    env = {"ENGRAM_CLOUD_TOKEN": TOKEN, "ENGRAM_CLOUD_SERVER": fake.base_url}
-    return world.run(["sync", "--cloud", "--project", project], env=env)
+    env = {"ENGRAM_CLOUD_TOKEN": token, "ENGRAM_CLOUD_SERVER": fake.base_url}
+    return world.run(["sync", "--cloud", "--project", "p", *extra], env=env)
 
 
 def test_sync_cloud_pushes_a_chunk_with_the_clients_own_chunk_id(
@@ -222,9 +222,27 @@ def test_sync_cloud_pushes_a_chunk_with_the_clients_own_chunk_id(
     assert 'Nothing new to sync for project "p"' in again.stdout
 
 
+def test_another_machine_imports_the_pushed_chunk_from_the_fake(
+    fake: RunningFakeCloud, chunk_world: EngramEnvironment, engram_bin: Path, tmp_path: Path
+) -> None:
+    fake.client.set_allowlist(["p"])
+    assert cloud_sync(chunk_world, fake).returncode == 0
+    [pushed] = read_rows(chunk_world.db_path, "SELECT chunk_id FROM sync_chunks")
+    reader = EngramEnvironment(binary=engram_bin, root=tmp_path / "reader").prepare()
+    assert reader.run(["cloud", "enroll", "p"]).returncode == 0
+    result = cloud_sync(reader, fake, "--import")
+    assert result.returncode == 0, meaningful_stderr(result.stderr)
+    assert 'Imported 1 new remote chunk(s) for project "p"' in result.stdout
+    titles = [row["title"] for row in read_rows(reader.db_path, "SELECT title FROM observations")]
+    assert titles == ["title p"]
+    [chunk_get] = fake.client.wait(1, timeout=5, method="GET", path=f"/sync/pull/{pushed['chunk_id']}")
+    assert (chunk_get.status, chunk_get.project) == (200, "p")
+
+
 @pytest.mark.parametrize(
     ("setup", "reason_code", "error_text"),
     [
+        ("badtoken", "auth_required", "status 401: unauthorized: unknown token"),
         ("forbid", "policy_forbidden", "status 403: forbidden: project is not allowed"),
         ("pause", "transport_failed", 'status 409: sync is paused for project "p"'),
         ("fail", "transport_failed", "status 503: fake cloud fault: injected status 503"),
@@ -233,6 +251,7 @@ def test_sync_cloud_pushes_a_chunk_with_the_clients_own_chunk_id(
 def test_sync_cloud_failures_land_in_sync_state_with_their_reason(
     fake: RunningFakeCloud, chunk_world: EngramEnvironment, setup: str, reason_code: str, error_text: str
 ) -> None:
+    token = "not-the-token" if setup == "badtoken" else TOKEN
     if setup == "forbid":
         fake.client.set_allowlist(["other"])
     elif setup == "pause":
@@ -241,7 +260,7 @@ def test_sync_cloud_failures_land_in_sync_state_with_their_reason(
     else:
         fake.client.set_allowlist(["p"])
         fake.client.add_faults([Fault(route=Route.CHUNK_PUSH, project="p", status=503)])
-    result = cloud_sync(chunk_world, fake)
+    result = cloud_sync(chunk_world, fake, token=token)
     assert result.returncode == 1
     assert error_text in result.stderr
     [state] = read_rows(chunk_world.db_path, "SELECT * FROM sync_state WHERE target_key = 'cloud:p'")
