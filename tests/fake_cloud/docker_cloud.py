@@ -74,9 +74,25 @@ def build_image(base_image: str, tag: str = IMAGE_TAG) -> str:
 
     with _build_lock():
         build_wheelhouse()
+        previous = _image_id(tag)
         # clean_up=False: the tagged image keeps its layers, which the next session's build reuses.
         DockerImage(path=str(REPO), tag=tag, buildargs={"BASE_IMAGE": base_image}, clean_up=False).build()
+        if previous and previous != _image_id(tag):
+            # With the vfs storage driver every image is a full copy; drop the one this build replaced
+            # (refused harmlessly while a container still uses it).
+            subprocess.run(["docker", "rmi", previous], capture_output=True, check=False, timeout=120)
     return tag
+
+
+def _image_id(tag: str) -> str:
+    done = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{.Id}}", tag],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    return done.stdout.strip() if done.returncode == 0 else ""
 
 
 @dataclass
