@@ -104,7 +104,14 @@ def compose_project(base_image: str) -> Iterator[tuple[list[str], dict[str, str]
     try:
         yield command, env
     finally:
-        subprocess.run([*command, "down", "-t", "5"], env=env, capture_output=True, check=False, timeout=120)
+        # --rmi all drops the compose-tagged copy; its layers stay shared with the fixture's image.
+        subprocess.run(
+            [*command, "down", "-t", "5", "--rmi", "all"],
+            env=env,
+            capture_output=True,
+            check=False,
+            timeout=120,
+        )
 
 
 def test_compose_up_serves_health_on_loopback(compose_project: tuple[list[str], dict[str, str]]) -> None:
