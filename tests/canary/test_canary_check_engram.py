@@ -261,3 +261,26 @@ def test_json_document_keys_are_stable(
         "target_key",
     ]
     assert str(document["checked_at"]).endswith("Z")
+
+
+def test_older_schema_without_project_column_still_checks(
+    engram_world: EngramEnvironment, scratch: Path, tmp_path: Path
+) -> None:
+    save(engram_world, scratch, "scratch")
+    # Simulates legacy data: an older engram file whose sync_mutations has no project column and
+    # whose database knows no enrollments yet.
+    connection = sqlite3.connect(engram_world.db_path)
+    with connection:
+        connection.execute("DROP INDEX idx_sync_mutations_project")
+        connection.execute("ALTER TABLE sync_mutations DROP COLUMN project")
+        connection.execute("DROP TABLE sync_enrolled_projects")
+    connection.close()
+
+    code, document = check_json(engram_world, tmp_path / "xdg")
+
+    assert code == 1
+    [finding] = document["findings"]  # type: ignore[misc]
+    assert finding["target_key"] == "cloud:scratch"
+    assert finding["evidence"]["unacked_rows"] == 0
+    assert "project_unacked_rows" not in finding["evidence"]
+    assert document["summary"]["enrolled_projects"] == []  # type: ignore[index]
