@@ -211,6 +211,7 @@ def test_engram_serve_keeps_writing_while_watched(
     assert "SQLITE_BUSY" not in serve_stderr
     for project in ("svc0", "svc1", "svc2", "svc3"):
         assert len(new_alerts(watcher, f"cloud:{project}")) == 1
+    assert watcher.matching(lambda text: "UNKNOWN" in text or "Traceback" in text) == []
 
 
 def test_baseline_known_targets_do_not_alert(
