@@ -28,7 +28,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -409,9 +409,35 @@ def _json_command(world: World, command: list[str], what: str) -> tuple[int, Any
         ) from None
 
 
+_WORKSPACE_REF = re.compile(r"\{workspace:([A-Za-z0-9][A-Za-z0-9_.-]*)\}")
+
+
+def with_workspace_paths(value: Any, workspaces: Mapping[str, Path]) -> Any:
+    """`{workspace:NAME}` in a side file becomes that workspace's absolute path (cwd aliases need it)."""
+    if isinstance(value, str):
+
+        def path_of(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name not in workspaces:
+                known = ", ".join(sorted(workspaces)) or "none"
+                raise StepFailed(f"{match.group(0)} names no workspace; workspaces: {known}")
+            return str(workspaces[name])
+
+        return _WORKSPACE_REF.sub(path_of, value)
+    if isinstance(value, list):
+        return [with_workspace_paths(item, workspaces) for item in value]
+    if isinstance(value, dict):
+        return {
+            with_workspace_paths(key, workspaces): with_workspace_paths(item, workspaces)
+            for key, item in value.items()
+        }
+    return value
+
+
 def _side_file(world: World, name: str, content: dict[str, Any]) -> Path:
     path = world.env.root / name
-    path.write_text(yaml.safe_dump(content, sort_keys=False), encoding="utf-8")
+    resolved = with_workspace_paths(content, world.workspaces)
+    path.write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
     return path
 
 
