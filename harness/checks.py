@@ -150,7 +150,7 @@ def _inbox(check: s.InboxCheck, observed: Observed) -> list[str]:
         if entry is None:
             problems.append(f"inbox: key {want.key!r} missing (keys: {sorted(map(str, keys))})")
             continue
-        for name in ("count", "telemetry"):
+        for name in ("count", "telemetry", "resolved_to"):
             expected = getattr(want, name)
             if expected is not None and entry.get(name) != expected:
                 problems.append(f"inbox {want.key} {name}: expected {expected}, got {entry.get(name)}")

@@ -376,6 +376,7 @@ class InboxKey(Strict):
     key: str
     count: int | None = None
     telemetry: int | None = None
+    resolved_to: str | None = Field(None, description="The project the canary's alias map resolves it to.")
 
 
 class InboxCheck(Strict):
