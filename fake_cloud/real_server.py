@@ -116,11 +116,14 @@ def real_cloud_server(
     engram_bin: Path,
     postgres_url: str,
     *,
-    token: str,
+    token: str | None,
     allowed_projects: Sequence[str],
     max_push_bytes: int | None = None,
 ) -> Iterator[RealCloud]:
-    """`engram cloud serve` on a free loopback port with a fresh database; stopped with SIGTERM."""
+    """`engram cloud serve` on a free loopback port with a fresh database; stopped with SIGTERM.
+
+    ``token=None`` starts it with ENGRAM_CLOUD_INSECURE_NO_AUTH=1.
+    """
     database = f"engram_kit_{uuid.uuid4().hex[:12]}"
     psql(postgres_url, f"CREATE DATABASE {database}")
     database_url = with_database(postgres_url, database)
@@ -132,10 +135,13 @@ def real_cloud_server(
         "ENGRAM_DATA_DIR": str(workdir / "engram-data"),
         "ENGRAM_DATABASE_URL": database_url,
         "ENGRAM_CLOUD_HOST": "127.0.0.1",
-        "ENGRAM_CLOUD_TOKEN": token,
         "ENGRAM_JWT_SECRET": JWT_SECRET,
         "ENGRAM_CLOUD_ALLOWED_PROJECTS": ",".join(allowed_projects),
     }
+    if token is None:
+        env["ENGRAM_CLOUD_INSECURE_NO_AUTH"] = "1"
+    else:
+        env["ENGRAM_CLOUD_TOKEN"] = token
     if max_push_bytes is not None:
         env["ENGRAM_CLOUD_MAX_PUSH_BYTES"] = str(max_push_bytes)
     process: subprocess.Popen[str] | None = None

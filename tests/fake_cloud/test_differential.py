@@ -150,3 +150,40 @@ def test_known_superset_is_still_what_it_was(
     real_expected, fake_status = KNOWN_SUPERSET[name]
     assert real_answers[name] == real_expected
     assert fake_answers[name].status == fake_status
+
+
+PROJECT_ROUTE_CASES = [
+    "push real engram batch",
+    "push forbidden project",
+    "push paused project",
+    "pull since 0",
+    "manifest empty",
+    "chunk push",
+    "chunk pull unknown",
+]
+
+
+def test_real_server_in_insecure_mode_refuses_every_project_route(
+    engram_bin: Path, postgres_url: str, cases: list[Case]
+) -> None:
+    """v1.20.0's ENGRAM_CLOUD_INSECURE_NO_AUTH=1 wires the principal check but no principal exists, so every
+    project-scoped route is 403; only the checks before it (body, empty batch, project, size) differ."""
+    unauthenticated = [Case(c.name, c.method, c.path, {}, c.body) for c in cases]
+    with real_cloud_server(engram_bin, postgres_url, token=None, allowed_projects=ALLOWED) as real:
+        real.pause(PAUSED)
+        answers = run_cases(real.base_url, unauthenticated)
+    refused = Outcome(
+        403,
+        "json",
+        {
+            "error": "forbidden: principal is required",
+            "error_class": "policy",
+            "error_code": "policy_forbidden",
+        },
+    )
+    assert {name: answers[name] for name in PROJECT_ROUTE_CASES} == dict.fromkeys(
+        PROJECT_ROUTE_CASES, refused
+    )
+    assert answers["push empty batch"].fields["error_code"] == "empty_batch"
+    assert answers["manifest missing project"].fields["error_code"] == "upgrade_blocked_project_required"
+    assert answers["health"].status == 200
