@@ -144,7 +144,9 @@ def test_exec_and_ping_url(
         save(engram_world, scratch, "scratch")
         alert = watcher.wait_for(lambda text: "NEW foreign sync target cloud:scratch " in text, what="alert")
         records = eventually(
-            lambda: exec_log.read_text().splitlines() if exec_log.exists() else None, timeout=10, what="exec"
+            lambda: (exec_log.read_text().splitlines() or None) if exec_log.exists() else None,
+            timeout=10,
+            what="exec",
         )
         eventually(lambda: len(server.paths) >= 2 or None, timeout=10, what="the status ping")  # type: ignore[attr-defined]
         assert watcher.stop() == 0
