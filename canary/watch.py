@@ -51,6 +51,18 @@ WRITE_EVENTS = frozenset({"modified", "created", "deleted", "moved", "closed"})
 CONFIRM_RETRIES_SECONDS = (0.005, 0.02, 0.1)
 EXEC_TIMEOUT_SECONDS = 30.0
 PING_TIMEOUT_SECONDS = 10.0
+# syslog priorities; journald reads a "<N>" line prefix on a stream it owns (SyslogLevelPrefix=yes).
+CRITICAL, ERROR, WARNING, NOTICE, INFO = 2, 3, 4, 5, 6
+
+
+def stream_is_journal(stream: TextIO) -> bool:
+    """True when systemd connected this stream to the journal ($JOURNAL_STREAM names its device:inode)."""
+    expected = os.environ.get("JOURNAL_STREAM", "")
+    try:
+        status = os.fstat(stream.fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
+    return expected == f"{status.st_dev}:{status.st_ino}"
 
 
 @dataclass
@@ -117,6 +129,7 @@ class Watcher:
         self.schema: Schema | None = None
         self.last_version: int | None = None
         self.notifier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="canary-notify")
+        self.journal = stream_is_journal(options.stream)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -207,7 +220,7 @@ class Watcher:
         try:
             version = data_version(self.connection)
         except sqlite3.DatabaseError as error:
-            self._say(f"engram-canary: UNKNOWN - {self.options.db_path}: read failed ({error})")
+            self._say(f"engram-canary: UNKNOWN - {self.options.db_path}: read failed ({error})", ERROR)
             return False
         if version == self.last_version:
             return False
@@ -242,7 +255,7 @@ class Watcher:
                     else []
                 )
         except sqlite3.DatabaseError as error:
-            self._say(f"engram-canary: UNKNOWN - {self.options.db_path}: read failed ({error})")
+            self._say(f"engram-canary: UNKNOWN - {self.options.db_path}: read failed ({error})", ERROR)
             return
         self._reconcile(foreign, findings, space)
         self._incremental_status()
@@ -262,11 +275,11 @@ class Watcher:
                 include_inbox=self.options.config.watch.inbox_tripwires,
             )
         except sqlite3.DatabaseError as error:
-            self._say(f"engram-canary: UNKNOWN - {self.options.db_path}: read failed ({error})")
+            self._say(f"engram-canary: UNKNOWN - {self.options.db_path}: read failed ({error})", ERROR)
             self._notify_status(Status.UNKNOWN, f"read failed: {error}")
             return
         except CanaryError as error:
-            self._say(f"engram-canary: UNKNOWN - {error}")
+            self._say(f"engram-canary: UNKNOWN - {error}", ERROR)
             self._notify_status(Status.UNKNOWN, str(error))
             return
         self.last_seq = space.last_seq
@@ -322,12 +335,14 @@ class Watcher:
 
     def _emit(self, alert: Alert) -> None:
         self.stats.alerts += 1
-        self._say(alert.line)
+        priorities = {Status.CRITICAL: CRITICAL, Status.WARNING: WARNING}
+        self._say(alert.line, priorities.get(alert.status, NOTICE))
         if self.options.exec_command:
             self.notifier.submit(self._run_exec, alert)
 
-    def _say(self, line: str) -> None:
-        self.options.stream.write(line + "\n")
+    def _say(self, line: str, priority: int = INFO) -> None:
+        prefix = f"<{priority}>" if self.journal else ""
+        self.options.stream.write(f"{prefix}{line}\n")
         self.options.stream.flush()
 
     def _run_exec(self, alert: Alert) -> None:
@@ -354,11 +369,12 @@ class Watcher:
                 check=False,
             )
         except (OSError, subprocess.TimeoutExpired) as error:
-            self._say(f"engram-canary: --exec failed: {error}")
+            self._say(f"engram-canary: --exec failed: {error}", ERROR)
             return
         if completed.returncode != 0:
             self._say(
-                f"engram-canary: --exec exited {completed.returncode}: {completed.stderr.strip()[:200]}"
+                f"engram-canary: --exec exited {completed.returncode}: {completed.stderr.strip()[:200]}",
+                ERROR,
             )
 
     def _notify_status(self, status: Status, body: str) -> None:
@@ -370,7 +386,7 @@ class Watcher:
         try:
             httpx.post(url, content=f"{status.name} - {body}".encode(), timeout=PING_TIMEOUT_SECONDS)
         except httpx.HTTPError as error:
-            self._say(f"engram-canary: ping {url} failed: {error}")
+            self._say(f"engram-canary: ping {url} failed: {error}", ERROR)
 
 
 def watch(options: WatchOptions, *, install_signals: bool = True) -> int:

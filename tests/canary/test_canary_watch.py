@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -252,3 +254,34 @@ def test_watch_on_a_missing_database_is_unknown(tmp_path: Path) -> None:
     assert result.stderr == (
         f"engram-canary: error: {missing}: no such file (pass --db or set ENGRAM_DATA_DIR)\n"
     )
+
+
+def test_journal_priorities_when_stderr_is_the_journal(
+    engram_world: EngramEnvironment, tmp_path: Path
+) -> None:
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    save(engram_world, scratch, "scratch")
+    read_end, write_end = os.pipe()
+    status = os.fstat(write_end)
+    process = subprocess.Popen(
+        [str(CANARY), "watch", "--db", str(engram_world.db_path)],
+        env=canary_env(tmp_path / "xdg", JOURNAL_STREAM=f"{status.st_dev}:{status.st_ino}"),
+        stderr=write_end,
+        stdout=subprocess.DEVNULL,
+    )
+    os.close(write_end)
+    try:
+        with os.fdopen(read_end, encoding="utf-8") as journal:
+            first = journal.readline()
+            second = journal.readline()
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=15) == 0
+            rest = journal.read()
+    finally:
+        process.kill()
+        process.wait(timeout=15)
+
+    assert first.startswith("<4>engram-canary WARNING: NEW foreign sync target cloud:scratch ")
+    assert second.startswith("<6>engram-canary: watching ")
+    assert rest.startswith("<6>engram-canary: stopped (")
