@@ -138,10 +138,11 @@ def main() -> None:
         print(
             f"pytest scenarios -n 2 --dist loadgroup: {pytest_seconds:.1f}s wall ({'passed' if pytest_passed else 'FAILED'})"
         )
-    print(f"{'scenario':<28} {'status':<7} {'total':>7} {'steps':>7} {'outside engram':>15}")
+    width = max([len("scenario"), *(len(item["scenario"]) for item in per_scenario)])
+    print(f"{'scenario':<{width}} {'status':<7} {'total':>7} {'steps':>7} {'outside engram':>15}")
     for item in per_scenario:
         print(
-            f"{item['scenario']:<28} {item['status']:<7} {item['total_s']:>7.2f} {item['steps_s']:>7.2f} "
+            f"{item['scenario']:<{width}} {item['status']:<7} {item['total_s']:>7.2f} {item['steps_s']:>7.2f} "
             f"{item['overhead_outside_engram_s']:>15.3f}"
         )
     noop_report = report["noop_scenario"]
