@@ -94,7 +94,9 @@ def print_result(console: Console, result: ScenarioResult, mode: ExpectMode) -> 
             markup=False,
         )
     for entity, entity_key, op, digest in result.lanes.unmatched[:10]:
-        console.print(f"received, matching no local row: {entity} {entity_key} {op} {digest[:12]}", markup=False)
+        console.print(
+            f"received, matching no local row: {entity} {entity_key} {op} {digest[:12]}", markup=False
+        )
     if result.stderr:
         console.print("[bold]engram stderr:[/bold]")
         console.print("\n".join(result.stderr.splitlines()[-30:]), markup=False)
