@@ -77,6 +77,7 @@ class LaneRow:
     lost: int = 0
     duplicated: int = 0
     delivered_as_current_state: int = 0
+    acked_before_run: int = 0
 
     def counts(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in LANE_COUNTS}
@@ -155,7 +156,26 @@ def _transport(item: Received) -> str:
     return str(getattr(value, "value", value))
 
 
-def compute_lanes(local: Sequence[LocalMutation], received: Iterable[Received]) -> LaneTable:
+def read_acked_seqs(db_path: Path) -> frozenset[int]:
+    """Rows already acked when a run starts (a copied database): delivered to some earlier cloud, not lost."""
+    try:
+        connection = open_read_only(db_path)
+    except CanaryError:
+        return frozenset()
+    try:
+        return frozenset(
+            int(row[0])
+            for row in connection.execute("SELECT seq FROM sync_mutations WHERE acked_at IS NOT NULL")
+        )
+    except sqlite3.Error:
+        return frozenset()
+    finally:
+        connection.close()
+
+
+def compute_lanes(
+    local: Sequence[LocalMutation], received: Iterable[Received], acked_before: frozenset[int] = frozenset()
+) -> LaneTable:
     pool: defaultdict[MatchKey, list[Received]] = defaultdict(list)
     for item in received:
         pool[(str(item.entity), str(item.entity_key), str(item.op), str(item.payload_digest))].append(item)
@@ -191,6 +211,8 @@ def compute_lanes(local: Sequence[LocalMutation], received: Iterable[Received]) 
             pool[match[0]].remove(match[1])
             row.delivered += 1
             row.delivered_as_current_state += 1
+        elif mutation.seq in acked_before:
+            row.acked_before_run += 1
         elif mutation.acked:
             row.lost += 1
             lost_rows.append(mutation)

@@ -25,11 +25,16 @@ def lane_table(lanes: LaneTable, title: str) -> Table:
     table.add_column("project")
     for count in LANE_COUNTS:
         table.add_column(count, justify="right")
+    earlier = any(row.acked_before_run for row in lanes.rows)
+    if earlier:
+        table.add_column("acked before run", justify="right")
     for row in lanes.rows:
         counts = row.counts()
         cells = [str(counts[c]) for c in LANE_COUNTS]
         if counts["lost"]:
             cells[LANE_COUNTS.index("lost")] = f"[red]{counts['lost']}[/red]"
+        if earlier:
+            cells.append(str(row.acked_before_run))
         table.add_row(row.lane, row.project or "∅", *cells)
     if lanes.unmatched_received:
         table.caption = f"{lanes.unmatched_received} received mutation(s) match no local row"

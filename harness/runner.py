@@ -19,7 +19,13 @@ from fake_cloud.errors import FakeCloudError
 from harness.checks import ExpectationResult, Observed, evaluate
 from harness.engram_env import EngramEnvironment
 from harness.errors import HarnessError, StepFailed
-from harness.lanes import LaneTable, compute_lanes, read_local_mutations, read_sync_state_targets
+from harness.lanes import (
+    LaneTable,
+    compute_lanes,
+    read_acked_seqs,
+    read_local_mutations,
+    read_sync_state_targets,
+)
 from harness.loader import Scenario
 from harness.schema import WorkspaceSpec
 from harness.steps import StepRecord, StepRunner
@@ -163,6 +169,7 @@ def run_scenario(
         result.timings["workspaces"] = time.monotonic() - mark
         mark = time.monotonic()
         world.run(["stats"])  # creates the database through engram itself
+        acked_before = read_acked_seqs(env.db_path) if db_copy_source is not None else frozenset()
         result.timings["db_init"] = time.monotonic() - mark
         mark = time.monotonic()
         if spec.autosync:
@@ -179,7 +186,7 @@ def run_scenario(
         result.steps = runner.records
         result.timings["steps"] = time.monotonic() - mark
         mark = time.monotonic()
-        _observe(result, world)
+        _observe(result, world, acked_before)
         result.timings["evaluate"] = time.monotonic() - mark
     except (
         HarnessError,
@@ -205,9 +212,9 @@ def run_scenario(
     return result
 
 
-def _observe(result: ScenarioResult, world: World) -> None:
+def _observe(result: ScenarioResult, world: World, acked_before: frozenset[int]) -> None:
     received = world.cloud.client.received()
-    result.lanes = compute_lanes(read_local_mutations(world.db_path), received)
+    result.lanes = compute_lanes(read_local_mutations(world.db_path), received, acked_before)
     result.sync_state_targets = read_sync_state_targets(world.db_path)
     journal = world.cloud.client.journal()
     result.journal_excerpt = [_entry(entry) for entry in journal.entries[-40:]]

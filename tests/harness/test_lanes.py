@@ -89,3 +89,9 @@ def test_a_chunk_carrying_the_current_state_counts_as_delivered() -> None:
     # over the mutation protocol the exact payload is required
     table = compute_lanes([row(1, payload=queued)], [Got("observation", "obs-1", "upsert", current)])
     assert table.rows[0].lost == 1 and table.unmatched_received == 1
+
+
+def test_rows_acked_before_a_run_on_a_copied_database_are_not_lost() -> None:
+    table = compute_lanes([row(1), row(2, key="obs-2")], [], acked_before=frozenset({1}))
+    (only,) = table.rows
+    assert only.acked_before_run == 1 and only.lost == 1 and [m.seq for m in table.lost_rows] == [2]
