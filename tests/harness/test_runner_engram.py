@@ -154,3 +154,19 @@ def test_a_scenario_that_outlives_its_timeout_stops_at_the_next_step(
         result.steps[0].error
         == "the scenario's timeout ran out before this step (raise `timeout:` in the scenario)"
     )
+
+
+def test_rows_acked_before_a_run_on_a_copy_are_not_lost(tmp_path: Path, engram_bin: Path) -> None:
+    from fake_cloud.server import FakeCloudConfig, start_fake_cloud
+
+    source = EngramEnvironment(binary=engram_bin, root=tmp_path / "real").prepare()
+    with start_fake_cloud(FakeCloudConfig(token="t")) as cloud:
+        cloud_env = {"ENGRAM_CLOUD_SERVER": cloud.base_url, "ENGRAM_CLOUD_TOKEN": "t"}
+        assert source.run(["cloud", "enroll", "earlier"]).returncode == 0
+        assert source.run(["save", "old", "memory", "--project", "earlier"]).returncode == 0
+        synced = source.run(["sync", "--cloud", "--project", "earlier"], env=cloud_env)
+        assert synced.returncode == 0, synced.stderr
+    result = play(tmp_path, engram_bin, MANUAL, db_copy_source=source.db_path)
+    row = result.lanes.row("cloud", "earlier")
+    assert row is not None and row.acked_before_run == 2 and row.lost == 0, rendered(result)
+    assert judge(result, "all") == "passed"
