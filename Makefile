@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 ENGRAM_VERSION ?= v1.20.0
 
-.PHONY: demo test venv engram lint typecheck bench clean
+.PHONY: demo test test-v3 venv engram lint typecheck bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,9 @@ typecheck: venv
 
 test: venv
 	bash scripts/test.sh
+
+test-v3: venv
+	ENGRAM_KIT_TIER=v3 bash scripts/test.sh
 
 demo: engram
 	bash scripts/demo.sh

@@ -8,6 +8,7 @@ Either way the binary is compiled from the tagged release, never imitated.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -95,7 +96,12 @@ def install_engram(version: str = DEFAULT_VERSION, *, force: bool = False) -> Pa
         check=False,
     )
     if installed.returncode != 0:
-        _build_from_module_source(go, release, target, ldflags, env, first_error=installed.stderr)
+        try:
+            _build_from_module_source(go, release, target, ldflags, env, first_error=installed.stderr)
+        except EngramInstallError:
+            with contextlib.suppress(OSError):
+                target.parent.rmdir()  # leave no empty version folder that looks installed
+            raise
     if not target.is_file():
         raise EngramInstallError(f"building engram {release.version} produced no binary at {target}")
     return target
