@@ -225,6 +225,8 @@ class FakeCloudApp:
         try:
             value, _ = json.JSONDecoder().raw_decode(stripped)
         except json.JSONDecodeError as error:
+            if error.pos >= len(stripped) or error.msg.startswith("Unterminated string"):
+                return None, "unexpected EOF", False  # Go's wording when the input ends inside a value
             return None, f"invalid character at offset {error.pos}: {error.msg}", False
         except RecursionError:
             return None, "exceeded max depth", False

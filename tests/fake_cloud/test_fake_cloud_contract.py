@@ -196,6 +196,8 @@ def test_mutation_push_refuses_bad_batches_with_the_real_bodies(
     [
         (b"{not json", "invalid request body: "),
         (b"", "invalid request body: EOF"),
+        (b'{"entries":', "invalid request body: unexpected EOF"),
+        (b'{"entries": [{"project": "p', "invalid request body: unexpected EOF"),
         (b"[1, 2]", "invalid request body: json: cannot unmarshal"),
         (b'{"entries": {"a": 1}}', "invalid request body: json: cannot unmarshal"),
         (b'{"entries": [{"project": 5}]}', "invalid request body: json: cannot unmarshal"),
