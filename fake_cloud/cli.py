@@ -45,7 +45,14 @@ def cli() -> None:
 @click.option(
     "--insecure-no-auth",
     is_flag=True,
-    help="Accept requests without a token [env ENGRAM_CLOUD_INSECURE_NO_AUTH].",
+    help="No token, like the real server: every project route answers 403 "
+    "'principal is required' [env ENGRAM_CLOUD_INSECURE_NO_AUTH].",
+)
+@click.option(
+    "--insecure-permissive",
+    is_flag=True,
+    help="Fake only, with --insecure-no-auth: serve projects by the allowlist instead "
+    "[env ENGRAM_FAKE_CLOUD_INSECURE_PERMISSIVE].",
 )
 @click.option(
     "--allowed-projects",
@@ -69,6 +76,7 @@ def serve(
     ca_out: Path | None,
     token: str | None,
     insecure_no_auth: bool,
+    insecure_permissive: bool,
     allowed_projects: str,
     journal_limit: int,
     max_push_bytes: int,
@@ -88,6 +96,7 @@ def serve(
         token=token.strip() if token and token.strip() else None,
         allowed_projects=projects,
         insecure_no_auth=insecure,
+        insecure_permissive=insecure_permissive or _env_bool("ENGRAM_FAKE_CLOUD_INSECURE_PERMISSIVE"),
         tls=tls,
         host=host,
         port=port,

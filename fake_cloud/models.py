@@ -225,6 +225,7 @@ def actionable(status: int, error_class: str, code: str, message: str) -> Reply:
 
 PROJECT_REQUIRED = actionable(400, "blocked", "upgrade_blocked_project_required", "project is required")
 FORBIDDEN = actionable(403, "policy", "policy_forbidden", "forbidden: project is not allowed")
+NO_PRINCIPAL = actionable(403, "policy", "policy_forbidden", "forbidden: principal is required")
 
 
 def _paused_reply(paused_project: str, primary: str) -> Reply:
@@ -264,6 +265,7 @@ class FakeCloudState:
         allowed_projects: Iterable[str] = ("*",),
         journal_limit: int = DEFAULT_JOURNAL_LIMIT,
         max_push_bytes: int = DEFAULT_MAX_PUSH_BYTES,
+        principal_required: bool = False,
     ) -> None:
         if journal_limit < 1:
             raise FakeCloudError(f"journal_limit must be at least 1, got {journal_limit}")
@@ -272,6 +274,9 @@ class FakeCloudState:
         self.token = token.strip() if token else None
         self.journal_limit = journal_limit
         self.max_push_bytes = max_push_bytes
+        # v1.20's insecure no-auth mode still checks for a principal, which no request has: every
+        # project-scoped step answers 403 "principal is required".
+        self.principal_required = principal_required
         self._initial_allowlist = list(allowed_projects)
         self.reset()
 
@@ -316,11 +321,14 @@ class FakeCloudState:
         else:
             self.paused.discard(project)
 
-    def is_authorized(self, project: str) -> bool:
+    def scope_denied(self, project: str) -> Reply | None:
+        """The real authorizeProjectScope: the 403 for this project, or None when it may pass."""
+        if self.principal_required:
+            return NO_PRINCIPAL
         normalized = chunkcodec.normalize_project(project)
-        if not normalized:
-            return False
-        return self.allow_all or normalized in self.allowed
+        if normalized and (self.allow_all or normalized in self.allowed):
+            return None
+        return FORBIDDEN
 
     def check_bearer(self, header: str | None) -> str | None:
         """The 401 text the real server answers with, or None when the request may pass."""
@@ -451,8 +459,9 @@ class FakeCloudState:
             project = entry["project"].strip()
             if project not in seen:
                 seen.add(project)
-                if not self.is_authorized(project):
-                    return FORBIDDEN, items
+                denied = self.scope_denied(project)
+                if denied:
+                    return denied, items
         primary = parsed[0]["project"].strip()
         for entry in parsed:
             if entry["project"].strip() in self.paused:
@@ -504,6 +513,8 @@ class FakeCloudState:
         return Reply(200, accepted), items
 
     def pull_mutations(self, since_seq: str | None, limit: str | None) -> Reply:
+        if self.principal_required:
+            return NO_PRINCIPAL
         since = _lenient_int(since_seq, 0)
         size = _lenient_int(limit, DEFAULT_PULL_LIMIT)
         if size <= 0:
@@ -552,8 +563,9 @@ class FakeCloudState:
         if not project:
             return PROJECT_REQUIRED, items
         items = _chunk_items(data, project)
-        if not self.is_authorized(project):
-            return FORBIDDEN, items
+        denied = self.scope_denied(project)
+        if denied:
+            return denied, items
         if project in self.paused:
             return _paused_reply(project, project), items
         try:
@@ -595,8 +607,9 @@ class FakeCloudState:
         normalized = chunkcodec.normalize_project(project or "")
         if not normalized:
             return PROJECT_REQUIRED
-        if not self.is_authorized(normalized):
-            return FORBIDDEN
+        denied = self.scope_denied(normalized)
+        if denied:
+            return denied
         chunks = [
             {
                 "created_at": chunk.created_at,
@@ -614,8 +627,9 @@ class FakeCloudState:
         normalized = chunkcodec.normalize_project(project or "")
         if not normalized:
             return PROJECT_REQUIRED
-        if not self.is_authorized(normalized):
-            return FORBIDDEN
+        denied = self.scope_denied(normalized)
+        if denied:
+            return denied
         chunk_id = chunk_id.strip()
         if not chunk_id:
             return Reply(400, "chunkID is required")

@@ -30,6 +30,9 @@ class FakeCloudConfig:
     token: str | None = None
     allowed_projects: Sequence[str] = ("*",)
     insecure_no_auth: bool = False
+    # Not the real server: with insecure_no_auth, serve projects by the allowlist instead of the real
+    # v1.20's 403 "principal is required" on every project route.
+    insecure_permissive: bool = False
     tls: bool = False
     host: str = "127.0.0.1"
     port: int = 0
@@ -49,6 +52,8 @@ class FakeCloudConfig:
                 "cloud auth token is required: set ENGRAM_CLOUD_TOKEN or --token "
                 "(or ENGRAM_CLOUD_INSECURE_NO_AUTH=1 / --insecure-no-auth for no auth)"
             )
+        if self.insecure_permissive and not self.insecure_no_auth:
+            raise FakeCloudError("insecure_permissive only applies together with insecure_no_auth")
         if isinstance(self.allowed_projects, str):
             raise FakeCloudError(
                 "allowed_projects must be a sequence of names, not one string; use ('*',) for all"
@@ -66,6 +71,7 @@ class FakeCloudConfig:
             allowed_projects=self.allowed_projects,
             journal_limit=self.journal_limit,
             max_push_bytes=self.max_push_bytes,
+            principal_required=self.insecure_no_auth and not self.insecure_permissive,
         )
 
 

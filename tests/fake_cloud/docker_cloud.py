@@ -140,6 +140,8 @@ def _environment(config: FakeCloudConfig) -> dict[str, str]:
     }
     if config.insecure_no_auth:
         env["ENGRAM_CLOUD_INSECURE_NO_AUTH"] = "1"
+        if config.insecure_permissive:
+            env["ENGRAM_FAKE_CLOUD_INSECURE_PERMISSIVE"] = "1"
     elif config.token:
         env["ENGRAM_CLOUD_TOKEN"] = config.token
     return env

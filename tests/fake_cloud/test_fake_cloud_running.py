@@ -59,9 +59,35 @@ def test_subprocess_reads_the_real_servers_environment_variables() -> None:
         assert http.get("/sync/pull", params={"project": "c"}, headers=auth).status_code == 403
 
 
-def test_insecure_no_auth_accepts_requests_without_a_token() -> None:
+def test_insecure_no_auth_refuses_project_routes_like_the_real_server() -> None:
     with (
         FakeCloudProcess(["--port", "0"], env=clean_env(ENGRAM_CLOUD_INSECURE_NO_AUTH="true")) as process,
+        httpx.Client(base_url=process.base_url) as http,
+    ):
+        refused = http.get("/sync/pull", params={"project": "a"})
+        assert (refused.status_code, refused.json()) == (
+            403,
+            {
+                "error": "forbidden: principal is required",
+                "error_class": "policy",
+                "error_code": "policy_forbidden",
+            },
+        )
+        assert http.get("/sync/mutations/pull").status_code == 403
+        assert http.get("/sync/pull").status_code == 400  # the project check comes first
+        assert http.get("/health").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [
+        (["--insecure-no-auth", "--insecure-permissive"], {}),
+        ([], {"ENGRAM_CLOUD_INSECURE_NO_AUTH": "1", "ENGRAM_FAKE_CLOUD_INSECURE_PERMISSIVE": "1"}),
+    ],
+)
+def test_insecure_permissive_accepts_requests_without_a_token(args: list[str], env: dict[str, str]) -> None:
+    with (
+        FakeCloudProcess(["--port", "0", *args], env=clean_env(**env)) as process,
         httpx.Client(base_url=process.base_url) as http,
     ):
         assert http.get("/sync/pull", params={"project": "a"}).status_code == 200
@@ -79,6 +105,7 @@ def test_insecure_no_auth_accepts_requests_without_a_token() -> None:
         ),
         (["--token", "t", "--tls"], {}, "--tls needs --ca-out FILE"),
         (["--token", "t", "--allowed-projects", " , "], {}, "--allowed-projects is empty"),
+        (["--token", "t", "--insecure-permissive"], {}, "insecure_permissive only applies together with"),
     ],
 )
 def test_bad_configuration_exits_2_with_one_line(args: list[str], env: dict[str, str], message: str) -> None:
