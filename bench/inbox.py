@@ -35,7 +35,7 @@ from canary.triage import CleanupPlanner, InboxPlanner, Selection, apply, plan_c
 from harness.deployment import DeploymentSpec, generate
 from harness.engram_env import EngramEnvironment
 from harness.engram_install import DEFAULT_VERSION, find_engram
-from harness.world import free_port
+from harness.polling import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "inbox.json"

@@ -40,7 +40,8 @@ from pydantic import BaseModel
 from harness import schema as s
 from harness.errors import StepFailed, StepUnsupported
 from harness.loader import Step
-from harness.world import SavedObservation, World, eventually
+from harness.polling import eventually
+from harness.world import SavedObservation, World
 
 CYCLE_SECONDS = 45.0
 UNSUPPORTED_HINT = "mark the step `if_unsupported: skip` to run the rest of the scenario on this version"
@@ -324,6 +325,7 @@ def do_sync(world: World, step: s.SyncStep) -> None:
         eventually(
             lambda: True if _journal_mark(world) > mark else None,
             timeout=10,
+            interval=0.1,
             what="the fake cloud to journal the manual sync's requests",
         )
         return

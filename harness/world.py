@@ -13,7 +13,6 @@ import queue
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -21,33 +20,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal, TypeVar
+from typing import IO, Any, Literal
 
 import httpx
 
 from harness.engram_env import EngramEnvironment, meaningful_stderr
 from harness.errors import HarnessError, StepFailed
+from harness.polling import free_port
 
 CloudMode = Literal["process", "docker", "inprocess"]
-T = TypeVar("T")
-
-
-def eventually(probe: Callable[[], T | None], *, timeout: float, interval: float = 0.1, what: str) -> T:
-    """Poll PROBE until it returns a value that is not None, or fail after TIMEOUT seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value is not None:
-            return value
-        if time.monotonic() >= deadline:
-            raise StepFailed(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

@@ -5,37 +5,16 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
 
-T = TypeVar("T")
+from harness.polling import eventually
 
 CANARY = Path(sys.executable).parent / "engram-canary"
-
-
-def eventually(probe: Callable[[], T | None], *, timeout: float, interval: float = 0.05, what: str) -> T:
-    """Poll PROBE until it returns something other than None; fail after TIMEOUT seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value is not None:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def canary_env(config_home: Path, **extra: str) -> dict[str, str]:
@@ -114,7 +93,7 @@ class WatchProcess:
                 raise AssertionError(f"watch exited {self.process.returncode}: {self.snapshot()}")
             return found[0] if found else None
 
-        return eventually(probe, timeout=timeout, interval=0.02, what=what)
+        return eventually(probe, timeout=timeout, interval=0.02, what=what, error=AssertionError)
 
     def wait_started(self) -> None:
         self.wait_for(lambda line: line.startswith("engram-canary: watching"), what="watch to start")

@@ -5,34 +5,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
-import socket
 import sqlite3
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
-
-import httpx
+from typing import Any
 
 from harness.engram_env import EngramEnvironment, meaningful_stderr
+from harness.world import EngramDaemon
 
 CANARY = Path(sys.executable).parent / "engram-canary"
-T = TypeVar("T")
-
-
-def eventually(probe: Callable[[], T | None], *, timeout: float, what: str, interval: float = 0.05) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value is not None:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 def canary_env(world: EngramEnvironment, **extra: str) -> dict[str, str]:
@@ -94,89 +78,34 @@ def db_digest(db: Path) -> str:
     )
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class EngramServer:
-    """`engram serve` on a free port; `post` records every status it answered."""
+    """`engram serve` (the harness's daemon); `post` records every status it answered."""
 
-    def __init__(
-        self, world: EngramEnvironment, process: subprocess.Popen[bytes], port: int, log: Path
-    ) -> None:
-        self.world = world
-        self.process = process
-        self.base_url = f"http://127.0.0.1:{port}"
-        self.log = log
-        self.http = httpx.Client(timeout=30)
+    def __init__(self, daemon: EngramDaemon) -> None:
+        self.daemon = daemon
         self.statuses: list[int] = []
         self.failures: list[str] = []
 
     def post(self, path: str, body: dict[str, Any]) -> Any:
-        response = self.http.post(f"{self.base_url}{path}", json=body)
+        response = self.daemon.http.post(f"{self.daemon.base_url}{path}", json=body)
         self.statuses.append(response.status_code)
         if response.status_code >= 300:
             self.failures.append(f"{path} {response.status_code}: {response.text.strip()}")
         return response.json() if response.content else None
 
     def log_text(self) -> str:
-        return self.log.read_text(encoding="utf-8", errors="replace")
+        return self.daemon.log_text()
 
 
 @contextmanager
 def engram_serve(world: EngramEnvironment, **extra_env: str) -> Iterator[EngramServer]:
     log = world.root / f"serve-{len(list(world.root.glob('serve-*.log')))}.log"
-    for _attempt in range(3):
-        port = free_port()
-        with log.open("ab") as stream:
-            process = subprocess.Popen(
-                [str(world.binary), "serve"],
-                cwd=world.home,
-                env=world.env({"ENGRAM_PORT": str(port), **extra_env}),
-                stdout=stream,
-                stderr=subprocess.STDOUT,
-            )
-        server = EngramServer(world, process, port, log)
-        try:
-            if _ready(server):
-                break
-        except BaseException:
-            _stop(server)
-            raise
-        _stop(server)
-    else:
-        raise AssertionError(f"engram serve did not start: {log.read_text(errors='replace')[-2000:]}")
+    daemon = EngramDaemon(world, extra_env, log)
     try:
-        yield server
+        daemon.start(autosync=False)
+        yield EngramServer(daemon)
     finally:
-        _stop(server)
-
-
-def _ready(server: EngramServer) -> bool:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            return False
-        try:
-            if server.http.get(f"{server.base_url}/health", timeout=1).status_code == 200:
-                return True
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.05)
-    return False
-
-
-def _stop(server: EngramServer) -> None:
-    if server.process.poll() is None:
-        server.process.send_signal(signal.SIGTERM)
-        try:
-            server.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.process.kill()
-            server.process.wait()
-    server.http.close()
+        daemon.close()
 
 
 def inbox_json(world: EngramEnvironment, *extra: str) -> list[dict[str, Any]]:

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from canary_support import CANARY, WatchProcess, canary_env, eventually, free_port, rows_digest, run_canary
+from canary_support import CANARY, WatchProcess, canary_env, rows_digest, run_canary
 
 from harness.engram_env import EngramEnvironment
+from harness.polling import eventually, free_port
 
 pytestmark = pytest.mark.engram
 
@@ -125,7 +126,8 @@ def test_exec_and_ping_url(
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     server = HTTPServer(("127.0.0.1", 0), _PingRecorder)
-    server.paths = []  # type: ignore[attr-defined]
+    pings: list[tuple[str, str]] = []
+    server.paths = pings  # type: ignore[attr-defined]
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_port}/ping/abc"
     exec_log = tmp_path / "exec.jsonl"
@@ -142,22 +144,23 @@ def test_exec_and_ping_url(
     watcher_factory.append(watcher)
     try:
         watcher.wait_started()
-        eventually(lambda: server.paths or None, timeout=10, what="the startup ping")  # type: ignore[attr-defined]
+        eventually(lambda: pings or None, timeout=10, what="the startup ping", error=AssertionError)
         save(engram_world, scratch, "scratch")
         alert = watcher.wait_for(lambda text: "NEW foreign sync target cloud:scratch " in text, what="alert")
         records = eventually(
             lambda: (exec_log.read_text().splitlines() or None) if exec_log.exists() else None,
             timeout=10,
             what="exec",
+            error=AssertionError,
         )
-        eventually(lambda: len(server.paths) >= 2 or None, timeout=10, what="the status ping")  # type: ignore[attr-defined]
+        eventually(lambda: len(pings) >= 2 or None, timeout=10, what="the status ping", error=AssertionError)
         assert watcher.stop() == 0
     finally:
         server.shutdown()
     assert [json.loads(record) for record in records] == [
         {"event": "appeared", "key": "cloud:scratch", "status": "warning", "stdin": alert}
     ]
-    paths = [path for path, _ in server.paths]  # type: ignore[attr-defined]
+    paths = [path for path, _ in pings]
     assert paths[:2] == ["/ping/abc/0", "/ping/abc/1"]
 
 
@@ -182,7 +185,7 @@ def test_engram_serve_keeps_writing_while_watched(
             except httpx.HTTPError:
                 return None
 
-        eventually(healthy, timeout=30, what="engram serve")
+        eventually(healthy, timeout=30, what="engram serve", error=AssertionError)
         watcher = WatchProcess(["--db", str(engram_world.db_path), "--full-every", "0.3"], tmp_path / "xdg")
         watcher_factory.append(watcher)
         watcher.wait_started()

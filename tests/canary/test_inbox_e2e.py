@@ -8,10 +8,11 @@ import subprocess
 from typing import Any
 
 import pytest
-from inbox_support import by_key, canary, engram_ok, engram_serve, eventually, inbox_json, query, save
+from inbox_support import by_key, canary, engram_ok, engram_serve, inbox_json, query, save
 
 from fake_cloud.server import FakeCloudConfig, start_fake_cloud
 from harness.engram_env import EngramEnvironment
+from harness.polling import eventually
 
 pytestmark = pytest.mark.engram
 
@@ -62,6 +63,7 @@ def test_claimed_rows_are_delivered_by_engrams_own_worker(engram_world: EngramEn
             else None,
             timeout=DELIVERY_TIMEOUT,
             what="engram's autosync worker to push the claimed rows",
+            error=AssertionError,
         )
         acked = eventually(
             lambda: True
@@ -72,6 +74,7 @@ def test_claimed_rows_are_delivered_by_engrams_own_worker(engram_world: EngramEn
             else None,
             timeout=10,
             what="engram to ack the pushed rows",
+            error=AssertionError,
         )
         assert acked
         everything = cloud.client.received()

@@ -16,12 +16,12 @@ from inbox_support import (
     db_digest,
     engram_ok,
     engram_serve,
-    eventually,
     query,
     save,
 )
 
 from harness.engram_env import EngramEnvironment
+from harness.polling import eventually
 
 pytestmark = pytest.mark.engram
 
@@ -75,14 +75,20 @@ def test_triage_while_engram_serve_writes_loses_no_write(engram_world: EngramEnv
         writer.start()
         try:
             eventually(
-                lambda: True if len(saved) >= 20 else None, timeout=30, what="engram writes before triage"
+                lambda: True if len(saved) >= 20 else None,
+                timeout=30,
+                what="engram writes before triage",
+                error=AssertionError,
             )
             for args in TRIAGE_RUNS:
                 result = canary(world, *args)
                 assert result.returncode == 0, f"{args}: {result.stderr}"
             started = len(saved)
             eventually(
-                lambda: True if len(saved) >= started + 20 else None, timeout=30, what="writes after triage"
+                lambda: True if len(saved) >= started + 20 else None,
+                timeout=30,
+                what="writes after triage",
+                error=AssertionError,
             )
         finally:
             stop.set()
@@ -131,7 +137,12 @@ def test_sigkill_in_the_middle_of_apply_leaves_the_database_untouched(
         text=True,
     )
     try:
-        eventually(lambda: True if marker.exists() else None, timeout=60, what="the triage to pause midway")
+        eventually(
+            lambda: True if marker.exists() else None,
+            timeout=60,
+            what="the triage to pause midway",
+            error=AssertionError,
+        )
         assert int(marker.read_text()) == process.pid
         # paused inside BEGIN IMMEDIATE: it holds the write lock, and nothing is visible yet
         probe = sqlite3.connect(str(db), timeout=0, isolation_level=None)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import socket
 import sqlite3
 import subprocess
 import time
@@ -20,17 +19,12 @@ import pytest
 
 from fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
 from harness.engram_env import EngramEnvironment, meaningful_stderr
+from harness.polling import free_port
 
 pytestmark = pytest.mark.engram
 
 TOKEN = "https-token"
 TICK_WAIT = 45.0  # v1.20 autosync pushes on its 30 s tick only
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def query(db: Path, sql: str) -> list[tuple[object, ...]]:

@@ -10,7 +10,6 @@ import contextlib
 import hashlib
 import json
 import signal
-import socket
 import sqlite3
 import subprocess
 import time
@@ -25,6 +24,7 @@ import pytest
 from fake_cloud.models import Fault, Route
 from fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
 from harness.engram_env import EngramEnvironment, meaningful_stderr
+from harness.polling import free_port
 
 pytestmark = pytest.mark.engram
 
@@ -42,12 +42,6 @@ def eventually(probe: Callable[[], T | None], timeout: float, what: str) -> T:
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout:g} s: {what}")
         time.sleep(0.2)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def read_rows(db: Path, sql: str) -> list[sqlite3.Row]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import time
@@ -22,6 +21,7 @@ import pytest
 from fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
 from harness.engram_env import EngramEnvironment, meaningful_stderr
 from harness.engram_install import cached_binary
+from harness.polling import free_port
 
 pytestmark = [pytest.mark.engram, pytest.mark.engram_v3]
 
@@ -59,12 +59,6 @@ def unacked(db: Path) -> int:
             "SELECT COUNT(*) FROM sync_mutations WHERE project = ? AND acked_at IS NULL", (PROJECT,)
         ).fetchone()
     return int(row[0])
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
