@@ -23,6 +23,7 @@ import yaml
 from canary.derive import AliasMap, normalize_cwd
 from canary.errors import CanaryError
 from canary.targets import RESERVED_INBOX_PROJECT, normalize_project
+from canary.yaml_source import YamlSyntaxError, compose_yaml
 
 ALIASES_FILE_NAME = "aliases.yaml"
 SECTIONS = ("keys", "cwds")
@@ -56,12 +57,9 @@ def load_aliases(path: Path | None) -> tuple[AliasMap, Path]:
 
 def parse_aliases(text: str, path: Path) -> AliasMap:
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else 1
-        problem = getattr(error, "problem", None) or str(error)
-        raise AliasError(f"{path}:{line}: invalid YAML ({problem})") from error
+        root = compose_yaml(text)
+    except YamlSyntaxError as error:
+        raise AliasError(f"{path}:{error.line}: invalid YAML ({error.problem})") from error
     if root is None:
         return AliasMap()
     if not isinstance(root, yaml.MappingNode):

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from canary.errors import CanaryError
 from canary.inbox_settings import InboxSettings
+from canary.yaml_source import YamlSyntaxError, load_yaml
 
 CONFIG_DIR_NAME = "engram-canary"
 CONFIG_FILE_NAME = "config.yaml"
@@ -80,47 +79,6 @@ def default_config_path() -> Path:
     return default_config_dir() / CONFIG_FILE_NAME
 
 
-class _LineLoader(yaml.SafeLoader):
-    """A SafeLoader that remembers the line of every mapping key, for file:line errors."""
-
-
-def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    mapping = loader.construct_mapping(node, deep=True)
-    lines = {key.value: key.start_mark.line + 1 for key, _ in node.value if isinstance(key, yaml.ScalarNode)}
-    mapping_with_lines: dict[Any, Any] = dict(mapping)
-    mapping_with_lines["__lines__"] = lines
-    mapping_with_lines["__line__"] = node.start_mark.line + 1
-    return mapping_with_lines
-
-
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
-def _strip_lines(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {
-            key: _strip_lines(item) for key, item in value.items() if key not in ("__lines__", "__line__")
-        }
-    if isinstance(value, list):
-        return [_strip_lines(item) for item in value]
-    return value
-
-
-def _line_of(document: Any, location: tuple[int | str, ...]) -> int:
-    """The line of the deepest mapping key on the error's path."""
-    line = document.get("__line__", 1) if isinstance(document, dict) else 1
-    node = document
-    for part in location:
-        if isinstance(node, dict):
-            line = node.get("__lines__", {}).get(part, line)
-            node = node.get(part)
-        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
-            node = node[part]
-        else:
-            break
-    return int(line)
-
-
 def load_config(path: Path | None) -> tuple[CanaryConfig, Path]:
     """The config at `path` (must exist), else the default file if present, else defaults."""
     explicit = path is not None
@@ -134,23 +92,21 @@ def load_config(path: Path | None) -> tuple[CanaryConfig, Path]:
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"{config_path}: cannot read config ({error})") from error
     try:
-        document = yaml.load(text, Loader=_LineLoader)  # a SafeLoader subclass
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else 1
-        problem = getattr(error, "problem", None) or str(error)
-        raise ConfigError(f"{config_path}:{line}: invalid YAML ({problem})") from error
+        source = load_yaml(text)
+    except YamlSyntaxError as error:
+        raise ConfigError(f"{config_path}:{error.line}: invalid YAML ({error.problem})") from error
+    document = source.data
     if document is None:
         return CanaryConfig(), config_path
     if not isinstance(document, dict):
         raise ConfigError(f"{config_path}:1: expected a mapping of settings, got {type(document).__name__}")
     try:
-        return CanaryConfig.model_validate(_strip_lines(document)), config_path
+        return CanaryConfig.model_validate(document), config_path
     except ValidationError as error:
         first = error.errors()[0]
         location = tuple(first["loc"])
         dotted = ".".join(str(part) for part in location) or "(top level)"
-        line = _line_of(document, location)
+        line = source.line(location, keys_only=True)
         if first["type"] == "extra_forbidden":
             allowed = _allowed_keys(location[:-1])
             raise ConfigError(

@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from canary.yaml_source import Loc, YamlSource, YamlSyntaxError, load_yaml
 from harness.errors import ScenarioError
 from harness.schema import (
     STEP_MODELS,
@@ -22,7 +23,6 @@ from harness.schema import (
 )
 
 SCENARIO_SUFFIX = ".scenario.yaml"
-Loc = tuple[str | int, ...]
 
 
 @dataclass(frozen=True)
@@ -63,33 +63,11 @@ class Scenario:
         return self.path.name.removesuffix(SCENARIO_SUFFIX)
 
 
-def _lines_of(node: yaml.Node, loc: Loc, lines: dict[Loc, int], problems: list[tuple[Loc, str]]) -> None:
-    lines.setdefault(loc, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        seen: set[str] = set()
-        for key_node, value_node in node.value:
-            key = str(key_node.value)
-            if key in seen:
-                problems.append(((*loc, key), f"duplicate key {key!r}; each key may appear once"))
-            seen.add(key)
-            lines[(*loc, key)] = key_node.start_mark.line + 1
-            _lines_of(value_node, (*loc, key), lines, problems)
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            _lines_of(item, (*loc, index), lines, problems)
-
-
 class _Located:
-    def __init__(self, path: Path, lines: dict[Loc, int]) -> None:
+    def __init__(self, path: Path, source: YamlSource) -> None:
         self.path = path
-        self.lines = lines
+        self.line = source.line
         self.errors: list[str] = []
-
-    def line(self, loc: Loc) -> int:
-        for end in range(len(loc), -1, -1):
-            if loc[:end] in self.lines:
-                return self.lines[loc[:end]]
-        return 1
 
     def add(self, loc: Loc, message: str) -> None:
         where = ".".join(str(part) for part in loc) or "(top level)"
@@ -191,27 +169,18 @@ def _workspace_refs(steps: Iterable[Step]) -> Iterable[tuple[Step, str]]:
 
 
 def parse_scenario(text: str, path: Path) -> Scenario:
-    located = _Located(path, {})
     try:
-        loader = yaml.SafeLoader(text)
-        try:
-            node = loader.get_single_node()
-            data = loader.construct_document(node) if node is not None else None  # type: ignore[no-untyped-call]
-        finally:
-            loader.dispose()  # type: ignore[no-untyped-call]
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else 1
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise ScenarioError(f"{path}:{line}: not valid YAML: {problem}") from None
-    if node is None or not isinstance(data, dict):
+        source = load_yaml(text)
+    except YamlSyntaxError as error:
+        raise ScenarioError(f"{path}:{error.line}: not valid YAML: {error.problem.splitlines()[0]}") from None
+    data = source.data
+    if source.node is None or not isinstance(data, dict):
         raise ScenarioError(
             f"{path}:1: a scenario is a mapping with keys {', '.join(TOP_LEVEL_KEYS)} (got {type(data).__name__})"
         )
-    problems: list[tuple[Loc, str]] = []
-    _lines_of(node, (), located.lines, problems)
-    for loc, message in problems:
-        located.add(loc, message)
+    located = _Located(path, source)
+    for loc in source.duplicate_keys:
+        located.add(loc, f"duplicate key {loc[-1]!r}; each key may appear once")
 
     for key in data:
         if key not in TOP_LEVEL_KEYS:
@@ -249,7 +218,7 @@ def parse_scenario(text: str, path: Path) -> Scenario:
     assert isinstance(header, Header)
     return Scenario(
         path=path,
-        line=located.lines.get(("name",), 1),
+        line=source.lines.get(("name",), 1),
         header=header,
         steps=steps,
         expectations=tuple(expectations),

@@ -1,0 +1,88 @@
+"""YAML with the line of every key, for one-line file:line errors (the canary's files and harness scenarios)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from canary.errors import CanaryError
+
+Loc = tuple[str | int, ...]
+
+
+class YamlSyntaxError(CanaryError):
+    """The text is not YAML; callers add the file name and their own wording."""
+
+    def __init__(self, line: int, problem: str) -> None:
+        super().__init__(f"line {line}: {problem}")
+        self.line = line
+        self.problem = problem
+
+
+@dataclass(frozen=True)
+class YamlSource:
+    """The constructed document, the line of every key path, and the paths of repeated keys."""
+
+    node: yaml.Node | None
+    data: Any
+    lines: dict[Loc, int]
+    duplicate_keys: tuple[Loc, ...]
+
+    def line(self, loc: Loc, *, keys_only: bool = False) -> int:
+        """The line of the deepest known part of LOC; with keys_only, of a mapping key (not a list item)."""
+        for end in range(len(loc), -1, -1):
+            prefix = loc[:end]
+            if keys_only and prefix and isinstance(prefix[-1], int):
+                continue
+            if prefix in self.lines:
+                return self.lines[prefix]
+        return 1
+
+
+def syntax_error(error: yaml.YAMLError) -> YamlSyntaxError:
+    mark = getattr(error, "problem_mark", None)
+    line = mark.line + 1 if mark is not None else 1
+    return YamlSyntaxError(line, getattr(error, "problem", None) or str(error))
+
+
+def compose_yaml(text: str) -> yaml.Node | None:
+    """The node tree of TEXT (for callers that check tags themselves)."""
+    try:
+        node: yaml.Node | None = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as error:
+        raise syntax_error(error) from None
+    return node
+
+
+def load_yaml(text: str) -> YamlSource:
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None  # type: ignore[no-untyped-call]
+    except yaml.YAMLError as error:
+        raise syntax_error(error) from None
+    finally:
+        loader.dispose()  # type: ignore[no-untyped-call]
+    lines: dict[Loc, int] = {}
+    duplicates: list[Loc] = []
+    if node is not None:
+        _collect_lines(node, (), lines, duplicates)
+    return YamlSource(node=node, data=data, lines=lines, duplicate_keys=tuple(duplicates))
+
+
+def _collect_lines(node: yaml.Node, loc: Loc, lines: dict[Loc, int], duplicates: list[Loc]) -> None:
+    lines.setdefault(loc, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            key = str(key_node.value)
+            if key in seen:
+                duplicates.append((*loc, key))
+            seen.add(key)
+            lines[(*loc, key)] = key_node.start_mark.line + 1
+            _collect_lines(value_node, (*loc, key), lines, duplicates)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _collect_lines(item, (*loc, index), lines, duplicates)
