@@ -76,6 +76,35 @@ def measure_push_throughput(
     return accepted / elapsed
 
 
+def server_env() -> dict[str, str]:
+    """This environment without ENGRAM_CLOUD_*, so that only the flags configure the server."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_CLOUD_")}
+
+
+def machine(**extra: Any) -> dict[str, Any]:
+    """Where and when a benchmark ran, plus what the caller adds."""
+    return {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "load_average_1m": round(os.getloadavg()[0], 2),
+        **extra,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def print_rows(rows: list[tuple[str, str, str]]) -> None:
+    width = max(len(name) for name, _, _ in rows)
+    for name, value, note in rows:
+        print(f"{name:<{width}}  {value:>22}  {note}".rstrip())
+
+
+def save(results: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path}")
+
+
 def _ready(base_url: str) -> bool:
     with urllib.request.urlopen(f"{base_url}/_fake/ready", timeout=5) as response:
         return bool(response.status == 200)
@@ -84,7 +113,7 @@ def _ready(base_url: str) -> bool:
 def measure_start_to_ready(runs: int = 15) -> dict[str, float]:
     """Wall time from spawning ``engram-fake-cloud serve --port 0`` to its first line and /_fake/ready."""
     samples = []
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_CLOUD_")}
+    env = server_env()
     for _ in range(runs):
         started = time.perf_counter()
         process = FakeCloudProcess(["--port", "0", "--token", TOKEN], env=env).start()
@@ -129,7 +158,7 @@ def measure_reset(http: httpx.Client, runs: int = 50) -> dict[str, float]:
 
 def run(seconds: float = 5.0, journal_limit: int = 100_000) -> dict[str, Any]:
     results: dict[str, Any] = {"start_to_ready": measure_start_to_ready()}
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_CLOUD_")}
+    env = server_env()
     args = ["--port", "0", "--token", TOKEN, "--journal-limit", str(journal_limit)]
     with FakeCloudProcess(args, env=env) as process:
         assert process.process is not None
@@ -158,14 +187,7 @@ def run(seconds: float = 5.0, journal_limit: int = 100_000) -> dict[str, Any]:
             started = time.perf_counter()
             http.post("/_fake/reset").raise_for_status()
             results["reset_full_state_ms"] = round((time.perf_counter() - started) * 1000, 2)
-    results["environment"] = {
-        "python": platform.python_version(),
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-        "load_average_1m": round(os.getloadavg()[0], 2),
-        "server_command": " ".join(Path(part).name for part in command()),
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+    results["environment"] = machine(server_command=" ".join(Path(part).name for part in command()))
     results["goals"] = {"start_to_ready_ms": 150, "reset_ms": 5}
     return results
 
@@ -182,17 +204,13 @@ def print_table(results: dict[str, Any]) -> None:
         ("RSS idle", f"{memory['idle_rss_mib']} MiB", ""),
         ("RSS, full journal", f"{memory['full_journal_rss_mib']} MiB", f"{memory['journal_limit']} entries"),
     ]
-    width = max(len(name) for name, _, _ in rows)
-    for name, value, goal in rows:
-        print(f"{name:<{width}}  {value:>22}  {goal}")
+    print_rows(rows)
 
 
 def main() -> None:
     results = run()
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     print_table(results)
-    print(f"wrote {RESULTS.relative_to(Path.cwd()) if RESULTS.is_relative_to(Path.cwd()) else RESULTS}")
+    save(results, RESULTS)
 
 
 if __name__ == "__main__":

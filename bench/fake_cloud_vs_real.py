@@ -9,17 +9,13 @@ scripts/postgres.sh (or ENGRAM_KIT_POSTGRES_URL) with a fresh database.
 
 from __future__ import annotations
 
-import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from bench.fake_cloud import TOKEN, measure_push_throughput
+from bench.fake_cloud import TOKEN, machine, measure_push_throughput, print_rows, save, server_env
 from fake_cloud.process import FakeCloudProcess
 from fake_cloud.real_server import real_cloud_server, throwaway_postgres
 from harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
@@ -42,7 +38,7 @@ def _postgres_version(url: str) -> str:
 
 def run(rounds: int = ROUNDS, seconds: float = SECONDS_PER_ROUND) -> dict[str, Any]:
     engram_bin = find_engram(DEFAULT_VERSION) or install_engram(DEFAULT_VERSION)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_CLOUD_")}
+    env = server_env()
     fake_rates: list[float] = []
     real_rates: list[float] = []
     with (
@@ -65,38 +61,33 @@ def run(rounds: int = ROUNDS, seconds: float = SECONDS_PER_ROUND) -> dict[str, A
             f"{rounds} alternating rounds of {seconds:g} s each; POST /sync/mutations/push with 100-entry "
             "observation batches on one keep-alive connection; the median round per server"
         ),
-        "environment": {
-            "python": platform.python_version(),
-            "machine": platform.machine(),
-            "cpus": os.cpu_count(),
-            "engram": DEFAULT_VERSION,
-            "postgres": postgres,
-            "postgres_settings": "throwaway cluster, fsync=off (flatters the real server)",
-            "load_average_1m": round(os.getloadavg()[0], 2),
-            "fake_server": "engram-fake-cloud serve (subprocess)",
-            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        },
+        "environment": machine(
+            engram=DEFAULT_VERSION,
+            postgres=postgres,
+            postgres_settings="throwaway cluster, fsync=off (flatters the real server)",
+            fake_server="engram-fake-cloud serve (subprocess)",
+        ),
     }
 
 
 def print_table(results: dict[str, Any]) -> None:
     push = results["push_throughput_entries_per_s"]
     rows = [
-        ("fake cloud push (median)", f"{push['fake']['median']} entries/s"),
-        (f"engram cloud serve {results['environment']['engram']}", f"{push['real']['median']} entries/s"),
-        ("ratio fake / real", f"{push['ratio_fake_over_real']}x"),
+        ("fake cloud push (median)", f"{push['fake']['median']} entries/s", ""),
+        (
+            f"engram cloud serve {results['environment']['engram']}",
+            f"{push['real']['median']} entries/s",
+            "",
+        ),
+        ("ratio fake / real", f"{push['ratio_fake_over_real']}x", ""),
     ]
-    width = max(len(name) for name, _ in rows)
-    for name, value in rows:
-        print(f"{name:<{width}}  {value:>20}")
+    print_rows(rows)
 
 
 def main() -> None:
     results = run()
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     print_table(results)
-    print(f"wrote {RESULTS}")
+    save(results, RESULTS)
 
 
 if __name__ == "__main__":

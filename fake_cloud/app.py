@@ -26,6 +26,7 @@ from fake_cloud.models import (
     Route,
     Transport,
     payload_digest,
+    payload_invalid,
     too_large,
 )
 
@@ -157,9 +158,9 @@ class FakeCloudApp:
         fault, early = await self._fault(request, request_id, transport, route, projects, items)
         if early is not None:
             return early
-        denied = self.state.check_bearer(request.headers.get("authorization"))
-        if denied:
-            reply = Reply(401, denied)
+        refused = self._refused(request)
+        if refused is not None:
+            reply = refused
         elif route is Route.MUTATIONS_PULL:
             reply = self.state.pull_mutations(request.query.get("since_seq"), request.query.get("limit"))
         elif request.path == "/sync/pull":
@@ -167,6 +168,13 @@ class FakeCloudApp:
         else:
             reply = self.state.read_chunk(project, request.path.rsplit("/", 1)[1])
         return await self._finish(request, request_id, transport, reply, items, fault)
+
+    def _refused(self, request: Request, too_big: bool = False) -> Reply | None:
+        """The 401 for a bad token, else the 413 for an oversize body: the real server's first checks."""
+        denied = self.state.check_bearer(request.headers.get("authorization"))
+        if denied:
+            return Reply(401, denied)
+        return too_large(self.state.max_push_bytes) if too_big else None
 
     async def _finish(
         self,
@@ -241,11 +249,9 @@ class FakeCloudApp:
         )
         if early is not None:
             return early
-        denied = self.state.check_bearer(request.headers.get("authorization"))
-        if denied:
-            reply = Reply(401, denied)
-        elif over:
-            reply = too_large(self.state.max_push_bytes)
+        refused = self._refused(request, over)
+        if refused is not None:
+            reply = refused
         elif problem:
             reply = Reply(400, f"invalid request body: {problem}")
         else:
@@ -267,20 +273,11 @@ class FakeCloudApp:
         )
         if early is not None:
             return early
-        denied = self.state.check_bearer(request.headers.get("authorization"))
-        if denied:
-            reply = Reply(401, denied)
-        elif over:
-            reply = too_large(self.state.max_push_bytes)
+        refused = self._refused(request, over)
+        if refused is not None:
+            reply = refused
         elif problem:
-            reply = Reply(
-                400,
-                {
-                    "error": f"invalid push payload: {problem}",
-                    "error_class": "repairable",
-                    "error_code": "upgrade_repairable_payload_invalid",
-                },
-            )
+            reply = payload_invalid(f"invalid push payload: {problem}")
         else:
             reply, parsed_items = self.state.push_chunk(body, request.query.get("project"))
             items = parsed_items or items

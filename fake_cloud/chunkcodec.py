@@ -148,12 +148,18 @@ def _go_struct(fields: list[tuple[str, Any, Any]]) -> dict[str, Any]:
     return out
 
 
-def _normalize_observation(op: str, body: Mapping[str, Any], project: str) -> tuple[dict[str, Any], str]:
+def _row_ids(entity: str, op: str, body: Mapping[str, Any]) -> tuple[str, str]:
+    """An observation's or prompt's sync_id and session_id, both required for an upsert."""
     sync_id, session_id = _text(body, "sync_id").strip(), _text(body, "session_id").strip()
     if not sync_id:
-        raise ChunkError("observation payload sync_id is required")
+        raise ChunkError(f"{entity} payload sync_id is required")
     if op == UPSERT and not session_id:
-        raise ChunkError("observation payload session_id is required for upsert")
+        raise ChunkError(f"{entity} payload session_id is required for upsert")
+    return sync_id, session_id
+
+
+def _normalize_observation(op: str, body: Mapping[str, Any], project: str) -> tuple[dict[str, Any], str]:
+    sync_id, session_id = _row_ids(OBSERVATION, op, body)
     kind, title = _text(body, "type"), _text(body, "title")
     content, scope = _text(body, "content"), _text(body, "scope")
     if op == UPSERT:
@@ -184,11 +190,7 @@ def _normalize_observation(op: str, body: Mapping[str, Any], project: str) -> tu
 
 
 def _normalize_prompt(op: str, body: Mapping[str, Any], project: str) -> tuple[dict[str, Any], str]:
-    sync_id, session_id = _text(body, "sync_id").strip(), _text(body, "session_id").strip()
-    if not sync_id:
-        raise ChunkError("prompt payload sync_id is required")
-    if op == UPSERT and not session_id:
-        raise ChunkError("prompt payload session_id is required for upsert")
+    sync_id, session_id = _row_ids(PROMPT, op, body)
     content = _text(body, "content")
     if op == UPSERT:
         content = content.strip()

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from enum import Enum
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from fake_cloud import chunkcodec
 from fake_cloud.chunkcodec import ChunkError
@@ -27,6 +27,7 @@ DEFAULT_MAX_PUSH_BYTES = 8 * 1024 * 1024
 DEFAULT_JOURNAL_LIMIT = 100_000
 
 Transport = Literal["mutation", "chunk", "other"]
+E = TypeVar("E", bound=Enum)
 
 
 class Route(str, Enum):
@@ -70,18 +71,8 @@ class Fault:
         unknown = sorted(set(raw) - known)
         if unknown:
             raise InvalidControlRequest(f"{where}: unknown field(s) {unknown}; allowed: {sorted(known)}")
-        try:
-            route = Route(raw.get("route", "any"))
-        except ValueError:
-            raise InvalidControlRequest(
-                f"{where}.route: {raw.get('route')!r} is not one of {[r.value for r in Route]}"
-            ) from None
-        try:
-            action = FaultAction(raw.get("action", "status"))
-        except ValueError:
-            raise InvalidControlRequest(
-                f"{where}.action: {raw.get('action')!r} is not one of {[a.value for a in FaultAction]}"
-            ) from None
+        route = _member(Route, raw.get("route", "any"), f"{where}.route")
+        action = _member(FaultAction, raw.get("action", "status"), f"{where}.action")
         project = raw.get("project")
         if project is not None and not isinstance(project, str):
             raise InvalidControlRequest(f"{where}.project: expected a string or null")
@@ -111,10 +102,22 @@ class Fault:
         return self.project is None or self.project in projects
 
 
+def _member(kind: type[E], value: Any, where: str) -> E:
+    try:
+        return kind(value)
+    except ValueError:
+        raise InvalidControlRequest(f"{where}: {value!r} is not one of {[m.value for m in kind]}") from None
+
+
 def _int_in(value: Any, low: int, high: int, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise InvalidControlRequest(f"{where}: expected an integer from {low} to {high}, got {value!r}")
     return int(value)
+
+
+def _shallow_dict(record: JournalEntry | ReceivedMutation) -> dict[str, Any]:
+    # Shallow on purpose: asdict's deep copy dominates serializing a big journal.
+    return {name: getattr(record, name) for name in record.__slots__}
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,8 +136,7 @@ class JournalEntry:
     payload_digest: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        # Shallow on purpose: asdict's deep copy dominates serializing a big journal.
-        return {name: getattr(self, name) for name in self.__slots__}
+        return _shallow_dict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,8 +153,7 @@ class ReceivedMutation:
     payload_digest: str
 
     def to_dict(self) -> dict[str, Any]:
-        # Shallow on purpose: asdict's deep copy dominates serializing a big journal.
-        return {name: getattr(self, name) for name in self.__slots__}
+        return _shallow_dict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +243,7 @@ def _paused_reply(paused_project: str, primary: str) -> Reply:
     )
 
 
-def _payload_invalid(message: str) -> Reply:
+def payload_invalid(message: str) -> Reply:
     return actionable(400, "repairable", "upgrade_repairable_payload_invalid", message)
 
 
@@ -482,7 +483,7 @@ class FakeCloudState:
             chunks = _materialize_mutation_batch(parsed)
         except ChunkError as error:
             # The real server answers 500 here; the fake never does, and says why instead.
-            return _payload_invalid(f"invalid push payload: {error}"), items
+            return payload_invalid(f"invalid push payload: {error}"), items
         seqs = []
         for entry, item in zip(parsed, items, strict=True):
             stored = self._store_mutation(
@@ -546,14 +547,14 @@ class FakeCloudState:
     def push_chunk(self, body: Any, query_project: str | None) -> tuple[Reply, list[JournalItem]]:
         """POST /sync/push after auth and the size check."""
         if not isinstance(body, dict):
-            return _payload_invalid(f"invalid push payload: {_decode_error(body, 'struct')}"), []
+            return payload_invalid(f"invalid push payload: {_decode_error(body, 'struct')}"), []
         for name in ("chunk_id", "created_by", "client_created_at", "project"):
             if body.get(name) is not None and not isinstance(body[name], str):
-                return _payload_invalid(
+                return payload_invalid(
                     f"invalid push payload: json: cannot unmarshal {type(body[name]).__name__} into field {name} of type string"
                 ), []
         if "data" not in body:
-            return _payload_invalid("data is required"), []
+            return payload_invalid("data is required"), []
         data = body["data"]
         project = (body.get("project") or "").strip() or (query_project or "").strip()
         items = _chunk_items(data, project or None)
@@ -574,10 +575,10 @@ class FakeCloudState:
             _validate_importable(chunk)
             _validate_session_references(chunk, self.sessions.get(project, set()))
         except ChunkError as error:
-            return _payload_invalid(f"invalid push payload: {error}"), items
+            return payload_invalid(f"invalid push payload: {error}"), items
         created_at = (body.get("client_created_at") or "").strip()
         if created_at and not _is_rfc3339(created_at):
-            return _payload_invalid("client_created_at must be RFC3339"), items
+            return payload_invalid("client_created_at must be RFC3339"), items
         chunk_id = chunkcodec.chunk_id(canonical)
         existing = self.chunks.get(project, {}).get(chunk_id)
         if existing is not None:
@@ -991,5 +992,6 @@ __all__ = [
     "Reply",
     "Route",
     "payload_digest",
+    "payload_invalid",
     "too_large",
 ]
