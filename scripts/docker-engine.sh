@@ -3,6 +3,7 @@
 #   docker-engine.sh up      start dockerd if none answers (installs docker.io when missing)
 #   docker-engine.sh down    stop the dockerd that `up` started
 #   docker-engine.sh base    build local/debian-python:bookworm once (debootstrap + docker import)
+#   docker-engine.sh compose install Debian's docker-compose (v1) when missing
 # The machine has no container registry, so the base image is made from Debian's own packages.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -68,5 +69,6 @@ case "${1:-}" in
   up) up ;;
   down) down ;;
   base) base ;;
-  *) echo "usage: docker-engine.sh up|down|base" >&2; exit 2 ;;
+  compose) command -v docker-compose >/dev/null 2>&1 || apt_install docker-compose ;;
+  *) echo "usage: docker-engine.sh up|down|base|compose" >&2; exit 2 ;;
 esac
