@@ -91,7 +91,21 @@ def list_command(db: Path | None, aliases_path: Path | None, output_format: str)
 def _run(
     db: Path | None,
     aliases_path: Path | None,
-    aliases: AliasMap,
+    build: Callable[[InboxSnapshot], Plan],
+    *,
+    do_apply: bool,
+    backup_dir: Path | None,
+    headline: Callable[[Plan], str],
+) -> None:
+    try:
+        _plan_or_apply(db, aliases_path, build, do_apply=do_apply, backup_dir=backup_dir, headline=headline)
+    except CanaryError as error:
+        raise _fail(error) from error
+
+
+def _plan_or_apply(
+    db: Path | None,
+    aliases_path: Path | None,
     build: Callable[[InboxSnapshot], Plan],
     *,
     do_apply: bool,
@@ -99,11 +113,11 @@ def _run(
     headline: Callable[[Plan], str],
 ) -> None:
     database = db or default_db_path()
+    aliases, resolved_aliases_path = load_aliases(aliases_path)
     plan = build(_snapshot(database, aliases))
     if plan.alias is not None:
         section, alias, project = plan.alias
-        _, path = load_aliases(aliases_path)
-        check_alias_free(aliases, path, section, alias, project)
+        check_alias_free(aliases, resolved_aliases_path, section, alias, project)
     if len(plan.acks) > LARGE_SELECTION_ROWS:
         click.echo(
             f"note: {len(plan.acks)} rows: the write lock may outlast engram's ~85 ms busy retry, so an engram "
@@ -116,7 +130,6 @@ def _run(
             click.echo(f"  {line}")
         click.echo("run again with --apply to make these changes (a backup is taken first)")
         return
-    _, resolved_aliases_path = load_aliases(aliases_path)
     result = apply(
         database, InboxPlanner(aliases, build), backup_dir=backup_dir, aliases_path=resolved_aliases_path
     )
@@ -150,21 +163,16 @@ def claim_command(
 ) -> None:
     """Copy an inbox key's rows into the legacy lane of an enrolled project, then ack the originals."""
     selection = Selection(key=key, cwd=cwd)
-    try:
-        aliases, _ = load_aliases(aliases_path)
-        _run(
-            db,
-            aliases_path,
-            aliases,
-            lambda snapshot: plan_claim(snapshot, selection, as_project),
-            do_apply=do_apply,
-            backup_dir=backup_dir,
-            headline=lambda plan: (
-                f"claim {len(plan.acks)} rows of {selection.describe()} into enrolled project {plan.project!r}"
-            ),
-        )
-    except CanaryError as error:
-        raise _fail(error) from error
+    _run(
+        db,
+        aliases_path,
+        lambda snapshot: plan_claim(snapshot, selection, as_project),
+        do_apply=do_apply,
+        backup_dir=backup_dir,
+        headline=lambda plan: (
+            f"claim {len(plan.acks)} rows of {selection.describe()} into enrolled project {plan.project!r}"
+        ),
+    )
 
 
 @inbox.command("drop")
@@ -185,19 +193,14 @@ def drop_command(
 ) -> None:
     """Ack an inbox key's rows as discarded: never delivered, never deleted."""
     selection = Selection(key=key, cwd=cwd, telemetry_only=noise)
-    try:
-        aliases, _ = load_aliases(aliases_path)
-        _run(
-            db,
-            aliases_path,
-            aliases,
-            lambda snapshot: plan_drop(snapshot, selection),
-            do_apply=do_apply,
-            backup_dir=backup_dir,
-            headline=lambda plan: f"drop {len(plan.acks)} rows of {selection.describe()}",
-        )
-    except CanaryError as error:
-        raise _fail(error) from error
+    _run(
+        db,
+        aliases_path,
+        lambda snapshot: plan_drop(snapshot, selection),
+        do_apply=do_apply,
+        backup_dir=backup_dir,
+        headline=lambda plan: f"drop {len(plan.acks)} rows of {selection.describe()}",
+    )
 
 
 @click.command("cleanup-phantoms")
