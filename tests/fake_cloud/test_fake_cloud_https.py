@@ -8,9 +8,7 @@ without it the push fails verification and never reaches the fake's sync routes.
 from __future__ import annotations
 
 import contextlib
-import signal
 import sqlite3
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +17,7 @@ import pytest
 
 from fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
 from harness.engram_env import EngramEnvironment, meaningful_stderr
-from harness.polling import free_port
+from harness.world import EngramDaemon
 
 pytestmark = pytest.mark.engram
 
@@ -42,7 +40,7 @@ def https_fake() -> Iterator[RunningFakeCloud]:
 def serving(
     engram_bin: Path, tmp_path: Path, https_fake: RunningFakeCloud
 ) -> Iterator[Callable[[str, bool], EngramEnvironment]]:
-    processes: list[subprocess.Popen[bytes]] = []
+    daemons: list[EngramDaemon] = []
 
     def start(project: str, trust_ca: bool) -> EngramEnvironment:
         world = EngramEnvironment(binary=engram_bin, root=tmp_path / project).prepare()
@@ -50,34 +48,20 @@ def serving(
             done = world.run(args)
             assert done.returncode == 0, meaningful_stderr(done.stderr)
         overrides = {
-            "ENGRAM_CLOUD_AUTOSYNC": "1",
             "ENGRAM_CLOUD_TOKEN": TOKEN,
             "ENGRAM_CLOUD_SERVER": https_fake.base_url,
-            "ENGRAM_PORT": str(free_port()),
             # An empty bundle file, not the system one: the system store must not vouch for the fake.
             "SSL_CERT_FILE": str(https_fake.ca_file) if trust_ca else str(world.root / "empty.pem"),
         }
         (world.root / "empty.pem").write_text("")
-        with (world.root / "serve.log").open("wb") as log:
-            processes.append(
-                subprocess.Popen(
-                    [str(engram_bin), "serve"],
-                    env=world.env(overrides),
-                    cwd=world.home,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
-            )
+        daemon = EngramDaemon(world, overrides, world.root / "serve.log")
+        daemons.append(daemon)
+        daemon.start(autosync=True)
         return world
 
     yield start
-    for process in processes:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+    for daemon in daemons:
+        daemon.close()
 
 
 def test_autosync_over_https_needs_the_fakes_ca(
