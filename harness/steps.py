@@ -28,7 +28,8 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -38,6 +39,7 @@ import yaml
 from pydantic import BaseModel
 
 from harness import schema as s
+from harness.engram_env import meaningful_stderr
 from harness.errors import StepFailed, StepUnsupported
 from harness.loader import Step
 from harness.polling import eventually
@@ -67,31 +69,39 @@ def _cwd(world: World, name: str | None) -> Path:
 
 def _check(result: subprocess.CompletedProcess[str], what: str) -> subprocess.CompletedProcess[str]:
     if result.returncode != 0:
-        detail = (result.stderr.strip() or result.stdout.strip()).splitlines()
-        detail = [line for line in detail if "Could not check for updates" not in line]
+        detail = meaningful_stderr(result.stderr if result.stderr.strip() else result.stdout).splitlines()
         raise StepFailed(f"{what} exited {result.returncode}: {' | '.join(detail[-3:])}")
     return result
 
 
-def _write(world: World) -> sqlite3.Connection:
-    """A short write transaction, only for the steps that simulate legacy data."""
+@contextmanager
+def _write(world: World) -> Iterator[sqlite3.Connection]:
+    """A short write transaction, only for the steps that simulate legacy data: committed on success."""
     if not world.db_path.exists():
         raise StepFailed(f"{world.db_path} does not exist yet")
-    connection = sqlite3.connect(world.db_path, timeout=15, isolation_level=None)
-    connection.execute("PRAGMA busy_timeout = 15000")
-    connection.execute("BEGIN IMMEDIATE")
-    return connection
+    with closing(sqlite3.connect(world.db_path, timeout=15, isolation_level=None)) as connection:
+        connection.execute("PRAGMA busy_timeout = 15000")
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            yield connection
+            connection.execute("COMMIT")
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+
+
+def _read_one(world: World, sql: str, parameters: tuple[Any, ...] = ()) -> tuple[Any, ...] | None:
+    with closing(sqlite3.connect(f"file:{world.db_path}?mode=ro", uri=True, timeout=15)) as connection:
+        row: tuple[Any, ...] | None = connection.execute(sql, parameters).fetchone()
+        return row
 
 
 def _observation_row(world: World, observation_id: int) -> SavedObservation:
-    connection = sqlite3.connect(f"file:{world.db_path}?mode=ro", uri=True, timeout=15)
-    try:
-        row = connection.execute(
-            "SELECT id, COALESCE(sync_id, ''), title, content, type, COALESCE(project, '') FROM observations WHERE id = ?",
-            (observation_id,),
-        ).fetchone()
-    finally:
-        connection.close()
+    row = _read_one(
+        world,
+        "SELECT id, COALESCE(sync_id, ''), title, content, type, COALESCE(project, '') FROM observations WHERE id = ?",
+        (observation_id,),
+    )
     if row is None:
         raise StepFailed(f"observation #{observation_id} is not in the database")
     return SavedObservation(int(row[0]), str(row[1]), str(row[2]), str(row[3]), str(row[4]), str(row[5]))
@@ -234,8 +244,7 @@ def do_reenqueue(world: World, step: s.ReenqueueStep) -> None:
     if step.how == "update":
         _http(world, "PATCH", f"/observations/{saved.id}", {"title": saved.title, "content": saved.content})
         return
-    connection = _write(world)
-    try:
+    with _write(world) as connection:
         row = connection.execute(
             "SELECT seq, target_key FROM sync_mutations WHERE entity = 'observation' AND entity_key = ? "
             "AND source = 'local' ORDER BY seq DESC LIMIT 1",
@@ -253,12 +262,6 @@ def do_reenqueue(world: World, step: s.ReenqueueStep) -> None:
             "WHERE target_key = ?",
             (cursor.lastrowid, row[1]),
         )
-        connection.execute("COMMIT")
-    except BaseException:
-        connection.execute("ROLLBACK")
-        raise
-    finally:
-        connection.close()
 
 
 def do_revise(world: World, step: s.ReviseStep) -> None:
@@ -295,13 +298,7 @@ def _status_snapshot(world: World) -> tuple[Any, Any, Any, str | None]:
 
 def _lease(world: World) -> str | None:
     try:
-        connection = sqlite3.connect(f"file:{world.db_path}?mode=ro", uri=True, timeout=15)
-        try:
-            row = connection.execute(
-                "SELECT lease_until FROM sync_state WHERE target_key = 'cloud'"
-            ).fetchone()
-        finally:
-            connection.close()
+        row = _read_one(world, "SELECT lease_until FROM sync_state WHERE target_key = 'cloud'")
     except sqlite3.Error:
         return None
     return None if row is None or row[0] is None else str(row[0])
@@ -478,9 +475,7 @@ def do_run(world: World, step: s.RunStep) -> None:
             "stderr": result.stderr,
         }
     if step.exit is not None and result.returncode != step.exit:
-        detail = " | ".join(line for line in result.stderr.splitlines() if "Could not check" not in line)[
-            -300:
-        ]
+        detail = " | ".join(meaningful_stderr(result.stderr).splitlines())[-300:]
         raise StepFailed(
             f"engram {' '.join(step.args)} exited {result.returncode}, expected {step.exit}: {detail}"
         )
@@ -494,8 +489,7 @@ def do_time_travel(world: World, step: s.TimeTravelStep) -> None:
         "user_prompts": ("created_at",),
     }
     shift = f"-{int(step.days * 86400)} seconds"
-    connection = _write(world)
-    try:
+    with _write(world) as connection:
         for table in step.tables:
             sets = ", ".join(f"{column} = datetime({column}, ?)" for column in columns[table])
             where = " WHERE COALESCE(project, '') = ?" if step.project is not None else ""
@@ -503,17 +497,10 @@ def do_time_travel(world: World, step: s.TimeTravelStep) -> None:
             if step.project is not None:
                 parameters.append(step.project)
             connection.execute(f"UPDATE {table} SET {sets}{where}", parameters)
-        connection.execute("COMMIT")
-    except BaseException:
-        connection.execute("ROLLBACK")
-        raise
-    finally:
-        connection.close()
 
 
 def do_legacy_rows(world: World, step: s.LegacyRowsStep) -> None:
-    connection = _write(world)
-    try:
+    with _write(world) as connection:
         for row in step.rows:
             payload = dict(row.payload)
             if row.project and "project" not in payload:
@@ -539,12 +526,6 @@ def do_legacy_rows(world: World, step: s.LegacyRowsStep) -> None:
                     age,
                 ),
             )
-        connection.execute("COMMIT")
-    except BaseException:
-        connection.execute("ROLLBACK")
-        raise
-    finally:
-        connection.close()
 
 
 HANDLERS: dict[str, Callable[[World, Any], None]] = {
