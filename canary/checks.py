@@ -130,15 +130,22 @@ def last_seq(connection: sqlite3.Connection) -> int:
 
 
 def read_target_space(
-    connection: sqlite3.Connection, schema: Schema, extra_allowed: Iterable[str] = ()
+    connection: sqlite3.Connection,
+    schema: Schema,
+    extra_allowed: Iterable[str] = (),
+    *,
+    mutations: tuple[set[str], int] | None = None,
 ) -> TargetSpace:
+    """`mutations`: the sync_mutations target keys and last seq the caller already knows (the watcher's
+    incremental view); without it they are read by skip-scan."""
     enrolled = read_enrolled(connection, schema)
+    keys, seq = mutations if mutations is not None else (distinct_values(connection, "target_key"), None)
     return TargetSpace(
         enrolled=sorted(enrolled),
         allowed=allowed_targets(enrolled, extra_allowed),
         sync_state=read_sync_state(connection, schema),
-        mutation_targets=distinct_values(connection, "target_key"),
-        last_seq=last_seq(connection),
+        mutation_targets=set(keys),
+        last_seq=last_seq(connection) if seq is None else seq,
     )
 
 

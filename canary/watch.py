@@ -35,15 +35,13 @@ from canary.checks import (
     check_snapshot,
     foreign_target_findings,
     mutation_targets_since,
-    read_enrolled,
-    read_sync_state,
+    read_target_space,
     stuck_rows,
 )
 from canary.config import CanaryConfig
 from canary.db import Schema, data_version, discover_schema, open_read_only, read_transaction
 from canary.errors import CanaryError
 from canary.findings import Finding, Status
-from canary.targets import allowed_targets
 
 WRITE_EVENTS = frozenset({"modified", "created", "deleted", "moved", "closed"})
 # A commit's last write to -wal can land a moment before the wal-index says it is committed;
@@ -129,6 +127,8 @@ class Watcher:
         self.schema: Schema | None = None
         self.last_version: int | None = None
         self.notifier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="canary-notify")
+        # Resolved once: the baseline's key is the db's resolved path (file-system calls).
+        self.known_targets = options.known_targets
         self.journal = stream_is_journal(options.stream)
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -161,7 +161,7 @@ class Watcher:
         mode = "polling" if self.options.poll else "native file events"
         self._say(
             f"engram-canary: watching {db} ({mode}); "
-            f"{len(self.alerted)} foreign targets open, {len(self.options.known_targets)} known in baseline"
+            f"{len(self.alerted)} foreign targets open, {len(self.known_targets)} known in baseline"
         )
         try:
             self._loop()
@@ -237,17 +237,15 @@ class Watcher:
             self._say(f"engram-canary: commit seen (data_version {self.last_version}), incremental check")
         try:
             with read_transaction(connection):
-                enrolled = read_enrolled(connection, schema)
                 new_keys, self.last_seq = mutation_targets_since(connection, self.last_seq)
                 self.mutation_targets |= new_keys
-                space = TargetSpace(
-                    enrolled=sorted(enrolled),
-                    allowed=allowed_targets(enrolled, config.allowed_targets),
-                    sync_state=read_sync_state(connection, schema),
-                    mutation_targets=set(self.mutation_targets),
-                    last_seq=self.last_seq,
+                space = read_target_space(
+                    connection,
+                    schema,
+                    config.allowed_targets,
+                    mutations=(self.mutation_targets, self.last_seq),
                 )
-                foreign = space.foreign_keys() - self.options.known_targets
+                foreign = space.foreign_keys() - self.known_targets
                 appeared = foreign - set(self.alerted)
                 findings = (
                     foreign_target_findings(space, EvidenceReader(connection, schema), config, only=appeared)
