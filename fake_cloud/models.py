@@ -295,7 +295,6 @@ class FakeCloudState:
         self.journal: deque[JournalEntry] = deque(maxlen=self.journal_limit)
         self.overflow = 0
         self.faults: list[Fault] = []
-        self._next_seq = 1
         self._next_journal_id = 1
         self._next_request = 1
         return garbage
@@ -525,8 +524,10 @@ class FakeCloudState:
         rows: list[StoredMutation] = []
         has_more = False
         if allowed is None or allowed:
-            for stored in self.mutations:
-                if stored.seq <= since or (allowed is not None and stored.project not in allowed):
+            # A row's seq is its index + 1, so the rows after ``since`` start at index ``since``.
+            for index in range(max(since, 0), len(self.mutations)):
+                stored = self.mutations[index]
+                if allowed is not None and stored.project not in self.allowed:
                     continue
                 if len(rows) == size:
                     has_more = True
@@ -644,8 +645,8 @@ class FakeCloudState:
     def _store_mutation(
         self, project: str, entity: str, key: str, op: str, payload_text: str
     ) -> StoredMutation:
-        stored = StoredMutation(self._next_seq, project, entity, key, op, payload_text or "{}", _utc_now())
-        self._next_seq += 1
+        seq = len(self.mutations) + 1
+        stored = StoredMutation(seq, project, entity, key, op, payload_text or "{}", _utc_now())
         self.mutations.append(stored)
         return stored
 
