@@ -360,8 +360,13 @@ def _required_session_keys(doc: Mapping[str, Any], mutations: list[Any]) -> set[
 
 def canonicalize_for_project(data: Any, project: str) -> bytes:
     """chunkcodec.CanonicalizeForProject, returning the canonical bytes the chunk id is hashed from."""
+    return go_json(canonical_document(data, project)).encode()
+
+
+def canonical_document(data: Any, project: str) -> dict[str, Any] | None:
+    """The chunk ``canonicalize_for_project`` serializes, for callers that also read it."""
     if data is None:
-        return b"null"
+        return None
     if not isinstance(data, dict):
         raise ChunkError(f"decode chunk data: json: cannot unmarshal {type(data).__name__} into map")
     doc = dict(data)
@@ -412,4 +417,4 @@ def canonicalize_for_project(data: Any, project: str) -> bytes:
             except ChunkError as error:
                 raise ChunkError(f"mutations[{index}]: {error}") from None
         doc["mutations"] = normalized
-    return go_json(doc).encode()
+    return doc

@@ -502,8 +502,9 @@ class FakeCloudState:
                 entry["payload"],
                 item.payload_digest or payload_digest({}),
             )
-        for project, payload, counts in chunks:
-            self._store_chunk(project, chunkcodec.chunk_id(payload), "mutation-push", "", payload, counts)
+        for project, chunk in chunks:
+            payload = chunkcodec.go_json(chunk).encode()
+            self._store_chunk(project, chunkcodec.chunk_id(payload), "mutation-push", "", payload, chunk)
         accepted = {
             "accepted_seqs": seqs,
             "project": primary,
@@ -571,8 +572,8 @@ class FakeCloudState:
         if project in self.paused:
             return _paused_reply(project, project), items
         try:
-            canonical = chunkcodec.canonicalize_for_project(data, project)
-            chunk = json.loads(canonical)
+            chunk = chunkcodec.canonical_document(data, project)
+            canonical = chunkcodec.go_json(chunk).encode()
             _validate_importable(chunk)
             _validate_session_references(chunk, self.sessions.get(project, set()))
         except ChunkError as error:
@@ -587,9 +588,8 @@ class FakeCloudState:
                 message = f'write chunk: cloudstore: chunk id conflict: existing chunk "{chunk_id}" has different payload'
                 return actionable(409, "repairable", "upgrade_repairable_chunk_conflict", message), items
             return Reply(200, {"chunk_id": chunk_id, "status": "ok"}), items
-        counts = _chunk_counts(chunk)
         self._store_chunk(
-            project, chunk_id, (body.get("created_by") or "").strip(), created_at, canonical, counts
+            project, chunk_id, (body.get("created_by") or "").strip(), created_at, canonical, chunk
         )
         for entity, key, op, payload in _materialized_entries(chunk):
             self._store_mutation(project, entity, key, op, chunkcodec.go_json(payload, sort_keys=False))
@@ -657,14 +657,15 @@ class FakeCloudState:
         created_by: str,
         created_at: str,
         payload: bytes,
-        counts: tuple[int, int, int],
+        chunk: dict[str, Any] | None,
     ) -> None:
+        """Store a chunk given as its canonical bytes and the document they encode."""
         per_project = self.chunks.setdefault(project, {})
         if chunk_id in per_project:
             return
         when = _rfc3339_utc(created_at) if created_at else _utc_now()
-        per_project[chunk_id] = StoredChunk(chunk_id, created_by, when, payload, *counts)
-        self.sessions.setdefault(project, set()).update(_session_ids(json.loads(payload)))
+        per_project[chunk_id] = StoredChunk(chunk_id, created_by, when, payload, *_chunk_counts(chunk))
+        self.sessions.setdefault(project, set()).update(_session_ids(chunk))
 
     def _receive(
         self,
@@ -777,9 +778,7 @@ def _as_object(payload: Any) -> dict[str, Any]:
     return decoded if isinstance(decoded, dict) else {"_value": decoded}
 
 
-def _materialize_mutation_batch(
-    entries: Sequence[Mapping[str, Any]],
-) -> list[tuple[str, bytes, tuple[int, int, int]]]:
+def _materialize_mutation_batch(entries: Sequence[Mapping[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     """The chunk the real server derives per project from a mutation push (created_by 'mutation-push')."""
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for entry in entries:
@@ -818,9 +817,9 @@ def _materialize_mutation_batch(
             chunk[entity + "s"].append(row)
         if not chunk["mutations"]:
             continue
-        payload_bytes = chunkcodec.canonicalize_for_project(chunk, project)
-        counts = (len(chunk["sessions"]), len(chunk["observations"]), len(chunk["prompts"]))
-        out.append((project, payload_bytes, counts))
+        canonical = chunkcodec.canonical_document(chunk, project)
+        assert canonical is not None
+        out.append((project, canonical))
     return out
 
 
