@@ -484,6 +484,7 @@ class FakeCloudState:
             # The real server answers 500 here; the fake never does, and says why instead.
             return payload_invalid(f"invalid push payload: {error}"), items
         seqs = []
+        now = _utc_now()  # one batch, one timestamp, like the real server's single transaction
         for entry, item in zip(parsed, items, strict=True):
             stored = self._store_mutation(
                 entry["project"].strip(),
@@ -491,6 +492,7 @@ class FakeCloudState:
                 entry["entity_key"].strip(),
                 entry["op"].strip(),
                 entry["payload_text"],
+                now,
             )
             seqs.append(stored.seq)
             self._receive(
@@ -559,13 +561,14 @@ class FakeCloudState:
             return payload_invalid("data is required"), []
         data = body["data"]
         project = (body.get("project") or "").strip() or (query_project or "").strip()
-        items = _chunk_items(data, project or None)
+        unpacked = _unpacked(data)  # digests every entry once; the journal and the store share them
+        items = _with_project(unpacked, project or None)
         if not project:
             return PROJECT_REQUIRED, items
         project = chunkcodec.normalize_project(project)
         if not project:
             return PROJECT_REQUIRED, items
-        items = _chunk_items(data, project)
+        items = _with_project(unpacked, project)
         denied = self.scope_denied(project)
         if denied:
             return denied, items
@@ -591,9 +594,10 @@ class FakeCloudState:
         self._store_chunk(
             project, chunk_id, (body.get("created_by") or "").strip(), created_at, canonical, chunk
         )
+        now = _utc_now()
         for entity, key, op, payload in _materialized_entries(chunk):
-            self._store_mutation(project, entity, key, op, chunkcodec.go_json(payload, sort_keys=False))
-        for item, payload in _unpacked(data):
+            self._store_mutation(project, entity, key, op, chunkcodec.go_json(payload, sort_keys=False), now)
+        for item, payload in unpacked:
             self._receive(
                 "chunk",
                 project,
@@ -643,10 +647,10 @@ class FakeCloudState:
     # ----- storage -----
 
     def _store_mutation(
-        self, project: str, entity: str, key: str, op: str, payload_text: str
+        self, project: str, entity: str, key: str, op: str, payload_text: str, occurred_at: str
     ) -> StoredMutation:
         seq = len(self.mutations) + 1
-        stored = StoredMutation(seq, project, entity, key, op, payload_text or "{}", _utc_now())
+        stored = StoredMutation(seq, project, entity, key, op, payload_text or "{}", occurred_at)
         self.mutations.append(stored)
         return stored
 
@@ -956,10 +960,10 @@ def _unpacked(data: Any) -> list[tuple[JournalItem, Any]]:
     return out
 
 
-def _chunk_items(data: Any, project: str | None) -> list[JournalItem]:
+def _with_project(unpacked: list[tuple[JournalItem, Any]], project: str | None) -> list[JournalItem]:
     return [
         JournalItem(project, item.entity, item.entity_key, item.op, item.payload_digest)
-        for item, _ in _unpacked(data)
+        for item, _ in unpacked
     ]
 
 
