@@ -20,7 +20,6 @@ from fake_cloud.models import (
     FakeCloudState,
     Fault,
     FaultAction,
-    JournalEntry,
     JournalItem,
     Reply,
     Route,
@@ -75,8 +74,8 @@ class FakeCloudApp:
         transport: Transport,
         status: int,
         items: list[JournalItem] | None = None,
-    ) -> list[JournalEntry]:
-        entries = self.state.record(
+    ) -> None:
+        self.state.record(
             request_id=request_id,
             transport=transport,
             method=request.method,
@@ -86,7 +85,6 @@ class FakeCloudApp:
         )
         async with self.journal_grew:
             self.journal_grew.notify_all()
-        return entries
 
     async def handle(self, request: Request) -> Response | Drop:
         try:
@@ -242,7 +240,8 @@ class FakeCloudApp:
 
     async def _mutation_push(self, request: Request, request_id: str) -> Response | Drop:
         body, problem, over = await self._read_json(request)
-        projects = _pushed_projects(body)
+        # Only a scheduled fault needs these before validation.
+        projects = _pushed_projects(body) if self.state.faults else []
         items = _mutation_items(body) if self.state.faults else []
         fault, early = await self._fault(
             request, request_id, "mutation", Route.MUTATIONS_PUSH, projects, items

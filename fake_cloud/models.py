@@ -171,7 +171,6 @@ class JournalItem:
 class Reply:
     status: int
     body: Any  # dict or list: JSON; str: text/plain like Go's http.Error; bytes: raw JSON
-    short_accepted_applied: bool = False
 
 
 @dataclass(slots=True)
@@ -293,7 +292,6 @@ class FakeCloudState:
         self.sessions: dict[str, set[str]] = {}
         self.received: list[ReceivedMutation] = []
         self.journal: deque[JournalEntry] = deque(maxlen=self.journal_limit)
-        self.overflow = 0
         self.faults: list[Fault] = []
         self._next_journal_id = 1
         self._next_request = 1
@@ -379,11 +377,14 @@ class FakeCloudState:
                 payload_digest=item.payload_digest,
             )
             self._next_journal_id += 1
-            if len(self.journal) == self.journal.maxlen:
-                self.overflow += 1
             self.journal.append(entry)
             written.append(entry)
         return written
+
+    @property
+    def overflow(self) -> int:
+        """How many entries the bounded journal has dropped since the last reset."""
+        return self._next_journal_id - 1 - len(self.journal)
 
     def journal_since(self, since_id: int = 0) -> list[JournalEntry]:
         if not self.journal or self.journal[-1].id <= since_id:
