@@ -13,7 +13,7 @@ import shlex
 import sqlite3
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,20 @@ WHERE m.target_key = '{LEGACY_TARGET}' AND m.acked_at IS NULL AND m.project != '
   AND m.seq > ?
 ORDER BY m.seq
 """
+
+
+# Legacy-lane rows journaled without a project (v1.20's `engram save` without --project): the worker sends
+# them, but the cloud refuses an entry with an empty project (400), so they never deliver either.
+_UNATTRIBUTED_SQL = f"""
+SELECT entity, count(*), min(occurred_at) FROM sync_mutations
+WHERE target_key = '{LEGACY_TARGET}' AND acked_at IS NULL AND project = ''
+GROUP BY entity
+"""
+NO_PROJECT_KEY = "(no project)"
+NO_PROJECT_HINT = (
+    "journaled without a project (engram save without --project): engram's worker sends them and the cloud "
+    "refuses them (400: mutation entries must specify a project), which also holds back the lane's later rows"
+)
 
 
 class InboxUnsupported(CanaryError):
@@ -114,6 +128,7 @@ class InboxSnapshot:
     enrolled: frozenset[str]
     taken_at: datetime
     high_water: int = 0
+    unattributed: KeySummary | None = None
 
 
 @dataclass
@@ -263,9 +278,35 @@ def read_inbox(
     *,
     now: datetime | None = None,
 ) -> InboxSnapshot:
-    """One short read transaction over the inbox."""
+    """One short read transaction over the inbox, with the legacy-lane rows that have no project."""
     with read_transaction(connection):
-        return select_inbox_rows(connection, schema, aliases, resolver, now=now)
+        snapshot = select_inbox_rows(connection, schema, aliases, resolver, now=now)
+        unattributed = select_unattributed(connection, snapshot.taken_at)
+    return replace(snapshot, unattributed=unattributed)
+
+
+def select_unattributed(connection: sqlite3.Connection, now: datetime) -> KeySummary | None:
+    """Unacked legacy-lane rows whose project is empty, summarized like an inbox key (None when there are none)."""
+    summary = KeySummary(key=NO_PROJECT_KEY, hint=NO_PROJECT_HINT)
+    oldest_per_entity: list[datetime | None] = []
+    for entity, count, oldest in connection.execute(_UNATTRIBUTED_SQL):
+        summary.entities[str(entity)] = int(count)
+        if entity in TELEMETRY_ENTITIES:
+            summary.telemetry += int(count)
+        else:
+            summary.count += int(count)
+        oldest_per_entity.append(parse_engram_time(str(oldest)) if oldest is not None else None)
+    if not summary.entities:
+        return None
+    _set_oldest(summary, oldest_per_entity, now)
+    return summary
+
+
+def _set_oldest(summary: KeySummary, moments: Iterable[datetime | None], now: datetime) -> None:
+    known = [moment for moment in moments if moment is not None]
+    if known:
+        summary.oldest = min(known)
+        summary.oldest_age_days = max(0.0, (now - summary.oldest).total_seconds() / 86400)
 
 
 def claim_command(
@@ -303,10 +344,7 @@ def _summarize_key(
     summary.count = sum(1 for row in rows if not row.is_telemetry)
     summary.telemetry = len(rows) - summary.count
     summary.entities = dict(Counter(row.entity for row in rows))
-    times = [moment for moment in (parse_engram_time(row.occurred_at) for row in rows) if moment is not None]
-    if times:
-        summary.oldest = min(times)
-        summary.oldest_age_days = max(0.0, (snapshot.taken_at - summary.oldest).total_seconds() / 86400)
+    _set_oldest(summary, (parse_engram_time(row.occurred_at) for row in rows), snapshot.taken_at)
     if key == UNSORTED:
         summary.cwds = dict(Counter(row.cwd or "(unknown)" for row in rows))
         for cwd in sorted({row.cwd for row in rows if row.cwd is not None}):
@@ -390,6 +428,8 @@ def findings_for(snapshot: InboxSnapshot, settings: InboxSettings) -> list[Findi
                 },
             )
         )
+    if snapshot.unattributed is not None:
+        findings.append(unattributed_finding(snapshot.unattributed))
     since = snapshot.taken_at - timedelta(days=settings.unsorted_window_days)
     recent = [row for row in snapshot.rows if row.key == UNSORTED and _within(row, since)]
     if len(recent) > settings.unsorted_growth_rows:
@@ -414,10 +454,44 @@ def findings_for(snapshot: InboxSnapshot, settings: InboxSettings) -> list[Findi
     return findings
 
 
-def render_text(summaries: Iterable[KeySummary]) -> str:
+def unattributed_finding(summary: KeySummary) -> Finding:
+    return Finding(
+        check="unattributed_mutations",
+        severity="warning",
+        message=(
+            f"{summary.total} unacked rows in the legacy lane have no project ({summary.count} memories, "
+            f"{summary.telemetry} telemetry rows): engram's worker sends them and the cloud refuses them "
+            "(400), so they never deliver and hold back the lane's later rows; save with --project"
+        ),
+        target_key=LEGACY_TARGET,
+        evidence={
+            "count": summary.count,
+            "telemetry": summary.telemetry,
+            "total": summary.total,
+            "entities": dict(sorted(summary.entities.items())),
+            "oldest": _iso(summary.oldest),
+            "oldest_age_days": round(summary.oldest_age_days, 3),
+        },
+    )
+
+
+def render_text(summaries: Iterable[KeySummary], unattributed: KeySummary | None = None) -> str:
     summaries = list(summaries)
-    if not summaries:
-        return "inbox: empty (every unacked legacy-lane row belongs to an enrolled project)"
+    if summaries:
+        lines = [_render_keys(summaries)]
+    elif unattributed is None:
+        lines = ["inbox: empty (every unacked legacy-lane row belongs to an enrolled project)"]
+    else:
+        lines = ["inbox: empty (every unacked legacy-lane row with a project belongs to an enrolled project)"]
+    if unattributed is not None:
+        lines.append(
+            f"{NO_PROJECT_KEY}: {unattributed.count} memories and {unattributed.telemetry} telemetry rows, oldest "
+            f"{_iso(unattributed.oldest) or '-'} ({unattributed.oldest_age_days:.1f}d): {unattributed.hint}"
+        )
+    return "\n".join(lines)
+
+
+def _render_keys(summaries: list[KeySummary]) -> str:
     memories = sum(summary.count for summary in summaries)
     telemetry = sum(summary.telemetry for summary in summaries)
     lines = [

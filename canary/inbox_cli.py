@@ -76,16 +76,19 @@ def inbox() -> None:
     "--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True
 )
 def list_command(db: Path | None, aliases_path: Path | None, output_format: str) -> None:
-    """Count, oldest age and entities per inbox key; unsorted broken down by cwd."""
+    """Count, oldest age and entities per inbox key; unsorted broken down by cwd; rows without a project."""
     try:
         aliases, _ = load_aliases(aliases_path)
-        summaries = summarize(_snapshot(db or default_db_path(), aliases), db=db, aliases=aliases_path)
+        snapshot = _snapshot(db or default_db_path(), aliases)
     except CanaryError as error:
         raise _fail(error) from error
+    summaries = summarize(snapshot, db=db, aliases=aliases_path)
     if output_format == "json":
-        click.echo(json.dumps([summary.to_json() for summary in summaries], indent=2, ensure_ascii=False))
+        # Rows without a project are listed last under the reserved key "(no project)" (never claimable).
+        listed = [*summaries, *([snapshot.unattributed] if snapshot.unattributed is not None else [])]
+        click.echo(json.dumps([summary.to_json() for summary in listed], indent=2, ensure_ascii=False))
     else:
-        click.echo(render_text(summaries))
+        click.echo(render_text(summaries, snapshot.unattributed))
 
 
 def _run(
