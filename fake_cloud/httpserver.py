@@ -1,8 +1,11 @@
 """A small HTTP/1.1 server on asyncio and h11.
 
-The fake needs to start in well under 150 ms; importing aiohttp alone costs about that much, while
-asyncio plus h11 (already installed as httpx's parser) costs a fifth of it. The server keeps
-connections alive, caps how much of a body it keeps, and can reset a connection on purpose.
+Why not aiohttp: the fake must go from process start to ready in under 150 ms, and importing aiohttp
+alone costs about that whole budget, while asyncio plus h11 (already installed as httpx's parser) costs a
+fifth of it. The server keeps connections alive, caps how much of a body it keeps, and can reset a
+connection on purpose. What h11 cannot parse (a bad request line or Content-Length, headers past Go's
+1 MiB, a body cut short) gets Go's plain "400 Bad Request" or "431 ..." and a closed connection; the
+handler only ever sees complete requests.
 """
 
 from __future__ import annotations
@@ -16,11 +19,15 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import h11
 
 READ_SIZE = 65536
+MAX_HEADER_BYTES = (1 << 20) + 4096  # Go's http.DefaultMaxHeaderBytes plus the slack its reader allows
+LINGER_SECONDS = 0.5  # Go's rstAvoidanceDelay
+REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
 
 
 @dataclass
@@ -57,6 +64,17 @@ def _reset(writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     writer.transport.abort()
+
+
+async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Like Go's closeWriteAndWait: send FIN, then read what the client is still sending for a moment,
+    so that closing with unread data does not reset the connection before the client reads the answer."""
+    if writer.can_write_eof():
+        writer.write_eof()
+    with contextlib.suppress(TimeoutError, ConnectionError, ssl.SSLError):
+        async with asyncio.timeout(LINGER_SECONDS):
+            while await reader.read(READ_SIZE):
+                pass
 
 
 class HttpServer:
@@ -99,7 +117,7 @@ class HttpServer:
                 writer.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = h11.Connection(h11.SERVER)
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
 
         async def next_event() -> h11.Event | type[h11.PAUSED]:
             while True:
@@ -126,18 +144,18 @@ class HttpServer:
                         if size > self.max_body:
                             too_large = True
                         elif not too_large:
-                            chunks.append(bytes(part.data))
+                            chunks.append(part.data)  # joined into bytes once, below
                     elif isinstance(part, h11.EndOfMessage):
                         break
                     else:
                         return
             except h11.RemoteProtocolError as error:
                 if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
-                    await self._send(
-                        conn,
-                        writer,
-                        Response(error.error_status_hint, b"400 Bad Request", "text/plain; charset=utf-8"),
-                    )
+                    # Go's wording for a request it cannot parse, e.g. "431 Request Header Fields Too Large".
+                    status = error.error_status_hint
+                    text = f"{status} {HTTPStatus(status).phrase}".encode()
+                    await self._send(conn, writer, Response(status, text, "text/plain; charset=utf-8"))
+                    await _linger(reader, writer)
                 return
             request = _request(event, b"".join(chunks), too_large)
             result = await self.handler(request)
@@ -158,7 +176,8 @@ class HttpServer:
             ("date", time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime())),
             *response.headers,
         ]
-        data = conn.send(h11.Response(status_code=response.status, headers=headers)) or b""
+        reason = REASONS.get(response.status, b"")
+        data = conn.send(h11.Response(status_code=response.status, headers=headers, reason=reason)) or b""
         if not head and response.body:
             data += conn.send(h11.Data(data=response.body)) or b""
         data += conn.send(h11.EndOfMessage()) or b""
