@@ -703,8 +703,12 @@ class FakeCloudState:
 
 
 def _mismatches(entry: JournalEntry, match: Mapping[str, Any]) -> list[str]:
-    data = entry.to_dict()
-    return sorted(name for name, wanted in match.items() if data.get(name) != wanted)
+    # Attribute reads, not to_dict(): /_fake/wait runs this for every new entry while a test waits.
+    return sorted(
+        name
+        for name, wanted in match.items()
+        if (getattr(entry, name) if name in MATCH_FIELDS else None) != wanted
+    )
 
 
 MATCH_FIELDS = frozenset(JournalEntry.__dataclass_fields__)
