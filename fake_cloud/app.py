@@ -30,6 +30,7 @@ from fake_cloud.models import (
 )
 
 TEXT = "text/plain; charset=utf-8"
+JSON_DECODER = json.JSONDecoder()
 SYNC_ROUTES: dict[str, tuple[str, ...]] = {
     "/health": ("GET", "HEAD"),
     "/sync/pull": ("GET", "HEAD"),
@@ -212,7 +213,7 @@ class FakeCloudApp:
             return None, "too large"
         return data, None
 
-    async def _read_json(self, request: Request) -> tuple[Any, str | None, bool]:
+    def _read_json(self, request: Request) -> tuple[Any, str | None, bool]:
         """(value, decode error, too large) like Go's json.Decoder over a MaxBytesReader."""
         if request.body_too_large or len(request.body) > self.state.max_push_bytes:
             return None, None, True
@@ -229,7 +230,7 @@ class FakeCloudApp:
         if not stripped:
             return None, "EOF", False
         try:
-            value, _ = json.JSONDecoder().raw_decode(stripped)
+            value, _ = JSON_DECODER.raw_decode(stripped)
         except json.JSONDecodeError as error:
             if error.pos >= len(stripped) or error.msg.startswith("Unterminated string"):
                 return None, "unexpected EOF", False  # Go's wording when the input ends inside a value
@@ -239,7 +240,7 @@ class FakeCloudApp:
         return value, None, False
 
     async def _mutation_push(self, request: Request, request_id: str) -> Response | Drop:
-        body, problem, over = await self._read_json(request)
+        body, problem, over = self._read_json(request)
         # Only a scheduled fault needs these before validation.
         projects = _pushed_projects(body) if self.state.faults else []
         items = _mutation_items(body) if self.state.faults else []
@@ -261,7 +262,7 @@ class FakeCloudApp:
         return await self._finish(request, request_id, "mutation", reply, items, fault)
 
     async def _chunk_push(self, request: Request, request_id: str) -> Response | Drop:
-        body, problem, over = await self._read_json(request)
+        body, problem, over = self._read_json(request)
         project = ""
         if isinstance(body, dict) and isinstance(body.get("project"), str):
             project = body["project"].strip()
