@@ -19,7 +19,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -301,15 +301,18 @@ def _count(connection: sqlite3.Connection, sql: str, *parameters: object) -> int
 
 def backup_database(connection: sqlite3.Connection, db_path: Path, backup_dir: Path, operation: str) -> Path:
     """A consistent copy through SQLite's online backup API, named by UTC time to the microsecond."""
-    backup_dir.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     target = backup_dir / f"{db_path.stem}.{stamp}.{operation}.db"
-    destination = sqlite3.connect(str(target))
     try:
-        connection.backup(destination)
-        status = destination.execute("PRAGMA quick_check").fetchone()[0]
-    finally:
-        destination.close()
+        backup_dir.mkdir(parents=True, exist_ok=True)
+        with closing(sqlite3.connect(str(target))) as destination:
+            connection.backup(destination)
+            status = destination.execute("PRAGMA quick_check").fetchone()[0]
+    except (OSError, sqlite3.Error) as error:
+        raise TriageError(
+            f"{backup_dir}: cannot write the backup ({getattr(error, 'strerror', None) or error}); "
+            "nothing was changed (choose another --backup-dir)"
+        ) from error
     if status != "ok":
         raise TriageError(f"{target}: backup failed its integrity check ({status}); nothing was changed")
     return target

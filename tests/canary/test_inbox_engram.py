@@ -255,6 +255,24 @@ def test_claim_refusals_are_one_line_and_write_nothing(
     assert not (inbox_world.db.parent / "engram-canary-backups").exists()
 
 
+def test_an_unwritable_backup_dir_is_one_line_and_writes_nothing(inbox_world: InboxWorld) -> None:
+    before = db_digest(inbox_world.db)
+    not_a_dir = inbox_world.world.root / "a-file"
+    not_a_dir.write_text("")
+    backup_dir = not_a_dir / "backups"
+    args = ("--project", "side-project", "--as", "main-proj", "--backup-dir", str(backup_dir), "--apply")
+
+    result = canary(inbox_world.world, "inbox", "claim", *args)
+
+    assert (result.returncode, result.stdout, result.stderr) == (
+        3,
+        "",
+        f"engram-canary: error: {backup_dir}: cannot write the backup (Not a directory); nothing was changed "
+        "(choose another --backup-dir)\n",
+    )
+    assert db_digest(inbox_world.db) == before
+
+
 def test_claim_without_as_uses_the_enrolled_match(inbox_world: InboxWorld) -> None:
     result = canary(inbox_world.world, "inbox", "claim", "--project", "lm-studio-model", "--apply")
     assert result.returncode == 0, result.stderr
