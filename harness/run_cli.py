@@ -97,6 +97,9 @@ def run_command(
             raise click.UsageError(f"no *.scenario.yaml under {', '.join(map(str, paths or ('scenarios',)))}")
         if db_source is not None and len(scenarios) != 1:
             raise click.UsageError(f"--db runs exactly one scenario; {len(scenarios)} were selected")
+        for option, report_path in (("--json", json_path), ("--junit", junit_path)):
+            if report_path is not None and not report_path.parent.is_dir():
+                raise click.UsageError(f"{option} {report_path}: no such directory {report_path.parent}")
         binaries = _binaries(engram_path, versions)
     except HarnessError as error:
         raise click.ClickException(str(error)) from None
@@ -139,10 +142,13 @@ def run_command(
     console.print(summary_table(results, expect))
     if len(binaries) > 1:
         console.print(matrix_table(results, expect))
-    if json_path is not None:
-        write_json(json_path, results, expect)
-    if junit_path is not None:
-        write_junit(junit_path, results, expect)
+    try:
+        if json_path is not None:
+            write_json(json_path, results, expect)
+        if junit_path is not None:
+            write_junit(junit_path, results, expect)
+    except OSError as error:
+        raise click.ClickException(f"{error.filename}: cannot write the report ({error.strerror})") from None
     failed = [r for r in results if judge(r, expect) != "passed"]
     if failed:
         raise SystemExit(1)
@@ -157,5 +163,8 @@ def schema_command(out: Path | None) -> None:
     text = json_schema_text() + "\n"
     if out is None:
         click.echo(text, nl=False)
-    else:
+        return
+    try:
         out.write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise click.ClickException(f"--out {out}: cannot write ({error.strerror})") from None

@@ -57,6 +57,21 @@ def test_no_scenarios_is_a_usage_error(tmp_path: Path) -> None:
     assert result.returncode == 2 and "no *.scenario.yaml under empty" in result.stderr
 
 
+@pytest.mark.parametrize("option", ["--json", "--junit"])
+def test_a_report_in_a_missing_directory_is_refused_before_running(tmp_path: Path, option: str) -> None:
+    (tmp_path / "cli.scenario.yaml").write_text(SCENARIO)
+    result = harness("run", "cli.scenario.yaml", option, "missing/report.out", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == f"Error: {option} missing/report.out: no such directory missing"
+    assert "running" not in result.stdout and "Traceback" not in result.stderr
+
+
+def test_schema_out_in_a_missing_directory_is_one_line(tmp_path: Path) -> None:
+    result = harness("schema", "--out", "missing/schema.json", cwd=tmp_path)
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == "Error: --out missing/schema.json: cannot write (No such file or directory)\n"
+
+
 @pytest.mark.engram
 def test_expect_selects_which_tagged_expectations_decide_the_exit_code(
     tmp_path: Path, engram_bin: Path
