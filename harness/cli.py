@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 import click
 
 from harness import __version__
@@ -11,7 +14,28 @@ from harness.errors import HarnessError
 from harness.run_cli import run_command, schema_command
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class HarnessGroup(click.Group):
+    """click's usage errors as one line (still exit 2), like every other error of the harness."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        try:
+            return super().main(*args, **kwargs)
+        except click.exceptions.Exit as done:
+            sys.exit(done.exit_code)
+        except click.UsageError as error:
+            where = error.ctx.command_path if error.ctx is not None else "engram-harness"
+            click.echo(f"Error: {error.format_message()} (see {where} --help)", err=True)
+            sys.exit(error.exit_code)
+        except click.ClickException as error:
+            error.show()
+            sys.exit(error.exit_code)
+        except click.exceptions.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+
+
+@click.group(cls=HarnessGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="engram-harness")
 def cli() -> None:
     """Replay engram sync scenarios against the real engram binary."""

@@ -62,8 +62,19 @@ def test_a_report_in_a_missing_directory_is_refused_before_running(tmp_path: Pat
     (tmp_path / "cli.scenario.yaml").write_text(SCENARIO)
     result = harness("run", "cli.scenario.yaml", option, "missing/report.out", cwd=tmp_path)
     assert result.returncode == 2
-    assert result.stderr.splitlines()[-1] == f"Error: {option} missing/report.out: no such directory missing"
+    assert result.stderr == (
+        f"Error: {option} missing/report.out: no such directory missing (see engram-harness run --help)\n"
+    )
     assert "running" not in result.stdout and "Traceback" not in result.stderr
+
+
+def test_usage_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:
+    result = harness("make-deployment", "--scale", "-1", "--out", "x.db", cwd=tmp_path)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        "Error: Invalid value for '--scale': -1.0 is not in the range x>0. "
+        "(see engram-harness make-deployment --help)\n"
+    )
 
 
 def test_schema_out_in_a_missing_directory_is_one_line(tmp_path: Path) -> None:
