@@ -168,6 +168,20 @@ def _workspace_refs(steps: Iterable[Step]) -> Iterable[tuple[Step, str]]:
         yield from _workspace_refs(step.children)
 
 
+def _parent_cycle(name: str, header: Header) -> list[str] | None:
+    """The chain of parents from NAME back to NAME, if it loops (the world builder would wait forever)."""
+    chain = [name]
+    parent = header.workspaces[name].parent
+    while parent is not None and parent in header.workspaces:
+        chain.append(parent)
+        if parent == name:
+            return chain
+        if parent in chain[:-1]:
+            return None  # a loop further up, reported at its own members
+        parent = header.workspaces[parent].parent
+    return None
+
+
 def parse_scenario(text: str, path: Path) -> Scenario:
     try:
         source = load_yaml(text)
@@ -212,6 +226,11 @@ def parse_scenario(text: str, path: Path) -> Scenario:
         for name, spec in header.workspaces.items():
             if spec.parent is not None and spec.parent not in known:
                 located.add(("workspaces", name, "parent"), f"unknown workspace {spec.parent!r}")
+            elif (cycle := _parent_cycle(name, header)) is not None:
+                located.add(
+                    ("workspaces", name, "parent"),
+                    f"workspace {name!r} is its own ancestor ({' -> '.join(cycle)}); parents must form a tree",
+                )
 
     if located.errors:
         raise ScenarioError("\n".join(located.errors))

@@ -115,6 +115,19 @@ def test_workspaces_are_checked_and_referenced_by_name() -> None:
     assert errors_of(text) == ["s.scenario.yaml:5: save: unknown workspace 'b'; declared: a"]
 
 
+def test_workspace_parents_must_not_loop() -> None:
+    text = "name: x\nworkspaces:\n  a: {dir: a, parent: b}\n  b: {dir: b, parent: a}\n  c: {dir: c, parent: a}\nsteps: []\n"
+    assert errors_of(text) == [
+        "s.scenario.yaml:3: workspaces.a.parent: workspace 'a' is its own ancestor (a -> b -> a); "
+        "parents must form a tree",
+        "s.scenario.yaml:4: workspaces.b.parent: workspace 'b' is its own ancestor (b -> a -> b); "
+        "parents must form a tree",
+    ]
+    assert errors_of("name: x\nworkspaces:\n  a: {dir: a, parent: a}\nsteps: []\n") == [
+        "s.scenario.yaml:3: workspaces.a.parent: workspace 'a' is its own ancestor (a -> a); parents must form a tree"
+    ]
+
+
 def test_duplicate_keys_and_broken_yaml_are_reported_with_lines() -> None:
     assert errors_of("name: x\nname: y\nsteps: []\n") == [
         "s.scenario.yaml:2: name: duplicate key 'name'; each key may appear once"
