@@ -9,6 +9,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -18,7 +19,7 @@ import httpx
 from fake_cloud.errors import FakeCloudError
 from harness.checks import ExpectationResult, Observed, evaluate
 from harness.engram_env import EngramEnvironment
-from harness.errors import HarnessError, StepFailed
+from harness.errors import HarnessError
 from harness.lanes import (
     LaneTable,
     compute_lanes,
@@ -104,20 +105,15 @@ def copy_database(source: Path, target: Path) -> None:
         if not source.with_name(source.name + "-wal").exists():
             shutil.copyfile(source, target)
         else:
-            original = sqlite3.connect(f"file:{source.resolve()}?mode=ro", uri=True, timeout=15)
-            try:
-                copy = sqlite3.connect(target)
-                try:
-                    original.backup(copy)
-                finally:
-                    copy.close()
-            finally:
-                original.close()
-        check = sqlite3.connect(target)
-        try:
+            with (
+                closing(
+                    sqlite3.connect(f"file:{source.resolve()}?mode=ro", uri=True, timeout=15)
+                ) as original,
+                closing(sqlite3.connect(target)) as copy,
+            ):
+                original.backup(copy)
+        with closing(sqlite3.connect(target)) as check:
             verdict = check.execute("PRAGMA quick_check").fetchone()[0]
-        finally:
-            check.close()
     except (OSError, sqlite3.Error) as error:
         raise HarnessError(f"{source}: cannot copy ({error})") from None
     if verdict != "ok":
@@ -279,17 +275,14 @@ def run_many(
     """Scenarios side by side: they mostly wait on engram's worker, so threads overlap those waits."""
 
     def one(scenario: Scenario) -> ScenarioResult:
-        try:
-            outcome = run_scenario(
-                scenario,
-                binary,
-                cloud_mode=cloud_mode,
-                db_copy_source=db_copy_source,
-                expect=expect,
-                progress=progress,
-            )
-        except StepFailed as error:
-            outcome = ScenarioResult(scenario=scenario, version="?", status="error", error=str(error))
+        outcome = run_scenario(
+            scenario,
+            binary,
+            cloud_mode=cloud_mode,
+            db_copy_source=db_copy_source,
+            expect=expect,
+            progress=progress,
+        )
         if done is not None:
             done(outcome)
         return outcome
