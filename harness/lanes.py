@@ -13,25 +13,34 @@ import hashlib
 import json
 import sqlite3
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from canary.db import open_read_only
 from canary.errors import CanaryError
 
 MatchKey = tuple[str, str, str, str]
+T = TypeVar("T")
 LANE_COUNTS = ("enqueued", "acked", "delivered", "stranded", "lost", "duplicated")
 
 
 def payload_digest(payload: Any) -> str:
     """The fake cloud's digest: sha256 of the canonical JSON of the payload object."""
+    return _canonical_digest(_decoded(payload))
+
+
+def _canonical_digest(decoded: Any) -> str:
+    canonical = json.dumps(decoded, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def _decoded(payload: Any) -> Any:
     if isinstance(payload, str):
         with contextlib.suppress(json.JSONDecodeError):
-            payload = json.loads(payload)
-    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+            return json.loads(payload)
+    return payload
 
 
 @dataclass(frozen=True)
@@ -101,23 +110,39 @@ class LaneTable:
         return [asdict(row) for row in self.rows]
 
 
-def read_local_mutations(db_path: Path) -> list[LocalMutation]:
-    """Every locally enqueued sync_mutations row, read-only."""
+def _read(db_path: Path, read: Callable[[sqlite3.Connection], T], empty: T) -> T:
+    """READ on a read-only connection; EMPTY when the database is missing or unreadable."""
     try:
         connection = open_read_only(db_path)
     except CanaryError:
-        return []
+        return empty
     try:
-        columns = {row[1] for row in connection.execute("PRAGMA table_info(sync_mutations)")}
-        if not columns:
-            return []
-        project = "COALESCE(project, '')" if "project" in columns else "''"
-        source = "WHERE source = 'local'" if "source" in columns else ""
-        cursor = connection.execute(
-            f"SELECT seq, target_key, {project}, entity, entity_key, op, payload, acked_at IS NOT NULL "
-            f"FROM sync_mutations {source} ORDER BY seq"
-        )
-        return [
+        return read(connection)
+    except sqlite3.Error:
+        return empty
+    finally:
+        connection.close()
+
+
+def read_local_mutations(db_path: Path) -> list[LocalMutation]:
+    """Every locally enqueued sync_mutations row, read-only."""
+    return _read(db_path, _local_mutations, [])
+
+
+def _local_mutations(connection: sqlite3.Connection) -> list[LocalMutation]:
+    columns = {row[1] for row in connection.execute("PRAGMA table_info(sync_mutations)")}
+    if not columns:
+        return []
+    project = "COALESCE(project, '')" if "project" in columns else "''"
+    source = "WHERE source = 'local'" if "source" in columns else ""
+    cursor = connection.execute(
+        f"SELECT seq, target_key, {project}, entity, entity_key, op, payload, acked_at IS NOT NULL "
+        f"FROM sync_mutations {source} ORDER BY seq"
+    )
+    mutations = []
+    for seq, lane, proj, entity, entity_key, op, payload, acked in cursor:
+        decoded = _decoded(payload)
+        mutations.append(
             LocalMutation(
                 seq=int(seq),
                 lane=str(lane),
@@ -125,23 +150,12 @@ def read_local_mutations(db_path: Path) -> list[LocalMutation]:
                 entity=str(entity),
                 entity_key=str(entity_key),
                 op=str(op),
-                digest=payload_digest(payload),
+                digest=_canonical_digest(decoded),
                 acked=bool(acked),
-                payload=_decoded(payload),
+                payload=decoded,
             )
-            for seq, lane, proj, entity, entity_key, op, payload, acked in cursor
-        ]
-    except sqlite3.Error:
-        return []
-    finally:
-        connection.close()
-
-
-def _decoded(payload: Any) -> Any:
-    if isinstance(payload, str):
-        with contextlib.suppress(json.JSONDecodeError):
-            return json.loads(payload)
-    return payload
+        )
+    return mutations
 
 
 def _carries(received: Any, local: Any) -> bool:
@@ -158,19 +172,10 @@ def _transport(item: Received) -> str:
 
 def read_acked_seqs(db_path: Path) -> frozenset[int]:
     """Rows already acked when a run starts (a copied database): delivered to some earlier cloud, not lost."""
-    try:
-        connection = open_read_only(db_path)
-    except CanaryError:
-        return frozenset()
-    try:
-        return frozenset(
-            int(row[0])
-            for row in connection.execute("SELECT seq FROM sync_mutations WHERE acked_at IS NOT NULL")
-        )
-    except sqlite3.Error:
-        return frozenset()
-    finally:
-        connection.close()
+    sql = "SELECT seq FROM sync_mutations WHERE acked_at IS NOT NULL"
+    return _read(
+        db_path, lambda connection: frozenset(int(row[0]) for row in connection.execute(sql)), frozenset()
+    )
 
 
 def compute_lanes(
@@ -233,13 +238,5 @@ def compute_lanes(
 
 
 def read_sync_state_targets(db_path: Path) -> list[str]:
-    try:
-        connection = open_read_only(db_path)
-    except CanaryError:
-        return []
-    try:
-        return sorted(str(row[0]) for row in connection.execute("SELECT target_key FROM sync_state"))
-    except sqlite3.Error:
-        return []
-    finally:
-        connection.close()
+    sql = "SELECT target_key FROM sync_state"
+    return _read(db_path, lambda connection: sorted(str(row[0]) for row in connection.execute(sql)), [])
