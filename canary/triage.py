@@ -151,12 +151,12 @@ def connect_read_write(path: Path) -> sqlite3.Connection:
 
 
 def select_rows(snapshot: InboxSnapshot, selection: Selection) -> list[InboxRow]:
-    wanted_key = selection.key if selection.key == UNSORTED else normalize_project(selection.key)
+    wanted_key = normalize_project(selection.key)
     wanted_cwd = normalize_cwd(selection.cwd) if selection.cwd is not None else None
     return [
         row
         for row in snapshot.rows
-        if normalize_project(row.key) == normalize_project(wanted_key)
+        if normalize_project(row.key) == wanted_key
         and (wanted_cwd is None or row.cwd == wanted_cwd)
         and (not selection.telemetry_only or row.is_telemetry)
     ]
@@ -294,6 +294,13 @@ def _held_rows(connection: sqlite3.Connection, schema: Schema, target_key: str) 
 
 def _count(connection: sqlite3.Connection, sql: str, *parameters: object) -> int:
     return int(connection.execute(sql, parameters).fetchone()[0])
+
+
+def _chunks(seqs: Sequence[int]) -> Iterator[tuple[Sequence[int], str]]:
+    """SEQS in slices that fit SQLite's parameter limit, each with its `?,?,...` list."""
+    for start in range(0, len(seqs), _CHUNK):
+        chunk = seqs[start : start + _CHUNK]
+        yield chunk, ",".join("?" * len(chunk))
 
 
 # ---------------------------------------------------------------- applying
@@ -469,16 +476,14 @@ class _SyncState:
             self.refresh_project(project)
 
     def _ack_seqs(self, seqs: Sequence[int]) -> int:
-        acked = 0
-        for start in range(0, len(seqs), _CHUNK):
-            chunk = seqs[start : start + _CHUNK]
-            marks = ",".join("?" * len(chunk))
-            acked += self.connection.execute(
+        return sum(
+            self.connection.execute(
                 "UPDATE sync_mutations SET acked_at = datetime('now') "
                 f"WHERE target_key = ? AND acked_at IS NULL AND seq IN ({marks})",
                 (LEGACY_TARGET, *chunk),
             ).rowcount
-        return acked
+            for chunk, marks in _chunks(seqs)
+        )
 
     def refresh_project(self, project: str) -> None:
         target_key = project_target(project)
@@ -553,14 +558,14 @@ class InboxPlanner:
         if enrolled_projects(connection, schema) != plan.enrolled:
             return self.plan(connection, schema)
         seqs = [row.seq for row in plan.acks]
-        unacked = 0
-        for start in range(0, len(seqs), _CHUNK):
-            chunk = seqs[start : start + _CHUNK]
-            unacked += _count(
+        unacked = sum(
+            _count(
                 connection,
-                f"SELECT COUNT(*) FROM sync_mutations WHERE acked_at IS NULL AND seq IN ({','.join('?' * len(chunk))})",
+                f"SELECT COUNT(*) FROM sync_mutations WHERE acked_at IS NULL AND seq IN ({marks})",
                 *chunk,
             )
+            for chunk, marks in _chunks(seqs)
+        )
         if unacked != len(seqs):
             return self.plan(connection, schema)
         newer = select_inbox_rows(connection, schema, self.aliases, after_seq=plan.high_water)
