@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -20,6 +19,7 @@ from canary.db import default_db_path
 from canary.errors import CanaryError
 from canary.findings import Status
 from canary.inbox_cli import cleanup_phantoms_command, inbox
+from canary.one_line_cli import OneLineErrorGroup
 from canary.report import render_json, render_text, write_textfile
 from canary.systemd import (
     UnitOptions,
@@ -34,28 +34,21 @@ from canary.watch import WatchOptions, watch
 PROG = "engram-canary"
 
 
-class CanaryGroup(click.Group):
-    """Turns click's usage errors (exit 2) and canary errors into one line and exit 3 (UNKNOWN)."""
+class CanaryGroup(OneLineErrorGroup):
+    """click's usage errors (exit 2) and canary errors as one line and exit 3 (UNKNOWN)."""
 
-    def main(self, *args: Any, **kwargs: Any) -> Any:
-        kwargs["standalone_mode"] = False
-        try:
-            return super().main(*args, **kwargs)
-        except click.exceptions.Exit as done:
-            sys.exit(done.exit_code)
-        except click.UsageError as error:
-            where = error.ctx.command_path if error.ctx is not None else PROG
-            click.echo(f"{where}: error: {error.format_message()} (see {where} --help)", err=True)
-            sys.exit(int(Status.UNKNOWN))
-        except click.ClickException as error:
-            click.echo(f"{PROG}: error: {error.format_message()}", err=True)
-            sys.exit(int(Status.UNKNOWN))
-        except click.exceptions.Abort:
-            click.echo(f"{PROG}: aborted", err=True)
-            sys.exit(int(Status.UNKNOWN))
-        except CanaryError as error:
-            click.echo(f"{PROG}: error: {error}", err=True)
-            sys.exit(int(Status.UNKNOWN))
+    program = PROG
+    error_exit = int(Status.UNKNOWN)
+    package_error = CanaryError
+
+    def usage_line(self, where: str, message: str) -> str:
+        return f"{where}: error: {message} (see {where} --help)"
+
+    def error_line(self, message: str) -> str:
+        return f"{PROG}: error: {message}"
+
+    def abort_line(self) -> str:
+        return f"{PROG}: aborted"
 
 
 @click.group(cls=CanaryGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-from typing import Any
-
 import click
 
+from canary.one_line_cli import OneLineErrorGroup
 from harness import __version__
 from harness.deployment_cli import make_deployment
 from harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
@@ -14,25 +12,11 @@ from harness.errors import HarnessError
 from harness.run_cli import run_command, schema_command
 
 
-class HarnessGroup(click.Group):
+class HarnessGroup(OneLineErrorGroup):
     """click's usage errors as one line (still exit 2), like every other error of the harness."""
 
-    def main(self, *args: Any, **kwargs: Any) -> Any:
-        kwargs["standalone_mode"] = False
-        try:
-            return super().main(*args, **kwargs)
-        except click.exceptions.Exit as done:
-            sys.exit(done.exit_code)
-        except click.UsageError as error:
-            where = error.ctx.command_path if error.ctx is not None else "engram-harness"
-            click.echo(f"Error: {error.format_message()} (see {where} --help)", err=True)
-            sys.exit(error.exit_code)
-        except click.ClickException as error:
-            error.show()
-            sys.exit(error.exit_code)
-        except click.exceptions.Abort:
-            click.echo("Aborted!", err=True)
-            sys.exit(1)
+    program = "engram-harness"
+    package_error = HarnessError
 
 
 @click.group(cls=HarnessGroup, context_settings={"help_option_names": ["-h", "--help"]})
