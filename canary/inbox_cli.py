@@ -12,7 +12,6 @@ import click
 from canary.aliases import check_alias_free, load_aliases
 from canary.db import default_db_path, discover_schema, open_read_only, read_transaction
 from canary.derive import AliasMap
-from canary.errors import CanaryError
 from canary.inbox import InboxSnapshot, read_inbox, render_text, summarize
 from canary.triage import (
     CleanupPlanner,
@@ -52,10 +51,6 @@ def _write_options(function: Callable[..., Any]) -> Callable[..., Any]:
     )
 
 
-def _fail(error: CanaryError) -> click.ClickException:
-    return click.ClickException(str(error))
-
-
 def _snapshot(db: Path, aliases: AliasMap) -> InboxSnapshot:
     connection = open_read_only(db)
     try:
@@ -77,11 +72,8 @@ def inbox() -> None:
 )
 def list_command(db: Path | None, aliases_path: Path | None, output_format: str) -> None:
     """Count, oldest age and entities per inbox key; unsorted broken down by cwd; rows without a project."""
-    try:
-        aliases, _ = load_aliases(aliases_path)
-        snapshot = _snapshot(db or default_db_path(), aliases)
-    except CanaryError as error:
-        raise _fail(error) from error
+    aliases, _ = load_aliases(aliases_path)
+    snapshot = _snapshot(db or default_db_path(), aliases)
     summaries = summarize(snapshot, db=db, aliases=aliases_path)
     if output_format == "json":
         # Rows without a project are listed last under the reserved key "(no project)" (never claimable).
@@ -92,21 +84,6 @@ def list_command(db: Path | None, aliases_path: Path | None, output_format: str)
 
 
 def _run(
-    db: Path | None,
-    aliases_path: Path | None,
-    build: Callable[[InboxSnapshot], Plan],
-    *,
-    do_apply: bool,
-    backup_dir: Path | None,
-    headline: Callable[[Plan], str],
-) -> None:
-    try:
-        _plan_or_apply(db, aliases_path, build, do_apply=do_apply, backup_dir=backup_dir, headline=headline)
-    except CanaryError as error:
-        raise _fail(error) from error
-
-
-def _plan_or_apply(
     db: Path | None,
     aliases_path: Path | None,
     build: Callable[[InboxSnapshot], Plan],
@@ -215,26 +192,23 @@ def cleanup_phantoms_command(
 ) -> None:
     """Delete sync_state rows outside the allowed targets that hold 0 unacked rows (sync_mutations untouched)."""
     database = db or default_db_path()
+    connection = open_read_only(database)
     try:
-        connection = open_read_only(database)
-        try:
-            schema = discover_schema(connection, database)
-            with read_transaction(connection):
-                plan = plan_cleanup(connection, schema, keep)
-        finally:
-            connection.close()
-        headline = f"delete {len(plan.phantoms)} phantom sync_state rows"
-        if not do_apply or plan.is_empty:
-            prefix = "dry run" if do_apply is False else "nothing to do"
-            click.echo(f"{prefix}: {headline}; nothing was written")
-            for line in plan.describe():
-                click.echo(f"  {line}")
-            if not plan.is_empty:
-                click.echo("run again with --apply to make these changes (a backup is taken first)")
-            return
-        result = apply(database, CleanupPlanner(keep), backup_dir=backup_dir)
-    except CanaryError as error:
-        raise _fail(error) from error
+        schema = discover_schema(connection, database)
+        with read_transaction(connection):
+            plan = plan_cleanup(connection, schema, keep)
+    finally:
+        connection.close()
+    headline = f"delete {len(plan.phantoms)} phantom sync_state rows"
+    if not do_apply or plan.is_empty:
+        prefix = "dry run" if do_apply is False else "nothing to do"
+        click.echo(f"{prefix}: {headline}; nothing was written")
+        for line in plan.describe():
+            click.echo(f"  {line}")
+        if not plan.is_empty:
+            click.echo("run again with --apply to make these changes (a backup is taken first)")
+        return
+    result = apply(database, CleanupPlanner(keep), backup_dir=backup_dir)
     click.echo(f"backup: {result.backup}")
     click.echo(
         f"applied: delete {len(result.plan.phantoms)} phantom sync_state rows "
