@@ -23,12 +23,13 @@ from canary.db import DatabaseUnavailable, Schema, discover_schema, open_read_on
 from canary.errors import CanaryError
 from canary.findings import Finding, Status
 from canary.inbox import tripwire_findings
-from canary.targets import LEGACY_TARGET, allowed_targets, project_target
+from canary.targets import INBOX_TARGET, LEGACY_TARGET, LOCAL_TARGET, allowed_targets, project_target
 
 RESULT_SCHEMA = "engram-canary/check/v1"
 FOREIGN_SYNC_TARGET = "foreign_sync_target"
 FOREIGN_MUTATION_TARGET = "foreign_mutation_target"
 FOREIGN_CHECKS = frozenset({FOREIGN_SYNC_TARGET, FOREIGN_MUTATION_TARGET})
+UNDELIVERED_PROJECT_LANE = "undelivered_project_lane"
 V120_LANE_NOTE = (
     "engram v1.20 journals every mutation in the legacy 'cloud' lane with a project column; "
     "project_unacked_rows counts unacked rows (any lane) whose project maps to this target"
@@ -253,6 +254,30 @@ def foreign_target_findings(
     return findings
 
 
+def undelivered_lane_findings(space: TargetSpace, reader: EvidenceReader) -> list[Finding]:
+    """Unacked rows on an allowed per-project lane: engram v1.20's worker reads only the legacy lane
+    (the design's Problem 6), so these rows never deliver although their target is legitimate."""
+    findings: list[Finding] = []
+    lanes = space.mutation_targets & space.allowed - {LEGACY_TARGET, LOCAL_TARGET, INBOX_TARGET}
+    for key in sorted(lanes):
+        unacked = reader.unacked_on_target(key)
+        if not unacked:
+            continue
+        findings.append(
+            Finding(
+                check=UNDELIVERED_PROJECT_LANE,
+                severity="warning",
+                message=(
+                    f"{unacked} unacked rows wait on per-project lane {key}; engram's worker delivers only "
+                    f"from the legacy lane '{LEGACY_TARGET}', so they never deliver (design, Problem 6)"
+                ),
+                target_key=key,
+                evidence={"target_key": key, **reader.rows_on_target(key), "unacked_rows": unacked},
+            )
+        )
+    return findings
+
+
 def apply_baseline(findings: list[Finding], known: frozenset[str]) -> None:
     for finding in findings:
         if finding.check in FOREIGN_CHECKS and finding.target_key in known:
@@ -313,13 +338,14 @@ def check_snapshot(
         space = read_target_space(connection, schema, config.allowed_targets)
         reader = EvidenceReader(connection, schema)
         findings = foreign_target_findings(space, reader, config)
+        findings.extend(undelivered_lane_findings(space, reader))
         if baseline is not None:
             apply_baseline(findings, baseline.targets_for(db_path))
         summary = summarize(space, findings, reader)
     # The inbox view takes its own short read transaction.
     inbox_findings = tripwire_findings(connection, schema, config) if include_inbox else []
     findings.extend(inbox_findings)
-    summary["other_findings"] = len(inbox_findings)
+    summary["other_findings"] += len(inbox_findings)
     result = CheckResult(
         status=overall_status(findings, config).label,
         db=str(db_path),

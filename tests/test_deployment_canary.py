@@ -43,11 +43,19 @@ def test_check_reports_the_35_phantoms_and_the_dead_403_target(deployment: Deplo
     assert report["schema"] == "engram-canary/check/v1"
     # The home dir's key alone holds 592 unacked rows, past the canary's critical row threshold.
     assert (code, report["status"]) == (2, "critical")
-    assert Counter(finding["check"] for finding in report["findings"]) == {"foreign_sync_target": 36}
-    by_target = {finding["target_key"]: finding for finding in report["findings"]}
+    checks = Counter(finding["check"] for finding in report["findings"])
+    assert checks == {"foreign_sync_target": 36, "undelivered_project_lane": 10}
+    foreign = [finding for finding in report["findings"] if finding["check"] == "foreign_sync_target"]
+    by_target = {finding["target_key"]: finding for finding in foreign}
     assert set(by_target) == set(deployment.foreign_targets)
     assert len(deployment.foreign_targets) == 36
-    assert all(finding["new"] for finding in report["findings"])
+    assert all(finding["new"] for finding in foreign)
+    # Problem 6 as the canary reports it: the 135 rows on the enrolled projects' own lanes.
+    lanes = [finding for finding in report["findings"] if finding["check"] == "undelivered_project_lane"]
+    assert {finding["target_key"] for finding in lanes} == {
+        f"cloud:{project}" for project in deployment.enrolled_projects
+    }
+    assert sum(finding["evidence"]["unacked_rows"] for finding in lanes) == 135
     assert set(report["allowed_targets"]) == {
         "cloud",
         "cloud:inbox",
