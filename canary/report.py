@@ -37,7 +37,7 @@ def headline(result: CheckResult) -> str:
         text = f"closed target space holds ({_plural(len(result.allowed_targets), 'allowed target')})"
     if others:
         new_others = sum(1 for f in others if f.new)
-        text += f", {_plural(len(others), 'inbox finding')} ({new_others} new)"
+        text += f", {_plural(len(others), 'other finding')} ({new_others} new)"
     return text
 
 

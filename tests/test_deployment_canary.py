@@ -169,3 +169,20 @@ def test_with_a_workspace_unenrolled_repositories_keep_their_key(engram_bin: Pat
     assert (
         totals["unsorted"] == (538 + 52 + 2) + (21 + 9 + 1) + (14 + 11 + 2) + (6 + 4) + (9 + 7 + 1) + 25 + 36
     )
+
+
+def test_the_text_verdict_counts_foreign_targets_and_other_findings_apart(
+    deployment: DeploymentSummary,
+) -> None:
+    script = Path(sys.executable).parent / "engram-canary"
+    done = subprocess.run(
+        [str(script), "check", "--no-baseline", "--db", str(deployment.path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert done.stdout.splitlines()[0].startswith(
+        "ENGRAM-CANARY CRITICAL - 36 foreign sync targets (36 new), 10 other findings (10 new) | "
+    )
