@@ -19,7 +19,14 @@ from pydantic import BaseModel, Field
 
 from canary.baseline import Baseline
 from canary.config import CanaryConfig
-from canary.db import DatabaseUnavailable, Schema, discover_schema, open_read_only, read_transaction
+from canary.db import (
+    DatabaseUnavailable,
+    Schema,
+    discover_schema,
+    enrolled_projects,
+    open_read_only,
+    read_transaction,
+)
 from canary.errors import CanaryError
 from canary.findings import Finding, Status
 from canary.inbox import tripwire_findings
@@ -86,12 +93,6 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def read_enrolled(connection: sqlite3.Connection, schema: Schema) -> list[str]:
-    if not schema.has_column("sync_enrolled_projects", "project"):
-        return []
-    return [str(row[0]) for row in connection.execute("SELECT project FROM sync_enrolled_projects")]
-
-
 def read_sync_state(connection: sqlite3.Connection, schema: Schema) -> dict[str, SyncStateRow]:
     present = [name for name in SYNC_STATE_FIELDS if schema.has_column("sync_state", name)]
     columns = ", ".join(["target_key", *present])
@@ -139,7 +140,7 @@ def read_target_space(
 ) -> TargetSpace:
     """`mutations`: the sync_mutations target keys and last seq the caller already knows (the watcher's
     incremental view); without it they are read by skip-scan."""
-    enrolled = read_enrolled(connection, schema)
+    enrolled = enrolled_projects(connection, schema)
     keys, seq = mutations if mutations is not None else (distinct_values(connection, "target_key"), None)
     return TargetSpace(
         enrolled=sorted(enrolled),

@@ -77,6 +77,13 @@ def discover_schema(connection: sqlite3.Connection, path: Path) -> Schema:
     return Schema(columns=columns)
 
 
+def enrolled_projects(connection: sqlite3.Connection, schema: Schema) -> frozenset[str]:
+    """sync_enrolled_projects as stored (engram normalizes names before it enrolls them)."""
+    if not schema.has_table("sync_enrolled_projects"):
+        return frozenset()
+    return frozenset(str(row[0]) for row in connection.execute("SELECT project FROM sync_enrolled_projects"))
+
+
 def quote_identifier(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 

@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from canary.db import Schema, read_transaction
+from canary.db import Schema, enrolled_projects, read_transaction
 from canary.derive import (
     UNSORTED,
     AliasMap,
@@ -201,12 +201,6 @@ def _payload_object(payload: str) -> dict[str, Any]:
         except ValueError:
             return {}
     return decoded if isinstance(decoded, dict) else {}
-
-
-def enrolled_projects(connection: sqlite3.Connection, schema: Schema) -> frozenset[str]:
-    if not schema.has_table("sync_enrolled_projects"):
-        return frozenset()
-    return frozenset(str(row[0]) for row in connection.execute("SELECT project FROM sync_enrolled_projects"))
 
 
 def select_inbox_rows(

@@ -26,10 +26,17 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from canary.aliases import register_alias
-from canary.db import BUSY_TIMEOUT_MS, DatabaseUnavailable, Schema, discover_schema, read_transaction
+from canary.db import (
+    BUSY_TIMEOUT_MS,
+    DatabaseUnavailable,
+    Schema,
+    discover_schema,
+    enrolled_projects,
+    read_transaction,
+)
 from canary.derive import UNSORTED, AliasMap, normalize_cwd
 from canary.errors import CanaryError
-from canary.inbox import InboxRow, InboxSnapshot, enrolled_projects, select_inbox_rows
+from canary.inbox import InboxRow, InboxSnapshot, select_inbox_rows
 from canary.targets import (
     LEGACY_TARGET,
     RESERVED_INBOX_PROJECT,
