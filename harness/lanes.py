@@ -9,7 +9,6 @@ the local rows that match them are *duplicated*.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import sqlite3
 from collections import defaultdict
@@ -20,20 +19,11 @@ from typing import Any, Protocol, TypeVar
 
 from canary.db import open_read_only
 from canary.errors import CanaryError
+from fake_cloud.models import payload_digest  # the digest the fake cloud journals; one definition
 
 MatchKey = tuple[str, str, str, str]
 T = TypeVar("T")
 LANE_COUNTS = ("enqueued", "acked", "delivered", "stranded", "lost", "duplicated")
-
-
-def payload_digest(payload: Any) -> str:
-    """The fake cloud's digest: sha256 of the canonical JSON of the payload object."""
-    return _canonical_digest(_decoded(payload))
-
-
-def _canonical_digest(decoded: Any) -> str:
-    canonical = json.dumps(decoded, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def _decoded(payload: Any) -> Any:
@@ -150,7 +140,7 @@ def _local_mutations(connection: sqlite3.Connection) -> list[LocalMutation]:
                 entity=str(entity),
                 entity_key=str(entity_key),
                 op=str(op),
-                digest=_canonical_digest(decoded),
+                digest=payload_digest(decoded),
                 acked=bool(acked),
                 payload=decoded,
             )
