@@ -32,24 +32,36 @@ class FakeCloudProcess:
         env: Mapping[str, str] | None = None,
         ca_file: Path | None = None,
         start_timeout: float = 20.0,
+        launcher: Sequence[str] | None = None,
+        stderr_log: Path | None = None,
     ) -> None:
-        self.args = [*command(), "serve", *args]
+        """`launcher` replaces the local console script (e.g. a `docker run ... engram-fake-cloud`
+        prefix); `stderr_log` keeps the server's stderr in a file instead of a pipe."""
+        self.args = [*(launcher or command()), "serve", *args]
         self.env = dict(os.environ if env is None else env)
         self.ca_file = ca_file
         self.start_timeout = start_timeout
+        self.stderr_log = stderr_log
         self.base_url = ""
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> FakeCloudProcess:
-        self.process = subprocess.Popen(
-            self.args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env, start_new_session=True
-        )
+        stderr_sink = self.stderr_log.open("ab") if self.stderr_log is not None else subprocess.PIPE
+        try:
+            self.process = subprocess.Popen(
+                self.args, stdout=subprocess.PIPE, stderr=stderr_sink, env=self.env, start_new_session=True
+            )
+        finally:
+            if self.stderr_log is not None:
+                stderr_sink.close()  # type: ignore[union-attr]
         assert self.process.stdout is not None
         line = _read_line(self.process.stdout, self.start_timeout)
         if not line:
             code = self.process.poll()
             stderr = b""
-            if code is not None and self.process.stderr is not None:
+            if self.stderr_log is not None:
+                stderr = self.stderr_log.read_bytes()[-1000:]
+            elif code is not None and self.process.stderr is not None:
                 stderr = self.process.stderr.read()
             self.stop()
             message = (

@@ -11,10 +11,8 @@ import json
 import os
 import queue
 import re
-import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -249,13 +247,13 @@ class CloudHandle:
         from fake_cloud.client import FakeCloudClient
 
         self.mode = mode
-        self._stop: Callable[[], None] = lambda: None
+        self._stop: Callable[[], object] = lambda: None
         base_url = self._start(mode, token, allowed_projects, log_path)
         self.base_url = base_url
         self.client = FakeCloudClient(base_url)
 
     def _start(self, mode: CloudMode, token: str | None, allowed: list[str], log_path: Path) -> str:
-        auth = ["--token", token] if token else ["--insecure-no-auth"]
+        serve_args = ["--port", "0", *(["--token", token] if token else ["--insecure-no-auth"])]
         allowed_text = ",".join(allowed) if allowed != ["*"] else "*"
         if mode == "inprocess":
             from fake_cloud.server import FakeCloudConfig, start_fake_cloud
@@ -268,60 +266,23 @@ class CloudHandle:
             self._stop = lambda: manager.__exit__(None, None, None)
             return str(cloud.base_url)
         if mode == "process":
-            executable = shutil.which(
-                "engram-fake-cloud", path=str(Path(sys.executable).parent)
-            ) or shutil.which("engram-fake-cloud")
-            if executable is None:
-                raise HarnessError("engram-fake-cloud is not installed in this environment")
-            command = [executable, "serve", "--port", "0", *auth, "--allowed-projects", allowed_text]
-            return self._start_process(command, log_path)
+            return self._start_process(None, [*serve_args, "--allowed-projects", allowed_text], log_path)
         image = os.environ.get("ENGRAM_KIT_FAKE_CLOUD_IMAGE", "engram-sync-kit/fake-cloud:latest")
-        command = [
-            "docker", "run", "--rm", "-i", "--network", "host", image,
-            "engram-fake-cloud", "serve", "--port", "0", "--host", "127.0.0.1", *auth,
-            "--allowed-projects", allowed_text,
-        ]  # fmt: skip
-        return self._start_process(command, log_path)
+        launcher = ["docker", "run", "--rm", "-i", "--network", "host", image, "engram-fake-cloud"]
+        serve_args = [*serve_args, "--host", "127.0.0.1", "--allowed-projects", allowed_text]
+        return self._start_process(launcher, serve_args, log_path)
 
-    def _start_process(self, command: list[str], log_path: Path) -> str:
-        log = log_path.open("ab")
-        process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True
-        )
-        first: queue.Queue[str] = queue.Queue()
+    def _start_process(self, launcher: list[str] | None, serve_args: list[str], log_path: Path) -> str:
+        from fake_cloud.errors import FakeCloudError
+        from fake_cloud.process import FakeCloudProcess
 
-        def read_first_line() -> None:
-            assert process.stdout is not None
-            first.put(process.stdout.readline())
-            for _ in process.stdout:
-                pass
-
-        threading.Thread(target=read_first_line, daemon=True).start()
+        process = FakeCloudProcess(serve_args, launcher=launcher, stderr_log=log_path, start_timeout=60.0)
         try:
-            line = first.get(timeout=60).strip()
-        except queue.Empty:
-            line = ""
-        if not re.match(r"^https?://", line):
-            process.kill()
-            process.wait()
-            log.close()
-            detail = log_path.read_text(errors="replace")[-1000:]
-            raise HarnessError(
-                f"the fake cloud did not start ({' '.join(command[:3])} ...): {detail.strip()}"
-            )
-
-        def stop() -> None:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
-            log.close()
-
-        self._stop = stop
-        return line
+            process.start()
+        except FakeCloudError as error:
+            raise HarnessError(f"the fake cloud did not start: {error}") from error
+        self._stop = process.stop
+        return process.base_url
 
     def close(self) -> None:
         self._stop()
