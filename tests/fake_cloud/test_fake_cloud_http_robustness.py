@@ -73,7 +73,7 @@ def still_serving(cloud: RunningFakeCloud) -> None:
         # A cut gzip stream ends the JSON early, which Go's decoder calls an unexpected EOF.
         (
             "/sync/push",
-            gzip.compress(b'{"project": "p", "data": {}}')[:12],
+            gzip.compress(b'{"project": "p", "data": {}}', mtime=0)[:12],
             400,
             "invalid push payload: unexpected EOF",
         ),
