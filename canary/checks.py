@@ -30,7 +30,8 @@ from canary.db import (
 from canary.errors import CanaryError
 from canary.findings import Finding, Status
 from canary.inbox import tripwire_findings
-from canary.targets import INBOX_TARGET, LEGACY_TARGET, LOCAL_TARGET, allowed_targets, project_target
+from canary.targets import INBOX_TARGET, LOCAL_TARGET, allowed_targets, project_target
+from engram_contract import LEGACY_TARGET
 
 RESULT_SCHEMA = "engram-canary/check/v1"
 FOREIGN_SYNC_TARGET = "foreign_sync_target"

@@ -31,9 +31,7 @@ from canary.derive import (
 from canary.errors import CanaryError
 from canary.findings import Finding
 from canary.inbox_settings import InboxSettings
-from canary.targets import LEGACY_TARGET
-
-TELEMETRY_ENTITIES = frozenset({"session", "prompt"})
+from engram_contract import LEGACY_TARGET, TELEMETRY_ENTITIES
 
 # Rows of the legacy lane that the v1.20 worker skips: unacked, non-empty project, not enrolled.
 _INBOX_ROWS_SQL = f"""

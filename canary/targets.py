@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-LEGACY_TARGET = "cloud"
+from engram_contract import LEGACY_TARGET
+
 INBOX_TARGET = "cloud:inbox"
 LOCAL_TARGET = "local"
 RESERVED_INBOX_PROJECT = "inbox"

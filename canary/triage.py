@@ -38,12 +38,12 @@ from canary.derive import UNSORTED, AliasMap, normalize_cwd
 from canary.errors import CanaryError
 from canary.inbox import InboxRow, InboxSnapshot, select_inbox_rows
 from canary.targets import (
-    LEGACY_TARGET,
     RESERVED_INBOX_PROJECT,
     allowed_targets,
     normalize_project,
     project_target,
 )
+from engram_contract import LEGACY_TARGET
 
 PAUSE_HOOK_VARIABLE = "ENGRAM_CANARY_TEST_PAUSE_MIDWAY"
 PAUSE_HOOK_LIMIT_SECONDS = 300.0

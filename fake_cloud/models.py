@@ -6,8 +6,6 @@ Each protocol operation returns a ``Reply`` (status and body) in the order engra
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import time
 from collections import deque
@@ -17,6 +15,7 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, Literal, TypeVar
 
+from engram_contract import payload_digest
 from fake_cloud import chunkcodec
 from fake_cloud.chunkcodec import ChunkError
 from fake_cloud.errors import FakeCloudError
@@ -204,15 +203,6 @@ class StoredChunk:
     sessions: int
     memories: int
     prompts: int
-
-
-def payload_digest(payload: Any) -> str:
-    """sha256 of the payload object's sorted, compact JSON; a JSON string payload is decoded first."""
-    if isinstance(payload, str):
-        with contextlib.suppress(json.JSONDecodeError):
-            payload = json.loads(payload)
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _utc_now() -> str:

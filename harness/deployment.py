@@ -27,14 +27,13 @@ from typing import Any, Self, TypeVar
 from faker import Faker
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from engram_contract import LEGACY_TARGET, TELEMETRY_ENTITIES
 from harness.engram_env import EngramEnvironment, meaningful_stderr
 from harness.errors import HarnessError
 
 # The design's numbers were measured on 2026-09-05; the generated history ends there unless --now.
 REFERENCE_TIME = datetime(2026, 9, 5, 12, 0, 0)
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
-LEGACY_TARGET = "cloud"
-TELEMETRY_ENTITIES = ("session", "prompt")
 OBSERVATION_TYPES = ("decision", "architecture", "bugfix", "discovery", "pattern", "config", "learning")
 RELATION_VERBS = ("related", "compatible", "scoped", "conflicts_with", "supersedes", "not_conflict")
 FORBIDDEN_MESSAGE = "push mutations: http 403: forbidden: project is not allowed"

@@ -19,7 +19,7 @@ from typing import Any, Protocol, TypeVar
 
 from canary.db import open_read_only
 from canary.errors import CanaryError
-from fake_cloud.models import payload_digest  # the digest the fake cloud journals; one definition
+from engram_contract import payload_digest
 
 MatchKey = tuple[str, str, str, str]
 T = TypeVar("T")
