@@ -252,6 +252,74 @@ def install_systemd(
     click.echo(f"enable with: {enable_hint(system)}")
 
 
+@cli.command("reconcile")
+@db_option
+@config_option
+@click.option(
+    "--cloud-url", help="The cloud's base URL (default: $ENGRAM_CLOUD_SERVER, else cloud.json's server_url)."
+)
+@click.option(
+    "--cloud-token-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="File holding the bearer token (default: $ENGRAM_CLOUD_TOKEN, else cloud.json's token).",
+)
+@click.option(
+    "--cloud-ca",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="PEM CA bundle to trust (default: $SSL_CERT_FILE, else the system's).",
+)
+@click.option("--since", "since_text", help="Only rows acked in this window: 24h, 7d, 90m or an ISO time.")
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json", "prometheus"]),
+    default="text",
+    show_default=True,
+)
+@click.option(
+    "--textfile-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Also write engram_canary_reconcile.prom here (node_exporter textfile collector), atomically.",
+)
+@click.option(
+    "--timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True, help="Seconds per request."
+)
+def reconcile_command(
+    db: Path | None,
+    config_file: Path | None,
+    cloud_url: str | None,
+    cloud_token_file: Path | None,
+    cloud_ca: Path | None,
+    since_text: str | None,
+    output_format: str,
+    textfile_dir: Path | None,
+    timeout: float,
+) -> None:
+    """Prove delivery: match acked local rows to what the cloud holds (GET routes only). Exit codes as check."""
+    from canary.reconcile import run_reconcile_command
+
+    db_path = db if db is not None else default_db_path()
+    config_error: str | None = None
+    try:
+        config, _ = load_config(config_file)
+        db_path = resolve_db(db, config)
+    except CanaryError as error:
+        config_error = str(error)
+    text, status = run_reconcile_command(
+        db_path,
+        cloud_url,
+        cloud_token_file,
+        cloud_ca,
+        since_text,
+        output_format,
+        textfile_dir,
+        timeout,
+        config_error,
+    )
+    click.echo(text)
+    sys.exit(status)
+
+
 cli.add_command(inbox)
 cli.add_command(cleanup_phantoms_command)
 

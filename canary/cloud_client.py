@@ -1,0 +1,381 @@
+"""Read-only access to the user's engram cloud: where it is, and its read routes.
+
+Where engram v1.20.0 keeps its cloud settings (cmd/engram/main.go `resolveCloudRuntimeConfig`,
+cmd/engram/cloud.go `cloudConfig` and `cloudConfigPath`, tag v1.20.0 = commit ba9e46ce): the file
+`<data dir>/cloud.json` with `server_url` and `token`, each overridden by ENGRAM_CLOUD_SERVER and
+ENGRAM_CLOUD_TOKEN. Go's TLS client trusts the system roots plus SSL_CERT_FILE / SSL_CERT_DIR.
+
+Only GET routes are used: the mutation pull (paged by server seq) and the chunk manifest and chunks.
+Every failure is a ``CloudUnavailable`` with a one-line message; nothing here pushes, acks or changes
+anything in the cloud.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from canary.errors import CanaryError
+
+PULL_PAGE_LIMIT = 100  # the server's own cap (cloudserver/mutations.go defaultPullLimit)
+DEFAULT_TIMEOUT_SECONDS = 30.0
+CLOUD_CONFIG_FILE = "cloud.json"
+
+
+class CloudUnavailable(CanaryError):
+    """The cloud could not be read, or answered something reconcile cannot trust."""
+
+
+class CloudSettingsError(CanaryError):
+    """The cloud's URL, token or CA are missing or unusable."""
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+@dataclass(frozen=True)
+class CloudSettings:
+    url: str
+    token: str | None
+    ca_file: Path | None
+    url_source: str
+    token_source: str | None
+
+
+def _read_cloud_json(path: Path) -> dict[str, Any]:
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except OSError as error:
+        raise CloudSettingsError(f"{path}: cannot be read ({error.strerror})") from None
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise CloudSettingsError(f"{path}: not valid JSON ({error})") from None
+    if not isinstance(data, dict):
+        raise CloudSettingsError(f"{path}: expected a JSON object with server_url and token")
+    return data
+
+
+def _text(value: Any, where: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise CloudSettingsError(f"{where}: expected a string, got {type(value).__name__}")
+    return value.strip() or None
+
+
+def resolve_settings(
+    data_dir: Path,
+    *,
+    url: str | None = None,
+    token_file: Path | None = None,
+    ca_file: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> CloudSettings:
+    """Flags first, then engram's own environment variables, then engram's cloud.json in data_dir."""
+    env = os.environ if environ is None else environ
+    config_path = data_dir / CLOUD_CONFIG_FILE
+    stored = _read_cloud_json(config_path)
+    url_candidates = (
+        (url, "--cloud-url"),
+        (env.get("ENGRAM_CLOUD_SERVER"), "ENGRAM_CLOUD_SERVER"),
+        (_text(stored.get("server_url"), f"{config_path}: server_url"), str(config_path)),
+    )
+    chosen = next(
+        ((value.strip(), source) for value, source in url_candidates if value and value.strip()), None
+    )
+    if chosen is None:
+        raise CloudSettingsError(
+            "no cloud URL: pass --cloud-url, set ENGRAM_CLOUD_SERVER, or run `engram cloud config --server URL`"
+        )
+    base_url, url_source = chosen
+    token, token_source = _resolve_token(token_file, env, stored, config_path)
+    parts = urlsplit(base_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise CloudSettingsError(
+            f"cloud URL {base_url!r} (from {url_source}) is not an http(s) URL with a host"
+        )
+    if parts.query or parts.fragment:
+        raise CloudSettingsError(
+            f"cloud URL {base_url!r} (from {url_source}): query and fragment are not allowed"
+        )
+    if token is not None and parts.scheme != "https":
+        raise CloudSettingsError(
+            f"refusing to send the cloud token over plain http to {base_url} (from {url_source}); use an https URL"
+        )
+    ca = ca_file
+    if ca is None and env.get("SSL_CERT_FILE", "").strip():
+        ca = Path(env["SSL_CERT_FILE"].strip())
+    if ca is not None and not ca.is_file():
+        raise CloudSettingsError(f"CA file {ca}: no such file")
+    return CloudSettings(base_url.rstrip("/"), token, ca, url_source, token_source)
+
+
+def _resolve_token(
+    token_file: Path | None, env: Mapping[str, str], stored: dict[str, Any], config_path: Path
+) -> tuple[str | None, str | None]:
+    if token_file is not None:
+        try:
+            token = token_file.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as error:
+            raise CloudSettingsError(f"--cloud-token-file {token_file}: cannot be read ({error})") from None
+        if not token:
+            raise CloudSettingsError(f"--cloud-token-file {token_file}: empty")
+        return token, "--cloud-token-file"
+    if env.get("ENGRAM_CLOUD_TOKEN", "").strip():
+        return env["ENGRAM_CLOUD_TOKEN"].strip(), "ENGRAM_CLOUD_TOKEN"
+    stored_token = _text(stored.get("token"), f"{config_path}: token")
+    return (stored_token, str(config_path)) if stored_token else (None, None)
+
+
+@dataclass(frozen=True, slots=True)
+class CloudMutation:
+    seq: int
+    project: str
+    entity: str
+    entity_key: str
+    op: str
+    payload: Any
+    occurred_at: str
+
+
+@dataclass(frozen=True)
+class PullPage:
+    mutations: list[CloudMutation]
+    has_more: bool
+
+
+@dataclass(frozen=True)
+class ChunkEntry:
+    chunk_id: str
+    created_by: str
+    created_at: str
+
+
+class CloudReader:
+    """GET-only client over one httpx connection pool; counts the requests it made."""
+
+    def __init__(self, settings: CloudSettings, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> None:
+        self.settings = settings
+        self.requests = 0
+        headers = {"Accept": "application/json", "User-Agent": "engram-canary-reconcile"}
+        if settings.token is not None:
+            headers["Authorization"] = f"Bearer {settings.token}"
+        try:
+            verify: ssl.SSLContext = ssl.create_default_context(
+                cafile=str(settings.ca_file) if settings.ca_file else None
+            )
+        except (OSError, ssl.SSLError) as error:
+            raise CloudSettingsError(
+                f"CA file {settings.ca_file}: not a usable PEM bundle ({error})"
+            ) from None
+        self._http = httpx.Client(
+            base_url=settings.url, headers=headers, timeout=timeout, verify=verify, trust_env=False
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> CloudReader:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _get(self, path: str, params: dict[str, str | int] | None = None) -> httpx.Response:
+        where = f"GET {path}"
+        self.requests += 1
+        try:
+            response = self._http.get(path, params=params)
+        except httpx.ConnectError as error:
+            raise CloudUnavailable(_connect_failure(self.settings, where, error)) from None
+        except httpx.TimeoutException:
+            raise CloudUnavailable(
+                f"{where} on {self.settings.url}: no answer within {self._http.timeout.read:g} s"
+            ) from None
+        except httpx.RemoteProtocolError as error:
+            raise CloudUnavailable(
+                f"{where} on {self.settings.url}: truncated answer ({one_line(str(error))})"
+            ) from None
+        except httpx.HTTPError as error:
+            raise CloudUnavailable(
+                f"{where} on {self.settings.url}: {type(error).__name__}: {one_line(str(error))}"
+            ) from None
+        if response.status_code == 401:
+            raise CloudUnavailable(
+                f"{where}: the cloud refused the token (401 {_error_text(response)}); "
+                f"token from {self.settings.token_source or 'nowhere (none configured)'}"
+            )
+        if response.status_code == 403:
+            raise CloudUnavailable(f"{where}: the cloud forbids this read (403 {_error_text(response)})")
+        if response.status_code != 200:
+            raise CloudUnavailable(f"{where}: HTTP {response.status_code} {_error_text(response)}")
+        return response
+
+    def _json(self, path: str, params: dict[str, str | int] | None = None) -> Any:
+        response = self._get(path, params)
+        try:
+            return response.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise CloudUnavailable(
+                f"GET {path}: truncated or malformed JSON ({one_line(str(error), 120)}; {len(response.content)} bytes)"
+            ) from None
+
+    def pull_page(self, since_seq: int, limit: int = PULL_PAGE_LIMIT) -> PullPage:
+        path = "/sync/mutations/pull"
+        body = self._json(path, {"since_seq": since_seq, "limit": limit})
+        if not isinstance(body, dict) or not isinstance(body.get("mutations"), list):
+            raise CloudUnavailable(f"GET {path}: answer has no 'mutations' list")
+        has_more = body.get("has_more", False)
+        if not isinstance(has_more, bool):
+            raise CloudUnavailable(f"GET {path}: 'has_more' is not a boolean")
+        mutations = [_cloud_mutation(raw, index, path) for index, raw in enumerate(body["mutations"])]
+        previous = since_seq
+        for mutation in mutations:
+            if mutation.seq <= previous:
+                raise CloudUnavailable(
+                    f"GET {path}?since_seq={since_seq}: seq {mutation.seq} does not increase past {previous}"
+                )
+            previous = mutation.seq
+        if has_more and not mutations:
+            raise CloudUnavailable(
+                f"GET {path}?since_seq={since_seq}: truncated page (has_more but no mutations)"
+            )
+        return PullPage(mutations, has_more)
+
+    def pull_from(self, since_seq: int) -> Iterator[CloudMutation]:
+        """Every mutation after since_seq, page by page, the way engram's own worker pages."""
+        while True:
+            page = self.pull_page(since_seq)
+            yield from page.mutations
+            if not page.has_more:
+                return
+            since_seq = page.mutations[-1].seq
+
+    def first_after(self, since_seq: int) -> CloudMutation | None:
+        page = self.pull_page(since_seq, limit=1)
+        return page.mutations[0] if page.mutations else None
+
+    def start_seq_for(self, cutoff: datetime) -> int:
+        """The smallest since_seq whose pull holds only mutations stored at or after cutoff.
+
+        A binary search with one-row pulls: O(log n) requests instead of reading the whole log. It relies
+        on occurred_at growing with seq (both are assigned on insert: cloudstore.go, cloud_mutations).
+        """
+
+        def settled(since: int) -> tuple[bool, int]:
+            probe = self.first_after(since)
+            if probe is None or _instant(probe.occurred_at) >= cutoff:
+                return True, since
+            return False, probe.seq - 1  # every since up to here finds the same older row
+
+        done, low = settled(0)
+        if done:
+            return 0
+        high = max(2 * (low + 1), 1)
+        while True:
+            done, older = settled(high)
+            if done:
+                break
+            low, high = older, 2 * (older + 1)
+        while high - low > 1:
+            middle = (low + high) // 2
+            done, older = settled(middle)
+            if done:
+                high = middle
+            else:
+                low = max(middle, older)
+        return high
+
+    def manifest(self, project: str) -> list[ChunkEntry]:
+        path = "/sync/pull"
+        body = self._json(path, {"project": project})
+        chunks = body.get("chunks") if isinstance(body, dict) else None
+        if chunks is None and isinstance(body, dict) and "chunks" in body:
+            chunks = []
+        if not isinstance(chunks, list):
+            raise CloudUnavailable(f"GET {path}?project={project}: answer has no 'chunks' list")
+        entries = []
+        for index, raw in enumerate(chunks):
+            if not isinstance(raw, dict) or not isinstance(raw.get("id"), str) or not raw["id"].strip():
+                raise CloudUnavailable(f"GET {path}?project={project}: chunks[{index}] has no id")
+            entries.append(
+                ChunkEntry(
+                    raw["id"].strip(), str(raw.get("created_by") or ""), str(raw.get("created_at") or "")
+                )
+            )
+        return entries
+
+    def chunk(self, project: str, chunk_id: str) -> dict[str, Any]:
+        path = f"/sync/pull/{chunk_id}"
+        body = self._json(path, {"project": project})
+        if not isinstance(body, dict):
+            raise CloudUnavailable(f"GET {path}?project={project}: the chunk is not a JSON object")
+        return body
+
+
+def _cloud_mutation(raw: Any, index: int, path: str) -> CloudMutation:
+    if not isinstance(raw, dict):
+        raise CloudUnavailable(f"GET {path}: mutations[{index}] is not an object")
+    seq = raw.get("seq")
+    if isinstance(seq, bool) or not isinstance(seq, int):
+        raise CloudUnavailable(f"GET {path}: mutations[{index}].seq is not an integer")
+    fields = {}
+    for name in ("entity", "entity_key", "op"):
+        value = raw.get(name)
+        if not isinstance(value, str):
+            raise CloudUnavailable(f"GET {path}: mutations[{index}].{name} is not a string")
+        fields[name] = value.strip()
+    return CloudMutation(
+        seq=seq,
+        project=str(raw.get("project") or ""),
+        payload=raw.get("payload"),
+        occurred_at=str(raw.get("occurred_at") or ""),
+        **fields,
+    )
+
+
+def _instant(text: str) -> datetime:
+    """An RFC 3339 time, or the far past when the cloud gave none (the row is then always pulled)."""
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return datetime.min.replace(tzinfo=UTC)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _error_text(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return one_line(response.text, 160)
+    if isinstance(body, dict):
+        return one_line(str(body.get("error") or body.get("error_code") or body), 160)
+    return one_line(str(body), 160)
+
+
+def _connect_failure(settings: CloudSettings, where: str, error: httpx.ConnectError) -> str:
+    cause: BaseException | None = error
+    while cause is not None and not isinstance(cause, ssl.SSLError):
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        hint = (
+            "pass --cloud-ca or set SSL_CERT_FILE" if settings.ca_file is None else f"CA {settings.ca_file}"
+        )
+        return f"{where} on {settings.url}: TLS certificate not trusted ({one_line(cause.verify_message or str(cause), 120)}; {hint})"
+    if isinstance(cause, ssl.SSLError):
+        return f"{where} on {settings.url}: TLS failure ({one_line(cause.reason or str(cause), 120)})"
+    return f"{where} on {settings.url}: cannot connect ({one_line(str(error), 160)})"

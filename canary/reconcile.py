@@ -1,0 +1,628 @@
+"""`engram-canary reconcile`: does the user's own cloud hold every row the local journal says was acked?
+
+A local ``acked_at`` only proves the client got a 200 (engram #264, #298). Reconcile reads the local
+journal read-only, reads the cloud through its GET routes only, and matches each acked row to what the
+cloud holds by (entity, entity_key, op, payload digest): the same canonical digest the harness lanes use
+(engram_contract.payload_digest).
+
+- delivered: acked locally and present in the cloud, through one of three doors:
+  ``mutation`` (the mutation pull holds the same payload), ``chunk`` (a chunk pushed by
+  `engram sync --cloud` carries it in its ``mutations``), ``current_state`` (the cloud holds the entity's
+  current row, carrying every field the journal row had: the chunk path exports rows, not payloads);
+- lost: acked locally and absent: CRITICAL, with seq, entity, key and acked_at as evidence;
+- pending: not acked yet; not_expected: rows of projects that are not enrolled (never pushed);
+- cloud_only: cloud rows of entities this journal never wrote (other devices), for information.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import time
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from canary.cloud_client import CloudMutation, CloudReader, CloudSettings, one_line
+from canary.db import discover_schema, enrolled_projects, open_read_only, read_transaction
+from canary.errors import CanaryError
+from canary.findings import Status
+from canary.targets import normalize_project
+from engram_contract import payload_digest
+
+RESULT_SCHEMA = "engram-canary/reconcile/v1"
+# How far the cloud's clock may lag the local one, and how far a row may wait between its local write and
+# its arrival in the cloud, for --since: the cloud side is read from (since - this).
+SKEW_ALLOWANCE = timedelta(hours=1)
+LOST_EVIDENCE_LIMIT = 1000
+SQLITE_TIME = "%Y-%m-%d %H:%M:%S"
+# chunks the real server derives from mutation pushes (cloudstore.go InsertMutationBatch): the mutation
+# pull already holds their rows, so reading them again would only cost requests.
+MATERIALIZED_CHUNK_CREATOR = "mutation-push"
+CURRENT_STATE_KEYS = {"session": "id", "observation": "sync_id", "prompt": "sync_id"}
+_DURATION = re.compile(r"(\d+)\s*([smhdw])")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+MatchKey = tuple[str, str, str, str]
+EntityKey = tuple[str, str]
+
+
+class ReconcileError(CanaryError):
+    """The local journal cannot be reconciled (bad --since, unreadable database)."""
+
+
+def parse_since(text: str, now: datetime) -> datetime:
+    """'24h', '7d', '90m', '1d12h', or an ISO time (UTC unless it says otherwise)."""
+    raw = text.strip()
+    if _DURATION.fullmatch(raw) or (raw and re.fullmatch(r"(\d+\s*[smhdw]\s*)+", raw)):
+        seconds = sum(int(n) * _UNITS[unit] for n, unit in _DURATION.findall(raw))
+        return now - timedelta(seconds=seconds)
+    try:
+        moment = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise ReconcileError(
+            f"--since {text!r}: expected a duration like 24h, 7d, 90m or an ISO time like 2026-11-30T12:00:00Z"
+        ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+@dataclass(slots=True)
+class LocalRow:
+    seq: int
+    lane: str
+    project: str
+    entity: str
+    entity_key: str
+    op: str
+    digest: str
+    acked_at: str | None
+    expected: bool
+
+    @property
+    def key(self) -> MatchKey:
+        return (self.entity, self.entity_key, self.op, self.digest)
+
+
+@dataclass
+class Journal:
+    rows: list[LocalRow]
+    written_entities: set[EntityKey]
+    enrolled: frozenset[str]
+    acked_before_window: int = 0
+
+
+def read_journal(db_path: Path, acked_since: datetime | None) -> Journal:
+    """Every local-source row acked in the window plus every unacked row, in one short read transaction."""
+    connection = open_read_only(db_path)
+    try:
+        with read_transaction(connection):
+            return _journal(connection, db_path, acked_since)
+    except sqlite3.DatabaseError as error:
+        raise ReconcileError(f"{db_path}: read failed ({error})") from None
+    finally:
+        connection.close()
+
+
+def _journal(connection: sqlite3.Connection, db_path: Path, acked_since: datetime | None) -> Journal:
+    schema = discover_schema(connection, db_path)
+    enrolled = frozenset(normalize_project(p) for p in enrolled_projects(connection, schema))
+
+    def has(column: str) -> bool:
+        return schema.has_column("sync_mutations", column)
+
+    project = "COALESCE(project, '')" if has("project") else "''"
+    settled = (
+        "COALESCE(disposition, 'pending') NOT IN ('superseded', 'quarantined')" if has("disposition") else "1"
+    )
+    where = ["source = 'local'"] if has("source") else []
+    parameters: list[str] = []
+    written = {
+        (str(entity), str(key))
+        for entity, key in connection.execute(
+            f"SELECT DISTINCT entity, entity_key FROM sync_mutations {'WHERE ' + where[0] if where else ''}"
+        )
+    }
+    acked_before = 0
+    if acked_since is not None:
+        stamp = acked_since.astimezone(UTC).strftime(SQLITE_TIME)
+        where.append("(acked_at IS NULL OR acked_at >= ?)")
+        parameters.append(stamp)
+        older = connection.execute(
+            f"SELECT COUNT(*) FROM sync_mutations WHERE {' AND '.join([*where[:-1], 'acked_at < ?'])}",
+            [stamp],
+        ).fetchone()
+        acked_before = int(older[0])
+    clause = f"WHERE {' AND '.join(where)}" if where else ""
+    cursor = connection.execute(
+        f"SELECT seq, target_key, {project}, entity, entity_key, op, payload, acked_at, {settled} "
+        f"FROM sync_mutations {clause} ORDER BY seq",
+        parameters,
+    )
+    rows = []
+    for seq, lane, proj, entity, entity_key, op, payload, acked_at, live in cursor:
+        proj = str(proj)
+        rows.append(
+            LocalRow(
+                seq=int(seq),
+                lane=str(lane),
+                project=proj,
+                entity=str(entity),
+                entity_key=str(entity_key),
+                op=str(op),
+                digest=payload_digest(payload),
+                acked_at=None if acked_at is None else str(acked_at),
+                expected=bool(live) and normalize_project(proj) in enrolled,
+            )
+        )
+    return Journal(rows, written, enrolled, acked_before)
+
+
+def read_payloads(db_path: Path, seqs: Sequence[int]) -> dict[int, Any]:
+    """The decoded payloads of a few rows (the unmatched ones), read again instead of held in memory."""
+    out: dict[int, Any] = {}
+    if not seqs:
+        return out
+    connection = open_read_only(db_path)
+    try:
+        with read_transaction(connection):
+            for start in range(0, len(seqs), 500):
+                part = list(seqs[start : start + 500])
+                marks = ",".join("?" * len(part))
+                for seq, payload in connection.execute(
+                    f"SELECT seq, payload FROM sync_mutations WHERE seq IN ({marks})", part
+                ):
+                    try:
+                        out[int(seq)] = json.loads(payload)
+                    except (TypeError, ValueError):
+                        out[int(seq)] = payload
+    finally:
+        connection.close()
+    return out
+
+
+# ----- the result -----
+
+
+class LaneReport(BaseModel):
+    lane: str
+    project: str
+    enrolled: bool
+    acked: int = 0
+    delivered: int = 0
+    lost: int = 0
+    pending: int = 0
+    not_expected: int = 0
+
+
+class LostRow(BaseModel):
+    seq: int
+    lane: str
+    project: str
+    entity: str
+    entity_key: str
+    op: str
+    acked_at: str | None
+
+
+class ReconcileResult(BaseModel):
+    """The stable JSON document of `engram-canary reconcile --format json` (schema engram-canary/reconcile/v1)."""
+
+    schema_: str = Field(default=RESULT_SCHEMA, alias="schema")
+    status: str
+    db: str
+    cloud_url: str | None = None
+    checked_at: str
+    since: str | None = Field(default=None, description="start of the --since window (UTC), null: everything")
+    lanes: list[LaneReport] = Field(default_factory=list)
+    lost: list[LostRow] = Field(default_factory=list, description=f"first {LOST_EVIDENCE_LIMIT} lost rows")
+    cloud_only: dict[str, int] = Field(default_factory=dict, description="per cloud project")
+    summary: dict[str, Any] = Field(default_factory=dict)
+    error: str | None = None
+
+    model_config = {"populate_by_name": True}
+
+    @property
+    def exit_status(self) -> Status:
+        return Status[self.status.upper()]
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def unknown(db_path: Path, error: str, cloud_url: str | None = None) -> ReconcileResult:
+    return ReconcileResult(
+        status=Status.UNKNOWN.label,
+        db=str(db_path),
+        cloud_url=cloud_url,
+        checked_at=now_iso(),
+        error=one_line(error, 400),
+    )
+
+
+# ----- matching -----
+
+
+@dataclass
+class Matcher:
+    """Acked, expected local rows waiting for their copy in the cloud, consumed as copies are found."""
+
+    journal: Journal
+    waiting: dict[MatchKey, list[LocalRow]] = field(default_factory=dict)
+    waiting_entities: set[EntityKey] = field(default_factory=set)
+    via: dict[int, str] = field(default_factory=dict)
+    states: defaultdict[EntityKey, list[Any]] = field(default_factory=lambda: defaultdict(list))
+    cloud_only: Counter[str] = field(default_factory=Counter)
+    cloud_rows: int = 0
+
+    def __post_init__(self) -> None:
+        for row in self.journal.rows:
+            if row.expected and row.acked_at is not None:
+                self.waiting.setdefault(row.key, []).append(row)
+                self.waiting_entities.add((row.entity, row.entity_key))
+
+    def _take(self, key: MatchKey, door: str) -> bool:
+        rows = self.waiting.get(key)
+        if not rows:
+            return False
+        row = rows.pop(0)
+        if not rows:
+            del self.waiting[key]
+        self.via[row.seq] = door
+        return True
+
+    def _keep_state(self, entity: str, entity_key: str, payload: Any) -> None:
+        if (entity, entity_key) in self.waiting_entities:
+            self.states[(entity, entity_key)].append(_decoded(payload))
+
+    def pulled(self, mutation: CloudMutation) -> None:
+        self.cloud_rows += 1
+        key = (mutation.entity, mutation.entity_key, mutation.op, payload_digest(mutation.payload))
+        if self._take(key, "mutation"):
+            return
+        if (mutation.entity, mutation.entity_key) not in self.journal.written_entities:
+            self.cloud_only[mutation.project] += 1
+            return
+        self._keep_state(mutation.entity, mutation.entity_key, mutation.payload)
+
+    def chunk(self, document: dict[str, Any]) -> None:
+        for raw in document.get("mutations") or []:
+            if not isinstance(raw, dict):
+                continue
+            entity, entity_key, op = (str(raw.get(n) or "").strip() for n in ("entity", "entity_key", "op"))
+            payload = raw.get("payload")
+            if not self._take((entity, entity_key, op, payload_digest(payload)), "chunk"):
+                self._keep_state(entity, entity_key, payload)
+        for entity, id_field in CURRENT_STATE_KEYS.items():
+            for row in document.get(entity + "s") or []:
+                if isinstance(row, dict):
+                    self._keep_state(entity, str(row.get(id_field) or "").strip(), row)
+
+    def settle(self, payloads: dict[int, Any]) -> list[LocalRow]:
+        """Match what is left against the entities' current states; return the rows still missing."""
+        missing = []
+        for rows in self.waiting.values():
+            for row in rows:
+                local = payloads.get(row.seq)
+                states = self.states.get((row.entity, row.entity_key), [])
+                if row.op == "upsert" and any(_carries(state, local) for state in states):
+                    self.via[row.seq] = "current_state"
+                else:
+                    missing.append(row)
+        return sorted(missing, key=lambda r: r.seq)
+
+
+def _decoded(payload: Any) -> Any:
+    if isinstance(payload, str):
+        try:
+            return json.loads(payload)
+        except ValueError:
+            return payload
+    return payload
+
+
+def _carries(state: Any, local: Any) -> bool:
+    """The cloud's row holds every field the journal row had (the project may be normalized)."""
+    if not isinstance(state, dict) or not isinstance(local, dict):
+        return False
+    return all(state.get(name) == value for name, value in local.items() if name != "project")
+
+
+# ----- the run -----
+
+
+@dataclass(frozen=True)
+class ReconcileOptions:
+    db_path: Path
+    settings: CloudSettings
+    since: datetime | None = None
+    timeout: float = 30.0
+
+
+def reconcile(options: ReconcileOptions) -> ReconcileResult:
+    """Read the journal, read the cloud, match. Any failure on either side is UNKNOWN, never a traceback."""
+    started = time.monotonic()
+    url = options.settings.url
+    try:
+        journal = read_journal(options.db_path, options.since)
+        with CloudReader(options.settings, options.timeout) as cloud:
+            matcher, since_seq, chunks_read = _read_cloud(cloud, journal, options.since)
+            requests = cloud.requests
+        missing = matcher.settle(
+            read_payloads(options.db_path, [row.seq for rows in matcher.waiting.values() for row in rows])
+        )
+    except CanaryError as error:
+        return unknown(options.db_path, str(error), url)
+    return _result(
+        options, journal, matcher, missing, since_seq, chunks_read, requests, time.monotonic() - started
+    )
+
+
+def _read_cloud(cloud: CloudReader, journal: Journal, since: datetime | None) -> tuple[Matcher, int, int]:
+    matcher = Matcher(journal)
+    cutoff = None if since is None else since - SKEW_ALLOWANCE
+    since_seq = 0 if cutoff is None or not matcher.waiting else cloud.start_seq_for(cutoff)
+    if matcher.waiting or since is None:
+        for mutation in cloud.pull_from(since_seq):
+            matcher.pulled(mutation)
+    chunks_read = 0
+    for project in _chunk_projects(journal, matcher):
+        for entry in cloud.manifest(project):
+            if entry.created_by == MATERIALIZED_CHUNK_CREATOR:
+                continue
+            if cutoff is not None and entry.created_at and _older(entry.created_at, cutoff):
+                continue
+            if not matcher.waiting:
+                break
+            matcher.chunk(cloud.chunk(project, entry.chunk_id))
+            chunks_read += 1
+    return matcher, since_seq, chunks_read
+
+
+def _chunk_projects(journal: Journal, matcher: Matcher) -> list[str]:
+    """Enrolled projects that still have acked rows without a copy: only those need their chunks read."""
+    projects = {normalize_project(row.project) for rows in matcher.waiting.values() for row in rows}
+    return sorted(p for p in projects if p in journal.enrolled)
+
+
+def _older(created_at: str, cutoff: datetime) -> bool:
+    try:
+        moment = datetime.fromisoformat(created_at.replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)) < cutoff
+
+
+def _result(
+    options: ReconcileOptions,
+    journal: Journal,
+    matcher: Matcher,
+    missing: list[LocalRow],
+    since_seq: int,
+    chunks_read: int,
+    requests: int,
+    seconds: float,
+) -> ReconcileResult:
+    lanes: dict[tuple[str, str], LaneReport] = {}
+    lost_seqs = {row.seq for row in missing}
+    for row in journal.rows:
+        lane = lanes.get((row.lane, row.project))
+        if lane is None:
+            enrolled = normalize_project(row.project) in journal.enrolled
+            lane = lanes[(row.lane, row.project)] = LaneReport(
+                lane=row.lane, project=row.project, enrolled=enrolled
+            )
+        if not row.expected:
+            lane.not_expected += 1
+        elif row.acked_at is None:
+            lane.pending += 1
+        else:
+            lane.acked += 1
+            if row.seq in lost_seqs:
+                lane.lost += 1
+            else:
+                lane.delivered += 1
+    reports = sorted(lanes.values(), key=lambda r: (r.lane, r.project))
+    via = Counter(matcher.via.values())
+    lost = len(missing)
+    summary = {
+        "acked": sum(r.acked for r in reports),
+        "delivered": sum(r.delivered for r in reports),
+        "delivered_via": {door: via.get(door, 0) for door in ("mutation", "chunk", "current_state")},
+        "lost": lost,
+        "pending": sum(r.pending for r in reports),
+        "not_expected": sum(r.not_expected for r in reports),
+        "cloud_only": sum(matcher.cloud_only.values()),
+        "acked_before_window": journal.acked_before_window,
+        "enrolled_projects": sorted(journal.enrolled),
+        "cloud_rows_read": matcher.cloud_rows,
+        "chunks_read": chunks_read,
+        "cloud_requests": requests,
+        "pull_since_seq": since_seq,
+        "seconds": round(seconds, 3),
+    }
+    evidence = [
+        LostRow(
+            seq=row.seq,
+            lane=row.lane,
+            project=row.project,
+            entity=row.entity,
+            entity_key=row.entity_key,
+            op=row.op,
+            acked_at=row.acked_at,
+        )
+        for row in missing[:LOST_EVIDENCE_LIMIT]
+    ]
+    return ReconcileResult(
+        status=(Status.CRITICAL if lost else Status.OK).label,
+        db=str(options.db_path),
+        cloud_url=options.settings.url,
+        checked_at=now_iso(),
+        since=None
+        if options.since is None
+        else options.since.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        lanes=reports,
+        lost=evidence,
+        cloud_only=dict(sorted(matcher.cloud_only.items())),
+        summary=summary,
+    )
+
+
+# ----- rendering -----
+
+PLUGIN_NAME = "ENGRAM-CANARY-RECONCILE"
+TEXTFILE_NAME = "engram_canary_reconcile.prom"
+TEXT_LOST_LINES = 20
+
+
+def headline(result: ReconcileResult) -> str:
+    if result.error is not None:
+        return result.error
+    s = result.summary
+    window = f" since {result.since}" if result.since else ""
+    if s["lost"]:
+        return f"{s['lost']} of {s['acked']} acked rows{window} are not in the cloud {result.cloud_url}"
+    return f"all {s['acked']} acked rows{window} are in the cloud {result.cloud_url}"
+
+
+def render_text(result: ReconcileResult) -> str:
+    first = f"{PLUGIN_NAME} {result.status.upper()} - {headline(result)}"
+    if result.error is not None:
+        return first
+    s = result.summary
+    perf = (
+        f"lost={s['lost']};;1;0 delivered={s['delivered']};;;0 pending={s['pending']};;;0 "
+        f"cloud_only={s['cloud_only']};;;0 not_expected={s['not_expected']};;;0"
+    )
+    lines = [f"{first} | {perf}"]
+    for lane in result.lanes:
+        if lane.enrolled:
+            lines.append(
+                f"lane {lane.lane} project {lane.project or '(none)'}: acked {lane.acked}, delivered {lane.delivered}, "
+                f"lost {lane.lost}, pending {lane.pending}"
+            )
+        else:
+            lines.append(
+                f"lane {lane.lane} project {lane.project or '(none)'}: not enrolled, {lane.not_expected} rows never expected in the cloud"
+            )
+    for row in result.lost[:TEXT_LOST_LINES]:
+        lines.append(
+            f"[LOST] seq={row.seq} lane={row.lane} project={row.project} {row.entity} {row.entity_key} "
+            f"op={row.op} acked_at={row.acked_at}"
+        )
+    if s["lost"] > TEXT_LOST_LINES:
+        lines.append(
+            f"... and {s['lost'] - TEXT_LOST_LINES} more lost rows (--format json lists {LOST_EVIDENCE_LIMIT})"
+        )
+    via = s["delivered_via"]
+    lines.append(
+        f"delivered via mutation pull {via['mutation']}, chunk {via['chunk']}, current state {via['current_state']}; "
+        f"cloud-only rows (other devices) {s['cloud_only']}; read {s['cloud_rows_read']} cloud rows and "
+        f"{s['chunks_read']} chunks in {s['cloud_requests']} requests"
+    )
+    return "\n".join(lines)
+
+
+def render_json(result: ReconcileResult) -> str:
+    return result.model_dump_json(by_alias=True, indent=2)
+
+
+def prometheus_registry(result: ReconcileResult) -> Any:
+    from prometheus_client import CollectorRegistry, Gauge
+
+    registry = CollectorRegistry()
+    db = result.db
+    Gauge(
+        "engram_canary_reconcile_status", "0 OK, 2 CRITICAL (rows lost), 3 UNKNOWN", ["db"], registry=registry
+    ).labels(db).set(int(result.exit_status))
+    Gauge(
+        "engram_canary_reconcile_last_run_timestamp_seconds", "When reconcile ran", ["db"], registry=registry
+    ).labels(db).set(datetime.fromisoformat(result.checked_at.replace("Z", "+00:00")).timestamp())
+    if result.error is None:
+        per_project: dict[str, Counter[str]] = defaultdict(Counter)
+        for lane in result.lanes:
+            per_project[lane.project].update(
+                {"lost": lane.lost, "delivered": lane.delivered, "pending": lane.pending, "acked": lane.acked}
+            )
+        for name, help_text in (
+            ("lost", "Rows acked locally that the cloud does not hold"),
+            ("delivered", "Rows acked locally that the cloud holds"),
+            ("pending", "Rows of enrolled projects not acked yet"),
+            ("acked", "Rows acked locally (in the --since window)"),
+        ):
+            gauge = Gauge(f"engram_canary_{name}_rows", help_text, ["db", "project"], registry=registry)
+            for project, counts in sorted(per_project.items()):
+                gauge.labels(db, project).set(counts[name])
+        cloud_only = Gauge(
+            "engram_canary_cloud_only_rows",
+            "Cloud rows of entities this journal never wrote",
+            ["db", "project"],
+            registry=registry,
+        )
+        for project, count in result.cloud_only.items():
+            cloud_only.labels(db, project).set(count)
+    return registry
+
+
+def render_prometheus(result: ReconcileResult) -> str:
+    from prometheus_client import generate_latest
+
+    return str(generate_latest(prometheus_registry(result)).decode())
+
+
+def write_textfile(result: ReconcileResult, directory: Path) -> Path:
+    from prometheus_client import write_to_textfile
+
+    if not directory.is_dir():
+        raise ReconcileError(f"--textfile-dir {directory}: not a directory")
+    path = directory / TEXTFILE_NAME
+    try:
+        write_to_textfile(str(path), prometheus_registry(result))
+    except OSError as error:
+        raise ReconcileError(
+            f"--textfile-dir {directory}: cannot write {path.name} ({error.strerror})"
+        ) from error
+    return path
+
+
+def run_reconcile_command(
+    db_path: Path,
+    cloud_url: str | None,
+    token_file: Path | None,
+    ca_file: Path | None,
+    since_text: str | None,
+    output_format: str,
+    textfile_dir: Path | None,
+    timeout: float,
+    config_error: str | None = None,
+) -> tuple[str, int]:
+    """What the CLI prints and its exit status; every problem becomes an UNKNOWN result, never a traceback."""
+    from canary.cloud_client import resolve_settings
+
+    settings: CloudSettings | None = None
+    try:
+        if config_error is not None:
+            raise ReconcileError(config_error)
+        since = None if since_text is None else parse_since(since_text, datetime.now(UTC))
+        settings = resolve_settings(
+            db_path.expanduser().parent, url=cloud_url, token_file=token_file, ca_file=ca_file
+        )
+        result = reconcile(ReconcileOptions(db_path, settings, since, timeout))
+    except CanaryError as error:
+        result = unknown(db_path, str(error), settings.url if settings else None)
+    if textfile_dir is not None:
+        try:
+            write_textfile(result, textfile_dir)
+        except CanaryError as error:
+            result = unknown(db_path, str(error), result.cloud_url)
+    if output_format == "json":
+        return render_json(result), int(result.exit_status)
+    if output_format == "prometheus":
+        return render_prometheus(result).rstrip("\n"), int(result.exit_status)
+    return render_text(result), int(result.exit_status)
