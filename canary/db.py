@@ -34,9 +34,11 @@ def default_db_path() -> Path:
 
 @dataclass(frozen=True)
 class Schema:
-    """Which tables and columns this engram version's file has."""
+    """Which tables and columns this engram version's file has, and its PRAGMA user_version (v1.20
+    leaves it 0; v2/v3 stamp their schema version, 1 in v3's store.go @d4397781)."""
 
     columns: dict[str, frozenset[str]]
+    user_version: int = 0
 
     def has_table(self, table: str) -> bool:
         return table in self.columns
@@ -68,13 +70,22 @@ def discover_schema(connection: sqlite3.Connection, path: Path) -> Schema:
         raise DatabaseUnavailable(
             f"{path}: not an engram database with cloud sync (missing table {', '.join(missing)})"
         )
-    columns = {
-        table: frozenset(
+    columns = {table: table_columns(connection, table) for table in tables}
+    user_version = int(connection.execute("PRAGMA user_version").fetchone()[0])
+    return Schema(columns=columns, user_version=user_version)
+
+
+def table_columns(connection: sqlite3.Connection, table: str) -> frozenset[str]:
+    """The table's columns; none for a virtual table whose module this SQLite lacks (a newer engram may
+    add one, e.g. for embeddings), since the canary never reads those tables."""
+    try:
+        return frozenset(
             row[1] for row in connection.execute(f"PRAGMA table_info({quote_identifier(table)})")
         )
-        for table in tables
-    }
-    return Schema(columns=columns)
+    except sqlite3.OperationalError as error:
+        if "no such module" in str(error):
+            return frozenset()
+        raise
 
 
 def enrolled_projects(connection: sqlite3.Connection, schema: Schema) -> frozenset[str]:
