@@ -5,24 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from engram_contract import LEGACY_TARGET
+from engram_contract import normalize_project as normalize_project  # canary modules import it from here
 
 INBOX_TARGET = "cloud:inbox"
 LOCAL_TARGET = "local"
 RESERVED_INBOX_PROJECT = "inbox"
 BUILTIN_TARGETS = frozenset({LEGACY_TARGET, INBOX_TARGET, LOCAL_TARGET})
-
-
-def normalize_project(project: str) -> str:
-    """engram's NormalizeProject (v1.20): lowercase, trim, collapse repeated '-' and repeated '_'.
-
-    '-' and '_' stay distinct, exactly as engram keeps them.
-    """
-    normalized = project.lower().strip()
-    while "--" in normalized:
-        normalized = normalized.replace("--", "-")
-    while "__" in normalized:
-        normalized = normalized.replace("__", "_")
-    return normalized
 
 
 def project_target(project: str) -> str:

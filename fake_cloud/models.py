@@ -15,12 +15,12 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, Literal, TypeVar
 
-from engram_contract import payload_digest
+from engram_contract import payload_digest, push_rules
 from fake_cloud import chunkcodec
 from fake_cloud.chunkcodec import ChunkError
 from fake_cloud.errors import FakeCloudError
 
-MAX_MUTATION_BATCH = 100
+MAX_MUTATION_BATCH = push_rules.MAX_MUTATION_BATCH
 DEFAULT_PULL_LIMIT = 100
 DEFAULT_MAX_PUSH_BYTES = 8 * 1024 * 1024
 DEFAULT_JOURNAL_LIMIT = 100_000
@@ -440,10 +440,8 @@ class FakeCloudState:
             return actionable(
                 400, "repairable", "empty_batch", "mutation batch must contain at least one entry"
             ), items
-        if any(not entry["project"].strip() for entry in parsed):
-            reply = actionable(
-                400, "invalid_request", "empty_project", "mutation entries must specify a project"
-            )
+        if any(push_rules.project_refusal(entry["project"]) for entry in parsed):
+            reply = actionable(400, "invalid_request", "empty_project", push_rules.EMPTY_PROJECT_REASON)
             return reply, items
         seen: set[str] = set()
         for entry in parsed:
@@ -459,21 +457,27 @@ class FakeCloudState:
                 return _paused_reply(entry["project"].strip(), primary), items
         invalid = []
         for index, entry in enumerate(parsed):
-            missing = _relation_missing_field(entry) if entry["entity"] == "relation" else None
-            if missing:
-                invalid.append({"entity": entry["entity"], "field": missing, "index": index})
+            relation = push_rules.relation_refusal(entry["entity"], entry["op"], entry["payload"])
+            if relation is not None:
+                invalid.append({"entity": entry["entity"], "field": relation.field, "index": index})
         if invalid:
             reply_body = {
-                "error": "invalid relation payload",
+                "error": push_rules.INVALID_RELATION_REASON,
                 "invalid": invalid,
                 "reason_code": "validation_error",
             }
             return Reply(400, reply_body), items
-        try:
-            chunks = _materialize_mutation_batch(parsed)
-        except ChunkError as error:
-            # The real server answers 500 here; the fake never does, and says why instead.
-            return payload_invalid(f"invalid push payload: {error}"), items
+        for entry in parsed:
+            refusal = push_rules.payload_refusal(
+                project=entry["project"],
+                entity=entry["entity"],
+                entity_key=entry["entity_key"],
+                op=entry["op"],
+                payload=entry["payload"],
+            )
+            if refusal is not None:
+                return _materialize_refusal(parsed), items
+        chunks = _materialize_mutation_batch(parsed)
         seqs = []
         now = _utc_now()  # one batch, one timestamp, like the real server's single transaction
         for entry, item in zip(parsed, items, strict=True):
@@ -741,25 +745,6 @@ def _item_for(entry: Mapping[str, Any]) -> JournalItem:
     )
 
 
-def _relation_missing_field(entry: Mapping[str, Any]) -> str | None:
-    payload = entry["payload"]
-    if not isinstance(payload, dict):
-        return "sync_id"
-    for name in (
-        "sync_id",
-        "source_id",
-        "target_id",
-        "relation",
-        "judgment_status",
-        "marked_by_actor",
-        "marked_by_kind",
-    ):
-        value = payload.get(name)
-        if not isinstance(value, str) or not value.strip():
-            return name
-    return None
-
-
 def _lenient_int(raw: str | None, default: int) -> int:
     try:
         return int((raw or "").strip())
@@ -775,6 +760,16 @@ def _as_object(payload: Any) -> dict[str, Any]:
     except ChunkError:
         return {"_raw": payload}
     return decoded if isinstance(decoded, dict) else {"_value": decoded}
+
+
+def _materialize_refusal(entries: Sequence[Mapping[str, Any]]) -> Reply:
+    """The reply for a batch the contract says the server cannot materialize, worded by the codec."""
+    try:
+        _materialize_mutation_batch(entries)
+    except ChunkError as error:
+        # The real server answers 500 here; the fake never does, and says why instead.
+        return payload_invalid(f"invalid push payload: {error}")
+    raise AssertionError("push_rules refused an entry that the chunk codec materializes")
 
 
 def _materialize_mutation_batch(entries: Sequence[Mapping[str, Any]]) -> list[tuple[str, dict[str, Any]]]:

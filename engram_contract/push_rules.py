@@ -1,0 +1,390 @@
+"""What engram v1.20's cloud refuses in ``POST /sync/mutations/push``, one entry at a time.
+
+The fake cloud's push handler and the inbox triage pre-flight both ask ``refusal_for_entry``, so they
+cannot disagree. The rules that depend on cloud state (allowlist, pause) and on the whole batch (size,
+emptiness) are not here: they belong to whoever holds that state.
+
+A refusal carries the status the REAL v1.20 server answers (observed by the differential test against
+``engram cloud serve``, tests/fake_cloud/test_differential.py), not a status the fake would prefer:
+
+- an empty project: 400 ``empty_project`` "mutation entries must specify a project";
+- a relation upsert missing a required field: 400 "invalid relation payload" (``invalid[]``);
+- a session/observation/prompt/relation payload the server's chunk codec cannot materialize (a session
+  upsert without ``directory``, an observation without ``title``, a key that does not match the
+  payload, ...): v1.20 passes the handler's checks and fails inside its batch insert with
+  500 ``insert mutations: ...``, storing nothing. The refusal says 500; the client retries such a
+  batch forever, so for triage it is a poison entry, not a transient error.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from engram_contract.errors import ContractError
+from engram_contract.gojson import go_json
+
+SESSION: Final = "session"
+OBSERVATION: Final = "observation"
+PROMPT: Final = "prompt"
+RELATION: Final = "relation"
+UPSERT: Final = "upsert"
+DELETE: Final = "delete"
+
+MAX_MUTATION_BATCH: Final = 100
+SUPPORTED_OPS: Final[Mapping[str, tuple[str, ...]]] = {
+    SESSION: (UPSERT, DELETE),
+    OBSERVATION: (UPSERT, DELETE),
+    PROMPT: (UPSERT, DELETE),
+    RELATION: (UPSERT,),
+}
+RELATION_REQUIRED: Final = (
+    "sync_id",
+    "source_id",
+    "target_id",
+    "relation",
+    "judgment_status",
+    "marked_by_actor",
+    "marked_by_kind",
+)
+EMPTY_PROJECT_REASON: Final = "mutation entries must specify a project"
+INVALID_RELATION_REASON: Final = "invalid relation payload"
+# v1.20 validates session/observation/prompt payloads only inside its batch insert, which fails whole.
+MATERIALIZE_STATUS: Final = 500
+
+POINTER: Final = object()  # marks a Go pointer field with omitempty: omitted only when nil
+
+
+@dataclass(frozen=True, slots=True)
+class PushRefusal:
+    status: int  # the HTTP status the real v1.20 server answers (400, 413, 500, ...)
+    reason: str  # the server's error text, e.g. "mutation entries must specify a project"
+    field: str | None  # the payload field at fault when there is one (e.g. "directory"), else None
+
+
+def refusal_for_entry(
+    *, project: str, entity: str, entity_key: str, op: str, payload: object
+) -> PushRefusal | None:
+    """Would engram v1.20's cloud refuse a POST /sync/mutations/push that carries this entry?
+    payload is the row's payload as stored in sync_mutations (JSON text) or already decoded.
+    None means the entry passes every contract rule that does not depend on cloud state
+    (allowlist and pause are cloud state, not contract).
+
+    For triage: a refusal with status 500 is what v1.20 answers for a payload its chunk codec
+    cannot materialize (reason is the codec's wording, e.g. "session payload directory is required
+    for upsert"); the real client treats it as transient and retries the batch forever."""
+    if isinstance(payload, bytes | str):
+        text = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else payload
+        try:
+            payload = json.loads(text) if text.strip() else None
+        except (json.JSONDecodeError, RecursionError):
+            # The client could not even put this on the wire as a JSON value.
+            return PushRefusal(400, "invalid request body: payload is not valid JSON", "payload")
+    return (
+        project_refusal(project)
+        or relation_refusal(entity, op, payload)
+        or payload_refusal(project=project, entity=entity, entity_key=entity_key, op=op, payload=payload)
+    )
+
+
+def project_refusal(project: str) -> PushRefusal | None:
+    """The handler's first per-entry check, before the allowlist and pause."""
+    if not project.strip():
+        return PushRefusal(400, EMPTY_PROJECT_REASON, "project")
+    return None
+
+
+def relation_missing_field(payload: Any) -> str | None:
+    """The first required relation field the payload lacks (v1.20 validates relations in the handler)."""
+    if not isinstance(payload, dict):
+        return RELATION_REQUIRED[0]
+    for name in RELATION_REQUIRED:
+        value = payload.get(name)
+        if not isinstance(value, str) or not value.strip():
+            return name
+    return None
+
+
+def relation_refusal(entity: str, op: str, payload: Any) -> PushRefusal | None:
+    """The handler's relation check, after the allowlist and pause; the wire lists every such entry."""
+    if entity != RELATION:
+        return None
+    missing = relation_missing_field(payload)
+    return PushRefusal(400, INVALID_RELATION_REASON, missing) if missing else None
+
+
+def payload_refusal(
+    *, project: str, entity: str, entity_key: str, op: str, payload: Any
+) -> PushRefusal | None:
+    """What the server's batch insert refuses when it materializes the entry (payload: the wire value)."""
+    entity, op, entity_key = entity.strip(), op.strip(), entity_key.strip()
+    if entity not in SUPPORTED_OPS:
+        return None  # stored as is: v1.20 materializes only the entities it knows
+    try:
+        if op not in SUPPORTED_OPS[entity]:
+            raise ContractError(f'unsupported mutation "{entity}"/"{op}"', "op")
+        if op == UPSERT and entity != RELATION and payload is not None and not isinstance(payload, dict):
+            # The batch insert decodes an upsert into engram's store struct before anything else.
+            raise ContractError(
+                f'materialize mutation batch {entity} "{entity_key}": json: cannot unmarshal '
+                f"{_go_kind(payload)} into Go value of type store.{entity.capitalize()}",
+                "payload",
+            )
+        text = "{}" if payload is None else go_json(payload, sort_keys=False)
+        _, expected_key = normalize_mutation_payload(entity, op, text, project.strip())
+        if entity_key and entity_key != expected_key:
+            raise ContractError(
+                f'entity_key "{entity_key}" does not match payload key "{expected_key}"', "entity_key"
+            )
+    except ContractError as error:
+        return PushRefusal(MATERIALIZE_STATUS, str(error), error.field)
+    return None
+
+
+def _go_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    return "array" if isinstance(value, list) else "string"
+
+
+# ----- the chunk codec's per-entity payload rules (chunkcodec.NormalizeSyncMutationPayload) -----
+
+
+def decode_mutation_payload(payload: Any) -> Any:
+    """chunkcodec.DecodeSyncMutationPayload: a JSON text, or a JSON string holding one."""
+    if isinstance(payload, str):
+        text = payload.strip()
+        if not text:
+            raise ContractError("empty payload", "payload")
+        try:
+            decoded = json.loads(text)
+            if isinstance(decoded, str):
+                decoded = json.loads(decoded)
+        except json.JSONDecodeError as error:
+            raise ContractError(str(error), "payload") from None
+        except RecursionError:
+            raise ContractError("exceeded max depth", "payload") from None
+        return decoded
+    return payload
+
+
+def normalize_mutation_payload(entity: str, op: str, payload: str, project: str) -> tuple[str, str]:
+    """The canonical payload text and the entity key it implies; raises ContractError in engram's words."""
+    try:
+        body = _object(payload)
+    except ContractError as error:
+        message = str(error)
+        if not message.startswith("decode mutation payload"):
+            message = f"decode mutation payload: {message}"
+        raise ContractError(message, "payload") from None
+    if entity == SESSION:
+        normalized, key = _normalize_session(op, body, project)
+    elif entity == OBSERVATION:
+        normalized, key = _normalize_observation(op, body, project)
+    elif entity == PROMPT:
+        normalized, key = _normalize_prompt(op, body, project)
+    elif entity == RELATION:
+        normalized, key = _normalize_relation(body, project)
+    else:
+        raise ContractError(f'unsupported mutation "{entity}"/"{op}"', "entity")
+    return go_json(normalized, sort_keys=False), key
+
+
+def _text(body: Mapping[str, Any], key: str) -> str:
+    value = body.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ContractError(
+            f"json: cannot unmarshal {type(value).__name__} into field {key} of type string", key
+        )
+    return value
+
+
+def _optional_text(body: Mapping[str, Any], key: str) -> str | None:
+    if body.get(key) is None:
+        return None
+    return _text(body, key)
+
+
+def _flag(body: Mapping[str, Any], key: str) -> bool:
+    value = body.get(key)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise ContractError(
+            f"json: cannot unmarshal {type(value).__name__} into field {key} of type bool", key
+        )
+    return value
+
+
+def _count(body: Mapping[str, Any], key: str) -> int:
+    value = body.get(key)
+    if value is None:
+        return 0
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or value != value  # NaN
+        or value in (float("inf"), float("-inf"))
+        or int(value) != value
+        or not -(2**63) <= value < 2**63
+    ):
+        raise ContractError(f"json: cannot unmarshal number into field {key} of type int", key)
+    return int(value)
+
+
+def _object(payload: str) -> Mapping[str, Any]:
+    body = decode_mutation_payload(payload)
+    if body is None:
+        return {}
+    if not isinstance(body, dict):
+        raise ContractError(
+            f"decode mutation payload: json: cannot unmarshal {type(body).__name__} into object", "payload"
+        )
+    return body
+
+
+def _go_struct(fields: list[tuple[str, Any, Any]]) -> dict[str, Any]:
+    """A Go struct's JSON: declaration order; omitempty values drop when empty, pointers when nil."""
+    out: dict[str, Any] = {}
+    for name, value, omit in fields:
+        if omit is POINTER:
+            if value is not None:
+                out[name] = value
+        elif not (omit and value in ("", 0, False)):
+            out[name] = value
+    return out
+
+
+def _normalize_session(op: str, body: Mapping[str, Any], project: str) -> tuple[dict[str, Any], str]:
+    session_id = _text(body, "id").strip()
+    directory = _text(body, "directory").strip()
+    if not session_id:
+        raise ContractError("session payload id is required", "id")
+    if op == UPSERT and not directory:
+        raise ContractError("session payload directory is required for upsert", "directory")
+    started_at, ended_at = _text(body, "started_at"), _optional_text(body, "ended_at")
+    summary = _optional_text(body, "summary")
+    deleted_at = _optional_text(body, "deleted_at")
+    if op == DELETE:
+        directory, started_at, ended_at, summary = "", "", None, None
+        if deleted_at is not None:
+            deleted_at = deleted_at.strip() or None
+    fields: list[tuple[str, Any, Any]] = [
+        ("id", session_id, False),
+        ("project", project, False),
+        ("directory", directory, True),
+        ("started_at", started_at, True),
+        ("ended_at", ended_at, POINTER),
+        ("summary", summary, POINTER),
+        ("deleted", _flag(body, "deleted"), True),
+        ("deleted_at", deleted_at, POINTER),
+        ("hard_delete", _flag(body, "hard_delete"), True),
+    ]
+    return _go_struct(fields), session_id
+
+
+def _row_ids(entity: str, op: str, body: Mapping[str, Any]) -> tuple[str, str]:
+    """An observation's or prompt's sync_id and session_id, both required for an upsert."""
+    sync_id, session_id = _text(body, "sync_id").strip(), _text(body, "session_id").strip()
+    if not sync_id:
+        raise ContractError(f"{entity} payload sync_id is required", "sync_id")
+    if op == UPSERT and not session_id:
+        raise ContractError(f"{entity} payload session_id is required for upsert", "session_id")
+    return sync_id, session_id
+
+
+def _normalize_observation(op: str, body: Mapping[str, Any], project: str) -> tuple[dict[str, Any], str]:
+    sync_id, session_id = _row_ids(OBSERVATION, op, body)
+    kind, title = _text(body, "type"), _text(body, "title")
+    content, scope = _text(body, "content"), _text(body, "scope")
+    if op == UPSERT:
+        kind, title, content, scope = kind.strip(), title.strip(), content.strip(), scope.strip()
+        for name, value in (("type", kind), ("title", title), ("content", content), ("scope", scope)):
+            if not value:
+                raise ContractError(f"observation payload {name} is required for upsert", name)
+    fields: list[tuple[str, Any, Any]] = [
+        ("sync_id", sync_id, False),
+        ("session_id", session_id, False),
+        ("type", kind, False),
+        ("title", title, False),
+        ("content", content, False),
+        ("tool_name", _optional_text(body, "tool_name"), POINTER),
+        ("project", project, POINTER),
+        ("scope", scope, False),
+        ("topic_key", _optional_text(body, "topic_key"), POINTER),
+        ("revision_count", _count(body, "revision_count"), True),
+        ("duplicate_count", _count(body, "duplicate_count"), True),
+        ("last_seen_at", _optional_text(body, "last_seen_at"), POINTER),
+        ("created_at", _text(body, "created_at"), True),
+        ("updated_at", _text(body, "updated_at"), True),
+        ("deleted", _flag(body, "deleted"), True),
+        ("deleted_at", _optional_text(body, "deleted_at"), POINTER),
+        ("hard_delete", _flag(body, "hard_delete"), True),
+    ]
+    return _go_struct(fields), sync_id
+
+
+def _normalize_prompt(op: str, body: Mapping[str, Any], project: str) -> tuple[dict[str, Any], str]:
+    sync_id, session_id = _row_ids(PROMPT, op, body)
+    content = _text(body, "content")
+    if op == UPSERT:
+        content = content.strip()
+        if not content:
+            raise ContractError("prompt payload content is required for upsert", "content")
+    fields: list[tuple[str, Any, Any]] = [
+        ("sync_id", sync_id, False),
+        ("session_id", session_id, False),
+        ("content", content, False),
+        ("project", project, POINTER),
+        ("created_at", _text(body, "created_at"), True),
+        ("deleted", _flag(body, "deleted"), True),
+        ("deleted_at", _optional_text(body, "deleted_at"), POINTER),
+        ("hard_delete", _flag(body, "hard_delete"), True),
+    ]
+    return _go_struct(fields), sync_id
+
+
+def _normalize_relation(body: Mapping[str, Any], project: str) -> tuple[dict[str, Any], str]:
+    values = {name: _text(body, name).strip() for name in RELATION_REQUIRED[:5]}
+    actor, kind = _optional_text(body, "marked_by_actor"), _optional_text(body, "marked_by_kind")
+    actor = actor.strip() if actor is not None else None
+    kind = kind.strip() if kind is not None else None
+    for name in RELATION_REQUIRED[:5]:
+        if not values[name]:
+            raise ContractError(f"relation payload {name} is required for upsert", name)
+    if not actor:
+        raise ContractError("relation payload marked_by_actor is required for upsert", "marked_by_actor")
+    if not kind:
+        raise ContractError("relation payload marked_by_kind is required for upsert", "marked_by_kind")
+    confidence = body.get("confidence")
+    if confidence is not None and (
+        isinstance(confidence, bool)
+        or not isinstance(confidence, int | float)
+        or confidence != confidence
+        or confidence in (float("inf"), float("-inf"))
+    ):
+        raise ContractError("json: cannot unmarshal confidence into float64", "confidence")
+    fields: list[tuple[str, Any, Any]] = [
+        ("sync_id", values["sync_id"], False),
+        ("source_id", values["source_id"], False),
+        ("target_id", values["target_id"], False),
+        ("relation", values["relation"], False),
+        ("reason", _optional_text(body, "reason"), POINTER),
+        ("evidence", _optional_text(body, "evidence"), POINTER),
+        ("confidence", confidence, POINTER),
+        ("judgment_status", values["judgment_status"], False),
+        ("marked_by_actor", actor, POINTER),
+        ("marked_by_kind", kind, POINTER),
+        ("marked_by_model", _optional_text(body, "marked_by_model"), POINTER),
+        ("session_id", _optional_text(body, "session_id"), POINTER),
+        ("project", project, False),
+        ("created_at", _text(body, "created_at"), True),
+        ("updated_at", _text(body, "updated_at"), True),
+    ]
+    return _go_struct(fields), values["sync_id"]

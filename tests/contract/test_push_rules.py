@@ -1,0 +1,127 @@
+"""The shared push validator: what engram v1.20's cloud refuses per entry, as the fake and triage see it.
+
+(In tests/contract/, not tests/engram_contract/: a test directory named like the package would shadow
+it for pytest's rootdir imports.)
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from engram_contract import PushRefusal, refusal_for_entry
+from engram_contract.push_rules import MATERIALIZE_STATUS
+
+
+def session(**fields: Any) -> dict[str, Any]:
+    base = {"id": "s1", "project": "p", "directory": "/w", "started_at": "2026-01-01 00:00:00"}
+    base.update(fields)
+    return {key: value for key, value in base.items() if value is not None}
+
+
+OBSERVATION = {
+    "sync_id": "o1",
+    "session_id": "s1",
+    "type": "manual",
+    "title": "t",
+    "content": "c",
+    "scope": "project",
+}
+RELATION = {
+    "sync_id": "r1",
+    "source_id": "o1",
+    "target_id": "o2",
+    "relation": "supersedes",
+    "judgment_status": "confirmed",
+    "marked_by_actor": "me",
+    "marked_by_kind": "human",
+}
+
+
+def refusal(entity: str, payload: object, *, op: str = "upsert", key: str = "", project: str = "p") -> Any:
+    return refusal_for_entry(project=project, entity=entity, entity_key=key, op=op, payload=payload)
+
+
+@pytest.mark.parametrize(
+    ("entity", "payload", "op"),
+    [
+        ("session", session(), "upsert"),
+        ("session", {"id": "s1"}, "delete"),
+        ("observation", OBSERVATION, "upsert"),
+        ("observation", {"sync_id": "o1"}, "delete"),
+        ("prompt", {"sync_id": "p1", "session_id": "s1", "content": "hi"}, "upsert"),
+        ("relation", RELATION, "upsert"),
+        ("thing", {"anything": 1}, "upsert"),  # v1.20 stores entities it does not know as they are
+    ],
+)
+def test_good_entries_pass(entity: str, payload: dict[str, Any], op: str) -> None:
+    assert refusal(entity, payload, op=op) is None
+    assert refusal(entity, json.dumps(payload), op=op) is None  # as stored in sync_mutations
+
+
+def test_empty_project_is_refused_first() -> None:
+    assert refusal("session", {}, project="  ") == PushRefusal(
+        400, "mutation entries must specify a project", "project"
+    )
+
+
+def test_relation_missing_field_is_the_handlers_400() -> None:
+    assert refusal("relation", {**RELATION, "marked_by_kind": " "}) == PushRefusal(
+        400, "invalid relation payload", "marked_by_kind"
+    )
+    # Observed on v1.20: a relation delete is validated like an upsert.
+    assert refusal("relation", {"sync_id": "r1"}, op="delete") == PushRefusal(
+        400, "invalid relation payload", "source_id"
+    )
+
+
+@pytest.mark.parametrize(
+    ("entity", "payload", "reason", "field"),
+    [
+        ("session", session(directory=None), "session payload directory is required for upsert", "directory"),
+        ("session", session(directory="  "), "session payload directory is required for upsert", "directory"),
+        ("session", session(id=None), "session payload id is required", "id"),
+        (
+            "observation",
+            {**OBSERVATION, "title": ""},
+            "observation payload title is required for upsert",
+            "title",
+        ),
+        (
+            "prompt",
+            {"sync_id": "p1", "session_id": "s1"},
+            "prompt payload content is required for upsert",
+            "content",
+        ),
+    ],
+)
+def test_payloads_the_batch_insert_cannot_materialize_are_the_real_500(
+    entity: str, payload: dict[str, Any], reason: str, field: str
+) -> None:
+    assert MATERIALIZE_STATUS == 500
+    assert refusal(entity, payload) == PushRefusal(500, reason, field)
+
+
+def test_key_mismatch_and_unsupported_op_and_non_object_payload() -> None:
+    assert refusal("session", session(), key="zz") == PushRefusal(
+        500, 'entity_key "zz" does not match payload key "s1"', "entity_key"
+    )
+    wrong = refusal("session", 5, key="s1")
+    assert (wrong.status, wrong.field) == (500, "payload")
+    assert wrong.reason.startswith('materialize mutation batch session "s1": json: cannot unmarshal number')
+    as_string = refusal("session", json.dumps(json.dumps(session())), key="s1")
+    assert (as_string.status, as_string.field) == (500, "payload")
+
+
+def test_numbers_go_cannot_hold_are_refused() -> None:
+    for value in (2**70, 1.5):
+        found = refusal("observation", {**OBSERVATION, "revision_count": value})
+        assert (found.status, found.field) == (500, "revision_count")
+
+
+def test_stored_text_that_is_not_json() -> None:
+    assert refusal("session", "{not json") == PushRefusal(
+        400, "invalid request body: payload is not valid JSON", "payload"
+    )
