@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from harness import schema as s
 from harness.lanes import LaneTable
-from harness.steps import plain
+from harness.steps import StepMarks, matches
+from harness.world import OutputEntry
 
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.]+))?$")
 
@@ -55,6 +56,11 @@ class Observed:
     stderr: str
     received: Sequence[Any]
     journal: Sequence[Any] = ()
+    output: Sequence[OutputEntry] = ()
+    marks: Mapping[str, StepMarks] = field(default_factory=dict)
+    sync_state: Sequence[Mapping[str, Any]] = ()
+    snapshots: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    count_local: Callable[[s.LocalCheck], int | None] | None = None
 
 
 @dataclass
@@ -69,6 +75,11 @@ class ExpectationResult:
     expected_rows: list[dict[str, Any]] = field(default_factory=list)
 
 
+def _project(project: str) -> str:
+    """The project as the scenario files spell it: "" for the empty project."""
+    return project or '""'
+
+
 def _lanes(check: s.LanesCheck, observed: Observed) -> list[str]:
     problems: list[str] = []
     for want in check.rows:
@@ -78,14 +89,14 @@ def _lanes(check: s.LanesCheck, observed: Observed) -> list[str]:
             expected = getattr(want, count)
             if expected is not None and actual[count] != expected:
                 problems.append(
-                    f"{want.lane}/{want.project or '∅'} {count}: expected {expected}, got {actual[count]}"
+                    f"{want.lane}/{_project(want.project)} {count}: expected {expected}, got {actual[count]}"
                 )
     if check.exact:
         listed = {(row.lane, row.project) for row in check.rows}
         for row in observed.lanes.rows:
             if (row.lane, row.project) not in listed:
                 problems.append(
-                    f"unexpected lane row {row.lane}/{row.project or '∅'} ({row.enqueued} enqueued)"
+                    f"unexpected lane row {row.lane}/{_project(row.project)} ({row.enqueued} enqueued)"
                 )
     return problems
 
@@ -170,33 +181,68 @@ def _doctor(check: s.DoctorCheck, observed: Observed) -> list[str]:
     return problems
 
 
-def _text(check: s.TextCheck, text: str) -> list[str]:
+def _window(
+    check: s.TextCheck | s.JournalCheck, observed: Observed
+) -> tuple[StepMarks | None, StepMarks | None]:
+    def marks(label: str | None) -> StepMarks | None:
+        if label is None:
+            return None
+        if label not in observed.marks:
+            raise LookupError(f"step {label!r} did not run (a failed or skipped step before it?)")
+        return observed.marks[label]
+
+    return marks(check.since), marks(check.until)
+
+
+def _scope(check: s.TextCheck | s.JournalCheck) -> str:
+    parts = [f"since {check.since}" if check.since else "", f"until {check.until}" if check.until else ""]
+    if isinstance(check, s.TextCheck) and check.process:
+        parts.insert(0, f"of {check.process}")
+    scope = " ".join(part for part in parts if part)
+    return f" ({scope})" if scope else ""
+
+
+def _text(check: s.TextCheck, observed: Observed) -> list[str]:
+    since, until = _window(check, observed)
+    if check.process is None and since is None and until is None:
+        text = observed.stderr
+    else:
+        start = since.output_before if since else 0
+        end = until.output_after if until else None
+        chosen = [
+            entry
+            for entry in observed.output[start:end]
+            if check.process is None or entry.process == check.process
+        ]
+        text = "\n".join(f"[{e.source}] {line}" for e in chosen for line in e.text.splitlines())
+    scope = _scope(check)
     problems = [
-        f"engram stderr does not contain {needle!r}" for needle in check.contains if needle not in text
+        f"engram stderr{scope} does not contain {needle!r}" for needle in check.contains if needle not in text
     ]
-    problems += [f"engram stderr contains {needle!r}" for needle in check.not_contains if needle in text]
+    problems += [
+        f"engram stderr{scope} contains {needle!r}" for needle in check.not_contains if needle in text
+    ]
     return problems
 
 
 def _command(check: s.CommandCheck, observed: Observed) -> list[str]:
     ran = _result(observed, check.of, "run")
+    if "exit" not in ran:
+        raise LookupError(f"{check.of!r} is not the result of a `run` step (it has no exit code)")
     problems: list[str] = []
     if check.exit is not None and ran["exit"] != check.exit:
         problems.append(f"{check.of}: exit {ran['exit']}, expected {check.exit}")
     if check.exit_not is not None and ran["exit"] == check.exit_not:
         problems.append(f"{check.of}: exit {ran['exit']}, expected anything else")
     problems += [f"{check.of}: stdout lacks {t!r}" for t in check.stdout_contains if t not in ran["stdout"]]
+    problems += [f"{check.of}: stdout has {t!r}" for t in check.stdout_not_contains if t in ran["stdout"]]
     problems += [f"{check.of}: stderr lacks {t!r}" for t in check.stderr_contains if t not in ran["stderr"]]
     problems += [f"{check.of}: stderr has {t!r}" for t in check.stderr_not_contains if t in ran["stderr"]]
     return problems
 
 
 def _received(check: s.ReceivedCheck, observed: Observed) -> list[str]:
-    count = sum(
-        1
-        for item in observed.received
-        if all(plain(getattr(item, k, None)) == v for k, v in check.match.items())
-    )
+    count = sum(1 for item in observed.received if matches(item, check.match))
     return (
         []
         if count == check.count
@@ -205,17 +251,88 @@ def _received(check: s.ReceivedCheck, observed: Observed) -> list[str]:
 
 
 def _journal(check: s.JournalCheck, observed: Observed) -> list[str]:
-    count = sum(
-        1
-        for entry in observed.journal
-        if all(plain(getattr(entry, k, None)) == v for k, v in check.match.items())
-    )
+    since, until = _window(check, observed)
+    low = since.journal_before if since else 0
+    high = until.journal_after if until else None
+    count = sum(1 for entry in observed.journal if entry_in(entry, low, high) and matches(entry, check.match))
+    what = f"cloud journal{_scope(check)} has {count} entries matching {check.match}"
     if check.count is not None and count != check.count:
-        return [f"cloud journal has {count} entries matching {check.match}, expected {check.count}"]
+        return [f"{what}, expected {check.count}"]
     if check.at_least is not None and count < check.at_least:
-        return [
-            f"cloud journal has {count} entries matching {check.match}, expected at least {check.at_least}"
-        ]
+        return [f"{what}, expected at least {check.at_least}"]
+    if check.at_most is not None and count > check.at_most:
+        return [f"{what}, expected at most {check.at_most}"]
+    return []
+
+
+def entry_in(entry: Any, low: int, high: int | None) -> bool:
+    identifier = getattr(entry, "id", None)
+    if identifier is None:
+        return low == 0 and high is None
+    return bool(identifier > low and (high is None or identifier <= high))
+
+
+def _count_problem(name: str, want: s.Count, have: Any) -> str | None:
+    value = int(have or 0)
+    if isinstance(want, int):
+        return None if value == want else f"{name}: expected {want}, got {value}"
+    if want.at_least is not None and value < want.at_least:
+        return f"{name}: expected at least {want.at_least}, got {value}"
+    if want.at_most is not None and value > want.at_most:
+        return f"{name}: expected at most {want.at_most}, got {value}"
+    return None
+
+
+def _sync_state(check: s.SyncStateCheck, observed: Observed) -> list[str]:
+    if check.at is None:
+        rows, where = observed.sync_state, "at the end"
+    else:
+        if check.at not in observed.snapshots:
+            raise LookupError(f"observe point {check.at!r} was not reached (a failed step before it?)")
+        rows, where = observed.snapshots[check.at].get("sync_state", []), f"at {check.at}"
+    row = next((r for r in rows if r.get("target_key") == check.target), None)
+    targets = sorted(str(r.get("target_key")) for r in rows)
+    if check.absent:
+        return [] if row is None else [f"sync_state {check.target} {where}: expected no row, found one"]
+    if row is None:
+        return [f"sync_state {check.target} {where}: no such row (targets: {targets})"]
+    prefix = f"sync_state {check.target} {where}"
+    problems: list[str] = []
+    for name in ("lifecycle", "reason_code"):
+        expected = getattr(check, name)
+        actual = row.get(name) or ""
+        if expected is not None and actual != expected:
+            problems.append(f"{prefix} {name}: expected {expected!r}, got {actual!r}")
+    error = str(row.get("last_error") or "")
+    if check.last_error_contains is not None and check.last_error_contains not in error:
+        problems.append(
+            f"{prefix} last_error: expected it to contain {check.last_error_contains!r}, got {error!r}"
+        )
+    if check.last_error_empty is not None and (error == "") != check.last_error_empty:
+        wanted = "empty" if check.last_error_empty else "an error"
+        problems.append(f"{prefix} last_error: expected {wanted}, got {error!r}")
+    for name in ("consecutive_failures", "last_enqueued_seq", "last_acked_seq", "last_pulled_seq"):
+        want = getattr(check, name)
+        if want is not None and (problem := _count_problem(name, want, row.get(name))) is not None:
+            problems.append(f"{prefix} {problem}")
+    return problems
+
+
+def _local(check: s.LocalCheck, observed: Observed) -> list[str]:
+    if observed.count_local is None:
+        raise LookupError("no database to read (the scenario did not get that far)")
+    count = observed.count_local(check)
+    if count is None:
+        return ["engram's database could not be read"]
+    described = check.model_dump(exclude_none=True, exclude={"present", "count"})
+    if check.count is not None:
+        return (
+            [] if count == check.count else [f"local {described}: expected {check.count} row(s), got {count}"]
+        )
+    if check.present and count == 0:
+        return [f"local {described}: expected present, found none"]
+    if not check.present and count:
+        return [f"local {described}: expected absent, found {count}"]
     return []
 
 
@@ -238,7 +355,11 @@ def evaluate(expectation: s.Expectation, observed: Observed) -> tuple[str, str]:
         elif expectation.doctor is not None:
             problems = _doctor(expectation.doctor, observed)
         elif expectation.stderr is not None:
-            problems = _text(expectation.stderr, observed.stderr)
+            problems = _text(expectation.stderr, observed)
+        elif expectation.sync_state is not None:
+            problems = _sync_state(expectation.sync_state, observed)
+        elif expectation.local is not None:
+            problems = _local(expectation.local, observed)
         elif expectation.journal is not None:
             problems = _journal(expectation.journal, observed)
         elif expectation.command is not None:

@@ -100,7 +100,7 @@ class LaneTable:
         return [asdict(row) for row in self.rows]
 
 
-def _read(db_path: Path, read: Callable[[sqlite3.Connection], T], empty: T) -> T:
+def read_with(db_path: Path, read: Callable[[sqlite3.Connection], T], empty: T) -> T:
     """READ on a read-only connection; EMPTY when the database is missing or unreadable."""
     try:
         connection = open_read_only(db_path)
@@ -116,7 +116,7 @@ def _read(db_path: Path, read: Callable[[sqlite3.Connection], T], empty: T) -> T
 
 def read_local_mutations(db_path: Path) -> list[LocalMutation]:
     """Every locally enqueued sync_mutations row, read-only."""
-    return _read(db_path, _local_mutations, [])
+    return read_with(db_path, _local_mutations, [])
 
 
 def _local_mutations(connection: sqlite3.Connection) -> list[LocalMutation]:
@@ -163,7 +163,7 @@ def _transport(item: Received) -> str:
 def read_acked_seqs(db_path: Path) -> frozenset[int]:
     """Rows already acked when a run starts (a copied database): delivered to some earlier cloud, not lost."""
     sql = "SELECT seq FROM sync_mutations WHERE acked_at IS NOT NULL"
-    return _read(
+    return read_with(
         db_path, lambda connection: frozenset(int(row[0]) for row in connection.execute(sql)), frozenset()
     )
 
@@ -229,4 +229,4 @@ def compute_lanes(
 
 def read_sync_state_targets(db_path: Path) -> list[str]:
     sql = "SELECT target_key FROM sync_state"
-    return _read(db_path, lambda connection: sorted(str(row[0]) for row in connection.execute(sql)), [])
+    return read_with(db_path, lambda connection: sorted(str(row[0]) for row in connection.execute(sql)), [])

@@ -17,8 +17,10 @@ from harness.errors import ScenarioError
 from harness.schema import (
     STEP_MODELS,
     TOP_LEVEL_KEYS,
+    DeviceStep,
     Expectation,
     Header,
+    ObserveStep,
     RepeatStep,
 )
 
@@ -153,7 +155,7 @@ def _parse_steps(items: Any, loc: Loc, located: _Located) -> tuple[Step, ...]:
         if body is None:
             continue
         children: tuple[Step, ...] = ()
-        if isinstance(body, RepeatStep):
+        if isinstance(body, RepeatStep | DeviceStep):
             children = _parse_steps(body.steps, (*item_loc, name, "steps"), located)
         steps.append(Step(name, body, located.line((*item_loc, name)), raw, children))
     return tuple(steps)
@@ -166,6 +168,49 @@ def _workspace_refs(steps: Iterable[Step]) -> Iterable[tuple[Step, str]]:
             if isinstance(value, str):
                 yield step, value
         yield from _workspace_refs(step.children)
+
+
+def _all_steps(steps: Iterable[Step]) -> Iterable[Step]:
+    for step in steps:
+        yield step
+        yield from _all_steps(step.children)
+
+
+def _check_labels(
+    steps: tuple[Step, ...], expectations: list[ExpectationAt], path: Path, errors: list[str]
+) -> None:
+    """Step labels are unique; windows name a label, and `at:` an observe step's `as`."""
+    labels: dict[str, int] = {}
+    observed: set[str] = set()
+    for step in _all_steps(steps):
+        names: list[str] = [label for label in [getattr(step.body, "label", None)] if label is not None]
+        if isinstance(step.body, ObserveStep):
+            observed.add(step.body.as_)
+            names.append(step.body.as_)
+        for label in names:
+            if label in labels and labels[label] != step.line:
+                errors.append(
+                    f"{path}:{step.line}: {step.name}: label {label!r} is already used at line {labels[label]}; "
+                    "labels (and observe names) must be unique"
+                )
+            labels.setdefault(label, step.line)
+    declared = ", ".join(sorted(labels)) or "none (add label: NAME to a step)"
+    for at in expectations:
+        check = getattr(at.expectation, at.expectation.kind)
+        for key in ("since", "until"):
+            wanted = getattr(check, key, None)
+            if wanted is not None and wanted not in labels:
+                errors.append(
+                    f"{path}:{at.line}: expect.{at.index}.{at.expectation.kind}.{key}: unknown step label "
+                    f"{wanted!r}; labels: {declared}"
+                )
+        point = getattr(check, "at", None)
+        if point is not None and point not in observed:
+            points = ", ".join(sorted(observed)) or "none (add an `observe: NAME` step)"
+            errors.append(
+                f"{path}:{at.line}: expect.{at.index}.{at.expectation.kind}.at: no observe step named "
+                f"{point!r}; observe points: {points}"
+            )
 
 
 def _parent_cycle(name: str, header: Header) -> list[str] | None:
@@ -215,6 +260,7 @@ def parse_scenario(text: str, path: Path) -> Scenario:
         if isinstance(expectation, Expectation):
             expectations.append(ExpectationAt(expectation, located.line(("expect", index)), index))
 
+    _check_labels(steps, expectations, path, located.errors)
     if isinstance(header, Header):
         known = set(header.workspaces)
         for step, name in _workspace_refs(steps):

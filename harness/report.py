@@ -16,6 +16,17 @@ from harness.runner import ExpectMode, ScenarioResult, judge
 from harness.schema import LANE_COUNTS
 
 REPORT_SCHEMA = "engram-harness/report/v1"
+EMPTY_PROJECT = '""'  # the empty project, spelled as in the scenario files and the JSON report
+SYNC_STATE_SHOWN = (
+    "target_key",
+    "lifecycle",
+    "reason_code",
+    "consecutive_failures",
+    "last_enqueued_seq",
+    "last_acked_seq",
+    "last_pulled_seq",
+    "last_error",
+)
 _STYLE = {"passed": "green", "failed": "red", "error": "red", "pass": "green", "fail": "red", "n/a": "dim"}
 
 
@@ -35,7 +46,7 @@ def lane_table(lanes: LaneTable, title: str) -> Table:
             cells[LANE_COUNTS.index("lost")] = f"[red]{counts['lost']}[/red]"
         if earlier:
             cells.append(str(row.acked_before_run))
-        table.add_row(row.lane, row.project or "∅", *cells)
+        table.add_row(row.lane, row.project or EMPTY_PROJECT, *cells)
     if lanes.unmatched_received:
         table.caption = f"{lanes.unmatched_received} received mutation(s) match no local row"
     return table
@@ -52,13 +63,68 @@ def expected_lane_table(result: ScenarioResult) -> Table | None:
         table.add_row(
             expectation.tag,
             row["lane"],
-            row["project"] or "∅",
+            row["project"] or EMPTY_PROJECT,
             *[str(row.get(count, "·")) for count in LANE_COUNTS],
         )
     return table
 
 
-def print_result(console: Console, result: ScenarioResult, mode: ExpectMode) -> None:
+def sync_state_table(rows: Sequence[dict[str, Any]], title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in SYNC_STATE_SHOWN:
+        table.add_column(column.removeprefix("last_").replace("consecutive_failures", "failures"))
+    for row in rows:
+        table.add_row(
+            *["" if row.get(column) is None else str(row.get(column)) for column in SYNC_STATE_SHOWN]
+        )
+    return table
+
+
+def _json_block(console: Console, title: str, value: Any) -> None:
+    console.print(f"[bold]{title}[/bold]")
+    console.print(json.dumps(value, indent=2, default=str), markup=False)
+
+
+def print_evidence(console: Console, result: ScenarioResult) -> None:
+    """Everything the scenario recorded (--verbose): each piece under the name of its evidence file."""
+    evidence = result.evidence
+    for label, snapshot in evidence.get("observe", {}).items():
+        console.print(sync_state_table(snapshot.get("sync_state", []), f"sync_state at observe {label}"))
+        if snapshot.get("sync_status"):
+            console.print(f"  /sync/status: {json.dumps(snapshot['sync_status'], default=str)}", markup=False)
+    for name, device in evidence.get("devices", {}).items():
+        console.print(
+            sync_state_table(device.get("sync_state", []), f"sync_state of device {name} at the end")
+        )
+    for label, answer in evidence.get("results", {}).items():
+        _json_block(console, f"results/{label} (checker or command answer):", answer)
+    for command in evidence.get("commands", []):
+        device = f"on {command['device']}: " if command.get("device") else ""
+        console.print(
+            f"command {device}{' '.join(command['args'])} (in {command['cwd']}) exit {command['exit']}",
+            markup=False,
+        )
+        for stream in ("stdout", "stderr"):
+            if command.get(stream, "").strip():
+                console.print(f"  {stream}:", markup=False)
+                console.print("    " + command[stream].rstrip().replace("\n", "\n    "), markup=False)
+    for request in evidence.get("requests", []):
+        console.print(
+            f"  http {request.get('method')} {request.get('path')} -> {request.get('status')}: "
+            f"{json.dumps(request.get('answer'), default=str)[:300]}",
+            markup=False,
+        )
+    console.print(f"[bold]cloud journal ({len(evidence.get('journal', []))} entries):[/bold]")
+    for entry in evidence.get("journal", []):
+        console.print("  " + json.dumps(entry, default=str), markup=False)
+    for name, text in evidence.get("logs", {}).items():
+        console.print(f"[bold]log {name}:[/bold]")
+        console.print(text.rstrip() or "  (empty)", markup=False)
+
+
+def print_result(
+    console: Console, result: ScenarioResult, mode: ExpectMode, *, verbose: bool = False
+) -> None:
     verdict = judge(result, mode)
     scenario = result.scenario
     console.rule(
@@ -67,6 +133,7 @@ def print_result(console: Console, result: ScenarioResult, mode: ExpectMode) -> 
     if result.error:
         console.print(f"[red]error:[/red] {result.error}")
     console.print(lane_table(result.lanes, "actual lanes"))
+    console.print(sync_state_table(result.sync_state, "sync_state at the end"))
     expectations = Table(title="expectations", title_justify="left")
     for column in ("line", "tag", "check", "result", "detail"):
         expectations.add_column(column)
@@ -76,6 +143,10 @@ def print_result(console: Console, result: ScenarioResult, mode: ExpectMode) -> 
         label = e.status if selected else f"{e.status} (not selected)"
         expectations.add_row(str(e.line), e.tag, e.kind, f"[{style}]{label}[/]", e.detail or e.why)
     console.print(expectations)
+    if verbose:
+        print_evidence(console, result)
+    if result.kept:
+        console.print(f"evidence kept in {result.root}/evidence (logs in {result.root}/logs)", markup=False)
     if verdict == "passed":
         return
     failed = result.failed_step
@@ -94,7 +165,7 @@ def print_result(console: Console, result: ScenarioResult, mode: ExpectMode) -> 
         console.print(expected)
     for mutation in result.lanes.lost_rows[:10]:
         console.print(
-            f"lost: seq {mutation.seq} {mutation.lane}/{mutation.project or '∅'} {mutation.entity} "
+            f"lost: seq {mutation.seq} {mutation.lane}/{mutation.project or EMPTY_PROJECT} {mutation.entity} "
             f"{mutation.entity_key} {mutation.op} (acked, never received)",
             markup=False,
         )
@@ -105,7 +176,7 @@ def print_result(console: Console, result: ScenarioResult, mode: ExpectMode) -> 
     if result.stderr:
         console.print("[bold]engram stderr:[/bold]")
         console.print("\n".join(result.stderr.splitlines()[-30:]), markup=False)
-    if result.journal_excerpt:
+    if result.journal_excerpt and not verbose:
         console.print("[bold]cloud journal (last entries):[/bold]")
         for entry in result.journal_excerpt[-15:]:
             console.print("  " + json.dumps(entry, default=str), markup=False)
@@ -125,7 +196,8 @@ def summary_table(results: Sequence[ScenarioResult], mode: ExpectMode) -> Table:
             passed = sum(1 for e in tagged if e.status == "pass")
             counts[tag] = f"{passed}/{len(tagged)}" if tagged else "-"
         lanes = ", ".join(
-            f"{row.lane}/{row.project or '∅'} {row.delivered}/{row.enqueued}" for row in result.lanes.rows
+            f"{row.lane}/{row.project or EMPTY_PROJECT} {row.delivered}/{row.enqueued}"
+            for row in result.lanes.rows
         )
         table.add_row(
             result.scenario.id,
@@ -172,10 +244,14 @@ def as_json(results: Sequence[ScenarioResult], mode: ExpectMode) -> dict[str, An
                 "lanes": r.lanes.as_json(),
                 "unmatched_received": r.lanes.unmatched_received,
                 "sync_state_targets": r.sync_state_targets,
+                "sync_state": r.sync_state,
+                "kept": r.root if r.kept else None,
                 "steps": [
                     {
                         "index": s.index,
+                        "device": s.device,
                         "step": s.name,
+                        "text": s.text,
                         "line": s.line,
                         "status": s.status,
                         "seconds": round(s.seconds, 3),
@@ -183,6 +259,8 @@ def as_json(results: Sequence[ScenarioResult], mode: ExpectMode) -> dict[str, An
                     }
                     for s in r.steps
                 ],
+                "stderr": r.stderr,
+                "evidence": r.evidence,
                 "expectations": [
                     {
                         "line": e.line,
@@ -202,7 +280,7 @@ def as_json(results: Sequence[ScenarioResult], mode: ExpectMode) -> dict[str, An
 
 
 def write_json(path: Path, results: Sequence[ScenarioResult], mode: ExpectMode) -> None:
-    path.write_text(json.dumps(as_json(results, mode), indent=2) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(as_json(results, mode), indent=2, default=str) + "\n", encoding="utf-8")
 
 
 def write_junit(path: Path, results: Sequence[ScenarioResult], mode: ExpectMode) -> None:

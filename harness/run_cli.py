@@ -77,6 +77,15 @@ def _binaries(engram_path: Path | None, versions: str | None) -> list[Path]:
     show_default=True,
     help="Scenarios run side by side (they mostly wait on engram's 30 s worker).",
 )
+@click.option(
+    "--verbose",
+    "-v",
+    is_flag=True,
+    help="Print every scenario's evidence (journal, answers, commands, logs).",
+)
+@click.option(
+    "--keep", is_flag=True, help="Keep every scenario's directory, passed or not (evidence/, logs/)."
+)
 def run_command(
     paths: tuple[Path, ...],
     engram_path: Path | None,
@@ -87,6 +96,8 @@ def run_command(
     junit_path: Path | None,
     db_source: Path | None,
     jobs: int,
+    verbose: bool,
+    keep: bool,
 ) -> None:
     """Run the scenarios under PATHS (default: scenarios/) against the real engram."""
     console = Console(highlight=False, width=None if Console().is_terminal else 160)
@@ -136,9 +147,10 @@ def run_command(
             expect=expect,
             progress=progress,
             done=done,
+            keep=keep,
         )
     for result in results:
-        print_result(console, result, expect)
+        print_result(console, result, expect, verbose=verbose)
     console.print(summary_table(results, expect))
     if len(binaries) > 1:
         console.print(matrix_table(results, expect))

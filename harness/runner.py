@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 import subprocess
@@ -28,8 +29,9 @@ from harness.lanes import (
     read_sync_state_targets,
 )
 from harness.loader import Scenario
+from harness.localdata import count_local_rows, read_sync_state_rows
 from harness.schema import WorkspaceSpec
-from harness.steps import StepRecord, StepRunner
+from harness.steps import StepMarks, StepRecord, StepRunner, plain
 from harness.world import CloudHandle, CloudMode, World, engram_version
 
 ExpectMode = Literal["baseline", "design", "all"]
@@ -49,6 +51,9 @@ class ScenarioResult:
     error: str = ""
     timings: dict[str, float] = field(default_factory=dict)
     root: str = ""
+    sync_state: list[dict[str, Any]] = field(default_factory=list)
+    evidence: dict[str, Any] = field(default_factory=dict)
+    kept: bool = False
 
     @property
     def failed_step(self) -> StepRecord | None:
@@ -134,6 +139,7 @@ def run_scenario(
     progress: Callable[[Scenario, StepRecord], None] | None = None,
 ) -> ScenarioResult:
     started = time.monotonic()
+    binary = binary.absolute()  # engram runs in other directories (workspaces, HOME)
     own_root = root is None
     base = Path(tempfile.mkdtemp(prefix="engram-harness-")) if root is None else root
     result = ScenarioResult(scenario=scenario, version="?", root=str(base))
@@ -182,7 +188,7 @@ def run_scenario(
         result.steps = runner.records
         result.timings["steps"] = time.monotonic() - mark
         mark = time.monotonic()
-        _observe(result, world, acked_before)
+        _observe(result, world, acked_before, runner.marks)
         result.timings["evaluate"] = time.monotonic() - mark
     except (
         HarnessError,
@@ -197,24 +203,117 @@ def run_scenario(
     finally:
         mark = time.monotonic()
         if world is not None:
+            if "journal" not in result.evidence:
+                _cloud_evidence(result, world)
             world.close()
             result.stderr = world.output.text()
+            _world_evidence(result, world, base)
         result.timings["teardown"] = time.monotonic() - mark
         result.timings["total"] = time.monotonic() - started
     if result.status != "error" and result.failed_step is not None:
         result.status = "failed"
+    write_evidence(result, base)
     if own_root and not keep and judge(result, expect) == "passed":
         shutil.rmtree(base, ignore_errors=True)
+    else:
+        result.kept = True
     return result
 
 
-def _observe(result: ScenarioResult, world: World, acked_before: frozenset[int]) -> None:
+LOG_LIMIT = 200_000  # characters of each log in the JSON report; the kept directory has them whole
+
+
+def _cloud_evidence(result: ScenarioResult, world: World) -> None:
+    """The cloud's side, read while it still runs (best effort: a dead cloud leaves a note instead)."""
+    try:
+        result.evidence["journal"] = [entry_json(e) for e in world.cloud.client.journal().entries]
+        result.evidence["received"] = [_received_json(m) for m in world.cloud.client.received()]
+    except (FakeCloudError, httpx.HTTPError) as error:
+        result.evidence.setdefault("journal", [])
+        result.evidence["cloud_error"] = f"the cloud could not be read: {error}"
+
+
+def _world_evidence(result: ScenarioResult, world: World, base: Path) -> None:
+    evidence = result.evidence
+    evidence["results"] = world.results
+    evidence["commands"] = [record.as_json() for record in world.evidence.commands]
+    evidence["requests"] = world.evidence.requests
+    evidence["observe"] = world.evidence.snapshots
+    evidence["sync_state"] = result.sync_state
+    evidence["devices"] = {
+        name: {"root": str(device.env.root), "sync_state": read_sync_state_rows(device.db_path)}
+        for name, device in world.devices.items()
+    }
+    logs: dict[str, str] = {}
+    for path in sorted([*base.glob("logs/*"), *base.glob("devices/*/logs/*")]):
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        shown = (
+            text
+            if len(text) <= LOG_LIMIT
+            else f"... ({len(text) - LOG_LIMIT} characters cut)\n" + text[-LOG_LIMIT:]
+        )
+        logs[str(path.relative_to(base))] = shown
+    evidence["logs"] = logs
+
+
+EVIDENCE_DIR = "evidence"
+
+
+def write_evidence(result: ScenarioResult, base: Path) -> None:
+    """The evidence as files in the scenario's directory (kept when it fails, or with --keep)."""
+    if not base.is_dir():
+        return
+    folder = base / EVIDENCE_DIR
+    try:
+        folder.mkdir(exist_ok=True)
+        for name in (
+            "journal",
+            "received",
+            "results",
+            "commands",
+            "requests",
+            "observe",
+            "sync_state",
+            "devices",
+        ):
+            if name in result.evidence:
+                (folder / f"{name}.json").write_text(
+                    json.dumps(result.evidence[name], indent=2, default=str) + "\n", encoding="utf-8"
+                )
+        steps = [
+            {
+                "index": r.index,
+                "device": r.device,
+                "step": r.text,
+                "line": r.line,
+                "status": r.status,
+                "seconds": round(r.seconds, 3),
+                "error": r.error,
+            }
+            for r in result.steps
+        ]
+        (folder / "steps.json").write_text(json.dumps(steps, indent=2) + "\n", encoding="utf-8")
+        (folder / "stderr.txt").write_text(result.stderr + "\n", encoding="utf-8")
+    except OSError as error:
+        result.evidence["write_error"] = f"{folder}: {error.strerror}"
+
+
+def _observe(
+    result: ScenarioResult, world: World, acked_before: frozenset[int], marks: dict[str, StepMarks]
+) -> None:
     received = world.cloud.client.received()
     result.lanes = compute_lanes(read_local_mutations(world.db_path), received, acked_before)
     result.sync_state_targets = read_sync_state_targets(world.db_path)
+    result.sync_state = read_sync_state_rows(world.db_path)
     journal = world.cloud.client.journal()
     result.journal_excerpt = [_entry(entry) for entry in journal.entries[-40:]]
+    result.evidence["journal"] = [entry_json(e) for e in journal.entries]
+    result.evidence["received"] = [_received_json(m) for m in received]
     world.collect_logs()
+    db_path = world.db_path
     observed = Observed(
         version=result.version,
         lanes=result.lanes,
@@ -223,6 +322,11 @@ def _observe(result: ScenarioResult, world: World, acked_before: frozenset[int])
         stderr=world.output.text(),
         received=received,
         journal=journal.entries,
+        output=list(world.output.entries),
+        marks=marks,
+        sync_state=result.sync_state,
+        snapshots=world.evidence.snapshots,
+        count_local=lambda check: count_local_rows(db_path, check),
     )
     for at in result.scenario.expectations:
         expectation = at.expectation
@@ -251,7 +355,38 @@ def _observe(result: ScenarioResult, world: World, acked_before: frozenset[int])
 
 def _entry(entry: Any) -> dict[str, Any]:
     fields = ("id", "transport", "method", "path", "status", "project", "entity", "entity_key", "op")
-    return {name: getattr(entry, name, None) for name in fields}
+    shown = {name: getattr(entry, name, None) for name in fields}
+    shown["project"] = plain(shown["project"])  # "" is the one spelling of the empty project
+    return shown
+
+
+def entry_json(entry: Any) -> dict[str, Any]:
+    """A journal entry for the evidence: every field, the empty project spelled ""."""
+    fields = (
+        "id",
+        "time",
+        "request_id",
+        "transport",
+        "method",
+        "path",
+        "status",
+        "project",
+        "entity",
+        "entity_key",
+        "op",
+        "payload_digest",
+    )
+    shown = {name: getattr(entry, name, None) for name in fields}
+    shown["transport"] = plain(shown["transport"])
+    shown["project"] = plain(shown["project"])
+    return shown
+
+
+def _received_json(mutation: Any) -> dict[str, Any]:
+    fields = ("seq", "transport", "project", "entity", "entity_key", "op", "payload_digest", "payload")
+    shown = {name: getattr(mutation, name, None) for name in fields}
+    shown["transport"] = plain(shown["transport"])
+    return shown
 
 
 def judge(result: ScenarioResult, mode: ExpectMode) -> str:
@@ -271,6 +406,7 @@ def run_many(
     expect: ExpectMode = "all",
     progress: Callable[[Scenario, StepRecord], None] | None = None,
     done: Callable[[ScenarioResult], None] | None = None,
+    keep: bool = False,
 ) -> list[ScenarioResult]:
     """Scenarios side by side: they mostly wait on engram's worker, so threads overlap those waits."""
 
@@ -282,6 +418,7 @@ def run_many(
             db_copy_source=db_copy_source,
             expect=expect,
             progress=progress,
+            keep=keep,
         )
         if done is not None:
             done(outcome)

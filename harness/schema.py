@@ -91,9 +91,21 @@ class WorkspaceSpec(Strict):
 Via = Literal["mcp", "cli", "http"]
 
 
+Label = Annotated[str, Field(pattern=_NAME)]
+MatchValue = str | int | float | bool | None
+"""A value to match a journal or received field against: compared as text, so `status: 503` and
+`status: "503"` are the same; null and "" both mean the empty project (the one spelling is "")."""
+
+OMIT = "omit"
+
+
 class StepBase(Strict):
     expect_error: str | None = Field(
         None, description="The step must fail, and its error must contain this text."
+    )
+    label: Label | None = Field(
+        None,
+        description="Name this step, so a journal or stderr check can be scoped to `since:`/`until:` it.",
     )
     if_unsupported: Literal["fail", "skip"] = Field(
         "fail", description="What to do when this engram version has no interface for the step."
@@ -106,6 +118,12 @@ class SessionStep(StepBase):
     id: str
     project: str | None = Field(None, description="Designated project; omitted: derived from the cwd (mcp).")
     in_: str | None = Field(None, alias="in", description="Workspace the session runs in.")
+    directory: str | None = Field(
+        None,
+        description="What the client sends as directory: omitted: the workspace's path (HOME without in:); "
+        "`omit`: no directory key at all (as some clients do, upstream #1224); any other text is sent as "
+        "is, with {workspace:NAME} replaced by that workspace's path.",
+    )
     via: Literal["http", "mcp"] = "http"
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -210,19 +228,29 @@ class CloudStep(StepBase):
     resume: str | None = None
     faults: list[Fault] | None = None
     clear_faults: bool = False
+    seed: list[SeedMutation] | None = Field(
+        None, description="Another device's mutations, pushed through the cloud's own sync route."
+    )
 
     @model_validator(mode="after")
     def _something(self) -> CloudStep:
         if not any(
-            (self.allowlist is not None, self.pause, self.resume, self.faults is not None, self.clear_faults)
+            (
+                self.allowlist is not None,
+                self.pause,
+                self.resume,
+                self.faults is not None,
+                self.clear_faults,
+                self.seed,
+            )
         ):
-            raise ValueError("cloud needs one of allowlist, pause, resume, faults, clear_faults")
+            raise ValueError("cloud needs one of allowlist, pause, resume, faults, clear_faults, seed")
         return self
 
 
 class UntilReceived(Strict):
     received: int = Field(ge=0, description="Wait until the cloud has stored this many mutations ...")
-    match: dict[str, str] = Field(default_factory=dict, description="... matching these fields.")
+    match: dict[str, MatchValue] = Field(default_factory=dict, description="... matching these fields.")
 
 
 class SyncStep(StepBase, Shorthand):
@@ -304,6 +332,46 @@ class LegacyRowsStep(StepBase):
     rows: list[LegacyRow] = Field(min_length=1)
 
 
+class SeedMutation(Strict):
+    """One mutation another device pushed: sent to the cloud's own POST /sync/mutations/push."""
+
+    project: str = Field(min_length=1)
+    entity: Literal["session", "observation", "prompt", "relation"]
+    entity_key: str = Field(min_length=1)
+    op: Literal["upsert", "delete"] = "upsert"
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+
+class ObserveStep(StepBase, Shorthand):
+    """Snapshot sync_state (and the worker's /sync/status) now, for `sync_state: {at: ...}` checks."""
+
+    shorthand: ClassVar[str] = "as"
+    as_: Label = Field(alias="as")
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class HttpStep(StepBase):
+    """A raw request to `engram serve`, as any local client could send it."""
+
+    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = "POST"
+    path: str = Field(pattern=r"^/", description="e.g. /sessions; must start with /.")
+    body: Any = Field(
+        None, description="JSON body (omitted: none); {workspace:NAME} is replaced by its path."
+    )
+    status: int | None = Field(None, ge=100, le=599, description="Required status; omitted: any 2xx.")
+    as_: str | None = Field(
+        None, alias="as", description="Keep status and body (evidence, `command` checks)."
+    )
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class DeviceStep(Strict):
+    """Steps played on another engram device: its own data dir and HOME, the same cloud."""
+
+    name: Label
+    steps: list[dict[str, Any]] = Field(min_length=1, description="Steps, played on that device.")
+
+
 class RepeatStep(Strict):
     times: int = Field(ge=1, le=100_000)
     steps: list[dict[str, Any]] = Field(min_length=1, description="Steps; '{i}' in a string is the index.")
@@ -329,16 +397,28 @@ STEP_MODELS: dict[str, type[BaseModel]] = {
     "run": RunStep,
     "time_travel": TimeTravelStep,
     "legacy_rows": LegacyRowsStep,
+    "observe": ObserveStep,
+    "http": HttpStep,
+    "device": DeviceStep,
     "repeat": RepeatStep,
 }
+NESTING_STEPS = ("repeat", "device")
 
 
 # ─── Expectations ────────────────────────────────────────────────────────────
 
 
+def _empty_project(value: Any) -> Any:
+    return "" if value is None else value
+
+
 class LaneRow(Strict):
     lane: str = Field(description="sync_mutations.target_key, e.g. cloud or cloud:my-app.")
-    project: str = Field(description="sync_mutations.project ('' for none).")
+    project: str = Field(
+        description='sync_mutations.project ("" for the empty project; null means the same).'
+    )
+
+    _project = field_validator("project", mode="before")(_empty_project)
     enqueued: int | None = None
     acked: int | None = None
     delivered: int | None = None
@@ -394,9 +474,20 @@ class DoctorCheck(Strict):
     checks_exclude: list[str] = Field(default_factory=list, description="Check ids that must report none.")
 
 
+Process = Literal["serve", "mcp", "cli"]
+
+
 class TextCheck(Strict):
     contains: list[str] = Field(default_factory=list)
     not_contains: list[str] = Field(default_factory=list)
+    process: Process | None = Field(
+        None,
+        description="Only what this process printed: serve (engram serve), mcp, cli (every other command).",
+    )
+    since: Label | None = Field(
+        None, description="Only output from the start of the step with this label on."
+    )
+    until: Label | None = Field(None, description="Only output up to the end of the step with this label.")
 
 
 class CommandCheck(Strict):
@@ -404,22 +495,127 @@ class CommandCheck(Strict):
     exit: int | None = None
     exit_not: int | None = Field(None, description="The exit code must differ from this.")
     stdout_contains: list[str] = Field(default_factory=list)
+    stdout_not_contains: list[str] = Field(default_factory=list)
     stderr_contains: list[str] = Field(default_factory=list)
     stderr_not_contains: list[str] = Field(default_factory=list)
+
+
+JOURNAL_FIELDS = (
+    "transport",
+    "method",
+    "path",
+    "status",
+    "project",
+    "entity",
+    "entity_key",
+    "op",
+    "request_id",
+)
+RECEIVED_FIELDS = ("transport", "project", "entity", "entity_key", "op", "payload_digest", "seq")
+
+
+def _known_fields(allowed: tuple[str, ...]) -> Any:
+    def check(value: dict[str, Any]) -> dict[str, Any]:
+        unknown = [key for key in value if key not in allowed]
+        if unknown:
+            raise ValueError(f"unknown field {unknown[0]!r} to match; allowed: {', '.join(allowed)}")
+        return value
+
+    return check
 
 
 class JournalCheck(Strict):
     count: int | None = Field(None, ge=0, description="Exactly this many journal entries match.")
     at_least: int | None = Field(None, ge=0)
-    match: dict[str, str] = Field(
+    at_most: int | None = Field(None, ge=0)
+    match: dict[str, MatchValue] = Field(
         default_factory=dict,
         description="Journal fields: transport, method, path, status, project, entity, ...",
     )
+    since: Label | None = Field(
+        None, description="Only entries from the start of the step with this label on."
+    )
+    until: Label | None = Field(None, description="Only entries up to the end of the step with this label.")
+
+    _fields = field_validator("match")(_known_fields(JOURNAL_FIELDS))
 
 
 class ReceivedCheck(Strict):
     count: int = Field(ge=0)
-    match: dict[str, str] = Field(default_factory=dict)
+    match: dict[str, MatchValue] = Field(default_factory=dict)
+
+    _fields = field_validator("match")(_known_fields(RECEIVED_FIELDS))
+
+
+class CountRange(Strict):
+    at_least: int | None = Field(None, ge=0)
+    at_most: int | None = Field(None, ge=0)
+
+
+Count = int | CountRange
+
+SYNC_STATE_FIELDS = (
+    "lifecycle",
+    "reason_code",
+    "last_error_contains",
+    "consecutive_failures",
+    "last_enqueued_seq",
+    "last_acked_seq",
+    "last_pulled_seq",
+)
+
+
+class SyncStateCheck(Strict):
+    """One sync_state row (a target), at the end or at an `observe` point."""
+
+    target: str = Field("cloud", description="sync_state.target_key: cloud, cloud:my-app, ...")
+    at: Label | None = Field(None, description="The `as` of an observe step; omitted: after the last step.")
+    absent: bool = Field(False, description="The target has no sync_state row.")
+    lifecycle: str | None = None
+    reason_code: str | None = Field(None, description='"" when the column is NULL or empty.')
+    last_error_contains: str | None = Field(None, description='"" matches any; use last_error_empty.')
+    last_error_empty: bool | None = None
+    consecutive_failures: Count | None = None
+    last_enqueued_seq: Count | None = None
+    last_acked_seq: Count | None = None
+    last_pulled_seq: Count | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> SyncStateCheck:
+        chosen = [
+            name for name in (*SYNC_STATE_FIELDS, "last_error_empty") if getattr(self, name) is not None
+        ]
+        if self.absent and chosen:
+            raise ValueError(f"absent: true cannot be combined with {', '.join(chosen)}")
+        if not self.absent and not chosen:
+            raise ValueError(
+                f"sync_state needs absent: true or one of {', '.join((*SYNC_STATE_FIELDS, 'last_error_empty'))}"
+            )
+        return self
+
+
+class LocalCheck(Strict):
+    """Rows in this device's engram database (read-only), matched by title, key or project."""
+
+    entity: Literal["observation", "session", "prompt", "relation"] = "observation"
+    title: str | None = Field(None, description="observation only: its title.")
+    key: str | None = Field(None, description="observation/prompt/relation: sync_id; session: its id.")
+    project: str | None = Field(
+        None, description='The project column ("" for none); relation: its source observation\'s project.'
+    )
+    content_contains: str | None = Field(None, description="observation/prompt only.")
+    present: bool = Field(True, description="false: no row may match.")
+    count: int | None = Field(None, ge=0, description="Exactly this many rows match.")
+
+    @model_validator(mode="after")
+    def _fits(self) -> LocalCheck:
+        if self.title is not None and self.entity != "observation":
+            raise ValueError(f"title is only for entity observation (got entity {self.entity})")
+        if self.content_contains is not None and self.entity not in ("observation", "prompt"):
+            raise ValueError(f"content_contains is only for observation and prompt (got {self.entity})")
+        if not self.present and self.count not in (None, 0):
+            raise ValueError("present: false means count 0; give one of them")
+        return self
 
 
 _VERSION_RANGE = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*v?\d+\.\d+\.\d+(-[0-9A-Za-z.]+)?\s*$")
@@ -434,6 +630,8 @@ CHECK_KEYS = (
     "command",
     "received",
     "journal",
+    "sync_state",
+    "local",
 )
 
 
@@ -453,6 +651,8 @@ class Expectation(Strict):
     command: CommandCheck | None = None
     received: ReceivedCheck | None = None
     journal: JournalCheck | None = None
+    sync_state: SyncStateCheck | None = None
+    local: LocalCheck | None = None
 
     @field_validator("engram")
     @classmethod

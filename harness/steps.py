@@ -9,7 +9,11 @@ What each step really does (v1.20.0, read in cmd/engram, internal/mcp, internal/
   under session 'manual-save' (no cwd detection); with it, session 'manual-save-P'.
 - save via http: POST /observations to `engram serve` (session required; project defaults to the session's).
 - session: POST /sessions {id, project, directory} (http, project required) or mcp mem_session_start
-  (project derived from the cwd). prompt: POST /prompts or mcp mem_save_prompt.
+  (project derived from the cwd); directory is the workspace's path unless the step says otherwise
+  (`omit` leaves the key out). prompt: POST /prompts or mcp mem_save_prompt.
+- http: any request to `engram serve`, as written. observe: a snapshot of sync_state (read-only).
+- cloud seed: another device's mutations, POSTed to the cloud's own /sync/mutations/push with its token.
+- device: steps played on a second engram device (its own data dir and HOME, the same cloud).
 - enroll: `engram cloud enroll P`. unenroll / alias: only when `engram cloud` lists the subcommand;
   otherwise the step fails as unsupported (v1.20 has neither).
 - relate: POST /conflicts/compare (a judged relation between two saved observations).
@@ -35,6 +39,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+import httpx
 import yaml
 from pydantic import BaseModel
 
@@ -42,6 +47,7 @@ from harness import schema as s
 from harness.engram_env import meaningful_stderr
 from harness.errors import StepFailed, StepUnsupported
 from harness.loader import Step
+from harness.localdata import read_sync_state_rows
 from harness.polling import eventually
 from harness.world import SavedObservation, World
 
@@ -58,6 +64,17 @@ class StepRecord:
     status: str  # ok | failed | skipped
     seconds: float
     error: str = ""
+    device: str = ""
+
+
+@dataclass(frozen=True)
+class StepMarks:
+    """Where a labelled step started and ended, in the cloud journal (entry ids) and the output log."""
+
+    journal_before: int
+    journal_after: int
+    output_before: int
+    output_after: int
 
 
 # ─── helpers ─────────────────────────────────────────────────────────────────
@@ -126,16 +143,25 @@ def _http(world: World, method: str, path: str, body: dict[str, Any] | None = No
 # ─── step implementations ────────────────────────────────────────────────────
 
 
+def _directory(world: World, step: s.SessionStep, cwd: Path) -> dict[str, Any]:
+    if step.directory is None:
+        return {"directory": str(cwd)}
+    if step.directory == s.OMIT:
+        return {}
+    return {"directory": with_workspace_paths(step.directory, world.workspaces)}
+
+
 def do_session(world: World, step: s.SessionStep) -> None:
     cwd = _cwd(world, step.in_)
+    directory = _directory(world, step, cwd)
     if step.via == "mcp":
         if step.project is not None:
             raise StepFailed(
                 "session via mcp derives the project from the cwd; drop project or use via: http"
             )
-        world.mcp(cwd).call_tool("mem_session_start", {"id": step.id, "directory": str(cwd)})
+        world.mcp(cwd).call_tool("mem_session_start", {"id": step.id, **directory})
         return
-    _http(world, "POST", "/sessions", {"id": step.id, "project": step.project or "", "directory": str(cwd)})
+    _http(world, "POST", "/sessions", {"id": step.id, "project": step.project or "", **directory})
 
 
 def do_end_session(world: World, step: s.EndSessionStep) -> None:
@@ -283,6 +309,40 @@ def do_cloud(world: World, step: s.CloudStep) -> None:
         client.clear_faults()
     if step.faults is not None:
         client.add_faults([_fault(fault) for fault in step.faults])
+    if step.seed:
+        _seed(world, step.seed)
+
+
+def _seed(world: World, mutations: list[s.SeedMutation]) -> None:
+    """Push another device's mutations through the cloud's own sync route, as that device would."""
+    entries = [mutation.model_dump() for mutation in mutations]
+    headers = {"Authorization": f"Bearer {world.cloud.token}"} if world.cloud.token else {}
+    try:
+        response = httpx.post(
+            f"{world.cloud.base_url}/sync/mutations/push",
+            json={"entries": entries},
+            headers=headers,
+            timeout=30,
+            verify=False,
+            trust_env=False,
+        )
+    except httpx.HTTPError as error:
+        raise StepFailed(f"seeding the cloud: POST /sync/mutations/push failed: {error}") from None
+    world.evidence.request(
+        {
+            "device": "seed",
+            "method": "POST",
+            "path": f"{world.cloud.base_url}/sync/mutations/push",
+            "body": {"entries": entries},
+            "status": response.status_code,
+            "answer": response.text,
+        }
+    )
+    if response.status_code != 200:
+        raise StepFailed(
+            f"seeding the cloud: POST /sync/mutations/push answered {response.status_code}: "
+            f"{response.text.strip()[:300]}"
+        )
 
 
 def _fault(fault: s.Fault) -> dict[str, Any]:
@@ -368,16 +428,29 @@ def do_sync(world: World, step: s.SyncStep) -> None:
 
 
 def plain(value: Any) -> str:
-    return str(value.value if isinstance(value, Enum) else value)
+    """A field as text for matching: an enum's value, booleans as JSON spells them, null as "" (the one
+    spelling of the empty project)."""
+    if isinstance(value, Enum):
+        value = value.value
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
-def _matches(item: Any, match: dict[str, str]) -> bool:
-    return all(plain(getattr(item, key, None)) == value for key, value in match.items())
+def matches(item: Any, match: Mapping[str, s.MatchValue]) -> bool:
+    return all(plain(getattr(item, key, None)) == plain(value) for key, value in match.items())
+
+
+_matches = matches
 
 
 def _journal_mark(world: World) -> int:
-    entries = world.cloud.client.journal().entries
-    return max((entry.id for entry in entries), default=0)
+    """The id of the cloud's latest journal entry (reads only entries newer than the last mark)."""
+    entries = world.cloud.client.journal(since_id=world.journal_seen).entries
+    world.journal_seen = max((entry.id for entry in entries), default=world.journal_seen)
+    return world.journal_seen
 
 
 def do_daemon(world: World, step: s.DaemonStep) -> None:
@@ -396,10 +469,14 @@ def _kit_command(name: str) -> str:
 
 
 def _json_command(world: World, command: list[str], what: str) -> tuple[int, Any]:
+    started = time.monotonic()
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     except (OSError, subprocess.TimeoutExpired) as error:
         raise StepFailed(f"{what} could not run: {error}") from None
+    world.record_command(
+        [Path(command[0]).name, *command[1:]], Path.cwd(), result, time.monotonic() - started
+    )
     try:
         return result.returncode, json.loads(result.stdout)
     except json.JSONDecodeError:
@@ -464,6 +541,32 @@ def do_doctor(world: World, step: s.DoctorStep) -> None:
         world.results[step.as_] = json.loads(result.stdout)
     except json.JSONDecodeError:
         raise StepFailed(f"engram doctor --json exited {result.returncode} without JSON") from None
+
+
+def do_http(world: World, step: s.HttpStep) -> None:
+    daemon = world.ensure_daemon()
+    body = with_workspace_paths(step.body, world.workspaces)
+    status, answer = daemon.request(step.method, step.path, body)
+    if step.as_:
+        world.results[step.as_] = {"status": status, "body": answer}
+    wanted = f"{step.status}" if step.status is not None else "a 2xx"
+    if (step.status is None and not 200 <= status < 300) or (
+        step.status is not None and status != step.status
+    ):
+        shown = json.dumps(answer, default=str)[:300]
+        raise StepFailed(
+            f"engram serve {step.method} {step.path} answered {status}, expected {wanted}: {shown}"
+        )
+
+
+def do_observe(world: World, step: s.ObserveStep) -> None:
+    status = world.daemon.sync_status() if world.daemon is not None and world.daemon.running else {}
+    world.evidence.snapshots[step.as_] = {
+        "device": world.device,
+        "sync_state": read_sync_state_rows(world.db_path),
+        "sync_status": status,
+        "journal_id": _journal_mark(world),
+    }
 
 
 def do_run(world: World, step: s.RunStep) -> None:
@@ -548,8 +651,10 @@ HANDLERS: dict[str, Callable[[World, Any], None]] = {
     "run": do_run,
     "time_travel": do_time_travel,
     "legacy_rows": do_legacy_rows,
+    "http": do_http,
+    "observe": do_observe,
 }
-assert set(HANDLERS) | {"repeat"} == set(s.STEP_MODELS)
+assert set(HANDLERS) | set(s.NESTING_STEPS) == set(s.STEP_MODELS)
 
 
 # ─── running a list of steps ─────────────────────────────────────────────────
@@ -579,10 +684,45 @@ class StepRunner:
         self.records: list[StepRecord] = []
         self.progress = progress
         self.deadline = deadline
+        self.marks: dict[str, StepMarks] = {}
+
+    def _begin(self, label: str | None) -> tuple[int, int] | None:
+        if label is None:
+            return None
+        self.world.collect_logs()
+        return _journal_mark(self.world), self.world.output.mark()
+
+    def _end(self, label: str | None, begun: tuple[int, int] | None) -> None:
+        if label is None or begun is None:
+            return
+        self.world.collect_logs()
+        self.marks[label] = StepMarks(begun[0], _journal_mark(self.world), begun[1], self.world.output.mark())
 
     def run(self, steps: tuple[Step, ...], prefix: str = "") -> bool:
         for number, step in enumerate(steps, start=1):
             index = f"{prefix}{number}"
+            if step.name == "device":
+                assert isinstance(step.body, s.DeviceStep)
+                started = time.monotonic()
+                try:
+                    device = self.world.other_device(step.body.name)
+                except StepFailed as failure:
+                    self._record(
+                        StepRecord(index, step.name, step.line, step.describe(), "failed", 0.0, str(failure))
+                    )
+                    return False
+                nested = StepRunner(device, self.progress, deadline=self.deadline)
+                nested.marks = self.marks
+                if not nested.run(step.children, prefix=f"{index}."):
+                    self.records.extend(nested.records)
+                    return False
+                self.records.extend(nested.records)
+                self._record(
+                    StepRecord(
+                        index, step.name, step.line, step.describe(), "ok", time.monotonic() - started
+                    ),
+                )
+                continue
             if step.name == "repeat":
                 assert isinstance(step.body, s.RepeatStep)
                 started = time.monotonic()
@@ -599,6 +739,7 @@ class StepRunner:
                         for child in step.children
                     )
                     quiet = StepRunner(self.world, deadline=self.deadline)
+                    quiet.marks = self.marks
                     if not quiet.run(expanded, prefix=f"{index}.{repetition}."):
                         self.records.extend(quiet.records[-1:])
                         return False
@@ -617,9 +758,12 @@ class StepRunner:
             self._record(StepRecord(index, step.name, step.line, step.describe(), "failed", 0.0, error))
             return False
         expect_error = getattr(body, "expect_error", None)
+        label = getattr(body, "label", None) or (body.as_ if isinstance(body, s.ObserveStep) else None)
         started = time.monotonic()
         status, error = "ok", ""
+        begun: tuple[int, int] | None = None
         try:
+            begun = self._begin(label)
             HANDLERS[step.name](self.world, body)
             if expect_error is not None:
                 status, error = "failed", f"expected an error containing {expect_error!r}, the step succeeded"
@@ -635,9 +779,21 @@ class StepRunner:
                 status, error = "failed", str(failure)
         except Exception as failure:  # the cloud client, sqlite or http: reported in one line, never a trace
             status, error = "failed", f"{type(failure).__name__}: {failure}"
+        try:
+            self._end(label, begun)
+        except Exception as failure:  # the same one-line report as the step
+            if status != "failed":
+                status, error = "failed", f"marking step {label!r}: {type(failure).__name__}: {failure}"
         self._record(
             StepRecord(
-                index, step.name, step.line, step.describe(), status, time.monotonic() - started, error
+                index,
+                step.name,
+                step.line,
+                step.describe(),
+                status,
+                time.monotonic() - started,
+                error,
+                self.world.device,
             )
         )
         return status != "failed"

@@ -27,26 +27,88 @@ from harness.errors import HarnessError, StepFailed
 from harness.polling import free_port
 
 CloudMode = Literal["process", "docker", "inprocess"]
+Process = Literal["serve", "mcp", "cli"]
+
+
+@dataclass(frozen=True)
+class OutputEntry:
+    process: Process
+    source: str
+    text: str
 
 
 @dataclass
 class OutputLog:
-    """Everything engram printed on stderr, by source, for stderr checks and failure reports."""
+    """Everything engram printed on stderr, by process and source, in the order it was read.
 
-    entries: list[tuple[str, str]] = field(default_factory=list)
+    Long-running processes (serve, mcp) are read from their log files at each labelled step's start and
+    end and when the scenario ends, so a window `since: L` holds what was read from L's start on.
+    """
+
+    entries: list[OutputEntry] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def add(self, source: str, text: str) -> None:
+    def add(self, source: str, text: str, process: Process = "cli") -> None:
         text = meaningful_stderr(text)
         if text:
             with self.lock:
-                self.entries.append((source, text))
+                self.entries.append(OutputEntry(process, source, text))
 
-    def text(self) -> str:
+    def mark(self) -> int:
         with self.lock:
-            return "\n".join(
-                f"[{source}] {line}" for source, text in self.entries for line in text.splitlines()
-            )
+            return len(self.entries)
+
+    def text(self, *, process: Process | None = None, start: int = 0, end: int | None = None) -> str:
+        with self.lock:
+            chosen = self.entries[start:end]
+        return "\n".join(
+            f"[{entry.source}] {line}"
+            for entry in chosen
+            if process is None or entry.process == process
+            for line in entry.text.splitlines()
+        )
+
+
+@dataclass(frozen=True)
+class CommandRecord:
+    """One command the harness ran (engram or a checker), with everything it printed."""
+
+    args: list[str]
+    cwd: str
+    exit: int
+    stdout: str
+    stderr: str
+    seconds: float
+    device: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "args": self.args,
+            "cwd": self.cwd,
+            "exit": self.exit,
+            "seconds": round(self.seconds, 3),
+            "stdout": self.stdout,
+            "stderr": self.stderr,
+        }
+
+
+@dataclass
+class Evidence:
+    """What a scenario's world recorded as it ran, shared by every device of the scenario."""
+
+    commands: list[CommandRecord] = field(default_factory=list)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    snapshots: dict[str, dict[str, Any]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def command(self, record: CommandRecord) -> None:
+        with self.lock:
+            self.commands.append(record)
+
+    def request(self, entry: dict[str, Any]) -> None:
+        with self.lock:
+            self.requests.append(entry)
 
 
 # ─── MCP over stdio ──────────────────────────────────────────────────────────
@@ -140,7 +202,14 @@ class McpSession:
 class EngramDaemon:
     """`engram serve` on a free port, optionally with the autosync worker (ENGRAM_CLOUD_AUTOSYNC=1)."""
 
-    def __init__(self, env: EngramEnvironment, extra_env: dict[str, str], log_path: Path) -> None:
+    def __init__(
+        self,
+        env: EngramEnvironment,
+        extra_env: dict[str, str],
+        log_path: Path,
+        evidence: Evidence | None = None,
+    ) -> None:
+        self._evidence = evidence
         self._env = env
         self._extra_env = extra_env
         self.log_path = log_path
@@ -218,6 +287,10 @@ class EngramDaemon:
             data = response.json()
         except ValueError:
             data = response.text
+        if self._evidence is not None and path != "/sync/status":
+            self._evidence.request(
+                {"method": method, "path": path, "body": body, "status": response.status_code, "answer": data}
+            )
         return response.status_code, data
 
     def sync_status(self) -> dict[str, Any]:
@@ -247,6 +320,8 @@ class CloudHandle:
         from fake_cloud.client import FakeCloudClient
 
         self.mode = mode
+        self.token = token
+        self.log_path = log_path
         self._stop: Callable[[], object] = lambda: None
         base_url = self._start(mode, token, allowed_projects, log_path)
         self.base_url = base_url
@@ -312,7 +387,11 @@ class World:
     observations: dict[str, SavedObservation] = field(default_factory=dict)
     results: dict[str, Any] = field(default_factory=dict)
     output: OutputLog = field(default_factory=OutputLog)
+    evidence: Evidence = field(default_factory=Evidence)
+    device: str = ""
     daemon: EngramDaemon | None = None
+    devices: dict[str, World] = field(default_factory=dict)
+    journal_seen: int = 0
     _mcp: dict[Path, McpSession] = field(default_factory=dict)
     _capabilities: dict[str, set[str]] = field(default_factory=dict)
     _collected: dict[str, int] = field(default_factory=dict)
@@ -327,15 +406,32 @@ class World:
         path.mkdir(exist_ok=True)
         return path
 
+    @property
+    def _prefix(self) -> str:
+        return f"{self.device}: " if self.device else ""
+
     def run(
         self, args: list[str], *, cwd: Path | None = None, timeout: float = 120
     ) -> subprocess.CompletedProcess[str]:
+        started = time.monotonic()
         try:
             result = self.env.run(args, cwd=cwd, env=self.engram_env, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise StepFailed(f"engram {' '.join(args)} did not finish within {timeout:.0f}s") from None
-        self.output.add(f"engram {' '.join(args[:3])}", result.stderr)
+        self.record_command(
+            [str(self.env.binary.name), *args], cwd or self.env.home, result, time.monotonic() - started
+        )
+        self.output.add(f"{self._prefix}engram {' '.join(args[:3])}", result.stderr)
         return result
+
+    def record_command(
+        self, args: list[str], cwd: Path, result: subprocess.CompletedProcess[str], seconds: float
+    ) -> None:
+        self.evidence.command(
+            CommandRecord(
+                args, str(cwd), result.returncode, result.stdout, result.stderr, seconds, self.device
+            )
+        )
 
     def mcp(self, cwd: Path) -> McpSession:
         if cwd not in self._mcp:
@@ -344,9 +440,29 @@ class World:
             )
         return self._mcp[cwd]
 
+    def other_device(self, name: str) -> World:
+        """Another engram device of this scenario: its own data dir and HOME, the same cloud and workspaces."""
+        if name not in self.devices:
+            env = EngramEnvironment(binary=self.env.binary, root=self.env.root / "devices" / name).prepare()
+            device = World(
+                env=env,
+                cloud=self.cloud,
+                engram_env=dict(self.engram_env),
+                version=self.version,
+                workspace_root=self.workspace_root,
+                workspaces=self.workspaces,
+                results=self.results,
+                output=self.output,
+                evidence=self.evidence,
+                device=name,
+            )
+            device.run(["stats"])  # creates its database through engram itself
+            self.devices[name] = device
+        return self.devices[name]
+
     def ensure_daemon(self, *, autosync: bool | None = None) -> EngramDaemon:
         if self.daemon is None:
-            self.daemon = EngramDaemon(self.env, self.engram_env, self.logs / "serve.log")
+            self.daemon = EngramDaemon(self.env, self.engram_env, self.logs / "serve.log", self.evidence)
         if not self.daemon.running:
             self.daemon.start(autosync=self.daemon.autosync if autosync is None else autosync)
         return self.daemon
@@ -364,28 +480,37 @@ class World:
 
     def collect_logs(self) -> None:
         """Fold the long-running processes' logs into the output log (what is new since the last call)."""
-        sources = [
-            (f"engram mcp #{index}", self.logs / f"mcp-{index}.log") for index in range(len(self._mcp))
+        sources: list[tuple[Process, str, Path]] = [
+            ("mcp", f"{self._prefix}engram mcp #{index}", self.logs / f"mcp-{index}.log")
+            for index in range(len(self._mcp))
         ]
         if self.daemon is not None:
-            sources.append(("engram serve", self.daemon.log_path))
-        for source, path in sources:
+            sources.append(("serve", f"{self._prefix}engram serve", self.daemon.log_path))
+        for process, source, path in sources:
             try:
                 text = path.read_text(encoding="utf-8", errors="replace")
             except OSError:
                 continue
             seen = self._collected.get(source, 0)
-            self.output.add(source, text[seen:])
+            self.output.add(source, text[seen:], process)
             self._collected[source] = len(text)
+        for device in self.devices.values():
+            device.collect_logs()
 
     def close(self) -> None:
+        for device in self.devices.values():
+            device.close_processes()
+        self.close_processes()
+        self.cloud.close()
+
+    def close_processes(self) -> None:
+        """Stop this device's engram processes (not the shared cloud) and read their last output."""
         for session in self._mcp.values():
             session.close()
         if self.daemon is not None:
             self.daemon.close()
         self.collect_logs()
         self._mcp.clear()
-        self.cloud.close()
 
 
 def engram_version(binary: Path) -> str:

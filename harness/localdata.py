@@ -1,0 +1,85 @@
+"""Read-only looks at one engram database: the sync_state rows, and rows a `local` check asks about."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from harness import schema as s
+from harness.lanes import read_with
+
+SYNC_STATE_COLUMNS = (
+    "target_key",
+    "lifecycle",
+    "last_enqueued_seq",
+    "last_acked_seq",
+    "last_pulled_seq",
+    "consecutive_failures",
+    "backoff_until",
+    "lease_owner",
+    "lease_until",
+    "last_error",
+    "reason_code",
+    "reason_message",
+    "updated_at",
+)
+
+
+def read_sync_state_rows(db_path: Path) -> list[dict[str, Any]]:
+    """Every sync_state row, with the columns this engram version has (others read as null)."""
+
+    def read(connection: sqlite3.Connection) -> list[dict[str, Any]]:
+        have = {row[1] for row in connection.execute("PRAGMA table_info(sync_state)")}
+        columns = [column for column in SYNC_STATE_COLUMNS if column in have]
+        rows = connection.execute(f"SELECT {', '.join(columns)} FROM sync_state ORDER BY target_key")
+        return [
+            {column: dict(zip(columns, row, strict=True)).get(column) for column in SYNC_STATE_COLUMNS}
+            for row in rows
+        ]
+
+    return read_with(db_path, read, [])
+
+
+def _query(check: s.LocalCheck) -> tuple[str, list[Any]]:
+    where: list[str] = []
+    parameters: list[Any] = []
+
+    def equal(column: str, value: str | None) -> None:
+        if value is not None:
+            where.append(f"COALESCE({column}, '') = ?")
+            parameters.append(value)
+
+    if check.entity == "observation":
+        table = "observations o"
+        where.append("o.deleted_at IS NULL")
+        equal("o.title", check.title)
+        equal("o.sync_id", check.key)
+        equal("o.project", check.project)
+        content = "o.content"
+    elif check.entity == "session":
+        table = "sessions o"
+        equal("o.id", check.key)
+        equal("o.project", check.project)
+        content = ""
+    elif check.entity == "prompt":
+        table = "user_prompts o"
+        equal("o.sync_id", check.key)
+        equal("o.project", check.project)
+        content = "o.content"
+    else:
+        table = "memory_relations o LEFT JOIN observations src ON src.sync_id = o.source_id"
+        equal("o.sync_id", check.key)
+        equal("src.project", check.project)
+        content = ""
+    if check.content_contains is not None and content:
+        where.append(f"instr({content}, ?) > 0")
+        parameters.append(check.content_contains)
+    sql = f"SELECT COUNT(*) FROM {table}" + (f" WHERE {' AND '.join(where)}" if where else "")
+    return sql, parameters
+
+
+def count_local_rows(db_path: Path, check: s.LocalCheck) -> int | None:
+    """How many rows match CHECK; None when the database cannot be read."""
+    sql, parameters = _query(check)
+    return read_with(db_path, lambda connection: int(connection.execute(sql, parameters).fetchone()[0]), None)
