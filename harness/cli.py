@@ -10,6 +10,7 @@ from harness.deployment_cli import make_deployment
 from harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
 from harness.errors import HarnessError
 from harness.run_cli import run_command, schema_command
+from harness.validate_cli import validate_command
 
 
 class HarnessGroup(OneLineErrorGroup):
@@ -61,6 +62,7 @@ def engram_path(version: str) -> None:
 cli.add_command(make_deployment)
 cli.add_command(run_command)
 cli.add_command(schema_command)
+cli.add_command(validate_command)
 
 
 def main() -> None:

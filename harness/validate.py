@@ -1,0 +1,829 @@
+"""`engram-harness validate`: rehearse what an engram version does with a real database, on copies.
+
+The original is copied once (the backup API when it is live, like `run --db`) and never written. The
+chosen engram runs against the fake cloud on that copy for up to N worker ticks, and the report says, per
+lane and per project, what was delivered, stranded, refused (with the server's words), lost or
+duplicated; the canary verdict, the inbox and engram's doctor before and after; and the migrations the
+binary applied. The what-if applies a triage plan (claim/drop lines) to a second copy with the canary's
+own commands, runs the worker again and compares.
+
+The report is one JSON-ready dict; harness.validate_report renders it as markdown and HTML.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import shlex
+import shutil
+import sqlite3
+import subprocess
+import tempfile
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from canary.checks import read_target_space, run_check
+from canary.config import CanaryConfig
+from canary.db import discover_schema, open_read_only, read_transaction
+from canary.derive import AliasMap
+from canary.errors import CanaryError
+from canary.inbox import InboxSnapshot, KeySummary, read_inbox, summarize
+from canary.report import headline
+from canary.triage import TRIAGE_LOG_NAME
+from engram_contract import LEGACY_TARGET
+from harness.engram_env import EngramEnvironment, meaningful_stderr
+from harness.errors import HarnessError
+from harness.lanes import LocalMutation, compute_lanes, read_acked_seqs, read_local_mutations
+from harness.runner import copy_database
+from harness.world import CloudHandle, EngramDaemon, engram_version
+
+REPORT_SCHEMA = "engram-harness/validate/v1"
+PUSH_PATH = "/sync/mutations/push"
+# engram v1.20's worker ticks every 30 s and has no trigger; one tick may take a moment past that.
+TICK_SECONDS = 30.0
+TICK_TIMEOUT = TICK_SECONDS + 20.0
+PLAN_OPERATIONS = (("inbox", "claim"), ("inbox", "drop"))
+# The what-if supplies these itself: a plan line must not point the command at another database.
+PLAN_RESERVED_OPTIONS = ("--db", "--apply", "--backup-dir", "--aliases")
+STATUS_RANK = {"ok": 0, "warning": 1, "critical": 2, "unknown": 3}
+
+Progress = Callable[[str], None]
+
+
+class ValidateError(HarnessError):
+    """validate cannot run (bad plan file, unreadable database, engram does not start)."""
+
+
+@dataclass(frozen=True)
+class ValidateOptions:
+    db: Path
+    binary: Path
+    ticks: int = 10
+    plan: Path | None = None
+    what_if: bool = True
+    allowed_projects: tuple[str, ...] = ("*",)
+    aliases: Path | None = None
+    work_dir: Path | None = None
+    keep: bool = False
+    tick_timeout: float = TICK_TIMEOUT
+
+
+# ─── the plan ────────────────────────────────────────────────────────────────
+
+
+@dataclass(frozen=True)
+class PlanStep:
+    line: int
+    args: tuple[str, ...]
+
+    @property
+    def text(self) -> str:
+        return shlex.join(["engram-canary", *self.args])
+
+
+def parse_plan(text: str, source: str = "plan") -> list[PlanStep]:
+    """`engram-canary inbox claim|drop ...` lines (the `engram-canary` word optional); # comments."""
+    steps = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            words = shlex.split(line, comments=True)
+        except ValueError as error:
+            raise ValidateError(f"{source}:{number}: cannot parse ({error})") from None
+        if words and words[0] == "engram-canary":
+            words = words[1:]
+        if tuple(words[:2]) not in PLAN_OPERATIONS:
+            raise ValidateError(
+                f"{source}:{number}: only `inbox claim` and `inbox drop` lines are allowed, got {line!r}"
+            )
+        reserved = [word for word in words if word.split("=", 1)[0] in PLAN_RESERVED_OPTIONS]
+        if reserved:
+            raise ValidateError(
+                f"{source}:{number}: {reserved[0].split('=', 1)[0]} is set by validate (it works on a copy)"
+            )
+        steps.append(PlanStep(number, tuple(words)))
+    return steps
+
+
+def read_plan(path: Path) -> list[PlanStep]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValidateError(f"--plan {path}: cannot read ({error})") from None
+    return parse_plan(text, path.name)
+
+
+def suggested_plan(summaries: Sequence[KeySummary]) -> list[PlanStep]:
+    """Drop every key's telemetry noise, then claim the memories of every key `inbox list` can claim."""
+    lines: list[str] = []
+    for summary in summaries:
+        if summary.telemetry:
+            lines.append(shlex.join(["inbox", "drop", "--project", summary.key, "--noise"]))
+    for summary in summaries:
+        if summary.count == 0:
+            continue
+        commands = [summary.claim_command] if summary.claim_command else []
+        commands += list(summary.cwd_claim_commands.values())
+        lines += [command for command in commands if command]
+    return parse_plan("\n".join(lines), "suggested plan")
+
+
+# ─── read-only snapshots ─────────────────────────────────────────────────────
+
+
+def _read(db: Path, read: Callable[[sqlite3.Connection], Any]) -> Any:
+    connection = open_read_only(db)
+    try:
+        with read_transaction(connection):
+            return read(connection)
+    finally:
+        connection.close()
+
+
+def schema_snapshot(db: Path) -> dict[str, Any]:
+    def read(connection: sqlite3.Connection) -> dict[str, Any]:
+        objects = {
+            f"{kind} {name}": " ".join(str(sql or "").split())
+            for kind, name, sql in connection.execute(
+                "SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY 1, 2"
+            )
+        }
+        columns = {
+            name: [str(row[1]) for row in connection.execute(f"PRAGMA table_info('{name}')")]
+            for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+        version = int(connection.execute("PRAGMA user_version").fetchone()[0])
+        return {"user_version": version, "objects": objects, "columns": columns}
+
+    result: dict[str, Any] = _read(db, read)
+    return result
+
+
+def schema_diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """What the binary changed in the copy's schema: new, dropped and changed objects, new columns."""
+    old, new = before["objects"], after["objects"]
+    added_columns = {
+        table: [column for column in columns if column not in before["columns"].get(table, [])]
+        for table, columns in after["columns"].items()
+        if table in before["columns"]
+    }
+    return {
+        "user_version": [before["user_version"], after["user_version"]],
+        "added": sorted(name for name in new if name not in old),
+        "dropped": sorted(name for name in old if name not in new),
+        "changed": sorted(name for name in new if name in old and new[name] != old[name]),
+        "added_columns": {table: columns for table, columns in added_columns.items() if columns},
+    }
+
+
+def canary_snapshot(db: Path) -> dict[str, Any]:
+    result = run_check(db, CanaryConfig(), None)
+    return {
+        "status": result.status,
+        "headline": headline(result),
+        "findings": [
+            {
+                "check": finding.check,
+                "severity": finding.severity,
+                "target_key": finding.target_key,
+                "key": finding.key,
+                "size": finding.size,
+                "message": finding.message,
+            }
+            for finding in result.findings
+        ],
+    }
+
+
+def inbox_snapshot(db: Path, aliases: AliasMap) -> tuple[list[dict[str, Any]], list[KeySummary]]:
+    def read(connection: sqlite3.Connection) -> InboxSnapshot:
+        return read_inbox(connection, discover_schema(connection, db), aliases)
+
+    connection = open_read_only(db)
+    try:
+        snapshot = read(connection)
+    finally:
+        connection.close()
+    summaries = summarize(snapshot)
+    listed = [*summaries, *([snapshot.unattributed] if snapshot.unattributed else [])]
+    return [summary.to_json() for summary in listed], summaries
+
+
+def _pending_sql(connection: sqlite3.Connection) -> str:
+    enrolled = "project IN (SELECT project FROM sync_enrolled_projects)"
+    columns = {row[1] for row in connection.execute("PRAGMA table_info(sync_mutations)")}
+    readable = f"(project = '' OR {enrolled})" if "project" in columns else "1"
+    return f"target_key = '{LEGACY_TARGET}' AND acked_at IS NULL AND {readable}"
+
+
+def worker_pending(db: Path) -> int:
+    """Unacked rows engram v1.20's worker reads (the legacy lane, project empty or enrolled)."""
+
+    def read(connection: sqlite3.Connection) -> int:
+        sql = f"SELECT COUNT(*) FROM sync_mutations WHERE {_pending_sql(connection)}"
+        return int(connection.execute(sql).fetchone()[0])
+
+    try:
+        return int(_read(db, read))
+    except (CanaryError, sqlite3.Error):
+        return -1
+
+
+def foreign_targets(db: Path) -> list[dict[str, Any]]:
+    """sync_state targets outside the allowed space, with the seq and time engram last touched them."""
+
+    def read(connection: sqlite3.Connection) -> list[dict[str, Any]]:
+        schema = discover_schema(connection, db)
+        space = read_target_space(connection, schema)
+        rows = []
+        for key in space.foreign_sync_targets():
+            fields = space.sync_state[key].fields
+            rows.append(
+                {
+                    "target_key": key,
+                    "lifecycle": fields.get("lifecycle"),
+                    "last_enqueued_seq": fields.get("last_enqueued_seq"),
+                    "updated_at": fields.get("updated_at"),
+                }
+            )
+        return sorted(rows, key=lambda row: (str(row["updated_at"] or ""), row["target_key"]))
+
+    result: list[dict[str, Any]] = _read(db, read)
+    return result
+
+
+def _sync_state_cloud(db: Path) -> dict[str, Any]:
+    def read(connection: sqlite3.Connection) -> dict[str, Any]:
+        cursor = connection.execute("SELECT * FROM sync_state WHERE target_key = ?", (LEGACY_TARGET,))
+        row = cursor.fetchone()
+        names = [column[0] for column in cursor.description]
+        return dict(zip(names, row, strict=True)) if row else {}
+
+    try:
+        result: dict[str, Any] = _read(db, read)
+    except (CanaryError, sqlite3.Error):
+        return {}
+    return result
+
+
+def doctor(env: EngramEnvironment) -> dict[str, Any]:
+    """`engram doctor --json`: its status, summary and the checks that are not ok."""
+    try:
+        result = env.run(["doctor", "--json"], timeout=120)
+    except (OSError, subprocess.SubprocessError) as error:
+        return {"status": "error", "error": f"engram doctor could not run: {error}"}
+    try:
+        data = json.loads(result.stdout)
+    except json.JSONDecodeError:
+        detail = meaningful_stderr(result.stderr) or result.stdout.strip()
+        return {"status": "error", "error": f"engram doctor exited {result.returncode}: {detail[:300]}"}
+    checks = data.get("checks") or []
+    return {
+        "status": str(data.get("status", "?")),
+        "summary": data.get("summary") or {},
+        "checks": [
+            {
+                "check_id": check.get("check_id"),
+                "result": check.get("result"),
+                "severity": check.get("severity"),
+                "message": check.get("message"),
+                "findings": len(check.get("findings") or []),
+            }
+            for check in checks
+            if isinstance(check, dict)
+        ],
+    }
+
+
+# ─── one rehearsal: the worker on one copy ───────────────────────────────────
+
+
+@dataclass
+class _Tick:
+    last_sync_at: Any
+    failures: Any
+    phase: Any
+    lease: Any
+
+
+def _tick_state(daemon: EngramDaemon, db: Path) -> _Tick:
+    status = daemon.sync_status()
+    lease = _sync_state_cloud(db).get("lease_until")
+    return _Tick(status.get("last_sync_at"), status.get("consecutive_failures"), status.get("phase"), lease)
+
+
+def _tick_done(before: _Tick, now: _Tick) -> bool:
+    if now.last_sync_at != before.last_sync_at or now.failures != before.failures:
+        return True
+    # A cycle with only unenrolled rows pending sends nothing: it shows as a new lease, then degraded.
+    return bool(now.lease != before.lease and now.phase == "degraded")
+
+
+@dataclass
+class Rehearsal:
+    label: str
+    env: EngramEnvironment
+    allowed_projects: tuple[str, ...]
+    ticks: int
+    tick_timeout: float
+    progress: Progress
+    result: dict[str, Any] = field(default_factory=dict)
+
+    def run(self) -> dict[str, Any]:
+        db = self.env.db_path
+        started = time.monotonic()
+        acked_before = read_acked_seqs(db)
+        self.progress(f"{self.label}: engram doctor (before)")
+        doctor_before = doctor(self.env)
+        logs = self.env.root / "logs"
+        logs.mkdir(exist_ok=True)
+        token = secrets.token_hex(16)
+        cloud = CloudHandle("process", token, list(self.allowed_projects), logs / "fake-cloud.log")
+        daemon = EngramDaemon(
+            self.env,
+            {"ENGRAM_CLOUD_SERVER": cloud.base_url, "ENGRAM_CLOUD_TOKEN": token},
+            logs / "serve.log",
+        )
+        ticks: list[dict[str, Any]] = []
+        try:
+            daemon.start(autosync=True)
+            self._play_ticks(daemon, cloud, ticks)
+            daemon.stop()
+            received = cloud.client.received()
+            journal = cloud.client.journal()
+        finally:
+            daemon.close()
+            cloud.close()
+        self.progress(f"{self.label}: engram doctor (after)")
+        doctor_after = doctor(self.env)
+        local = read_local_mutations(db)
+        lanes = compute_lanes(local, received, acked_before)
+        refused = _refused(journal.entries, ticks)
+        self.result = {
+            "ticks": ticks,
+            "lanes": _lane_rows(lanes, local, refused),
+            "refused": refused["by_project"],
+            "unmatched_received": lanes.unmatched_received,
+            "journal_overflow": journal.overflow,
+            "doctor_before": doctor_before,
+            "doctor_after": doctor_after,
+            "worker_pending_after": worker_pending(db),
+            "serve_log": meaningful_stderr(daemon.log_text())[-2000:],
+            "seconds": round(time.monotonic() - started, 2),
+        }
+        return self.result
+
+    def _play_ticks(self, daemon: EngramDaemon, cloud: CloudHandle, ticks: list[dict[str, Any]]) -> None:
+        db = self.env.db_path
+        before = _tick_state(daemon, db)
+        previous_pending = worker_pending(db)
+        journal_mark = 0
+        for number in range(1, self.ticks + 1):
+            mark = time.monotonic()
+            deadline = mark + self.tick_timeout
+            while True:
+                now = _tick_state(daemon, db)
+                if _tick_done(before, now):
+                    break
+                if time.monotonic() > deadline or not daemon.running:
+                    raise ValidateError(
+                        f"{self.label}: engram's worker did not finish tick {number} within "
+                        f"{self.tick_timeout:.0f}s; serve log: {meaningful_stderr(daemon.log_text())[-500:]}"
+                    )
+                time.sleep(0.2)
+            before = now
+            entries = cloud.client.journal(since_id=journal_mark).entries
+            journal_mark = max((entry.id for entry in entries), default=journal_mark)
+            pushes = [entry for entry in entries if entry.path == PUSH_PATH]
+            pending = worker_pending(db)
+            state = _sync_state_cloud(db)
+            ticks.append(
+                {
+                    "tick": number,
+                    "seconds": round(time.monotonic() - mark, 2),
+                    "phase": now.phase,
+                    "consecutive_failures": now.failures,
+                    "pushed": len(pushes),
+                    "accepted": sum(1 for entry in pushes if entry.status == 200),
+                    "refused": sum(1 for entry in pushes if entry.status >= 400),
+                    "refused_projects": sorted({str(e.project) for e in pushes if e.status >= 400}),
+                    "last_error": state.get("last_error") or None,
+                    "worker_pending": pending,
+                }
+            )
+            self.progress(
+                f"{self.label}: tick {number}: {ticks[-1]['accepted']} accepted, "
+                f"{ticks[-1]['refused']} refused, {pending} waiting for the worker"
+            )
+            if pending == 0 or pending == previous_pending:
+                break  # idle: nothing left that this worker reads, or it stopped making progress
+            previous_pending = pending
+
+
+def _refused(entries: Sequence[Any], ticks: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Push entries the cloud answered >= 400: the rows, the attempts and engram's record of the reason."""
+    reasons: dict[str, Counter[str]] = defaultdict(Counter)
+    for tick in ticks:
+        for project in tick["refused_projects"]:
+            if tick["last_error"]:
+                reasons[project][str(tick["last_error"])] += 1
+    keys: set[tuple[str, str, str, str]] = set()
+    by_project: dict[str, dict[str, Any]] = {}
+    for entry in entries:
+        if entry.path != PUSH_PATH or entry.status < 400:
+            continue
+        project = str(entry.project or "")
+        keys.add((str(entry.entity), str(entry.entity_key), str(entry.op), str(entry.payload_digest)))
+        item = by_project.setdefault(
+            project, {"project": project, "statuses": Counter(), "rows": set(), "reasons": []}
+        )
+        item["statuses"][str(entry.status)] += 1
+        item["rows"].add((entry.entity, entry.entity_key, entry.op, entry.payload_digest))
+    listed = []
+    for project, item in sorted(by_project.items()):
+        listed.append(
+            {
+                "project": project,
+                "rows": len(item["rows"]),
+                "attempts": sum(item["statuses"].values()),
+                "statuses": dict(item["statuses"]),
+                "reasons": [reason for reason, _ in reasons[project].most_common()],
+            }
+        )
+    return {"keys": keys, "by_project": listed}
+
+
+def _lane_rows(lanes: Any, local: Sequence[LocalMutation], refused: dict[str, Any]) -> list[dict[str, Any]]:
+    keys = refused["keys"]
+    refused_rows: Counter[tuple[str, str]] = Counter(
+        (mutation.lane, mutation.project) for mutation in local if not mutation.acked and mutation.key in keys
+    )
+    rows = []
+    for row in lanes.rows:
+        refused_here = min(row.stranded, refused_rows[(row.lane, row.project)])
+        rows.append(
+            {
+                "lane": row.lane,
+                "project": row.project,
+                "enqueued": row.enqueued,
+                "acked_before_run": row.acked_before_run,
+                "delivered": row.delivered,
+                "stranded": row.stranded - refused_here,
+                "refused": refused_here,
+                "lost": row.lost,
+                "duplicated": row.duplicated,
+            }
+        )
+    return rows
+
+
+def per_project(lanes: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    totals: dict[str, Counter[str]] = defaultdict(Counter)
+    for row in lanes:
+        for name in COUNT_FIELDS:
+            totals[row["project"]][name] += int(row[name])
+    return [{"project": project, **{n: c[n] for n in COUNT_FIELDS}} for project, c in sorted(totals.items())]
+
+
+COUNT_FIELDS = ("enqueued", "acked_before_run", "delivered", "stranded", "refused", "lost", "duplicated")
+
+
+def totals(lanes: Sequence[dict[str, Any]]) -> dict[str, int]:
+    return {name: sum(int(row[name]) for row in lanes) for name in COUNT_FIELDS}
+
+
+# ─── the what-if ─────────────────────────────────────────────────────────────
+
+
+def apply_plan(db: Path, steps: Sequence[PlanStep], aliases: Path, backup_dir: Path) -> list[dict[str, Any]]:
+    """Each plan line through the canary's own command, --apply, on the what-if copy.
+
+    The canary's click group runs in this process (no interpreter start per line), so a plan line
+    accepts exactly what `engram-canary` accepts, including options added after this was written.
+    """
+    from click.testing import CliRunner
+
+    from canary.cli import cli as canary_cli
+
+    runner = CliRunner()
+    outcomes = []
+    for step in steps:
+        args = [*step.args, "--db", str(db), "--aliases", str(aliases), "--backup-dir", str(backup_dir)]
+        result = runner.invoke(canary_cli, [*args, "--apply"], catch_exceptions=True)
+        if result.exception is not None and not isinstance(result.exception, SystemExit):
+            raise ValidateError(
+                f"plan line {step.line}: {step.text}: {type(result.exception).__name__}: {result.exception}"
+            )
+        output = result.output.strip().splitlines()
+        nothing = result.exit_code != 0 and any("nothing to" in line for line in output)
+        outcomes.append(
+            {
+                "line": step.line,
+                "command": step.text,
+                "exit": result.exit_code,
+                "outcome": "applied" if result.exit_code == 0 else ("empty" if nothing else "refused"),
+                "message": next(
+                    (line for line in output if line.startswith(("applied", "Error", "error"))),
+                    output[0] if output else "",
+                )[:300],
+            }
+        )
+    return outcomes
+
+
+def _triage_log(backup_dir: Path) -> list[dict[str, Any]]:
+    path = backup_dir / TRIAGE_LOG_NAME
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _rows_by_seq(db: Path, seqs: Sequence[int]) -> dict[int, tuple[str, str, str, str]]:
+    """seq -> (project, entity, target_key, occurred_at) for the rows the plan touched."""
+    wanted = set(seqs)
+
+    def read(connection: sqlite3.Connection) -> dict[int, tuple[str, str, str, str]]:
+        found = {}
+        for seq, project, entity, target, occurred in connection.execute(
+            "SELECT seq, project, entity, target_key, occurred_at FROM sync_mutations"
+        ):
+            if int(seq) in wanted:
+                found[int(seq)] = (str(project), str(entity), str(target), str(occurred))
+        return found
+
+    result: dict[int, tuple[str, str, str, str]] = _read(db, read)
+    return result
+
+
+def _max_seq(db: Path) -> int:
+    return int(
+        _read(
+            db,
+            lambda connection: connection.execute(
+                "SELECT ifnull(MAX(seq), 0) FROM sync_mutations"
+            ).fetchone()[0],
+        )
+    )
+
+
+def plan_effect(
+    db: Path, log: Sequence[dict[str, Any]], high_water: tuple[int, int], local_after: Sequence[LocalMutation]
+) -> dict[str, Any]:
+    """Which rows the applied plan discards and which it hands to the worker, per project and entity.
+
+    Discards and claims come from the canary's triage log; the rows handed to the worker are every row
+    the plan appended (seq between the high-water marks before and after it), whatever wrote them.
+    """
+    discarded = [seq for entry in log if entry.get("discarded") for seq in entry.get("acked_seqs", [])]
+    claimed = [seq for entry in log if not entry.get("discarded") for seq in entry.get("acked_seqs", [])]
+    added = [m.seq for m in local_after if high_water[0] < m.seq <= high_water[1]]
+    rows = _rows_by_seq(db, [*discarded, *claimed, *added])
+    acked = {mutation.seq for mutation in local_after if mutation.acked}
+
+    def grouped(seqs: Sequence[int]) -> list[dict[str, Any]]:
+        counts: Counter[tuple[str, str]] = Counter((rows[s][0], rows[s][1]) for s in seqs if s in rows)
+        return [{"project": p, "entity": e, "rows": n} for (p, e), n in sorted(counts.items())]
+
+    delivered = [seq for seq in added if seq in acked]
+    return {
+        "discarded": grouped(discarded),
+        "discarded_rows": len(discarded),
+        "claimed": grouped(claimed),
+        "claimed_rows": len(claimed),
+        "to_deliver": grouped(added),
+        "to_deliver_rows": len(added),
+        "delivered_in_run": len(delivered),
+        "still_waiting": len(added) - len(delivered),
+    }
+
+
+def blocked_proof(current: dict[str, Any], what_if: dict[str, Any], effect: dict[str, Any]) -> dict[str, Any]:
+    """The triage invariant, checked on the two runs: the plan makes no row worse off."""
+    now = {(row["lane"], row["project"]): row for row in current["lanes"]}
+    then = {(row["lane"], row["project"]): row for row in what_if["lanes"]}
+    fewer = [
+        f"{lane} / {project}: {row['delivered']} -> {then.get((lane, project), {}).get('delivered', 0)}"
+        for (lane, project), row in now.items()
+        if then.get((lane, project), {}).get("delivered", 0) < row["delivered"]
+    ]
+    refused_now = sum(int(row["refused"]) for row in now.values())
+    refused_then = sum(int(row["refused"]) for row in then.values())
+    lost = sum(int(row["lost"]) for row in then.values())
+    rank_now = STATUS_RANK.get(current["canary_after"]["status"], 3)
+    rank_then = STATUS_RANK.get(what_if["canary_after"]["status"], 3)
+    checks = [
+        {
+            "check": "no lane delivers less",
+            "ok": not fewer,
+            "detail": "; ".join(fewer) or "every (lane, project) delivers at least as much",
+        },
+        {
+            "check": "no new refusals",
+            "ok": refused_then <= refused_now,
+            "detail": f"refused rows {refused_now} -> {refused_then}",
+        },
+        {"check": "nothing lost", "ok": lost == 0, "detail": f"{lost} row(s) acked but never received"},
+        {
+            "check": "every claimed copy is read by the worker",
+            "ok": effect["still_waiting"] <= max(0, int(what_if["worker_pending_after"])),
+            "detail": (
+                f"{effect['delivered_in_run']} delivered in the run, {effect['still_waiting']} still waiting, "
+                f"{what_if['worker_pending_after']} rows the worker reads are pending"
+            ),
+        },
+        {
+            "check": "canary verdict no worse",
+            "ok": rank_then <= rank_now,
+            "detail": f"{current['canary_after']['status']} -> {what_if['canary_after']['status']}",
+        },
+    ]
+    return {"ok": all(check["ok"] for check in checks), "checks": checks}
+
+
+# ─── the whole validation ────────────────────────────────────────────────────
+
+
+def _stat(path: Path) -> list[tuple[str, int, int]]:
+    found = []
+    for candidate in (path, path.with_name(path.name + "-wal")):
+        with contextlib.suppress(OSError):
+            info = candidate.stat()
+            found.append((candidate.name, info.st_size, info.st_mtime_ns))
+    return found
+
+
+def _aliases_copy(source: Path | None, target: Path) -> tuple[AliasMap, Path]:
+    """The user's alias map, copied: a claim registers its alias, and that must land in the copy."""
+    from canary.aliases import load_aliases
+
+    aliases, resolved = load_aliases(source)
+    if resolved is not None and resolved.exists():
+        shutil.copyfile(resolved, target)
+    else:
+        target.write_text(
+            "# the what-if's own alias map (claims register their aliases here)\n", encoding="utf-8"
+        )
+    return aliases, target
+
+
+def _snapshot_copy(db: Path, aliases: AliasMap) -> dict[str, Any]:
+    inbox, _ = inbox_snapshot(db, aliases)
+    return {
+        "canary": canary_snapshot(db),
+        "inbox": inbox,
+        "foreign_targets": foreign_targets(db),
+        "lane_state": lane_state(db),
+    }
+
+
+def lane_state(db: Path) -> list[dict[str, Any]]:
+    """Rows per lane right now: acked, and waiting (unacked), for the before/after picture."""
+
+    def read(connection: sqlite3.Connection) -> list[dict[str, Any]]:
+        sql = (
+            "SELECT target_key, SUM(acked_at IS NOT NULL), SUM(acked_at IS NULL) "
+            "FROM sync_mutations GROUP BY target_key ORDER BY target_key"
+        )
+        return [
+            {"lane": str(lane), "acked": int(acked), "waiting": int(waiting)}
+            for lane, acked, waiting in connection.execute(sql)
+        ]
+
+    result: list[dict[str, Any]] = _read(db, read)
+    return result
+
+
+def validate(options: ValidateOptions, progress: Progress = lambda _message: None) -> dict[str, Any]:
+    """Rehearse on copies of options.db; returns the JSON-ready report."""
+    started = time.monotonic()
+    if options.ticks < 1:
+        raise ValidateError(f"--ticks {options.ticks}: at least one tick")
+    steps = read_plan(options.plan) if options.plan is not None else None
+    original_stat = _stat(options.db)
+    version = engram_version(options.binary)
+    base = options.work_dir or Path(tempfile.mkdtemp(prefix="engram-validate-"))
+    base.mkdir(parents=True, exist_ok=True)
+    try:
+        current_env = EngramEnvironment(binary=options.binary, root=base / "current").prepare()
+        progress(f"copying {options.db}")
+        copy_database(options.db, current_env.db_path)
+        copied = time.monotonic()
+        aliases, aliases_file = _aliases_copy(options.aliases, base / "aliases.yaml")
+        schema_before = schema_snapshot(current_env.db_path)
+        before = _snapshot_copy(current_env.db_path, aliases)
+        _, summaries = inbox_snapshot(current_env.db_path, aliases)
+        rehearsals = [
+            Rehearsal(
+                "current",
+                current_env,
+                options.allowed_projects,
+                options.ticks,
+                options.tick_timeout,
+                progress,
+            )
+        ]
+        plan_outcomes: list[dict[str, Any]] = []
+        what_if_env: EngramEnvironment | None = None
+        if options.what_if:
+            what_if_env = EngramEnvironment(binary=options.binary, root=base / "what-if").prepare()
+            copy_database(current_env.db_path, what_if_env.db_path)
+            if steps is None:
+                steps = suggested_plan(summaries)
+            progress(f"what-if: applying {len(steps)} plan line(s) to a second copy")
+            before_plan = _max_seq(what_if_env.db_path)
+            plan_outcomes = apply_plan(what_if_env.db_path, steps, aliases_file, base / "what-if-backups")
+            high_water = (before_plan, _max_seq(what_if_env.db_path))
+            rehearsals.append(
+                Rehearsal(
+                    "what-if",
+                    what_if_env,
+                    options.allowed_projects,
+                    options.ticks,
+                    options.tick_timeout,
+                    progress,
+                )
+            )
+            what_if_before = _snapshot_copy(what_if_env.db_path, aliases)
+        with ThreadPoolExecutor(max_workers=len(rehearsals)) as pool:
+            results = list(pool.map(lambda rehearsal: rehearsal.run(), rehearsals))
+        current = results[0]
+        current.update(_after(current_env.db_path, aliases, before))
+        schema_after = schema_snapshot(current_env.db_path)
+        current["migrations"] = schema_diff(schema_before, schema_after)
+        report: dict[str, Any] = {
+            "schema": REPORT_SCHEMA,
+            "generated_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+            "database": {"path": str(options.db), "size_bytes": options.db.stat().st_size},
+            "engram": {"binary": str(options.binary), "version": version},
+            "options": {"ticks": options.ticks, "allowed_projects": list(options.allowed_projects)},
+            "current": current,
+        }
+        if what_if_env is not None:
+            what_if = results[1]
+            what_if.update(_after(what_if_env.db_path, aliases, what_if_before))
+            effect = plan_effect(
+                what_if_env.db_path,
+                _triage_log(base / "what-if-backups"),
+                high_water,
+                read_local_mutations(what_if_env.db_path),
+            )
+            report["what_if"] = {
+                "plan_source": options.plan.name if options.plan else "suggested",
+                "plan": plan_outcomes,
+                "effect": effect,
+                "run": what_if,
+                "proof": blocked_proof(current, what_if, effect),
+            }
+        finish_report(report)
+        unchanged = _stat(options.db) == original_stat
+        report["database"]["original_untouched"] = unchanged
+        report["timings"] = {
+            "copy": round(copied - started, 2),
+            "total": round(time.monotonic() - started, 2),
+        }
+        if not unchanged:
+            raise ValidateError(
+                f"{options.db}: changed while validate ran (engram or another process wrote it)"
+            )
+        return report
+    finally:
+        if options.work_dir is None and not options.keep:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def _after(db: Path, aliases: AliasMap, before: dict[str, Any]) -> dict[str, Any]:
+    after = _snapshot_copy(db, aliases)
+    return {
+        "canary_before": before["canary"],
+        "canary_after": after["canary"],
+        "inbox_before": before["inbox"],
+        "inbox_after": after["inbox"],
+        "foreign_targets_before": before["foreign_targets"],
+        "foreign_targets_after": after["foreign_targets"],
+        "lane_state_before": before["lane_state"],
+        "lane_state_after": after["lane_state"],
+    }
+
+
+def finish_report(report: dict[str, Any]) -> dict[str, Any]:
+    """Per-project and total views derived from the lane rows (kept in the JSON for readers)."""
+    for run in _runs(report):
+        run["projects"] = per_project(run["lanes"])
+        run["totals"] = totals(run["lanes"])
+    return report
+
+
+def _runs(report: dict[str, Any]) -> list[dict[str, Any]]:
+    runs = [report["current"]]
+    if "what_if" in report:
+        runs.append(report["what_if"]["run"])
+    return runs

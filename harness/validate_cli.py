@@ -1,0 +1,117 @@
+"""`engram-harness validate`: a thin click command over harness.validate."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import click
+
+from canary.errors import CanaryError
+from harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
+from harness.errors import HarnessError
+from harness.validate import ValidateOptions, validate
+
+
+def resolve_binary(engram_path: Path | None, version: str | None) -> Path:
+    if engram_path is not None and version:
+        raise click.UsageError("--engram and --engram-version are exclusive; give one")
+    if engram_path is not None:
+        if not os.access(engram_path, os.X_OK) or not engram_path.is_file():
+            raise click.UsageError(f"--engram {engram_path}: not an executable file")
+        return engram_path
+    chosen = version or DEFAULT_VERSION
+    return find_engram(chosen) or install_engram(chosen)
+
+
+@click.command("validate")
+@click.option(
+    "--db",
+    "db",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    required=True,
+    help="The engram.db to rehearse on (copied; the original is never written).",
+)
+@click.option(
+    "--engram", "engram_path", type=click.Path(path_type=Path, dir_okay=False), help="The engram binary."
+)
+@click.option("--engram-version", "version", help="An engram version to install and use (default v1.20.0).")
+@click.option(
+    "--ticks",
+    type=click.IntRange(1, 1000),
+    default=10,
+    show_default=True,
+    help="At most this many 30 s worker ticks; stops earlier when the worker goes idle.",
+)
+@click.option(
+    "--plan",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="Triage lines (engram-canary inbox claim/drop) for the what-if; default: the suggested plan.",
+)
+@click.option("--no-what-if", is_flag=True, help="Skip the what-if run on the second copy.")
+@click.option(
+    "--allowed-projects",
+    default="*",
+    show_default=True,
+    help="The fake cloud's project allowlist, comma-separated (rehearse a server that refuses some).",
+)
+@click.option(
+    "--aliases",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="The canary alias map (read only; the what-if registers claims in a copy).",
+)
+@click.option("--html", "html_path", type=click.Path(path_type=Path, dir_okay=False), help="Write HTML.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False), help="Write JSON.")
+@click.option("--anonymize", is_flag=True, help="Stable hashes for project names, cwds, titles and contents.")
+@click.option("--keep", type=click.Path(path_type=Path, file_okay=False), help="Keep the copies in this dir.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines on stderr.")
+def validate_command(
+    db: Path,
+    engram_path: Path | None,
+    version: str | None,
+    ticks: int,
+    plan: Path | None,
+    no_what_if: bool,
+    allowed_projects: str,
+    aliases: Path | None,
+    html_path: Path | None,
+    json_path: Path | None,
+    anonymize: bool,
+    keep: Path | None,
+    quiet: bool,
+) -> None:
+    """Rehearse an engram version on a copy of DB: lanes, refusals, canary, doctor, migrations, a what-if."""
+    from harness.validate_report import anonymized, render_html, render_markdown
+
+    for option, path in (("--html", html_path), ("--json", json_path)):
+        if path is not None and not path.parent.is_dir():
+            raise click.UsageError(f"{option} {path}: no such directory {path.parent}")
+    allowed = tuple(part.strip() for part in allowed_projects.split(",") if part.strip()) or ("*",)
+    try:
+        binary = resolve_binary(engram_path, version)
+        options = ValidateOptions(
+            db=db,
+            binary=binary,
+            ticks=ticks,
+            plan=plan,
+            what_if=not no_what_if,
+            allowed_projects=allowed,
+            aliases=aliases,
+            work_dir=keep,
+        )
+        report = validate(
+            options, progress=(lambda _m: None) if quiet else (lambda m: click.echo(m, err=True))
+        )
+    except (HarnessError, CanaryError) as error:
+        raise click.ClickException(str(error)) from None
+    if anonymize:
+        report = anonymized(report)
+    try:
+        if json_path is not None:
+            json_path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        if html_path is not None:
+            html_path.write_text(render_html(report), encoding="utf-8")
+    except OSError as error:
+        raise click.ClickException(f"{error.filename}: cannot write the report ({error.strerror})") from None
+    click.echo(render_markdown(report), nl=False)

@@ -1,0 +1,670 @@
+"""Render a validate report (harness.validate) for people: markdown for an issue, one offline HTML file
+with inline SVG plots; and `anonymized`, which hashes every name a report carries.
+
+Everything here reads the JSON-ready report dict only, so the JSON, the markdown and the HTML say the
+same thing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import re
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from engram_contract import LEGACY_TARGET
+
+COUNTS = ("delivered", "stranded", "refused", "lost", "duplicated")
+# Words of engram and the kit, not of the user: never hashed.
+KEPT_NAMES = frozenset({"", "unsorted", "(no project)", "(unknown)", LEGACY_TARGET, "inbox", "local"})
+# Fields whose whole value is a name (hashed exactly); every other string is scanned for known names.
+NAME_FIELDS = frozenset({"project", "key", "resolved_to", "target_key", "projects_refused"})
+NAME_KEYED_FIELDS = frozenset({"cwds", "cwd_claim_commands"})
+LIST_OF_NAMES_FIELDS = frozenset({"refused_projects", "allowed_projects"})
+
+
+# ─── anonymize ───────────────────────────────────────────────────────────────
+
+
+def stable_hash(text: str) -> str:
+    """The same name gives the same hash in every report, so two anonymized reports compare."""
+    return "h" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:10]
+
+
+def _lane_name(lane: str, hashed: Callable[[str], str]) -> str:
+    prefix = LEGACY_TARGET + ":"
+    if lane.startswith(prefix):
+        return prefix + hashed(lane[len(prefix) :])
+    return hashed(lane)
+
+
+def _names(report: Any) -> set[str]:
+    """Every user name the report carries in a structured field."""
+    found: set[str] = set()
+
+    def walk(value: Any, field: str | None) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if field in NAME_KEYED_FIELDS:
+                    found.add(str(key))
+                walk(item, str(key))
+        elif isinstance(value, list):
+            for item in value:
+                walk(item, field)
+        elif isinstance(value, str):
+            if field in NAME_FIELDS or field in LIST_OF_NAMES_FIELDS:
+                found.add(value)
+            elif field == "lane":
+                found.add(value.split(":", 1)[1] if value.startswith(LEGACY_TARGET + ":") else value)
+
+    walk(report, None)
+    return {name for name in found if name not in KEPT_NAMES and name != "*"}
+
+
+def anonymized(report: dict[str, Any]) -> dict[str, Any]:
+    """A copy with project names, inbox keys, cwds, target keys and paths replaced by stable hashes.
+
+    Counts, ages, times and shapes stay. Titles and contents never enter a report; free text (server
+    reasons, canary messages, commands) has every known name replaced inside it.
+    """
+    names = _names(report)
+    pattern = (
+        re.compile(
+            "(?<![A-Za-z0-9_-])("
+            + "|".join(re.escape(name) for name in sorted(names, key=len, reverse=True))
+            + ")(?![A-Za-z0-9_-])"
+        )
+        if names
+        else None
+    )
+
+    def hashed(name: str) -> str:
+        return name if name in KEPT_NAMES or name == "*" else stable_hash(name)
+
+    def text(value: str) -> str:
+        return pattern.sub(lambda match: stable_hash(match.group(1)), value) if pattern else value
+
+    def walk(value: Any, field: str | None) -> Any:
+        if isinstance(value, dict):
+            return {
+                (hashed(str(key)) if field in NAME_KEYED_FIELDS else key): walk(item, str(key))
+                for key, item in value.items()
+            }
+        if isinstance(value, list):
+            return [walk(item, field) for item in value]
+        if not isinstance(value, str):
+            return value
+        if field in NAME_FIELDS or field in LIST_OF_NAMES_FIELDS:
+            return hashed(value)
+        if field == "lane":
+            return _lane_name(value, hashed)
+        return text(value)
+
+    result: dict[str, Any] = walk(report, None)
+    database = result.get("database", {})
+    path = str(report.get("database", {}).get("path", ""))
+    database["path"] = stable_hash(path) + ".db"
+    engram = result.get("engram", {})
+    engram["binary"] = "engram"
+    for run in _runs(result):
+        run["serve_log"] = ""
+    result["anonymized"] = True
+    return result
+
+
+def _runs(report: dict[str, Any]) -> list[dict[str, Any]]:
+    runs = [report["current"]] if "current" in report else []
+    if "what_if" in report:
+        runs.append(report["what_if"]["run"])
+    return runs
+
+
+# ─── shared facts for both renderings ───────────────────────────────────────
+
+
+def _inbox_totals(inbox: Sequence[dict[str, Any]]) -> tuple[int, int, int]:
+    """(keys, memories, telemetry) of an inbox listing."""
+    return len(inbox), sum(int(k["count"]) for k in inbox), sum(int(k["telemetry"]) for k in inbox)
+
+
+def _doctor_line(doctor: dict[str, Any]) -> str:
+    if doctor.get("error"):
+        return f"{doctor.get('status')} ({doctor['error']})"
+    summary = doctor.get("summary") or {}
+    flagged = [c["check_id"] for c in doctor.get("checks", []) if c.get("result") not in ("ok", None)]
+    text = f"{doctor.get('status')} ({summary.get('total', '?')} checks"
+    return text + (f"; not ok: {', '.join(map(str, flagged))})" if flagged else ")")
+
+
+def _migrations_line(migrations: dict[str, Any]) -> str:
+    before, after = migrations["user_version"]
+    parts = [
+        f"{len(migrations[kind])} {kind}" for kind in ("added", "changed", "dropped") if migrations[kind]
+    ]
+    columns = sum(len(columns) for columns in migrations["added_columns"].values())
+    if columns:
+        parts.append(f"{columns} new column(s)")
+    if not parts and before == after:
+        return f"none (schema unchanged, user_version {after})"
+    return ", ".join(parts) + f" (user_version {before} -> {after})"
+
+
+def next_steps(report: dict[str, Any]) -> list[str]:
+    current = report["current"]
+    total = current["totals"]
+    steps = []
+    if total["lost"]:
+        steps.append(
+            f"{total['lost']} row(s) were acked but never reached the cloud: this is an engram bug; "
+            "attach this report (--anonymize) to an engram issue."
+        )
+    for item in current["refused"]:
+        steps.append(
+            f"The server refused {item['rows']} row(s) of project {item['project']!r}: "
+            + (item["reasons"][0] if item["reasons"] else f"HTTP {', '.join(item['statuses'])}")
+            + " (a server-side allowlist or pause: ask the server's admin; the rows wait, nothing is lost)."
+        )
+    inbox_keys, memories, telemetry = _inbox_totals(current["inbox_after"])
+    what_if = report.get("what_if")
+    if what_if is not None:
+        effect, proof = what_if["effect"], what_if["proof"]
+        if proof["ok"] and (effect["discarded_rows"] or effect["to_deliver_rows"]):
+            steps.append(
+                f"The {what_if['plan_source']} plan makes no row worse off "
+                f"(discards {effect['discarded_rows']}, delivers {effect['to_deliver_rows']}): "
+                "run its lines with --apply on the real database (engram-canary takes a backup first)."
+            )
+        elif not proof["ok"]:
+            failed = [check["check"] for check in proof["checks"] if not check["ok"]]
+            steps.append(f"Do not apply the plan as is: {', '.join(failed)}.")
+    if memories or telemetry:
+        steps.append(
+            f"{memories} memories and {telemetry} telemetry rows in {inbox_keys} inbox key(s) stay undelivered "
+            "with this engram: `engram-canary inbox list` shows how to claim or drop them."
+        )
+    if not steps:
+        steps.append("Nothing to do: every row this engram reads was delivered and nothing is waiting.")
+    return steps
+
+
+# ─── markdown ────────────────────────────────────────────────────────────────
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(cell).replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return lines
+
+
+def _interesting(rows: Sequence[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """Rows with something undelivered first, biggest first; at most LIMIT."""
+    ranked = sorted(
+        rows, key=lambda r: (-(r["stranded"] + r["refused"] + r["lost"]), -r["delivered"], r["project"])
+    )
+    return ranked[:limit]
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    current = report["current"]
+    total = current["totals"]
+    database = report["database"]
+    ticks = current["ticks"]
+    lines = [
+        f"### engram {report['engram']['version']} rehearsed on a copy of `{_basename(database['path'])}`",
+        "",
+        f"- Original untouched: {'yes' if database.get('original_untouched') else 'NO'}; "
+        f"{total['enqueued']} sync rows; {len(ticks)} worker tick(s), "
+        f"{'idle' if ticks and ticks[-1]['worker_pending'] in (0, -1) else 'stopped'} after the last one.",
+        f"- Migrations applied by the binary: {_migrations_line(current['migrations'])}.",
+        f"- Canary: {current['canary_before']['status']} -> {current['canary_after']['status']} "
+        f"({current['canary_after']['headline']}).",
+        f"- engram doctor: {_doctor_line(current['doctor_before'])} -> {_doctor_line(current['doctor_after'])}.",
+    ]
+    before, after = _inbox_totals(current["inbox_before"]), _inbox_totals(current["inbox_after"])
+    lines.append(
+        f"- Inbox: {before[1]} memories + {before[2]} telemetry in {before[0]} key(s) -> "
+        f"{after[1]} + {after[2]} in {after[0]}."
+    )
+    lines += ["", "**Totals**", ""]
+    lines += _table(["acked before", *COUNTS], [[total["acked_before_run"], *(total[c] for c in COUNTS)]])
+    lines += ["", "**Per lane** (undelivered first)", ""]
+    lines += _table(
+        ["lane", "project", "enqueued", *COUNTS],
+        [
+            [r["lane"], r["project"] or "(none)", r["enqueued"], *(r[c] for c in COUNTS)]
+            for r in _interesting(current["lanes"], 12)
+        ],
+    )
+    if len(current["lanes"]) > 12:
+        lines.append(f"\n({len(current['lanes']) - 12} more lane rows in the JSON/HTML report)")
+    if current["refused"]:
+        lines += ["", "**Refused by the server**", ""]
+        lines += _table(
+            ["project", "rows", "attempts", "status", "reason"],
+            [
+                [
+                    r["project"] or "(none)",
+                    r["rows"],
+                    r["attempts"],
+                    ", ".join(r["statuses"]),
+                    (r["reasons"] or [""])[0][:160],
+                ]
+                for r in current["refused"]
+            ],
+        )
+    what_if = report.get("what_if")
+    if what_if is not None:
+        effect, proof = what_if["effect"], what_if["proof"]
+        applied = sum(1 for step in what_if["plan"] if step["outcome"] == "applied")
+        wtotal = what_if["run"]["totals"]
+        lines += [
+            "",
+            f"**What-if** ({what_if['plan_source']} plan, {len(what_if['plan'])} line(s), {applied} applied)",
+            "",
+            f"- Discards {effect['discarded_rows']} row(s); hands {effect['to_deliver_rows']} claimed copies to "
+            f"the worker ({effect['delivered_in_run']} delivered in the run, {effect['still_waiting']} waiting).",
+            f"- Stranded {total['stranded']} -> {wtotal['stranded']}, delivered {total['delivered']} -> "
+            f"{wtotal['delivered']}, refused {total['refused']} -> {wtotal['refused']}, lost {wtotal['lost']}.",
+            f"- Nothing becomes blocked: {'yes' if proof['ok'] else 'NO'} ("
+            + "; ".join(f"{'ok' if c['ok'] else 'FAILED'}: {c['check']}" for c in proof["checks"])
+            + ")",
+        ]
+    lines += ["", "**Next**", ""] + [f"- {step}" for step in next_steps(report)]
+    if report.get("anonymized"):
+        lines += [
+            "",
+            "_Names are replaced by stable hashes (--anonymize); counts, ages and shapes are real._",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _basename(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
+# ─── SVG plots ───────────────────────────────────────────────────────────────
+
+PALETTE = {
+    "memories": "#2f6fb3",
+    "telemetry": "#b7c7d9",
+    "before": "#9aa5b1",
+    "current": "#2f6fb3",
+    "what-if": "#2e9d5b",
+    "line": "#b3412f",
+}
+FONT = "font-family='system-ui, sans-serif' font-size='12'"
+
+
+def _esc(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _short(label: str, limit: int = 28) -> str:
+    return label if len(label) <= limit else label[: limit - 1] + "…"
+
+
+def hbar_chart(
+    chart_id: str,
+    title: str,
+    labels: Sequence[str],
+    series: Sequence[tuple[str, Sequence[float]]],
+    *,
+    stacked: bool,
+    note: Callable[[int], str] = lambda _i: "",
+    width: int = 760,
+) -> str:
+    """Horizontal bars, one group per label; series stacked or side by side. Values are labelled."""
+    label_width, right = 200, 150
+    band = 22 if stacked else 10 + 12 * len(series)
+    height = 40 + band * len(labels) + 30
+    scale_width = width - label_width - right
+    totals = [
+        sum(values[i] for _, values in series)
+        if stacked
+        else max((values[i] for _, values in series), default=0)
+        for i in range(len(labels))
+    ]
+    peak = max(totals, default=0) or 1
+    parts = [
+        f"<svg id='{chart_id}' class='plot' role='img' aria-label='{_esc(title)}' viewBox='0 0 {width} {height}' "
+        f"width='{width}' height='{height}' xmlns='http://www.w3.org/2000/svg' {FONT}>",
+        f"<text x='0' y='16' font-weight='bold' font-size='14'>{_esc(title)}</text>",
+    ]
+    legend_x = label_width
+    for name, _ in series:
+        parts.append(
+            f"<rect x='{legend_x}' y='24' width='10' height='10' fill='{PALETTE.get(name, '#777')}'/>"
+            f"<text x='{legend_x + 14}' y='33'>{_esc(name)}</text>"
+        )
+        legend_x += 14 + 8 * len(name) + 16
+    for index, label in enumerate(labels):
+        top = 44 + band * index
+        parts.append(
+            f"<text x='{label_width - 6}' y='{top + band / 2 + 4:.1f}' text-anchor='end'>"
+            f"<title>{_esc(label)}</title>{_esc(_short(label))}</text>"
+        )
+        offset = 0.0
+        for series_index, (name, values) in enumerate(series):
+            value = values[index]
+            length = scale_width * value / peak
+            y = top + 3 if stacked else top + 3 + 12 * series_index
+            h = band - 6 if stacked else 10
+            x = label_width + (offset if stacked else 0)
+            parts.append(
+                f"<rect class='bar' data-series='{_esc(name)}' data-label='{_esc(label)}' data-value='{value:g}' "
+                f"x='{x:.1f}' y='{y}' width='{max(length, 0.0):.1f}' height='{h}' fill='{PALETTE.get(name, '#777')}'>"
+                f"<title>{_esc(label)}: {_esc(name)} {value:g}</title></rect>"
+            )
+            if not stacked:
+                parts.append(f"<text x='{x + length + 4:.1f}' y='{y + 9}' font-size='10'>{value:g}</text>")
+            offset += length
+        if stacked:
+            text = f"{totals[index]:g}" + (f" · {note(index)}" if note(index) else "")
+            parts.append(
+                f"<text x='{label_width + offset + 4:.1f}' y='{top + band / 2 + 4:.1f}'>{_esc(text)}</text>"
+            )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _moment(text: Any) -> datetime | None:
+    if not text:
+        return None
+    value = str(text).replace("T", " ").replace("Z", "")
+    for pattern in ("%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M:%S.%f"):
+        try:
+            return datetime.strptime(value[:26], pattern)
+        except ValueError:
+            continue
+    return None
+
+
+def timeline_chart(chart_id: str, title: str, targets: Sequence[dict[str, Any]], width: int = 760) -> str:
+    """Foreign targets over time: the cumulative count by the time engram last touched each target."""
+    points = sorted(
+        ((moment, target) for target in targets if (moment := _moment(target.get("updated_at"))) is not None),
+        key=lambda pair: pair[0],
+    )
+    height, left, bottom, top = 260, 50, 40, 30
+    parts = [
+        f"<svg id='{chart_id}' class='plot' role='img' aria-label='{_esc(title)}' viewBox='0 0 {width} {height}' "
+        f"width='{width}' height='{height}' xmlns='http://www.w3.org/2000/svg' {FONT}>",
+        f"<text x='0' y='16' font-weight='bold' font-size='14'>{_esc(title)}</text>",
+    ]
+    if not points:
+        parts.append(f"<text x='{left}' y='{height / 2}'>no foreign target has a time</text></svg>")
+        return "".join(parts)
+    first, last = points[0][0], points[-1][0]
+    span = max((last - first).total_seconds(), 1.0)
+    plot_w, plot_h = width - left - 20, height - top - bottom
+    count = len(points)
+
+    def x_of(moment: datetime) -> float:
+        return left + plot_w * (moment - first).total_seconds() / span
+
+    def y_of(value: int) -> float:
+        return top + plot_h - plot_h * value / count
+
+    parts.append(
+        f"<line x1='{left}' y1='{top + plot_h}' x2='{left + plot_w}' y2='{top + plot_h}' stroke='#444'/>"
+        f"<line x1='{left}' y1='{top}' x2='{left}' y2='{top + plot_h}' stroke='#444'/>"
+        f"<text x='{left - 6}' y='{y_of(count) + 4:.1f}' text-anchor='end'>{count}</text>"
+        f"<text x='{left - 6}' y='{y_of(0) + 4:.1f}' text-anchor='end'>0</text>"
+        f"<text x='{left}' y='{height - 12}'>{first:%Y-%m-%d}</text>"
+        f"<text x='{left + plot_w}' y='{height - 12}' text-anchor='end'>{last:%Y-%m-%d}</text>"
+    )
+    path = [f"M{x_of(first):.1f},{y_of(0):.1f}"]
+    for index, (moment, target) in enumerate(points, start=1):
+        x, y = x_of(moment), y_of(index)
+        path.append(f"H{x:.1f}V{y:.1f}")
+        parts.append(
+            f"<circle class='point' data-target='{_esc(target['target_key'])}' cx='{x:.1f}' cy='{y:.1f}' r='3' "
+            f"fill='{PALETTE['line']}'><title>{_esc(target['target_key'])}: seq {_esc(target.get('last_enqueued_seq'))}, "
+            f"{_esc(target.get('updated_at'))}, {_esc(target.get('lifecycle'))}</title></circle>"
+        )
+    parts.append(f"<path d='{''.join(path)}' fill='none' stroke='{PALETTE['line']}' stroke-width='1.5'/>")
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+# ─── HTML ────────────────────────────────────────────────────────────────────
+
+CSS = """
+body{font-family:system-ui,sans-serif;margin:2rem auto;max-width:980px;padding:0 1rem;color:#1d2733;line-height:1.45}
+h1{font-size:1.5rem;margin-bottom:.2rem}h2{font-size:1.2rem;margin-top:2rem;border-bottom:1px solid #dde3ea}
+table{border-collapse:collapse;margin:.5rem 0;font-size:.9rem}td,th{border:1px solid #dde3ea;padding:.2rem .5rem;text-align:right}
+td:first-child,th:first-child,td.name{text-align:left}th{background:#f3f6f9}
+.figures{display:flex;flex-wrap:wrap;gap:.8rem;margin:1rem 0}.figure{border:1px solid #dde3ea;border-radius:6px;padding:.5rem .9rem;min-width:7rem}
+.figure b{display:block;font-size:1.4rem}.ok{color:#2e7d32}.bad{color:#b3412f}.plot{max-width:100%;height:auto;display:block;margin:.6rem 0}
+code{background:#f3f6f9;padding:0 .2rem}small{color:#5b6773}
+"""
+
+
+def _html_table(header: Sequence[str], rows: Iterable[Sequence[Any]], table_id: str = "") -> str:
+    ident = f" id='{table_id}'" if table_id else ""
+    head = "".join(f"<th>{_esc(cell)}</th>" for cell in header)
+    body = "".join("<tr>" + "".join(f"<td>{_esc(cell)}</td>" for cell in row) + "</tr>" for row in rows)
+    return f"<table{ident}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _figure(figure_id: str, label: str, value: Any, good: bool | None = None) -> str:
+    css = "" if good is None else (" ok" if good else " bad")
+    return f"<div class='figure{css}' id='{figure_id}'><b>{_esc(value)}</b>{_esc(label)}</div>"
+
+
+def _inbox_chart(inbox: Sequence[dict[str, Any]]) -> str:
+    keys = sorted(inbox, key=lambda k: -int(k["total"]))[:25]
+    labels = [str(k["key"]) for k in keys]
+    return hbar_chart(
+        "plot-inbox",
+        "Inbox before the run: rows per key (oldest age in days)",
+        labels,
+        [
+            ("memories", [float(k["count"]) for k in keys]),
+            ("telemetry", [float(k["telemetry"]) for k in keys]),
+        ],
+        stacked=True,
+        note=lambda i: f"{float(keys[i]['oldest_age_days']):.0f} d",
+    )
+
+
+def _lanes_chart(report: dict[str, Any]) -> str:
+    current = report["current"]
+    before = {row["lane"]: row for row in current["lane_state_before"]}
+    after = {row["lane"]: row for row in current["lane_state_after"]}
+    series = [("before", before), ("current", after)]
+    if "what_if" in report:
+        series.append(("what-if", {row["lane"]: row for row in report["what_if"]["run"]["lane_state_after"]}))
+    lanes = sorted(set(before) | set(after), key=lambda lane: (lane != LEGACY_TARGET, lane))
+    return hbar_chart(
+        "plot-lanes",
+        "Rows waiting (unacked) per lane: before, after this engram, after the what-if plan",
+        lanes,
+        [(name, [float(rows.get(lane, {}).get("waiting", 0)) for lane in lanes]) for name, rows in series],
+        stacked=False,
+    )
+
+
+def _what_if_chart(report: dict[str, Any]) -> str:
+    current = report["current"]["totals"]
+    what_if = report["what_if"]["run"]["totals"]
+    effect = report["what_if"]["effect"]
+    labels = ["delivered", "stranded", "refused", "lost", "discarded by the plan"]
+    now = [float(current[c]) for c in labels[:4]] + [0.0]
+    then = [float(what_if[c]) for c in labels[:4]] + [float(effect["discarded_rows"])]
+    return hbar_chart(
+        "plot-what-if",
+        "What-if: this engram as is vs after the plan",
+        labels,
+        [("current", now), ("what-if", then)],
+        stacked=False,
+    )
+
+
+def render_html(report: dict[str, Any]) -> str:
+    current = report["current"]
+    total = current["totals"]
+    what_if = report.get("what_if")
+    database = report["database"]
+    title = f"engram {report['engram']['version']} rehearsed on {_basename(database['path'])}"
+    figures = [
+        _figure("fig-delivered", "delivered", total["delivered"]),
+        _figure("fig-stranded", "stranded", total["stranded"]),
+        _figure("fig-refused", "refused", total["refused"], total["refused"] == 0),
+        _figure("fig-lost", "lost", total["lost"], total["lost"] == 0),
+        _figure("fig-duplicated", "duplicated", total["duplicated"]),
+        _figure(
+            "fig-canary",
+            "canary after",
+            current["canary_after"]["status"],
+            current["canary_after"]["status"] == "ok",
+        ),
+        _figure(
+            "fig-untouched",
+            "original untouched",
+            "yes" if database.get("original_untouched") else "NO",
+            bool(database.get("original_untouched")),
+        ),
+    ]
+    if what_if is not None:
+        figures.append(
+            _figure(
+                "fig-proof",
+                "nothing blocked by the plan",
+                "yes" if what_if["proof"]["ok"] else "NO",
+                what_if["proof"]["ok"],
+            )
+        )
+    body = [
+        f"<h1>{_esc(title)}</h1>",
+        f"<small>{_esc(report['generated_at'])} · {len(current['ticks'])} worker tick(s) · "
+        f"{total['enqueued']} sync rows{' · names anonymized' if report.get('anonymized') else ''}</small>",
+        f"<div class='figures'>{''.join(figures)}</div>",
+        "<h2>Next</h2><ul id='next-steps'>"
+        + "".join(f"<li>{_esc(step)}</li>" for step in next_steps(report))
+        + "</ul>",
+        "<h2>Lanes</h2>",
+        _lanes_chart(report),
+        _html_table(
+            ["lane", "project", "enqueued", "acked before", *COUNTS],
+            [
+                [
+                    r["lane"],
+                    r["project"] or "(none)",
+                    r["enqueued"],
+                    r["acked_before_run"],
+                    *(r[c] for c in COUNTS),
+                ]
+                for r in current["lanes"]
+            ],
+            "lanes",
+        ),
+        "<h2>Per project</h2>",
+        _html_table(
+            ["project", "enqueued", "acked before", *COUNTS],
+            [
+                [r["project"] or "(none)", r["enqueued"], r["acked_before_run"], *(r[c] for c in COUNTS)]
+                for r in current["projects"]
+            ],
+            "projects",
+        ),
+    ]
+    if current["refused"]:
+        body += [
+            "<h2>Refused by the server</h2>",
+            _html_table(
+                ["project", "rows", "attempts", "status", "reason (as engram recorded it)"],
+                [
+                    [
+                        r["project"] or "(none)",
+                        r["rows"],
+                        r["attempts"],
+                        ", ".join(r["statuses"]),
+                        "; ".join(r["reasons"]),
+                    ]
+                    for r in current["refused"]
+                ],
+                "refused",
+            ),
+        ]
+    body += [
+        "<h2>Inbox</h2>",
+        _inbox_chart(current["inbox_before"]),
+        _html_table(
+            ["key", "memories", "telemetry", "oldest (days)", "claim"],
+            [
+                [
+                    k["key"],
+                    k["count"],
+                    k["telemetry"],
+                    f"{float(k['oldest_age_days']):.1f}",
+                    k["claim_command"] or "",
+                ]
+                for k in current["inbox_before"]
+            ],
+            "inbox",
+        ),
+        f"<p>After the run: {_inbox_totals(current['inbox_after'])[1]} memories and "
+        f"{_inbox_totals(current['inbox_after'])[2]} telemetry rows in {len(current['inbox_after'])} key(s).</p>",
+        "<h2>Foreign targets</h2>",
+        timeline_chart(
+            "plot-foreign",
+            "Foreign sync targets over time (cumulative, by last update)",
+            current["foreign_targets_before"],
+        ),
+        "<h2>Canary, doctor, migrations</h2>",
+        _html_table(
+            ["", "before", "after"],
+            [
+                ["canary", current["canary_before"]["status"], current["canary_after"]["status"]],
+                [
+                    "canary headline",
+                    current["canary_before"]["headline"],
+                    current["canary_after"]["headline"],
+                ],
+                [
+                    "engram doctor",
+                    _doctor_line(current["doctor_before"]),
+                    _doctor_line(current["doctor_after"]),
+                ],
+            ],
+            "verdicts",
+        ),
+        f"<p id='migrations'>Migrations applied by the binary: {_esc(_migrations_line(current['migrations']))}</p>",
+        "<h2>Worker ticks</h2>",
+        _html_table(
+            ["tick", "seconds", "phase", "accepted", "refused", "waiting after"],
+            [
+                [t["tick"], t["seconds"], t["phase"], t["accepted"], t["refused"], t["worker_pending"]]
+                for t in current["ticks"]
+            ],
+            "ticks",
+        ),
+    ]
+    if what_if is not None:
+        effect = what_if["effect"]
+        body += [
+            "<h2>What-if</h2>",
+            f"<p>{_esc(what_if['plan_source'])} plan applied to a second copy: discards {effect['discarded_rows']} row(s), "
+            f"hands {effect['to_deliver_rows']} claimed copies to the worker ({effect['delivered_in_run']} delivered in the run).</p>",
+            _what_if_chart(report),
+            _html_table(
+                ["line", "command", "outcome"],
+                [[step["line"], step["command"], step["outcome"]] for step in what_if["plan"]],
+                "plan",
+            ),
+            _html_table(
+                ["check", "holds", "detail"],
+                [[c["check"], "yes" if c["ok"] else "NO", c["detail"]] for c in what_if["proof"]["checks"]],
+                "proof",
+            ),
+        ]
+    return (
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<title>{_esc(title)}</title><style>{CSS}</style></head><body>"
+        + "\n".join(body)
+        + "</body></html>\n"
+    )
