@@ -9,19 +9,27 @@ from typing import Any
 
 import click
 
-from canary.aliases import check_alias_free, load_aliases
+from canary.aliases import AliasError, check_alias_free, load_aliases
 from canary.db import default_db_path, discover_schema, open_read_only, read_transaction
 from canary.derive import AliasMap
 from canary.inbox import InboxSnapshot, read_inbox, render_text, summarize
+from canary.repair import RepairPlanner, plan_repair
 from canary.triage import (
+    DEFAULT_KEEP_BACKUPS,
     CleanupPlanner,
     InboxPlanner,
+    LaneRowsPlanner,
     Plan,
+    Planner,
+    RowSelection,
     Selection,
+    TriageError,
     apply,
+    parse_seqs,
     plan_claim,
     plan_cleanup,
     plan_drop,
+    resolve_cwd,
 )
 
 DB_HELP = "engram database (default: $ENGRAM_DATA_DIR/engram.db, else ~/.engram/engram.db)"
@@ -41,6 +49,13 @@ def _aliases_option(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _write_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    function = click.option(
+        "--keep-backups",
+        type=click.IntRange(min=1),
+        default=DEFAULT_KEEP_BACKUPS,
+        show_default=True,
+        help="after --apply, keep only this many newest backups of the database in the backup directory",
+    )(function)
     function = click.option(
         "--backup-dir",
         type=click.Path(path_type=Path, file_okay=False),
@@ -83,6 +98,13 @@ def list_command(db: Path | None, aliases_path: Path | None, output_format: str)
         click.echo(render_text(summaries, snapshot.unattributed))
 
 
+def _load_aliases_for_write(aliases_path: Path | None) -> tuple[AliasMap, Path]:
+    """The alias map; a named file that does not exist yet is created by the claim that registers into it."""
+    if aliases_path is not None and not aliases_path.exists():
+        return AliasMap(), aliases_path
+    return load_aliases(aliases_path)
+
+
 def _run(
     db: Path | None,
     aliases_path: Path | None,
@@ -90,14 +112,38 @@ def _run(
     *,
     do_apply: bool,
     backup_dir: Path | None,
+    keep_backups: int,
     headline: Callable[[Plan], str],
 ) -> None:
     database = db or default_db_path()
-    aliases, resolved_aliases_path = load_aliases(aliases_path)
+    aliases, resolved_aliases_path = _load_aliases_for_write(aliases_path)
     plan = build(_snapshot(database, aliases))
     if plan.alias is not None:
         section, alias, project = plan.alias
         check_alias_free(aliases, resolved_aliases_path, section, alias, project)
+    _report(
+        database,
+        plan,
+        InboxPlanner(aliases, build),
+        do_apply=do_apply,
+        backup_dir=backup_dir,
+        keep_backups=keep_backups,
+        headline=headline,
+        aliases_path=resolved_aliases_path,
+    )
+
+
+def _report(
+    database: Path,
+    plan: Plan,
+    planner: Planner,
+    *,
+    do_apply: bool,
+    backup_dir: Path | None,
+    keep_backups: int,
+    headline: Callable[[Plan], str],
+    aliases_path: Path | None = None,
+) -> None:
     if len(plan.acks) > LARGE_SELECTION_ROWS:
         click.echo(
             f"note: {len(plan.acks)} rows: the write lock may outlast engram's ~85 ms busy retry, so an engram "
@@ -111,7 +157,7 @@ def _run(
         click.echo("run again with --apply to make these changes (a backup is taken first)")
         return
     result = apply(
-        database, InboxPlanner(aliases, build), backup_dir=backup_dir, aliases_path=resolved_aliases_path
+        database, planner, backup_dir=backup_dir, aliases_path=aliases_path, keep_backups=keep_backups
     )
     click.echo(f"backup: {result.backup}")
     click.echo(f"applied: {headline(result.plan)} (write lock held {result.lock_held_ms:.1f} ms)")
@@ -119,16 +165,35 @@ def _run(
         click.echo(f"  {line}")
     if result.new_seqs:
         click.echo(f"new seqs: {', '.join(str(seq) for seq in result.new_seqs)}")
+    if result.pruned_backups:
+        click.echo(f"pruned {len(result.pruned_backups)} old backups (--keep-backups {keep_backups})")
     if result.plan.alias is not None:
         section, alias, project = result.plan.alias
         state = "registered" if result.alias_registered else "already present"
-        click.echo(f"alias {state}: {section} {alias!r} -> {project!r} in {resolved_aliases_path}")
+        click.echo(f"alias {state}: {section} {alias!r} -> {project!r} in {aliases_path}")
+
+
+def _claim_headline(selection: Selection) -> Callable[[Plan], str]:
+    def headline(plan: Plan) -> str:
+        text = f"claim {len(plan.acks)} rows of {selection.describe()} into enrolled project {plan.project!r}"
+        if plan.refused:
+            text += f", refusing {len(plan.refused)} rows the cloud would refuse"
+        return text
+
+    return headline
 
 
 @inbox.command("claim")
 @click.option("--project", "key", required=True, help="the inbox key to claim (see inbox list)")
 @click.option("--as", "as_project", help="the enrolled project that receives the rows; registers the alias")
-@click.option("--cwd", help="only rows whose working directory is exactly this path")
+@click.option("--cwd", help="only rows whose working directory is this path (a relative path is resolved)")
+@click.option("--all-cwds", is_flag=True, help="claim 'unsorted' rows of every directory at once")
+@click.option(
+    "--with-telemetry", is_flag=True, help="copy session and prompt rows too (default: memories only)"
+)
+@click.option(
+    "--repair", is_flag=True, help="copy refused rows with a value derived from engram's tables (see dry run)"
+)
 @_db_option
 @_aliases_option
 @_write_options
@@ -136,50 +201,94 @@ def claim_command(
     key: str,
     as_project: str | None,
     cwd: str | None,
+    all_cwds: bool,
+    with_telemetry: bool,
+    repair: bool,
     db: Path | None,
     aliases_path: Path | None,
     backup_dir: Path | None,
+    keep_backups: int,
     do_apply: bool,
 ) -> None:
-    """Copy an inbox key's rows into the legacy lane of an enrolled project, then ack the originals."""
-    selection = Selection(key=key, cwd=cwd)
+    """Copy an inbox key's memories into the legacy lane of an enrolled project, then ack the originals.
+
+    Every copy is checked against the cloud's push contract first; a row the cloud would refuse is never
+    inserted (the dry run says why and what to do)."""
+    selection = Selection(key=key, cwd=resolve_cwd(cwd), memories_only=not with_telemetry, all_cwds=all_cwds)
     _run(
         db,
         aliases_path,
-        lambda snapshot: plan_claim(snapshot, selection, as_project),
+        lambda snapshot: plan_claim(snapshot, selection, as_project, repair=repair),
         do_apply=do_apply,
         backup_dir=backup_dir,
-        headline=lambda plan: (
-            f"claim {len(plan.acks)} rows of {selection.describe()} into enrolled project {plan.project!r}"
-        ),
+        keep_backups=keep_backups,
+        headline=_claim_headline(selection),
     )
 
 
 @inbox.command("drop")
-@click.option("--project", "key", required=True, help="the inbox key to drop (see inbox list)")
+@click.option("--project", "key", help="the inbox key to drop (see inbox list)")
 @click.option("--noise", is_flag=True, help="only the telemetry noise: session and prompt rows")
-@click.option("--cwd", help="only rows whose working directory is exactly this path")
+@click.option("--cwd", help="only rows whose working directory is this path (a relative path is resolved)")
+@click.option(
+    "--unattributed", is_flag=True, help="the legacy-lane rows without a project (the cloud refuses them)"
+)
+@click.option("--seq", "seqs", help="exact rows N[,N...] that engram cannot deliver (inbox or refused rows)")
 @_db_option
 @_aliases_option
 @_write_options
 def drop_command(
-    key: str,
+    key: str | None,
     noise: bool,
     cwd: str | None,
+    unattributed: bool,
+    seqs: str | None,
     db: Path | None,
     aliases_path: Path | None,
     backup_dir: Path | None,
+    keep_backups: int,
     do_apply: bool,
 ) -> None:
-    """Ack an inbox key's rows as discarded: never delivered, never deleted."""
-    selection = Selection(key=key, cwd=cwd, telemetry_only=noise)
-    _run(
-        db,
-        aliases_path,
-        lambda snapshot: plan_drop(snapshot, selection),
+    """Ack rows as discarded: never delivered, never deleted. Select by --project, --unattributed or --seq."""
+    chosen = [
+        name
+        for name, given in (("--project", key), ("--unattributed", unattributed), ("--seq", seqs))
+        if given
+    ]
+    if len(chosen) != 1:
+        raise TriageError("drop needs exactly one of --project KEY, --unattributed or --seq N[,N...]")
+    if key is None and (noise or cwd is not None):
+        raise TriageError("--noise and --cwd narrow a --project selection; they do not apply to " + chosen[0])
+    if key is not None:
+        selection = Selection(key=key, cwd=resolve_cwd(cwd), telemetry_only=noise)
+        _run(
+            db,
+            aliases_path,
+            lambda snapshot: plan_drop(snapshot, selection),
+            do_apply=do_apply,
+            backup_dir=backup_dir,
+            keep_backups=keep_backups,
+            headline=lambda plan: f"drop {len(plan.acks)} rows of {selection.describe()}",
+        )
+        return
+    rows = RowSelection(seqs=parse_seqs(seqs) if seqs is not None else (), unattributed=unattributed)
+    database = db or default_db_path()
+    planner = LaneRowsPlanner(rows)
+    connection = open_read_only(database)
+    try:
+        schema = discover_schema(connection, database)
+        with read_transaction(connection):
+            plan = planner.plan(connection, schema)
+    finally:
+        connection.close()
+    _report(
+        database,
+        plan,
+        planner,
         do_apply=do_apply,
         backup_dir=backup_dir,
-        headline=lambda plan: f"drop {len(plan.acks)} rows of {selection.describe()}",
+        keep_backups=keep_backups,
+        headline=lambda plan: f"drop {len(plan.acks)} {rows.describe()}",
     )
 
 
@@ -188,15 +297,19 @@ def drop_command(
 @click.option("--keep", multiple=True, help="a further sync target key to keep (repeatable)")
 @_write_options
 def cleanup_phantoms_command(
-    db: Path | None, keep: tuple[str, ...], backup_dir: Path | None, do_apply: bool
+    db: Path | None, keep: tuple[str, ...], backup_dir: Path | None, keep_backups: int, do_apply: bool
 ) -> None:
     """Delete sync_state rows outside the allowed targets that hold 0 unacked rows (sync_mutations untouched)."""
     database = db or default_db_path()
+    try:
+        aliases, _ = load_aliases(None)
+    except AliasError:
+        aliases = AliasMap()  # the aliases only sharpen the hints; a broken file must not block cleanup
     connection = open_read_only(database)
     try:
         schema = discover_schema(connection, database)
         with read_transaction(connection):
-            plan = plan_cleanup(connection, schema, keep)
+            plan = plan_cleanup(connection, schema, keep, aliases)
     finally:
         connection.close()
     headline = f"delete {len(plan.phantoms)} phantom sync_state rows"
@@ -208,7 +321,7 @@ def cleanup_phantoms_command(
         if not plan.is_empty:
             click.echo("run again with --apply to make these changes (a backup is taken first)")
         return
-    result = apply(database, CleanupPlanner(keep), backup_dir=backup_dir)
+    result = apply(database, CleanupPlanner(keep, aliases), backup_dir=backup_dir, keep_backups=keep_backups)
     click.echo(f"backup: {result.backup}")
     click.echo(
         f"applied: delete {len(result.plan.phantoms)} phantom sync_state rows "
@@ -216,3 +329,49 @@ def cleanup_phantoms_command(
     )
     for line in result.plan.describe():
         click.echo(f"  {line}")
+
+
+@click.command("repair")
+@_db_option
+@_write_options
+def repair_command(db: Path | None, backup_dir: Path | None, keep_backups: int, do_apply: bool) -> None:
+    """Pending rows the cloud refuses: append a corrected copy where engram's tables know the value.
+
+    A session without a directory, an observation without content or type, a row without a project: the
+    value comes from the sessions, observations or user_prompts table, never from a guess. The original
+    is acked (replaced), nothing is deleted. A value that cannot be derived is named with its drop command."""
+    database = db or default_db_path()
+    connection = open_read_only(database)
+    try:
+        schema = discover_schema(connection, database)
+        with read_transaction(connection):
+            plan = plan_repair(connection, schema)
+    finally:
+        connection.close()
+    if plan.is_empty and not plan.refused:
+        click.echo(
+            "nothing to repair: every pending row passes the cloud's push contract; nothing was written"
+        )
+        return
+    if do_apply and plan.is_empty:
+        first = plan.refused[0]
+        raise TriageError(
+            f"nothing to repair: {len(plan.refused)} refused rows have no derivable value "
+            f"(first: seq {first.row.seq}, {first.reason}; {first.remedy})"
+        )
+    _report(
+        database,
+        plan,
+        RepairPlanner(),
+        do_apply=do_apply,
+        backup_dir=backup_dir,
+        keep_backups=keep_backups,
+        headline=_repair_headline,
+    )
+
+
+def _repair_headline(plan: Plan) -> str:
+    text = f"repair {len(plan.copies)} pending rows the cloud refuses"
+    if plan.refused:
+        text += f" ({len(plan.refused)} more cannot be derived: drop them)"
+    return text

@@ -14,9 +14,13 @@ SIGKILL the process at a known point; nothing else should set it.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
+import re
+import shlex
 import sqlite3
+import stat
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
@@ -34,24 +38,30 @@ from canary.db import (
     enrolled_projects,
     read_transaction,
 )
-from canary.derive import UNSORTED, AliasMap, normalize_cwd
+from canary.derive import UNSORTED, AliasMap, CandidateSource, Derivation, Resolution, normalize_cwd
 from canary.errors import CanaryError
-from canary.inbox import InboxRow, InboxSnapshot, select_inbox_rows
+from canary.inbox import NO_PROJECT_KEY, InboxRow, InboxSnapshot, select_inbox_rows
+from canary.schema_support import identify, require_write_tested
 from canary.targets import (
     RESERVED_INBOX_PROJECT,
     allowed_targets,
     normalize_project,
     project_target,
 )
-from engram_contract import LEGACY_TARGET
+from engram_contract import LEGACY_TARGET, PushRefusal, refusal_for_entry
 
 PAUSE_HOOK_VARIABLE = "ENGRAM_CANARY_TEST_PAUSE_MIDWAY"
 PAUSE_HOOK_LIMIT_SECONDS = 300.0
 _CHUNK = 500
 BACKUP_DIR_NAME = "engram-canary-backups"
 TRIAGE_LOG_NAME = "triage-log.jsonl"
+# Each backup is a full copy of every memory; ten is a week of daily triage and bounded on disk.
+DEFAULT_KEEP_BACKUPS = 10
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
 
-Operation = Literal["claim", "drop", "cleanup-phantoms"]
+Operation = Literal["claim", "drop", "cleanup-phantoms", "repair"]
+_BACKUP_STAMP = re.compile(r"\d{8}T\d{6}\.\d{6}Z\.[a-z-]+\.db")
 
 
 class TriageError(CanaryError):
@@ -63,6 +73,8 @@ class Selection:
     key: str
     cwd: str | None = None
     telemetry_only: bool = False
+    memories_only: bool = False
+    all_cwds: bool = False
 
     def describe(self) -> str:
         text = f"inbox key {self.key!r}"
@@ -70,16 +82,54 @@ class Selection:
             text += f" with cwd {self.cwd}"
         if self.telemetry_only:
             text += " (noise: session and prompt rows only)"
+        if self.memories_only:
+            text += " (memories: observations and relations)"
         return text
+
+
+def resolve_cwd(cwd: str | None) -> str | None:
+    """A --cwd as engram records it: absolute, so a relative path means the caller's directory."""
+    if cwd is None:
+        return None
+    if not cwd.strip():
+        raise TriageError("--cwd must name a directory, got an empty path")
+    return normalize_cwd(os.path.abspath(cwd))
+
+
+@dataclass(frozen=True)
+class RowSelection:
+    """Legacy-lane rows picked by seq, or all of those without a project: not inbox rows, so no key."""
+
+    seqs: tuple[int, ...] = ()
+    unattributed: bool = False
+
+    def describe(self) -> str:
+        if self.unattributed:
+            return "legacy-lane rows without a project"
+        return "seq " + ",".join(str(seq) for seq in self.seqs)
 
 
 @dataclass(frozen=True)
 class Copy:
-    """A new legacy-lane row for the enrolled project, copied from an inbox row."""
+    """A new legacy-lane row for the enrolled project, copied from an inbox row (repaired, if `repair`)."""
 
     source: InboxRow
     project: str
     payload: str
+    repair: str | None = None
+
+
+@dataclass(frozen=True)
+class RefusedRow:
+    """A row triage will not insert, because the cloud would refuse it; what the user can do instead."""
+
+    row: InboxRow
+    refusal: PushRefusal
+    remedy: str
+
+    @property
+    def reason(self) -> str:
+        return f"{self.refusal.status} {self.refusal.reason}"
 
 
 @dataclass(frozen=True)
@@ -100,6 +150,8 @@ class Plan:
     alias: tuple[str, str, str] | None = None
     high_water: int = 0
     enrolled: frozenset[str] = frozenset()
+    rows: RowSelection | None = None
+    refused: list[RefusedRow] = field(default_factory=list)
 
     @property
     def is_empty(self) -> bool:
@@ -109,11 +161,20 @@ class Plan:
         lines: list[str] = []
         for copy in self.copies:
             row = copy.source
+            repaired = f", repaired: {copy.repair}" if copy.repair is not None else ""
             lines.append(
                 f"insert: legacy-lane row {row.entity} {row.entity_key} {row.op} for project {copy.project!r} "
-                f"(copy of seq {row.seq}, project {row.project!r})"
+                f"(copy of seq {row.seq}, project {row.project!r}{repaired})"
             )
-        verb = "ack (discarded)" if self.operation == "drop" else "ack"
+        for refused in self.refused:
+            row = refused.row
+            lines.append(
+                f"refuse: seq {row.seq} {row.entity} {row.entity_key} {row.op}: the cloud would answer "
+                f"{refused.reason}; {refused.remedy}"
+            )
+        verb = {"drop": "ack (discarded)", "repair": "ack (replaced by its repaired copy)"}.get(
+            self.operation, "ack"
+        )
         for row in self.acks:
             lines.append(
                 f"{verb}: seq {row.seq} {row.entity} {row.entity_key} {row.op} (project {row.project!r})"
@@ -137,6 +198,7 @@ class ApplyResult:
     new_seqs: tuple[int, ...]
     alias_registered: bool
     lock_held_ms: float
+    pruned_backups: tuple[Path, ...] = ()
 
 
 def connect_read_write(path: Path) -> sqlite3.Connection:
@@ -166,6 +228,7 @@ def select_rows(snapshot: InboxSnapshot, selection: Selection) -> list[InboxRow]
         if normalize_project(row.key) == wanted_key
         and (wanted_cwd is None or row.cwd == wanted_cwd)
         and (not selection.telemetry_only or row.is_telemetry)
+        and (not selection.memories_only or not row.is_telemetry)
     ]
 
 
@@ -188,7 +251,9 @@ def _nothing_selected(operation: str, selection: Selection) -> TriageError:
     )
 
 
-def plan_claim(snapshot: InboxSnapshot, selection: Selection, as_project: str | None) -> Plan:
+def plan_claim(
+    snapshot: InboxSnapshot, selection: Selection, as_project: str | None, *, repair: bool = False
+) -> Plan:
     if as_project is not None:
         _refuse_reserved(as_project)
         if not normalize_project(as_project):
@@ -196,6 +261,7 @@ def plan_claim(snapshot: InboxSnapshot, selection: Selection, as_project: str | 
     rows = select_rows(snapshot, selection)
     if not rows:
         raise _nothing_selected("claim", selection)
+    _refuse_scattered_unsorted(rows, selection)
     if as_project is None:
         resolved = {row.derivation.project for row in rows}
         if len(resolved) != 1 or None in resolved:
@@ -211,9 +277,11 @@ def plan_claim(snapshot: InboxSnapshot, selection: Selection, as_project: str | 
     enrolled_name = _enrolled_name(snapshot, target)
     if enrolled_name is None:
         enrolled = ", ".join(sorted(snapshot.enrolled)) or "none"
+        near = near_enrolled_name(target, snapshot.enrolled)
+        suggestion = f"did you mean {near!r}? else " if near is not None else ""
         raise TriageError(
             f"cannot claim into {normalize_project(target)!r}: it is not enrolled (enrolled: {enrolled}); "
-            f"run: engram cloud enroll {normalize_project(target)}"
+            f"{suggestion}run: engram cloud enroll {normalize_project(target)}"
         )
     plan = Plan(
         operation="claim",
@@ -222,14 +290,47 @@ def plan_claim(snapshot: InboxSnapshot, selection: Selection, as_project: str | 
         high_water=snapshot.high_water,
         enrolled=snapshot.enrolled,
     )
-    plan.copies = [Copy(row, enrolled_name, _rewrite_project(row.payload, enrolled_name)) for row in rows]
-    plan.acks = list(rows)
+    for row in rows:
+        outcome = preflight_copy(row, enrolled_name, repair=repair)
+        if isinstance(outcome, Copy):
+            plan.copies.append(outcome)
+            plan.acks.append(row)
+        else:
+            plan.refused.append(outcome)
+    if not plan.copies:
+        raise TriageError(
+            f"nothing to claim: the cloud would refuse all {len(rows)} rows of {selection.describe()} "
+            f"(first: seq {plan.refused[0].row.seq}, {plan.refused[0].reason}; {plan.refused[0].remedy})"
+        )
     if as_project is not None:
         if selection.cwd is not None:
             plan.alias = ("cwds", normalize_cwd(selection.cwd), enrolled_name)
         elif selection.key != UNSORTED and normalize_project(selection.key) != enrolled_name:
             plan.alias = ("keys", selection.key, enrolled_name)
     return plan
+
+
+def near_enrolled_name(project: str, enrolled: frozenset[str]) -> str | None:
+    """The enrolled project a mistyped --as most likely meant ('client-portal' for 'client_portal')."""
+    wanted = normalize_project(project)
+    by_shape = {normalize_project(name).replace("_", "-"): name for name in enrolled}
+    if wanted.replace("_", "-") in by_shape:
+        return by_shape[wanted.replace("_", "-")]
+    close = difflib.get_close_matches(wanted, sorted(enrolled), n=1, cutoff=0.8)
+    return close[0] if close else None
+
+
+def _refuse_scattered_unsorted(rows: Sequence[InboxRow], selection: Selection) -> None:
+    """`unsorted` gathers unrelated directories; claiming them all at once is rarely what was meant."""
+    if normalize_project(selection.key) != UNSORTED or selection.cwd is not None or selection.all_cwds:
+        return
+    cwds = sorted({row.cwd or "(unknown)" for row in rows})
+    if len(cwds) > 1:
+        shown = ", ".join(cwds[:5]) + (", ..." if len(cwds) > 5 else "")
+        raise TriageError(
+            f"inbox key 'unsorted' holds rows from {len(cwds)} directories ({shown}); "
+            "pick one with --cwd, or pass --all-cwds to claim them all"
+        )
 
 
 def plan_drop(snapshot: InboxSnapshot, selection: Selection) -> Plan:
@@ -245,7 +346,133 @@ def plan_drop(snapshot: InboxSnapshot, selection: Selection) -> Plan:
     )
 
 
-def _rewrite_project(payload: str, project: str) -> str:
+def entry_refusal(project: str, row: InboxRow, payload: str) -> PushRefusal | None:
+    """The shared contract's answer for this row pushed under `project` (engram_contract.push_rules)."""
+    return refusal_for_entry(
+        project=project, entity=row.entity, entity_key=row.entity_key, op=row.op, payload=payload
+    )
+
+
+def preflight_copy(row: InboxRow, project: str, *, repair: bool) -> Copy | RefusedRow:
+    """The copy claim would insert, checked against the cloud contract before any lock is taken.
+
+    A refused copy is repaired only with `repair` and only from what engram itself recorded: a session
+    without a directory gets the directory of its sessions row."""
+    payload = with_project(row.payload, project)
+    refusal = entry_refusal(project, row, payload)
+    if refusal is None:
+        return Copy(row, project, payload)
+    fix = derived_session_directory(row, refusal)
+    if fix is not None:
+        repaired = _set_field(payload, "directory", fix)
+        if entry_refusal(project, row, repaired) is None:
+            if repair:
+                return Copy(row, project, repaired, repair=f"directory {fix!r} from the sessions table")
+            remedy = (
+                f"its directory {fix!r} is known from the sessions table: run again with --repair to copy it "
+                f"with that directory, or drop it (engram-canary inbox drop --seq {row.seq})"
+            )
+            return RefusedRow(row, refusal, remedy)
+    remedy = f"the correct value cannot be derived from engram's tables; drop it (engram-canary inbox drop --seq {row.seq})"
+    return RefusedRow(row, refusal, remedy)
+
+
+def derived_session_directory(row: InboxRow, refusal: PushRefusal) -> str | None:
+    """The session's known directory, for a session row refused for its missing directory."""
+    if row.entity != "session" or refusal.field != "directory" or not row.cwd:
+        return None
+    return row.cwd
+
+
+def _set_field(payload: str, name: str, value: object) -> str:
+    decoded = json.loads(payload)
+    decoded[name] = value
+    return json.dumps(decoded, ensure_ascii=False, separators=(",", ":"))
+
+
+_LANE_ROW_COLUMNS = "seq, target_key, entity, entity_key, op, payload, project, occurred_at, acked_at"
+
+
+def lane_row(values: Sequence[Any]) -> InboxRow:
+    """A legacy-lane row outside the inbox (no key): carried as an InboxRow so ack/log treat it alike."""
+    seq, _, entity, entity_key, op, payload, project, occurred_at, _ = values
+    return InboxRow(
+        seq=int(seq),
+        entity=str(entity),
+        entity_key=str(entity_key),
+        op=str(op),
+        payload=str(payload),
+        project=str(project or ""),
+        occurred_at=str(occurred_at),
+        cwd=None,
+        derivation=Derivation(None, CandidateSource.NONE, NO_PROJECT_KEY, Resolution.INBOX, None),
+    )
+
+
+def select_lane_rows(connection: sqlite3.Connection, schema: Schema, rows: RowSelection) -> list[InboxRow]:
+    """The rows `drop --seq/--unattributed` acks, refusing any row engram could still deliver.
+
+    Dropping only ever takes rows the worker cannot deliver: inbox rows (project not enrolled) and rows
+    the cloud refuses. A deliverable row is refused by name, so a drop never shrinks what reaches the
+    cloud."""
+    if not schema.has_column("sync_mutations", "project"):
+        raise TriageError("sync_mutations has no project column: this engram predates per-project sync")
+    if rows.unattributed:
+        found = connection.execute(
+            f"SELECT {_LANE_ROW_COLUMNS} FROM sync_mutations "
+            "WHERE +target_key = ? AND acked_at IS NULL AND project = '' ORDER BY seq",
+            (LEGACY_TARGET,),
+        ).fetchall()
+        if not found:
+            raise TriageError("nothing to drop: no unacked legacy-lane rows without a project")
+        return [lane_row(values) for values in found]
+    enrolled = {normalize_project(name) for name in enrolled_projects(connection, schema)}
+    selected: list[InboxRow] = []
+    for chunk, marks in seq_chunks(rows.seqs):
+        by_seq = {
+            int(values[0]): values
+            for values in connection.execute(
+                f"SELECT {_LANE_ROW_COLUMNS} FROM sync_mutations WHERE seq IN ({marks})", tuple(chunk)
+            )
+        }
+        for seq in chunk:
+            values = by_seq.get(seq)
+            if values is None:
+                raise TriageError(f"seq {seq}: no such row in sync_mutations (nothing was changed)")
+            if values[1] != LEGACY_TARGET:
+                raise TriageError(
+                    f"seq {seq} is on lane {values[1]!r}; drop --seq selects legacy-lane rows only"
+                )
+            if values[8] is not None:
+                raise TriageError(f"seq {seq} is already acked (at {values[8]}); nothing was changed")
+            row = lane_row(values)
+            if (
+                normalize_project(row.project) in enrolled
+                and entry_refusal(row.project, row, row.payload) is None
+            ):
+                raise TriageError(
+                    f"seq {seq} is deliverable (project {row.project!r} is enrolled and the cloud accepts it); "
+                    "drop selects only rows engram cannot deliver"
+                )
+            selected.append(row)
+    return selected
+
+
+def parse_seqs(text: str) -> tuple[int, ...]:
+    """`N[,N...]` as distinct positive seqs in the given order."""
+    seqs: list[int] = []
+    for part in text.split(","):
+        word = part.strip()
+        if not word.isascii() or not word.isdigit() or int(word) < 1 or len(word) > 18:
+            raise TriageError(
+                f"--seq expects positive row numbers separated by commas (N[,N...]), got {part!r}"
+            )
+        if int(word) not in seqs:
+            seqs.append(int(word))
+    return tuple(seqs)
+
+
+def with_project(payload: str, project: str) -> str:
     """The same payload with its project set to the enrolled name; key order and other values kept."""
     try:
         decoded = json.loads(payload)
@@ -257,20 +484,29 @@ def _rewrite_project(payload: str, project: str) -> str:
     return json.dumps(decoded, ensure_ascii=False, separators=(",", ":"))
 
 
-def plan_cleanup(connection: sqlite3.Connection, schema: Schema, keep: Sequence[str] = ()) -> Plan:
+def plan_cleanup(
+    connection: sqlite3.Connection, schema: Schema, keep: Sequence[str] = (), aliases: AliasMap | None = None
+) -> Plan:
     """sync_state rows outside the allowed set that hold no unacked row (and no row at all, for the FK)."""
     enrolled = enrolled_projects(connection, schema)
     allowed = allowed_targets(enrolled, keep)
     plan = Plan(operation="cleanup-phantoms", enrolled=enrolled)
+    inbox: InboxSnapshot | None = None
     for target_key, lifecycle in connection.execute(
         "SELECT target_key, lifecycle FROM sync_state ORDER BY target_key"
-    ):
+    ).fetchall():
         if target_key in allowed:
             continue
         unacked, referencing = _held_rows(connection, schema, str(target_key))
         if unacked:
+            if (
+                inbox is None
+                and schema.has_column("sync_mutations", "project")
+                and schema.has_table("sessions")
+            ):
+                inbox = select_inbox_rows(connection, schema, aliases or AliasMap())
             plan.kept.append(
-                f"{target_key!r} still holds {unacked} unacked rows (triage them with inbox claim/drop)"
+                f"{target_key!r} still holds {unacked} unacked rows ({_triage_hint(inbox, str(target_key))})"
             )
         elif referencing:
             plan.kept.append(
@@ -281,29 +517,49 @@ def plan_cleanup(connection: sqlite3.Connection, schema: Schema, keep: Sequence[
     return plan
 
 
+def _triage_hint(inbox: InboxSnapshot | None, target_key: str) -> str:
+    """Where the target's rows really sit in the inbox: the key and cwd that `claim`/`drop` select by."""
+    selectors: dict[str, int] = {}
+    if inbox is not None:
+        for row in inbox.rows:
+            if project_target(row.project) != target_key:
+                continue
+            words = ["--project", row.key]
+            if row.key == UNSORTED and row.cwd is not None:
+                words += ["--cwd", row.cwd]
+            selector = shlex.join(words)
+            selectors[selector] = selectors.get(selector, 0) + 1
+    if not selectors:
+        return "triage them with inbox claim/drop"
+    where = "; ".join(f"{selector} ({count} rows)" for selector, count in sorted(selectors.items()))
+    return f"triage them with engram-canary inbox claim/drop {where}"
+
+
 def _held_rows(connection: sqlite3.Connection, schema: Schema, target_key: str) -> tuple[int, int]:
     """(unacked rows of the target, counting its project's legacy-lane rows; rows referencing it)."""
-    unacked = _count(
+    unacked = count_rows(
         connection,
         "SELECT COUNT(*) FROM sync_mutations WHERE target_key = ? AND acked_at IS NULL",
         target_key,
     )
     if schema.has_column("sync_mutations", "project") and target_key.startswith(LEGACY_TARGET + ":"):
-        unacked += _count(
+        unacked += count_rows(
             connection,
             "SELECT COUNT(*) FROM sync_mutations WHERE target_key = ? AND project = ? AND acked_at IS NULL",
             LEGACY_TARGET,
             target_key[len(LEGACY_TARGET) + 1 :],
         )
-    referencing = _count(connection, "SELECT COUNT(*) FROM sync_mutations WHERE target_key = ?", target_key)
+    referencing = count_rows(
+        connection, "SELECT COUNT(*) FROM sync_mutations WHERE target_key = ?", target_key
+    )
     return unacked, referencing
 
 
-def _count(connection: sqlite3.Connection, sql: str, *parameters: object) -> int:
+def count_rows(connection: sqlite3.Connection, sql: str, *parameters: object) -> int:
     return int(connection.execute(sql, parameters).fetchone()[0])
 
 
-def _chunks(seqs: Sequence[int]) -> Iterator[tuple[Sequence[int], str]]:
+def seq_chunks(seqs: Sequence[int]) -> Iterator[tuple[Sequence[int], str]]:
     """SEQS in slices that fit SQLite's parameter limit, each with its `?,?,...` list."""
     for start in range(0, len(seqs), _CHUNK):
         chunk = seqs[start : start + _CHUNK]
@@ -313,23 +569,73 @@ def _chunks(seqs: Sequence[int]) -> Iterator[tuple[Sequence[int], str]]:
 # ---------------------------------------------------------------- applying
 
 
+def private_backup_dir(backup_dir: Path, *, ours: bool) -> Path:
+    """The backup directory, created 0700. Our default directory is tightened to 0700 if an older
+    canary left it wider; a directory the user named keeps its mode (the files in it are 0600)."""
+    try:
+        backup_dir.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+        if ours and stat.S_IMODE(backup_dir.stat().st_mode) & 0o077:
+            backup_dir.chmod(PRIVATE_DIR_MODE)
+    except OSError as error:
+        raise TriageError(
+            f"{backup_dir}: cannot write the backup ({error.strerror or error}); "
+            "nothing was changed (choose another --backup-dir)"
+        ) from error
+    return backup_dir
+
+
 def backup_database(connection: sqlite3.Connection, db_path: Path, backup_dir: Path, operation: str) -> Path:
-    """A consistent copy through SQLite's online backup API, named by UTC time to the microsecond."""
+    """A consistent 0600 copy through SQLite's online backup API, named by UTC time to the microsecond.
+
+    The file is created 0600 before SQLite opens it, so the copy is never readable by more users than
+    the owner for even a moment (SQLite gives its journal the same mode as the file).
+    """
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     target = backup_dir / f"{db_path.stem}.{stamp}.{operation}.db"
     try:
-        backup_dir.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE))
         with closing(sqlite3.connect(str(target))) as destination:
             connection.backup(destination)
             status = destination.execute("PRAGMA quick_check").fetchone()[0]
     except (OSError, sqlite3.Error) as error:
+        target.unlink(missing_ok=True)
         raise TriageError(
             f"{backup_dir}: cannot write the backup ({getattr(error, 'strerror', None) or error}); "
             "nothing was changed (choose another --backup-dir)"
         ) from error
     if status != "ok":
+        target.unlink(missing_ok=True)
         raise TriageError(f"{target}: backup failed its integrity check ({status}); nothing was changed")
     return target
+
+
+def backups_of(db_path: Path, backup_dir: Path) -> list[Path]:
+    """This database's backups in `backup_dir`, oldest first (the UTC stamp in the name sorts them)."""
+    prefix = f"{db_path.stem}."
+    found = [
+        path
+        for path in backup_dir.glob(f"{glob_escape(prefix)}*.db")
+        if path.is_file() and _BACKUP_STAMP.fullmatch(path.name[len(prefix) :])
+    ]
+    return sorted(found, key=lambda path: path.name)
+
+
+def glob_escape(text: str) -> str:
+    return "".join(f"[{char}]" if char in "*?[" else char for char in text)
+
+
+def prune_backups(db_path: Path, backup_dir: Path, keep: int) -> list[Path]:
+    """Delete all but the `keep` newest backups of this database; returns the deleted paths."""
+    existing = backups_of(db_path, backup_dir)
+    old = existing[: max(0, len(existing) - keep)]
+    pruned: list[Path] = []
+    for path in old:
+        try:
+            path.unlink()
+        except OSError:
+            continue
+        pruned.append(path)
+    return pruned
 
 
 @contextmanager
@@ -420,7 +726,7 @@ class _SyncState:
         self.ensure(LEGACY_TARGET)
         if not copies:
             return ()
-        before = _count(self.connection, "SELECT ifnull(MAX(seq), 0) FROM sync_mutations")
+        before = count_rows(self.connection, "SELECT ifnull(MAX(seq), 0) FROM sync_mutations")
         self.connection.executemany(
             "INSERT INTO sync_mutations (target_key, entity, entity_key, op, payload, source, project) "
             "VALUES (?, ?, ?, ?, ?, 'local', ?)",
@@ -470,7 +776,7 @@ class _SyncState:
         if acked != len(seqs):
             raise TriageError("some selected rows were acked by someone else meanwhile; nothing was changed")
         max_seq = max([int(state["last_acked_seq"]), *seqs])
-        remaining = _count(
+        remaining = count_rows(
             self.connection,
             "SELECT COUNT(*) FROM sync_mutations WHERE target_key = ? AND acked_at IS NULL",
             LEGACY_TARGET,
@@ -489,25 +795,25 @@ class _SyncState:
                 f"WHERE target_key = ? AND acked_at IS NULL AND seq IN ({marks})",
                 (LEGACY_TARGET, *chunk),
             ).rowcount
-            for chunk, marks in _chunks(seqs)
+            for chunk, marks in seq_chunks(seqs)
         )
 
     def refresh_project(self, project: str) -> None:
         target_key = project_target(project)
         state = self.get(target_key)
-        max_acked = _count(
+        max_acked = count_rows(
             self.connection,
             "SELECT ifnull(MAX(seq), 0) FROM sync_mutations WHERE target_key = ? AND project = ? AND acked_at IS NOT NULL",
             LEGACY_TARGET,
             project,
         )
-        max_enqueued = _count(
+        max_enqueued = count_rows(
             self.connection,
             "SELECT ifnull(MAX(seq), 0) FROM sync_mutations WHERE target_key = ? AND project = ?",
             LEGACY_TARGET,
             project,
         )
-        pending = _count(
+        pending = count_rows(
             self.connection,
             "SELECT COUNT(*) FROM sync_mutations WHERE target_key = ? AND project = ? AND acked_at IS NULL",
             LEGACY_TARGET,
@@ -566,12 +872,12 @@ class InboxPlanner:
             return self.plan(connection, schema)
         seqs = [row.seq for row in plan.acks]
         unacked = sum(
-            _count(
+            count_rows(
                 connection,
                 f"SELECT COUNT(*) FROM sync_mutations WHERE acked_at IS NULL AND seq IN ({marks})",
                 *chunk,
             )
-            for chunk, marks in _chunks(seqs)
+            for chunk, marks in seq_chunks(seqs)
         )
         if unacked != len(seqs):
             return self.plan(connection, schema)
@@ -582,11 +888,54 @@ class InboxPlanner:
 
 
 @dataclass(frozen=True)
-class CleanupPlanner:
-    keep: tuple[str, ...] = ()
+class LaneRowsPlanner:
+    """drop --seq / --unattributed: rows outside the inbox, acked as discarded."""
+
+    rows: RowSelection
 
     def plan(self, connection: sqlite3.Connection, schema: Schema) -> Plan:
-        return plan_cleanup(connection, schema, self.keep)
+        selected = select_lane_rows(connection, schema, self.rows)
+        return Plan(
+            operation="drop",
+            rows=self.rows,
+            acks=selected,
+            high_water=count_rows(connection, "SELECT ifnull(MAX(seq), 0) FROM sync_mutations"),
+            enrolled=enrolled_projects(connection, schema),
+        )
+
+    def revalidate(self, connection: sqlite3.Connection, schema: Schema, plan: Plan) -> Plan:
+        """Holds if enrollment is unchanged, every row is still unacked and, for --unattributed, no row
+        without a project was journaled since; otherwise plan again."""
+        if enrolled_projects(connection, schema) != plan.enrolled:
+            return self.plan(connection, schema)
+        seqs = [row.seq for row in plan.acks]
+        unacked = sum(
+            count_rows(
+                connection,
+                f"SELECT COUNT(*) FROM sync_mutations WHERE acked_at IS NULL AND seq IN ({marks})",
+                *chunk,
+            )
+            for chunk, marks in seq_chunks(seqs)
+        )
+        if unacked != len(seqs):
+            return self.plan(connection, schema)
+        if self.rows.unattributed and count_rows(
+            connection,
+            "SELECT COUNT(*) FROM sync_mutations WHERE seq > ? AND target_key = ? AND project = ''",
+            plan.high_water,
+            LEGACY_TARGET,
+        ):
+            return self.plan(connection, schema)
+        return plan
+
+
+@dataclass(frozen=True)
+class CleanupPlanner:
+    keep: tuple[str, ...] = ()
+    aliases: AliasMap = field(default_factory=AliasMap)
+
+    def plan(self, connection: sqlite3.Connection, schema: Schema) -> Plan:
+        return plan_cleanup(connection, schema, self.keep, self.aliases)
 
     def revalidate(self, connection: sqlite3.Connection, schema: Schema, plan: Plan) -> Plan:
         """Recheck only the planned phantoms; a target that became foreign meanwhile waits for next time."""
@@ -607,46 +956,56 @@ def apply(
     *,
     backup_dir: Path | None = None,
     aliases_path: Path | None = None,
+    keep_backups: int = DEFAULT_KEEP_BACKUPS,
 ) -> ApplyResult:
     """Plan from a read snapshot, back up, then revalidate and apply in one short IMMEDIATE transaction.
 
     engram v1.20 retries a busy write for only ~85 ms (10, 25, 50 ms backoffs) and a deferred
     transaction that must upgrade to write fails at once while another connection holds the lock, so
-    the slow work (planning, backup) happens before the lock and the locked part stays short.
+    the slow work (planning, the contract pre-flight, backup) happens before the lock and the locked
+    part stays short. A failed apply removes its backup: it protects nothing.
     """
+    if keep_backups < 1:
+        raise TriageError(f"--keep-backups must be at least 1 (the backup just taken), got {keep_backups}")
     connection = connect_read_write(db_path)
     try:
         schema = discover_schema(connection, db_path)
+        require_write_tested(identify(connection, schema))
         with read_transaction(connection):
             preview = planner.plan(connection, schema)
         if preview.is_empty:
             raise TriageError(f"nothing to {preview.operation}: the selection is empty")
-        backup = backup_database(
-            connection, db_path, backup_dir or default_backup_dir(db_path), preview.operation
-        )
+        directory = private_backup_dir(backup_dir or default_backup_dir(db_path), ours=backup_dir is None)
+        backup = backup_database(connection, db_path, directory, preview.operation)
         try:
-            with immediate_transaction(connection):
-                locked_at = time.perf_counter()
-                plan = planner.revalidate(connection, schema, preview)
-                if plan.is_empty:
-                    raise TriageError(f"nothing to {plan.operation}: the selection emptied meanwhile")
-                new_seqs = execute_plan(connection, schema, plan)
-            lock_held_ms = (time.perf_counter() - locked_at) * 1000
-        except sqlite3.Error as error:
-            raise TriageError(
-                f"{db_path}: the change was rolled back ({error}); backup at {backup}"
-            ) from error
+            try:
+                with immediate_transaction(connection):
+                    locked_at = time.perf_counter()
+                    plan = planner.revalidate(connection, schema, preview)
+                    if plan.is_empty:
+                        raise TriageError(f"nothing to {plan.operation}: the selection emptied meanwhile")
+                    new_seqs = execute_plan(connection, schema, plan)
+                lock_held_ms = (time.perf_counter() - locked_at) * 1000
+            except sqlite3.Error as error:
+                raise TriageError(
+                    f"{db_path}: the change was rolled back ({error}); nothing was changed"
+                ) from error
+        except BaseException:
+            backup.unlink(missing_ok=True)
+            raise
         alias_registered = False
         if plan.alias is not None and aliases_path is not None:
             section, alias, project = plan.alias
             alias_registered = register_alias(aliases_path, section, alias, project)
-        _log(backup.parent / TRIAGE_LOG_NAME, db_path, backup, plan, new_seqs)
+        pruned = prune_backups(db_path, directory, keep_backups)
+        _log(directory / TRIAGE_LOG_NAME, db_path, backup, plan, new_seqs, pruned)
         return ApplyResult(
             plan=plan,
             backup=backup,
             new_seqs=new_seqs,
             alias_registered=alias_registered,
             lock_held_ms=lock_held_ms,
+            pruned_backups=tuple(pruned),
         )
     finally:
         connection.close()
@@ -656,21 +1015,41 @@ def default_backup_dir(db_path: Path) -> Path:
     return db_path.resolve().parent / BACKUP_DIR_NAME
 
 
-def _log(path: Path, db_path: Path, backup: Path, plan: Plan, new_seqs: Sequence[int]) -> None:
-    """One JSON line per applied operation: the forensic record of which acks were discards."""
+def _log(
+    path: Path, db_path: Path, backup: Path, plan: Plan, new_seqs: Sequence[int], pruned: Sequence[Path]
+) -> None:
+    """One JSON line per applied operation: the forensic record of which acks were discards, and of the
+    backup that can undo it (a 0600 file, like the backups)."""
     entry = {
         "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
         "operation": plan.operation,
         "db": str(db_path.resolve()),
         "backup": str(backup),
+        "backup_protects": {
+            "db": str(db_path.resolve()),
+            "state": f"the database as it was just before this {plan.operation}",
+            "restore": f"stop engram, then copy {backup} over {db_path.resolve()}",
+        },
+        "pruned_backups": [str(old) for old in pruned],
         "selection": None
         if plan.selection is None
-        else {"key": plan.selection.key, "cwd": plan.selection.cwd, "noise": plan.selection.telemetry_only},
+        else {
+            "key": plan.selection.key,
+            "cwd": plan.selection.cwd,
+            "noise": plan.selection.telemetry_only,
+            "memories_only": plan.selection.memories_only,
+        },
+        "rows": None if plan.rows is None else plan.rows.describe(),
         "project": plan.project,
         "acked_seqs": [row.seq for row in plan.acks],
         "discarded": plan.operation == "drop",
         "copies": [[copy.source.seq, seq] for copy, seq in zip(plan.copies, new_seqs, strict=True)],
+        "repairs": [[copy.source.seq, copy.repair] for copy in plan.copies if copy.repair is not None],
+        "refused": [[refused.row.seq, refused.reason] for refused in plan.refused],
         "deleted_targets": [phantom.target_key for phantom in plan.phantoms],
     }
-    with path.open("a", encoding="utf-8") as stream:
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE_MODE)
+    with os.fdopen(descriptor, "a", encoding="utf-8") as stream:
+        if stat.S_IMODE(os.fstat(descriptor).st_mode) & 0o077:
+            os.fchmod(descriptor, PRIVATE_FILE_MODE)
         stream.write(json.dumps(entry, ensure_ascii=False) + "\n")

@@ -38,7 +38,17 @@ def test_claimed_rows_are_delivered_by_engrams_own_worker(engram_world: EngramEn
     engram_ok(world, "cloud", "enroll", "main-proj")
     assert by_key(inbox_json(world))["side-project"]["count"] == 2
 
-    claim = canary(world, "inbox", "claim", "--project", "side-project", "--as", "main-proj", "--apply")
+    claim = canary(
+        world,
+        "inbox",
+        "claim",
+        "--project",
+        "side-project",
+        "--as",
+        "main-proj",
+        "--with-telemetry",
+        "--apply",
+    )
     assert claim.returncode == 0, claim.stderr
     db = world.db_path
     copies = query(

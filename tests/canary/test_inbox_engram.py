@@ -139,10 +139,12 @@ def test_claim_dry_run_writes_nothing_and_says_what_would_change(inbox_world: In
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == (
-        "dry run: claim 4 rows of inbox key 'side-project' into enrolled project 'main-proj'; nothing was written"
+        "dry run: claim 2 rows of inbox key 'side-project' (memories: observations and relations) "
+        "into enrolled project 'main-proj'; nothing was written"
     )
-    assert sum(line.startswith("  insert: legacy-lane row ") for line in lines) == 4
-    assert sum(line.startswith("  ack: seq ") for line in lines) == 4
+    assert sum(line.startswith("  insert: legacy-lane row observation ") for line in lines) == 2
+    assert sum(line.startswith("  ack: seq ") for line in lines) == 2
+    assert not any(line.startswith("  insert: legacy-lane row session ") for line in lines)
     assert "  alias: keys 'side-project' -> 'main-proj'" in lines
     assert db_digest(inbox_world.db) == before
     assert not aliases_file(inbox_world.world).exists()
@@ -156,7 +158,15 @@ def test_claim_apply_copies_acks_backs_up_and_registers_the_alias(inbox_world: I
         "SELECT seq, entity, entity_key, op, payload FROM sync_mutations WHERE project = 'side-project' ORDER BY seq",
     )
     result = canary(
-        inbox_world.world, "inbox", "claim", "--project", "side-project", "--as", "main-proj", "--apply"
+        inbox_world.world,
+        "inbox",
+        "claim",
+        "--project",
+        "side-project",
+        "--as",
+        "main-proj",
+        "--with-telemetry",
+        "--apply",
     )
     assert result.returncode == 0, result.stderr
     backup = Path(result.stdout.splitlines()[0].removeprefix("backup: "))
@@ -214,7 +224,7 @@ def test_the_same_claim_twice_changes_nothing_the_second_time(inbox_world: Inbox
     assert (again.returncode, again.stdout) == (3, "")
     assert again.stderr == (
         "engram-canary: error: nothing to claim: no unacked inbox rows match inbox key 'side-project' "
-        "(see: engram-canary inbox list)\n"
+        "(memories: observations and relations) (see: engram-canary inbox list)\n"
     )
     assert db_digest(inbox_world.db) == before
     assert sorted((inbox_world.db.parent / "engram-canary-backups").glob("*.db")) == backups
@@ -235,11 +245,13 @@ def test_the_same_claim_twice_changes_nothing_the_second_time(inbox_world: Inbox
         ),
         (
             ("--project", "no-such-key", "--as", "main-proj"),
-            "nothing to claim: no unacked inbox rows match inbox key 'no-such-key' (see: engram-canary inbox list)",
+            "nothing to claim: no unacked inbox rows match inbox key 'no-such-key' "
+            "(memories: observations and relations) (see: engram-canary inbox list)",
         ),
         (
             ("--project", "side-project"),
-            "inbox key 'side-project' does not resolve to one enrolled project (no alias, no enrolled match); "
+            "inbox key 'side-project' (memories: observations and relations) does not resolve to one enrolled "
+            "project (no alias, no enrolled match); "
             "pass --as <enrolled project>",
         ),
     ],
@@ -274,7 +286,9 @@ def test_an_unwritable_backup_dir_is_one_line_and_writes_nothing(inbox_world: In
 
 
 def test_claim_without_as_uses_the_enrolled_match(inbox_world: InboxWorld) -> None:
-    result = canary(inbox_world.world, "inbox", "claim", "--project", "lm-studio-model", "--apply")
+    result = canary(
+        inbox_world.world, "inbox", "claim", "--project", "lm-studio-model", "--with-telemetry", "--apply"
+    )
     assert result.returncode == 0, result.stderr
     assert query(
         inbox_world.db,
@@ -299,7 +313,9 @@ def test_claim_one_cwd_of_unsorted_registers_a_cwd_alias(inbox_world: InboxWorld
     )
     assert result.returncode == 0, result.stderr
     unsorted = by_key(inbox_json(inbox_world.world))["unsorted"]
-    assert unsorted["cwds"] == {str(inbox_world.world.home): 2}
+    # the scratch session's telemetry row stays in the inbox: claim copies memories only by default
+    assert unsorted["cwds"] == {str(inbox_world.world.home): 2, scratch: 1}
+    assert unsorted["entities"] == {"observation": 1, "session": 2}
     assert aliases_file(inbox_world.world).read_text() == f'cwds:\n  "{scratch}": "main-proj"\n'
 
 
@@ -337,8 +353,10 @@ def test_cleanup_phantoms_deletes_only_empty_foreign_states(inbox_world: InboxWo
         "dry run: delete 2 phantom sync_state rows; nothing was written",
         f"  delete: sync_state row 'cloud:{home}' (lifecycle healthy, 0 unacked rows)",
         "  delete: sync_state row 'cloud:scratch' (lifecycle healthy, 0 unacked rows)",
-        "  keep: 'cloud:lm_studio_model' still holds 2 unacked rows (triage them with inbox claim/drop)",
-        "  keep: 'cloud:side-project' still holds 4 unacked rows (triage them with inbox claim/drop)",
+        "  keep: 'cloud:lm_studio_model' still holds 2 unacked rows "
+        "(triage them with engram-canary inbox claim/drop --project lm-studio-model (2 rows))",
+        "  keep: 'cloud:side-project' still holds 4 unacked rows "
+        "(triage them with engram-canary inbox claim/drop --project side-project (4 rows))",
         "run again with --apply to make these changes (a backup is taken first)",
     ]
     applied = canary(inbox_world.world, "cleanup-phantoms", "--apply")

@@ -105,9 +105,10 @@ def test_triage_while_engram_serve_writes_loses_no_write(engram_world: EngramEnv
         db, "SELECT COUNT(*) FROM sync_mutations WHERE entity = 'observation' AND project = 'writer-key'"
     )[0][0]
     assert journaled == len(saved)
+    # claim copies memories only by default: 3 observations each of key-one and key-three
     assert query(
         db, "SELECT COUNT(*) FROM sync_mutations WHERE project = 'main-proj' AND acked_at IS NULL"
-    ) == [(12,)]
+    ) == [(6,)]
     assert integrity(db) == "ok"
 
 

@@ -1,0 +1,191 @@
+"""Lane health: is a sync lane stuck behind a row the cloud refuses?
+
+engram's worker lists a lane's pending rows in seq order and stops its cycle at the first push the
+cloud refuses, so one refused row holds back every later row of every enrolled project, tick after
+tick. A lane is blocked when a row it lists fails the shared push contract
+(engram_contract.refusal_for_entry), or when its sync_state is degraded with a last_error while rows
+wait. The finding names the blocking seqs, the reason, the rows held back per project and the command
+that clears it. v1.20 has one live lane, the legacy `cloud` lane (`legacy_lane_blocked`); a per-project
+lane `cloud:<p>` that a later engram makes live gets the same check (`project_lane_blocked`).
+"""
+
+from __future__ import annotations
+
+import shlex
+import sqlite3
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from canary.db import Schema, enrolled_projects, read_transaction
+from canary.findings import Finding
+from canary.inbox import InboxRow
+from canary.repair import Deriver, Fix, derive_fix, pending_listed_rows
+from canary.targets import project_target
+from canary.triage import entry_refusal
+from engram_contract import LEGACY_TARGET, PushRefusal
+
+LEGACY_LANE_BLOCKED = "legacy_lane_blocked"
+PROJECT_LANE_BLOCKED = "project_lane_blocked"
+LANE_CHECKS = frozenset({LEGACY_LANE_BLOCKED, PROJECT_LANE_BLOCKED})
+_SHOWN_SEQS = 20
+
+
+@dataclass(frozen=True)
+class Blocker:
+    row: InboxRow
+    refusal: PushRefusal
+    repairable: bool
+
+    @property
+    def reason(self) -> str:
+        return f"{self.refusal.status} {self.refusal.reason}"
+
+
+@dataclass
+class LaneHealth:
+    target_key: str
+    lifecycle: str | None = None
+    last_error: str | None = None
+    consecutive_failures: int = 0
+    pending: int = 0
+    blockers: list[Blocker] = field(default_factory=list)
+    held_back: Counter[str] = field(default_factory=Counter)
+    first_pending_seq: int | None = None
+
+    @property
+    def degraded(self) -> bool:
+        return self.lifecycle == "degraded" and bool((self.last_error or "").strip())
+
+    @property
+    def blocked(self) -> bool:
+        return bool(self.blockers) or (self.degraded and self.pending > 0)
+
+
+def read_lane_health(connection: sqlite3.Connection, schema: Schema) -> list[LaneHealth]:
+    """Every live lane's health, in the caller's read transaction."""
+    if not schema.has_column("sync_mutations", "project"):
+        return []
+    enrolled = enrolled_projects(connection, schema)
+    deriver = Deriver(connection, schema, enrolled)
+    lanes = [LEGACY_TARGET]
+    for project in sorted(enrolled):
+        target = project_target(project)
+        if connection.execute(
+            "SELECT 1 FROM sync_mutations WHERE target_key = ? AND acked_at IS NULL LIMIT 1", (target,)
+        ).fetchone():
+            lanes.append(target)
+    return [_lane(connection, schema, deriver, target) for target in lanes]
+
+
+def _lane(connection: sqlite3.Connection, schema: Schema, deriver: Deriver, target_key: str) -> LaneHealth:
+    health = LaneHealth(target_key)
+    columns = [
+        name
+        for name in ("lifecycle", "last_error", "consecutive_failures")
+        if schema.has_column("sync_state", name)
+    ]
+    if columns:
+        state = connection.execute(
+            f"SELECT {', '.join(columns)} FROM sync_state WHERE target_key = ?", (target_key,)
+        ).fetchone()
+        if state is not None:
+            values = dict(zip(columns, state, strict=True))
+            health.lifecycle = str(values.get("lifecycle") or "") or None
+            health.last_error = str(values["last_error"]) if values.get("last_error") else None
+            health.consecutive_failures = int(values.get("consecutive_failures") or 0)
+    for row in pending_listed_rows(connection, schema, target_key):
+        health.pending += 1
+        if health.first_pending_seq is None:
+            health.first_pending_seq = row.seq
+        refusal = entry_refusal(row.project, row, row.payload)
+        if refusal is not None:
+            health.blockers.append(Blocker(row, refusal, isinstance(derive_fix(row, refusal, deriver), Fix)))
+        elif health.blockers or health.degraded:
+            health.held_back[row.project] += 1
+    return health
+
+
+def clear_commands(health: LaneHealth, db: Path | None = None) -> list[str]:
+    """The commands that clear the blockers, the most specific first (each is a dry run without --apply)."""
+    suffix = ["--db", str(db)] if db is not None else []
+    commands: list[str] = []
+    if any(blocker.repairable for blocker in health.blockers):
+        commands.append(shlex.join(["engram-canary", "repair", *suffix, "--apply"]))
+    unrepairable = [blocker for blocker in health.blockers if not blocker.repairable]
+    if any(not blocker.row.project.strip() for blocker in unrepairable):
+        commands.append(shlex.join(["engram-canary", "inbox", "drop", "--unattributed", *suffix, "--apply"]))
+    named = [str(blocker.row.seq) for blocker in unrepairable if blocker.row.project.strip()]
+    if named:
+        commands.append(
+            shlex.join(["engram-canary", "inbox", "drop", "--seq", ",".join(named), *suffix, "--apply"])
+        )
+    return commands
+
+
+def lane_finding(health: LaneHealth, db: Path | None = None) -> Finding | None:
+    if not health.blocked:
+        return None
+    held = sum(health.held_back.values())
+    by_project = dict(sorted(health.held_back.items()))
+    evidence: dict[str, Any] = {
+        "target_key": health.target_key,
+        "lifecycle": health.lifecycle,
+        "last_error": health.last_error,
+        "consecutive_failures": health.consecutive_failures,
+        "pending_rows": health.pending,
+        "held_back_rows": held,
+        "held_back_by_project": by_project,
+    }
+    if health.blockers:
+        first = health.blockers[0]
+        commands = clear_commands(health, db)
+        evidence.update(
+            blocking_seqs=[blocker.row.seq for blocker in health.blockers[:_SHOWN_SEQS]],
+            blocking_rows=len(health.blockers),
+            reason=first.reason,
+            reasons=dict(Counter(blocker.reason for blocker in health.blockers).most_common()),
+            clear_command=commands[0],
+            clear_commands=commands,
+        )
+        message = (
+            f"lane {health.target_key!r} is blocked: the cloud refuses seq {first.row.seq} "
+            f"({first.row.entity}, project {first.row.project!r}: {first.reason})"
+            + (f" and {len(health.blockers) - 1} more" if len(health.blockers) > 1 else "")
+            + f"; {held} rows wait behind it ({_projects_text(by_project)}); clear it with: {commands[0]}"
+        )
+    else:
+        evidence.update(
+            blocking_seqs=[health.first_pending_seq],
+            blocking_rows=0,
+            reason=health.last_error,
+            reasons={},
+            clear_command=None,
+            clear_commands=[],
+        )
+        message = (
+            f"lane {health.target_key!r} is degraded with {health.pending} rows pending: the last push failed "
+            f"({health.last_error}); no pending row fails the push contract, so fix what the error names; engram "
+            "retries on its next cycle (v1.20 stops after 10 consecutive failures until it restarts)"
+        )
+    return Finding(
+        check=LEGACY_LANE_BLOCKED if health.target_key == LEGACY_TARGET else PROJECT_LANE_BLOCKED,
+        severity="critical",
+        message=message,
+        target_key=health.target_key,
+        evidence=evidence,
+    )
+
+
+def _projects_text(by_project: dict[str, int]) -> str:
+    if not by_project:
+        return "no enrolled project"
+    return ", ".join(f"{project}: {count}" for project, count in by_project.items())
+
+
+def lane_findings(connection: sqlite3.Connection, schema: Schema, db: Path | None = None) -> list[Finding]:
+    """The lane-blocked findings of one short read transaction of their own."""
+    with read_transaction(connection):
+        healths = read_lane_health(connection, schema)
+    return [finding for health in healths if (finding := lane_finding(health, db)) is not None]
