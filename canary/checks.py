@@ -30,6 +30,7 @@ from canary.db import (
 from canary.errors import CanaryError
 from canary.findings import Finding, Status
 from canary.inbox import tripwire_findings
+from canary.lane_health import lane_findings
 from canary.targets import INBOX_TARGET, LOCAL_TARGET, allowed_targets, project_target
 from engram_contract import LEGACY_TARGET
 
@@ -346,6 +347,8 @@ def check_snapshot(
         summary = summarize(space, findings, reader)
     # The inbox view takes its own short read transaction.
     inbox_findings = tripwire_findings(connection, schema, config) if include_inbox else []
+    # Lane health (canary.lane_health) takes its own short read transaction as well.
+    inbox_findings.extend(lane_findings(connection, schema, db_path))
     findings.extend(inbox_findings)
     summary["other_findings"] += len(inbox_findings)
     result = CheckResult(

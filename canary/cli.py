@@ -18,7 +18,7 @@ from canary.config import CanaryConfig, default_config_path, load_config
 from canary.db import default_db_path
 from canary.errors import CanaryError
 from canary.findings import Status
-from canary.inbox_cli import cleanup_phantoms_command, inbox
+from canary.inbox_cli import cleanup_phantoms_command, inbox, repair_command
 from canary.one_line_cli import OneLineErrorGroup
 from canary.report import render_json, render_text, write_textfile
 from canary.systemd import (
@@ -322,6 +322,7 @@ def reconcile_command(
 
 cli.add_command(inbox)
 cli.add_command(cleanup_phantoms_command)
+cli.add_command(repair_command)
 
 
 def main() -> None:
