@@ -274,8 +274,8 @@ def entry_in(entry: Any, low: int, high: int | None) -> bool:
 
 def _count_problem(name: str, want: s.Count, have: Any) -> str | None:
     value = int(have or 0)
-    if isinstance(want, int):
-        return None if value == want else f"{name}: expected {want}, got {value}"
+    if want.exactly is not None and value != want.exactly:
+        return f"{name}: expected {want.exactly}, got {value}"
     if want.at_least is not None and value < want.at_least:
         return f"{name}: expected at least {want.at_least}, got {value}"
     if want.at_most is not None and value > want.at_most:

@@ -547,12 +547,22 @@ class ReceivedCheck(Strict):
     _fields = field_validator("match")(_known_fields(RECEIVED_FIELDS))
 
 
-class CountRange(Strict):
+class Count(Strict):
+    """A count: an int (exactly) or {at_least, at_most}."""
+
+    exactly: int | None = Field(None, ge=0)
     at_least: int | None = Field(None, ge=0)
     at_most: int | None = Field(None, ge=0)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _from_int(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return {"exactly": value}
+        if not isinstance(value, dict):
+            raise ValueError("a count is an int or {at_least: N, at_most: N}")
+        return value
 
-Count = int | CountRange
 
 SYNC_STATE_FIELDS = (
     "lifecycle",
