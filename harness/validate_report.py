@@ -177,8 +177,13 @@ def next_steps(report: dict[str, Any]) -> list[str]:
                 "run its lines with --apply on the real database (engram-canary takes a backup first)."
             )
         elif not proof["ok"]:
-            failed = [check["check"] for check in proof["checks"] if not check["ok"]]
-            steps.append(f"Do not apply the plan as is: {', '.join(failed)}.")
+            failed = [f"{check['check']} ({check['detail']})" for check in proof["checks"] if not check["ok"]]
+            steps.append(f"Do not apply the plan as is: {'; '.join(failed)}.")
+            for item in what_if["run"]["refused"]:
+                reason = item["reasons"][0] if item["reasons"] else "HTTP " + ", ".join(item["statuses"])
+                steps.append(
+                    f"With the plan, the server refuses {item['rows']} row(s) of {item['project']!r}: {reason}."
+                )
     if memories or telemetry:
         steps.append(
             f"{memories} memories and {telemetry} telemetry rows in {inbox_keys} inbox key(s) stay undelivered "
