@@ -49,6 +49,10 @@ if [ -z "${ENGRAM_KIT_POSTGRES_URL:-}" ]; then
   fi
 fi
 
+# Debian's headless Chromium for the validate report's browser check (installs it when root).
+bash scripts/chromium.sh >/dev/null \
+  || echo "test.sh: no chromium; the validate HTML browser check will skip (fail under CI=true)" >&2
+
 export TESTCONTAINERS_RYUK_DISABLED=true
 export TESTCONTAINERS_CONNECTION_MODE=docker_host
 export TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1
