@@ -1,31 +1,52 @@
-"""Known foreign targets per database, so that a machine with old debt only alarms on NEW targets.
+"""Acknowledgements per database, so that a machine with known debt only alarms when it changes.
+
+Each acknowledgement names one finding by its identity (check plus target, key or lane) and records
+the size it had, like an Alertmanager silence or a Nagios acknowledgement: the finding stays silent
+while it is no bigger and the acknowledgement has not expired. A new identity (a new target, key or
+lane, or a tripwire the acknowledgement did not cover) alarms as before.
 
 Stored next to the config (baseline.json in the config's directory), keyed by the resolved db path.
-Written atomically (tmp file + rename) so a crash never leaves half a baseline.
+Written atomically (tmp file + rename) so a crash never leaves half a baseline. Version 1 files (a list
+of foreign targets per database) still load: each target is acknowledged at any size, without expiry.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
 from canary.errors import CanaryError
+from canary.findings import FOREIGN_CHECKS, Acknowledgement, Finding
 
 BASELINE_FILE_NAME = "baseline.json"
-BASELINE_SCHEMA = "engram-canary/baseline/v1"
+BASELINE_SCHEMA = "engram-canary/baseline/v2"
+LEGACY_SCHEMA = "engram-canary/baseline/v1"
+_RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([hdw])\s*$")
+_UNIT_SECONDS = {"h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 class BaselineError(CanaryError):
-    """The baseline file cannot be read or written."""
+    """The baseline file cannot be read or written, or an acknowledgement option is invalid."""
 
 
 class BaselineEntry(BaseModel):
     recorded_at: str
-    targets: list[str] = Field(default_factory=list)
+    targets: list[str] = Field(default_factory=list, description="v1: foreign targets known at any size")
+    acknowledgements: list[Acknowledgement] = Field(default_factory=list)
+
+    def all_acknowledgements(self) -> list[Acknowledgement]:
+        legacy = [
+            Acknowledgement(check=check, target_key=target, acknowledged_at=self.recorded_at)
+            for target in self.targets
+            for check in sorted(FOREIGN_CHECKS)
+        ]
+        return [*self.acknowledgements, *legacy]
 
 
 class Baseline(BaseModel):
@@ -34,9 +55,19 @@ class Baseline(BaseModel):
 
     model_config = {"populate_by_name": True}
 
-    def targets_for(self, db_path: Path) -> frozenset[str]:
+    def acknowledgements_for(self, db_path: Path) -> dict[str, Acknowledgement]:
         entry = self.databases.get(db_key(db_path))
-        return frozenset(entry.targets) if entry else frozenset()
+        if entry is None:
+            return {}
+        return {acknowledgement.identity: acknowledgement for acknowledgement in entry.all_acknowledgements()}
+
+    def targets_for(self, db_path: Path) -> frozenset[str]:
+        """Foreign target keys with an acknowledgement (whatever its size or expiry)."""
+        return frozenset(
+            ack.target_key
+            for ack in self.acknowledgements_for(db_path).values()
+            if ack.check in FOREIGN_CHECKS and ack.target_key is not None
+        )
 
 
 def db_key(db_path: Path) -> str:
@@ -51,16 +82,68 @@ def load_baseline(path: Path) -> Baseline:
     if not path.exists():
         return Baseline()
     try:
-        return Baseline.model_validate(json.loads(path.read_text(encoding="utf-8")))
+        document = json.loads(path.read_text(encoding="utf-8"))
+        baseline = Baseline.model_validate(document)
     except (OSError, ValueError, ValidationError) as error:
         first = str(error).splitlines()[0]
         raise BaselineError(f"{path}: not a readable canary baseline ({first}); re-record it") from error
+    if baseline.schema_ not in (BASELINE_SCHEMA, LEGACY_SCHEMA):
+        raise BaselineError(f"{path}: unknown baseline schema {baseline.schema_!r}; re-record it")
+    baseline.schema_ = BASELINE_SCHEMA
+    return baseline
 
 
-def record_baseline(path: Path, db_path: Path, targets: list[str], recorded_at: str) -> Baseline:
+def parse_expiry(text: str, now: datetime) -> str:
+    """`--expires`: a duration (12h, 30d, 2w) from now, a date (end of that day, UTC) or an ISO time."""
+    relative = _RELATIVE.match(text)
+    if relative:
+        moment = now + timedelta(seconds=float(relative.group(1)) * _UNIT_SECONDS[relative.group(2)])
+    else:
+        try:
+            parsed = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        except ValueError as error:
+            raise BaselineError(
+                f"--expires {text!r}: expected a duration (12h, 30d, 2w), a date (2026-12-31) or an ISO time"
+            ) from error
+        if len(text.strip()) == 10:
+            parsed += timedelta(days=1)
+        moment = parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+        if moment <= now:
+            raise BaselineError(f"--expires {text!r}: that moment has already passed")
+    return iso(moment)
+
+
+def iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def acknowledge(
+    findings: list[Finding], acknowledged_at: str, *, reason: str | None, expires: str | None
+) -> list[Acknowledgement]:
+    """One acknowledgement per finding identity, at the finding's current size."""
+    acknowledgements: dict[str, Acknowledgement] = {}
+    for finding in findings:
+        acknowledgements[finding.identity] = Acknowledgement(
+            check=finding.check,
+            target_key=finding.target_key,
+            key=finding.key,
+            size=finding.measure(),
+            acknowledged_at=acknowledged_at,
+            reason=reason,
+            expires=expires,
+        )
+    return sorted(acknowledgements.values(), key=lambda ack: ack.identity)
+
+
+def record_baseline(
+    path: Path, db_path: Path, acknowledgements: list[Acknowledgement], recorded_at: str
+) -> Baseline:
+    """Replace the database's entry with these acknowledgements (other databases stay)."""
     baseline = load_baseline(path)
-    baseline.databases[db_key(db_path)] = BaselineEntry(recorded_at=recorded_at, targets=sorted(targets))
-    write_atomically(path, baseline.model_dump_json(by_alias=True, indent=2) + "\n")
+    baseline.databases[db_key(db_path)] = BaselineEntry(
+        recorded_at=recorded_at, acknowledgements=acknowledgements
+    )
+    write_atomically(path, baseline.model_dump_json(by_alias=True, indent=2, exclude_none=True) + "\n")
     return baseline
 
 

@@ -28,16 +28,22 @@ from canary.db import (
     read_transaction,
 )
 from canary.errors import CanaryError
-from canary.findings import Finding, Status
+from canary.findings import (
+    FOREIGN_CHECKS,
+    FOREIGN_MUTATION_TARGET,
+    FOREIGN_SYNC_TARGET,
+    Finding,
+    Status,
+    alarming,
+    apply_acknowledgements,
+    overall_status,
+)
 from canary.inbox import tripwire_findings
-from canary.lane_health import lane_findings
 from canary.targets import INBOX_TARGET, LOCAL_TARGET, allowed_targets, project_target
 from engram_contract import LEGACY_TARGET
 
 RESULT_SCHEMA = "engram-canary/check/v1"
-FOREIGN_SYNC_TARGET = "foreign_sync_target"
-FOREIGN_MUTATION_TARGET = "foreign_mutation_target"
-FOREIGN_CHECKS = frozenset({FOREIGN_SYNC_TARGET, FOREIGN_MUTATION_TARGET})
+__all__ = ["FOREIGN_CHECKS", "FOREIGN_MUTATION_TARGET", "FOREIGN_SYNC_TARGET", "overall_status"]
 UNDELIVERED_PROJECT_LANE = "undelivered_project_lane"
 V120_LANE_NOTE = (
     "engram v1.20 journals every mutation in the legacy 'cloud' lane with a project column; "
@@ -232,6 +238,7 @@ def foreign_target_findings(
                 severity="critical" if rows >= critical_rows else "warning",
                 message=f"sync target {key} is outside the closed target space ({rows} unacked rows)",
                 target_key=key,
+                size=rows,
                 evidence=evidence,
             )
         )
@@ -251,6 +258,7 @@ def foreign_target_findings(
                     f"({rows} unacked)"
                 ),
                 target_key=key,
+                size=rows,
                 evidence=evidence,
             )
         )
@@ -275,35 +283,17 @@ def undelivered_lane_findings(space: TargetSpace, reader: EvidenceReader) -> lis
                     f"from the legacy lane '{LEGACY_TARGET}', so they never deliver (design, Problem 6)"
                 ),
                 target_key=key,
+                size=unacked,
                 evidence={"target_key": key, **reader.rows_on_target(key), "unacked_rows": unacked},
             )
         )
     return findings
 
 
-def apply_baseline(findings: list[Finding], known: frozenset[str]) -> None:
-    for finding in findings:
-        if finding.check in FOREIGN_CHECKS and finding.target_key in known:
-            finding.new = False
-
-
-def overall_status(findings: list[Finding], config: CanaryConfig) -> Status:
-    new = [finding for finding in findings if finding.new]
-    status = max((finding.status for finding in new), default=Status.OK)
-    new_targets = {f.target_key for f in new if f.check in FOREIGN_CHECKS}
-    if len(new_targets) >= config.thresholds.critical_new_foreign_targets:
-        status = Status.CRITICAL
-    return status
-
-
-def summarize(space: TargetSpace, findings: list[Finding], reader: EvidenceReader) -> dict[str, Any]:
-    foreign = {f.target_key for f in findings if f.check in FOREIGN_CHECKS}
-    new = {f.target_key for f in findings if f.check in FOREIGN_CHECKS and f.new}
+def summarize(space: TargetSpace, reader: EvidenceReader) -> dict[str, Any]:
+    """What the snapshot holds, independent of findings and acknowledgements."""
     unacked = {key: reader.unacked_on_target(key) for key in sorted(space.mutation_targets)}
     return {
-        "foreign_targets": len(foreign),
-        "new_foreign_targets": len(new),
-        "known_foreign_targets": len(foreign - new),
         "foreign_sync_targets": len(space.foreign_sync_targets()),
         "foreign_mutation_targets": len(space.foreign_mutation_targets()),
         "sync_state_targets": len(space.sync_state),
@@ -312,7 +302,24 @@ def summarize(space: TargetSpace, findings: list[Finding], reader: EvidenceReade
         "unacked_rows_by_target": unacked,
         "unacked_rows": sum(value or 0 for value in unacked.values()),
         "legacy_target": LEGACY_TARGET,
-        "other_findings": len([f for f in findings if f.check not in FOREIGN_CHECKS]),
+    }
+
+
+def count_findings(findings: list[Finding]) -> dict[str, int]:
+    """Counts that only unacknowledged findings enter, plus how many are acknowledged."""
+    foreign = {f.target_key for f in findings if f.check in FOREIGN_CHECKS}
+    alarm = {f.target_key for f in alarming(findings) if f.check in FOREIGN_CHECKS}
+    never_acknowledged = {
+        f.target_key for f in findings if f.check in FOREIGN_CHECKS and f.acknowledgement is None
+    }
+    return {
+        "foreign_targets": len(foreign),
+        "new_foreign_targets": len(alarm),
+        "known_foreign_targets": len(foreign - alarm),
+        "never_acknowledged_foreign_targets": len(never_acknowledged),
+        "other_findings": len([f for f in alarming(findings) if f.check not in FOREIGN_CHECKS]),
+        "unacknowledged_findings": len(alarming(findings)),
+        "acknowledged_findings": len([f for f in findings if f.acknowledged]),
     }
 
 
@@ -342,24 +349,34 @@ def check_snapshot(
         reader = EvidenceReader(connection, schema)
         findings = foreign_target_findings(space, reader, config)
         findings.extend(undelivered_lane_findings(space, reader))
-        if baseline is not None:
-            apply_baseline(findings, baseline.targets_for(db_path))
-        summary = summarize(space, findings, reader)
+        summary = summarize(space, reader)
     # The inbox view takes its own short read transaction.
-    inbox_findings = tripwire_findings(connection, schema, config) if include_inbox else []
-    # Lane health (canary.lane_health) takes its own short read transaction as well.
-    inbox_findings.extend(lane_findings(connection, schema, db_path))
-    findings.extend(inbox_findings)
-    summary["other_findings"] += len(inbox_findings)
-    result = CheckResult(
-        status=overall_status(findings, config).label,
+    if include_inbox:
+        findings.extend(tripwire_findings(connection, schema, config))
+    return finish(findings, summary, db_path, config, baseline, sorted(space.allowed)), space
+
+
+def finish(
+    findings: list[Finding],
+    summary: dict[str, Any],
+    db_path: Path,
+    config: CanaryConfig,
+    baseline: Baseline | None,
+    allowed: list[str],
+) -> CheckResult:
+    """Acknowledgements, counts and the status: the same policy whoever collected the findings."""
+    checked_at = datetime.now(UTC)
+    if baseline is not None:
+        apply_acknowledgements(findings, baseline.acknowledgements_for(db_path), checked_at)
+    summary.update(count_findings(findings))
+    return CheckResult(
+        status=overall_status(findings, config.thresholds.critical_new_foreign_targets).label,
         db=str(db_path),
-        checked_at=now_iso(),
-        allowed_targets=sorted(space.allowed),
+        checked_at=checked_at.isoformat(timespec="seconds").replace("+00:00", "Z"),
+        allowed_targets=allowed,
         findings=findings,
         summary=summary,
     )
-    return result, space
 
 
 def run_check(db_path: Path, config: CanaryConfig, baseline: Baseline | None) -> CheckResult:

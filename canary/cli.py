@@ -7,13 +7,21 @@ arguments are UNKNOWN too (3, not click's usual 2, which would read as CRITICAL)
 from __future__ import annotations
 
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
 
 from canary import __version__
-from canary.baseline import Baseline, baseline_path_for, load_baseline, record_baseline
-from canary.checks import FOREIGN_CHECKS, CheckResult, now_iso, run_check, unknown_result
+from canary.baseline import (
+    Baseline,
+    acknowledge,
+    baseline_path_for,
+    load_baseline,
+    parse_expiry,
+    record_baseline,
+)
+from canary.checks import CheckResult, now_iso, run_check, unknown_result
 from canary.config import CanaryConfig, default_config_path, load_config
 from canary.db import default_db_path
 from canary.errors import CanaryError
@@ -139,17 +147,29 @@ def check(
 @db_option
 @config_option
 @baseline_option
-def baseline_command(db: Path | None, config_file: Path | None, baseline_file: Path | None) -> None:
-    """Record today's foreign targets, so that only NEW targets raise the status from now on."""
+@click.option("--reason", help="Why these findings are acceptable for now (shown next to each of them).")
+@click.option("--expires", help="When the acknowledgements lapse: 12h, 30d, 2w, a date or an ISO time.")
+def baseline_command(
+    db: Path | None,
+    config_file: Path | None,
+    baseline_file: Path | None,
+    reason: str | None,
+    expires: str | None,
+) -> None:
+    """Acknowledge every current finding at its current size; it alarms again when it grows or expires."""
     config, _, baseline_path = _load(config_file, baseline_file)
     db_path = resolve_db(db, config)
     result = run_check(db_path, config, None)
     if result.error is not None:
         raise CanaryError(result.error)
-    targets = sorted({f.target_key for f in result.findings if f.check in FOREIGN_CHECKS and f.target_key})
-    record_baseline(baseline_path, db_path, targets, now_iso())
-    listed = f": {', '.join(targets)}" if targets else ""
-    click.echo(f"recorded {len(targets)} known foreign targets for {db_path} in {baseline_path}{listed}")
+    acknowledged_at = now_iso()
+    until = parse_expiry(expires, datetime.now(UTC)) if expires is not None else None
+    acknowledgements = acknowledge(result.findings, acknowledged_at, reason=reason, expires=until)
+    record_baseline(baseline_path, db_path, acknowledgements, acknowledged_at)
+    click.echo(f"acknowledged {len(acknowledgements)} findings for {db_path} in {baseline_path}")
+    for ack in acknowledgements:
+        about = " ".join(part for part in (ack.target_key, ack.key) if part)
+        click.echo(f"  {ack.check} {about} ({ack.size} rows)")
 
 
 @cli.command("watch")

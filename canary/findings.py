@@ -1,11 +1,23 @@
-"""Findings and statuses shared by every canary check (the monitoring-plugin convention)."""
+"""Findings, acknowledgements and the one status policy shared by `check` and `watch`.
+
+Statuses follow the monitoring-plugin convention. A finding is identified by its check plus what it is
+about (target, inbox key or lane), so any finding, including ones other modules add, can be acknowledged.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from datetime import datetime
 from enum import IntEnum
 from typing import Any
 
 from pydantic import BaseModel, Field
+
+FOREIGN_SYNC_TARGET = "foreign_sync_target"
+FOREIGN_MUTATION_TARGET = "foreign_mutation_target"
+FOREIGN_CHECKS = frozenset({FOREIGN_SYNC_TARGET, FOREIGN_MUTATION_TARGET})
+# Evidence fields that measure a finding's size when its producer did not set `size`, in order.
+_SIZE_EVIDENCE = ("unacked_rows", "rows", "count", "total")
 
 
 class Status(IntEnum):
@@ -21,15 +33,96 @@ class Status(IntEnum):
         return self.name.lower()
 
 
+def identity_of(check: str, target_key: str | None, key: str | None) -> str:
+    return f"{check}|{target_key or ''}|{key or ''}"
+
+
+class Acknowledgement(BaseModel):
+    """One acknowledged finding: silent while no bigger than `size` and not past `expires`."""
+
+    check: str
+    target_key: str | None = None
+    key: str | None = None
+    size: int | None = Field(default=None, description="rows when acknowledged; null: any size")
+    acknowledged_at: str
+    reason: str | None = None
+    expires: str | None = Field(default=None, description="ISO time (UTC); null: never")
+
+    @property
+    def identity(self) -> str:
+        return identity_of(self.check, self.target_key, self.key)
+
+    def expired(self, now: datetime) -> bool:
+        if self.expires is None:
+            return False
+        return datetime.fromisoformat(self.expires.replace("Z", "+00:00")) <= now
+
+
 class Finding(BaseModel):
     check: str
     severity: str = Field(description="warning | critical")
     message: str
     target_key: str | None = None
     key: str | None = Field(default=None, description="inbox key, for inbox tripwires")
-    new: bool = Field(default=True, description="false when the baseline already knew it")
+    new: bool = Field(default=True, description="true when it counts toward the status (not acknowledged)")
+    size: int | None = Field(default=None, description="rows the finding is about (what an ack compares)")
+    acknowledgement: Acknowledgement | None = Field(default=None, description="the matching acknowledgement")
+    realarm: str | None = Field(default=None, description="why an acknowledged finding alarms again")
     evidence: dict[str, Any] = Field(default_factory=dict)
 
     @property
     def status(self) -> Status:
         return Status.CRITICAL if self.severity == "critical" else Status.WARNING
+
+    @property
+    def identity(self) -> str:
+        return identity_of(self.check, self.target_key, self.key)
+
+    @property
+    def acknowledged(self) -> bool:
+        """Silenced by an acknowledgement (it does not count toward the status)."""
+        return self.acknowledgement is not None and not self.new
+
+    def measure(self) -> int:
+        if self.size is not None:
+            return self.size
+        for name in _SIZE_EVIDENCE:
+            value = self.evidence.get(name)
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+        return 0
+
+
+def apply_acknowledgements(
+    findings: Iterable[Finding], acknowledgements: Mapping[str, Acknowledgement], now: datetime
+) -> None:
+    """Silence each finding its acknowledgement covers; mark why the others alarm again."""
+    for finding in findings:
+        acknowledgement = acknowledgements.get(finding.identity)
+        finding.acknowledgement = acknowledgement
+        finding.realarm = None
+        finding.new = True
+        if acknowledgement is None:
+            continue
+        size = finding.measure()
+        if acknowledgement.expired(now):
+            finding.realarm = f"acknowledgement expired at {acknowledgement.expires}"
+        elif acknowledgement.size is not None and size > acknowledgement.size:
+            finding.realarm = f"grew from {acknowledgement.size} to {size} rows since acknowledged"
+        else:
+            finding.new = False
+
+
+def alarming(findings: Iterable[Finding]) -> list[Finding]:
+    return [finding for finding in findings if finding.new]
+
+
+def overall_status(findings: Iterable[Finding], critical_new_foreign_targets: int) -> Status:
+    """The status policy of both `check` and `watch`: the worst unacknowledged finding, and CRITICAL
+    when that many unacknowledged foreign targets exist at once."""
+    counted = alarming(findings)
+    status = max((finding.status for finding in counted), default=Status.OK)
+    foreign = {finding.target_key for finding in counted if finding.check in FOREIGN_CHECKS}
+    if len(foreign) >= critical_new_foreign_targets:
+        status = Status.CRITICAL
+    return status

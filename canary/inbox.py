@@ -398,45 +398,53 @@ def tripwire_findings(
 
 def findings_for(snapshot: InboxSnapshot, settings: InboxSettings) -> list[Finding]:
     findings: list[Finding] = []
+    # Design §1: telemetry (session and prompt rows) is never inbox debt, so the tripwires age and count
+    # memories only; a key holding only telemetry raises nothing.
+    oldest_memory = oldest_memory_age_days(snapshot)
     for summary in summarize(snapshot):
-        if summary.key == UNSORTED or summary.oldest_age_days <= settings.age_days:
+        age_days = oldest_memory.get(summary.key)
+        if summary.key == UNSORTED or age_days is None or age_days <= settings.age_days:
             continue
         findings.append(
             Finding(
                 check="inbox_age",
                 severity="warning",
                 message=(
-                    f"inbox key {summary.key!r} has waited {summary.oldest_age_days:.1f} days "
-                    f"(> {settings.age_days:g}): {summary.count} memories, {summary.telemetry} telemetry rows "
-                    "never delivered; enroll, claim or drop it"
+                    f"inbox key {summary.key!r} has waited {age_days:.1f} days "
+                    f"(> {settings.age_days:g}): {summary.count} memories never delivered "
+                    f"(and {summary.telemetry} telemetry rows, not counted); enroll, claim or drop it"
                 ),
                 target_key=LEGACY_TARGET,
                 key=summary.key,
+                size=summary.count,
                 evidence={
                     "count": summary.count,
                     "telemetry": summary.telemetry,
                     "oldest": _iso(summary.oldest),
-                    "oldest_age_days": round(summary.oldest_age_days, 3),
+                    "oldest_age_days": round(age_days, 3),
                     "threshold_days": settings.age_days,
                     "claim_command": summary.claim_command,
                 },
             )
         )
-    if snapshot.unattributed is not None:
+    if snapshot.unattributed is not None and snapshot.unattributed.count:
         findings.append(unattributed_finding(snapshot.unattributed))
     since = snapshot.taken_at - timedelta(days=settings.unsorted_window_days)
-    recent = [row for row in snapshot.rows if row.key == UNSORTED and _within(row, since)]
+    recent = [
+        row for row in snapshot.rows if row.key == UNSORTED and not row.is_telemetry and _within(row, since)
+    ]
     if len(recent) > settings.unsorted_growth_rows:
         findings.append(
             Finding(
                 check="unsorted_growth",
                 severity="warning",
                 message=(
-                    f"inbox key 'unsorted' grew by {len(recent)} rows in {settings.unsorted_window_days:g} days "
-                    f"(> {settings.unsorted_growth_rows}); see engram-canary inbox list"
+                    f"inbox key 'unsorted' grew by {len(recent)} memories in {settings.unsorted_window_days:g} "
+                    f"days (> {settings.unsorted_growth_rows}); see engram-canary inbox list"
                 ),
                 target_key=LEGACY_TARGET,
                 key=UNSORTED,
+                size=len(recent),
                 evidence={
                     "rows": len(recent),
                     "window_days": settings.unsorted_window_days,
@@ -446,6 +454,18 @@ def findings_for(snapshot: InboxSnapshot, settings: InboxSettings) -> list[Findi
             )
         )
     return findings
+
+
+def oldest_memory_age_days(snapshot: InboxSnapshot) -> dict[str, float]:
+    """Per inbox key, the age of its oldest memory (keys holding only telemetry are absent)."""
+    oldest: dict[str, datetime] = {}
+    for row in snapshot.rows:
+        moment = parse_engram_time(row.occurred_at) if not row.is_telemetry else None
+        if moment is not None and (row.key not in oldest or moment < oldest[row.key]):
+            oldest[row.key] = moment
+    return {
+        key: max(0.0, (snapshot.taken_at - moment).total_seconds() / 86400) for key, moment in oldest.items()
+    }
 
 
 def unattributed_finding(summary: KeySummary) -> Finding:
@@ -458,6 +478,7 @@ def unattributed_finding(summary: KeySummary) -> Finding:
             "(400), so they never deliver and hold back the lane's later rows; save with --project"
         ),
         target_key=LEGACY_TARGET,
+        size=summary.count,
         evidence={
             "count": summary.count,
             "telemetry": summary.telemetry,

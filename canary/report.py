@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
 from canary.checks import FOREIGN_CHECKS, CheckResult
 from canary.config import CanaryConfig
 from canary.errors import CanaryError
+from canary.findings import Finding
 
 PLUGIN_NAME = "ENGRAM-CANARY"
 TEXTFILE_NAME = "engram_canary.prom"
@@ -26,18 +27,25 @@ def _plural(count: int, word: str) -> str:
 
 
 def headline(result: CheckResult) -> str:
+    """Counts only unacknowledged findings ("new": never acknowledged), then how many are acknowledged."""
     if result.error is not None:
         return result.error
-    foreign = result.summary.get("foreign_targets", 0)
-    new = result.summary.get("new_foreign_targets", 0)
-    others = [f for f in result.findings if f.check not in FOREIGN_CHECKS]
+    counted = [f for f in result.findings if f.new]
+    foreign = {f.target_key for f in counted if f.check in FOREIGN_CHECKS}
+    never = {f.target_key for f in counted if f.check in FOREIGN_CHECKS and f.acknowledgement is None}
+    others = [f for f in counted if f.check not in FOREIGN_CHECKS]
+    acknowledged = sum(1 for f in result.findings if f.acknowledged)
     if foreign:
-        text = f"{_plural(foreign, 'foreign sync target')} ({new} new)"
+        text = f"{_plural(len(foreign), 'foreign sync target')} ({len(never)} new)"
+    elif any(f.check in FOREIGN_CHECKS for f in result.findings):
+        text = "no unacknowledged foreign sync target"
     else:
         text = f"closed target space holds ({_plural(len(result.allowed_targets), 'allowed target')})"
     if others:
-        new_others = sum(1 for f in others if f.new)
+        new_others = sum(1 for f in others if f.acknowledgement is None)
         text += f", {_plural(len(others), 'other finding')} ({new_others} new)"
+    if acknowledged:
+        text += f", {acknowledged} acknowledged"
     return text
 
 
@@ -53,25 +61,56 @@ def perfdata(result: CheckResult, config: CanaryConfig) -> str:
         f"unacked_rows={summary.get('unacked_rows', 0)};;;0",
         f"allowed_targets={len(result.allowed_targets)};;;0",
     ]
+    if summary.get("acknowledged_findings"):
+        metrics.append(f"acknowledged_findings={summary['acknowledged_findings']};;;0")
     return " ".join(metrics)
 
 
 def _evidence_text(evidence: dict[str, Any]) -> str:
     skip = {"target_key", "note"}
+    # ensure_ascii=False: a cwd with unicode stays copyable from the text.
     return ", ".join(
-        f"{key}={json.dumps(value, sort_keys=True)}" for key, value in evidence.items() if key not in skip
+        f"{key}={json.dumps(value, sort_keys=True, ensure_ascii=False)}"
+        for key, value in evidence.items()
+        if key not in skip
     )
+
+
+def _marker(finding: Finding) -> str:
+    if finding.acknowledged:
+        return "acknowledged"
+    return "NEW" if finding.acknowledgement is None else "WORSE"
+
+
+def _acknowledgement_text(finding: Finding) -> str | None:
+    ack = finding.acknowledgement
+    if ack is None:
+        return None
+    parts = [f"acknowledged {ack.acknowledged_at}"]
+    if ack.size is not None:
+        parts.append(f"at {ack.size} rows")
+    if ack.expires is not None:
+        parts.append(f"until {ack.expires}")
+    if ack.reason:
+        parts.append(f"reason: {ack.reason}")
+    if finding.realarm:
+        parts.append(f"alarms again: {finding.realarm}")
+    return ", ".join(parts)
 
 
 def render_text(result: CheckResult, config: CanaryConfig) -> str:
     first = f"{PLUGIN_NAME} {result.status.upper()} - {headline(result)}"
     data = perfdata(result, config)
     lines = [f"{first} | {data}" if data else first]
-    for finding in sorted(result.findings, key=lambda f: (not f.new, f.check, f.target_key or f.key or "")):
-        marker = "NEW" if finding.new else "known"
-        lines.append(f"[{marker}] {finding.severity} {finding.check}: {finding.message}")
+    for finding in sorted(
+        result.findings, key=lambda f: (f.acknowledged, f.check, f.target_key or "", f.key or "")
+    ):
+        lines.append(f"[{_marker(finding)}] {finding.severity} {finding.check}: {finding.message}")
         if finding.evidence:
             lines.append(f"    {_evidence_text(finding.evidence)}")
+        acknowledgement = _acknowledgement_text(finding)
+        if acknowledgement:
+            lines.append(f"    {acknowledgement}")
     if result.error is None:
         lines.append(f"allowed targets: {', '.join(result.allowed_targets)}")
         notes = {str(f.evidence["note"]) for f in result.findings if f.evidence.get("note")}
@@ -105,6 +144,18 @@ def write_textfile(result: CheckResult, directory: Path) -> Path:
             Gauge(f"engram_canary_{name}", help_text, ["db"], registry=registry).labels(db).set(
                 summary.get(name, 0)
             )
+        Gauge(
+            "engram_canary_acknowledged_findings",
+            "Findings silenced by an acknowledgement",
+            ["db"],
+            registry=registry,
+        ).labels(db).set(summary.get("acknowledged_findings", 0))
+        Gauge(
+            "engram_canary_unacknowledged_findings",
+            "Findings that count toward the status",
+            ["db"],
+            registry=registry,
+        ).labels(db).set(summary.get("unacknowledged_findings", 0))
         per_target = Gauge(
             "engram_canary_foreign_target_unacked_rows",
             "Unacked rows on (or mapped by project to) a foreign target",
@@ -116,17 +167,18 @@ def write_textfile(result: CheckResult, directory: Path) -> Path:
                 rows = int(finding.evidence.get("unacked_rows") or 0)
                 rows += int(finding.evidence.get("project_unacked_rows") or 0)
                 per_target.labels(db, finding.check, finding.target_key, str(finding.new).lower()).set(rows)
-        counts: dict[tuple[str, str], int] = {}
+        counts: dict[tuple[str, str, str], int] = {}
         for finding in result.findings:
-            counts[(finding.check, finding.severity)] = counts.get((finding.check, finding.severity), 0) + 1
+            labels = (finding.check, finding.severity, str(finding.acknowledged).lower())
+            counts[labels] = counts.get(labels, 0) + 1
         by_check = Gauge(
             "engram_canary_findings",
-            "Findings per check and severity",
-            ["db", "check", "severity"],
+            "Findings per check and severity; acknowledged=true ones do not count toward the status",
+            ["db", "check", "severity", "acknowledged"],
             registry=registry,
         )
-        for (check, severity), count in counts.items():
-            by_check.labels(db, check, severity).set(count)
+        for (check, severity, acknowledged), count in counts.items():
+            by_check.labels(db, check, severity, acknowledged).set(count)
     path = directory / TEXTFILE_NAME
     try:
         write_to_textfile(str(path), registry)

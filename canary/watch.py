@@ -41,7 +41,7 @@ from canary.checks import (
 from canary.config import CanaryConfig
 from canary.db import Schema, data_version, discover_schema, open_read_only, read_transaction
 from canary.errors import CanaryError
-from canary.findings import Finding, Status
+from canary.findings import Finding, Status, overall_status
 
 WRITE_EVENTS = frozenset({"modified", "created", "deleted", "moved", "closed"})
 # A commit's last write to -wal can land a moment before the wal-index says it is committed;
@@ -119,7 +119,10 @@ class Watcher:
         self.stats = WatchStats()
         self.stop_event = threading.Event()
         self.wake_event = threading.Event()
-        self.alerted: dict[str, Status] = {}
+        self.alerted: dict[str, list[Finding]] = {}
+        # The last full check's other findings (lanes, inbox, ...): they keep counting toward the status
+        # between full checks, so an incremental check never flaps the status it cannot see.
+        self.standing: list[Finding] = []
         self.status = Status.OK
         self.mutation_targets: set[str] = set()
         self.last_seq = 0
@@ -127,8 +130,10 @@ class Watcher:
         self.schema: Schema | None = None
         self.last_version: int | None = None
         self.notifier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="canary-notify")
-        # Resolved once: the baseline's key is the db's resolved path (file-system calls).
+        # Resolved once: the baseline's key is the db's resolved path (file-system calls). Acknowledged
+        # targets stay silent between full checks; a full check re-alarms the ones that grew or expired.
         self.known_targets = options.known_targets
+        self.silenced = set(self.known_targets)
         self.journal = stream_is_journal(options.stream)
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -245,7 +250,7 @@ class Watcher:
                     config.allowed_targets,
                     mutations=(self.mutation_targets, self.last_seq),
                 )
-                foreign = space.foreign_keys() - self.known_targets
+                foreign = space.foreign_keys() - self.silenced
                 appeared = foreign - set(self.alerted)
                 findings = (
                     foreign_target_findings(space, EvidenceReader(connection, schema), config, only=appeared)
@@ -256,7 +261,7 @@ class Watcher:
             self._say(f"engram-canary: UNKNOWN - {self.options.db_path}: read failed ({error})", ERROR)
             return
         self._reconcile(foreign, findings, space)
-        self._incremental_status()
+        self._set_status(self.current_status(), "incremental")
 
     def _full_check(self, *, initial: bool) -> None:
         assert self.connection is not None and self.schema is not None
@@ -284,8 +289,12 @@ class Watcher:
         self.mutation_targets = set(space.mutation_targets)
         foreign_findings = [f for f in result.findings if f.check in FOREIGN_CHECKS and f.new]
         foreign = {f.target_key for f in foreign_findings if f.target_key is not None}
+        self.silenced = set(self.known_targets) - foreign
+        self.standing = [f for f in result.findings if f.check not in FOREIGN_CHECKS]
         self._reconcile(foreign, foreign_findings, space)
-        # Every full check pings (a heartbeat), carrying the full status including inbox tripwires.
+        for key in foreign:
+            self.alerted[key] = [f for f in foreign_findings if f.target_key == key]
+        # Every full check pings (a heartbeat); its status and current_status() are the same policy.
         self.status = result.exit_status
         self._notify_status(self.status, f"{len(foreign)} new foreign targets")
 
@@ -301,11 +310,15 @@ class Watcher:
         for key in sorted(set(self.alerted) - foreign):
             self._alert_gone(key, space)
 
-    def _incremental_status(self) -> None:
-        status = max(self.alerted.values(), default=Status.OK)
+    def current_status(self) -> Status:
+        """The shared status policy over the open foreign targets and the last full check's other findings."""
+        findings = [*self.standing, *(f for found in self.alerted.values() for f in found)]
+        return overall_status(findings, self.options.config.thresholds.critical_new_foreign_targets)
+
+    def _set_status(self, status: Status, why: str) -> None:
         if status != self.status:
             self.status = status
-            self._notify_status(status, f"{len(self.alerted)} new foreign targets")
+            self._notify_status(status, f"{len(self.alerted)} new foreign targets ({why})")
 
     def _alert_appeared(self, key: str, findings: list[Finding]) -> None:
         tables = {"sync_state" if f.check == "foreign_sync_target" else "sync_mutations" for f in findings}
@@ -318,11 +331,13 @@ class Watcher:
                 if name in evidence:
                     details.append(f"{name}={evidence[name]}")
             details.append(f"unacked_rows={stuck_rows(evidence)}")
+        realarms = sorted({f.realarm for f in findings if f.realarm})
+        again = f" acknowledged, alarms again: {'; '.join(realarms)}" if realarms else ""
         line = (
             f"engram-canary {severity}: NEW foreign sync target {key} in {where} "
-            f"({', '.join(dict.fromkeys(details))}) db={self.options.db_path}"
+            f"({', '.join(dict.fromkeys(details))}){again} db={self.options.db_path}"
         )
-        self.alerted[key] = Status[severity]
+        self.alerted[key] = findings
         self._emit(Alert("appeared", key, line, Status[severity]))
 
     def _alert_gone(self, key: str, space: TargetSpace) -> None:

@@ -129,11 +129,15 @@ def test_baseline_silences_known_targets_only(
 
     recorded = run_canary(["baseline", "--db", str(engram_world.db_path)], config_home)
     assert recorded.returncode == 0, recorded.stderr
-    assert recorded.stdout.startswith("recorded 1 known foreign targets for ")
-    assert recorded.stdout.rstrip().endswith(": cloud:scratch")
+    assert recorded.stdout.startswith("acknowledged 1 findings for ")
+    assert recorded.stdout.splitlines()[1] == "  foreign_sync_target cloud:scratch (2 rows)"
     baseline_file = config_home / "engram-canary" / "baseline.json"
     stored = json.loads(baseline_file.read_text())
-    assert stored["databases"][str(engram_world.db_path.resolve())]["targets"] == ["cloud:scratch"]
+    assert stored["schema"] == "engram-canary/baseline/v2"
+    acknowledgements = stored["databases"][str(engram_world.db_path.resolve())]["acknowledgements"]
+    assert [(a["check"], a["target_key"], a["size"]) for a in acknowledgements] == [
+        ("foreign_sync_target", "cloud:scratch", 2)
+    ]
 
     code, document = check_json(engram_world, config_home)
     assert code == 0
@@ -252,12 +256,15 @@ def test_json_document_keys_are_stable(
         "summary",
     ]
     assert sorted(document["findings"][0]) == [  # type: ignore[index]
+        "acknowledgement",
         "check",
         "evidence",
         "key",
         "message",
         "new",
+        "realarm",
         "severity",
+        "size",
         "target_key",
     ]
     assert str(document["checked_at"]).endswith("Z")

@@ -73,18 +73,19 @@ def test_a_real_key_waiting_over_seven_days_warns_but_unsorted_never_ages(world:
 
 def test_unsorted_growth_over_the_threshold_warns(world: EngramEnvironment) -> None:
     now = datetime.now(UTC)
-    assert findings_at(world.db_path, InboxSettings(unsorted_growth_rows=9), now) == []
-    found = findings_at(world.db_path, InboxSettings(unsorted_growth_rows=8), now)
+    # 8 memories grow it; the session row is telemetry and does not count
+    assert findings_at(world.db_path, InboxSettings(unsorted_growth_rows=8), now) == []
+    found = findings_at(world.db_path, InboxSettings(unsorted_growth_rows=7), now)
     assert [(check, key) for check, key, _ in found] == [("unsorted_growth", "unsorted")]
-    assert found[0][2]["rows"] == 9
+    assert found[0][2]["rows"] == 8
     # rows older than the window no longer count as growth
-    later = findings_at(world.db_path, InboxSettings(unsorted_growth_rows=8), now + timedelta(days=7.5))
+    later = findings_at(world.db_path, InboxSettings(unsorted_growth_rows=7), now + timedelta(days=7.5))
     assert [check for check, _, _ in later] == ["inbox_age"]
 
 
 def test_check_reports_both_tripwires_in_json_and_exit_code(world: EngramEnvironment) -> None:
     config = world.root / "canary.yaml"
-    config.write_text("inbox:\n  age_days: 0.000001\n  unsorted_growth_rows: 8\n")
+    config.write_text("inbox:\n  age_days: 0.000001\n  unsorted_growth_rows: 7\n")
     textfiles = world.root / "prom"
     textfiles.mkdir()
     result = canary(
@@ -106,8 +107,9 @@ def test_check_reports_both_tripwires_in_json_and_exit_code(world: EngramEnviron
     assert inbox == [("inbox_age", "side-project", "warning"), ("unsorted_growth", "unsorted", "warning")]
     prom = (textfiles / "engram_canary.prom").read_text()
     db = str(world.db_path)
-    assert f'engram_canary_findings{{check="inbox_age",db="{db}",severity="warning"}} 1.0' in prom
-    assert f'engram_canary_findings{{check="unsorted_growth",db="{db}",severity="warning"}} 1.0' in prom
+    labels = 'acknowledged="false",check="{}",db="{}",severity="warning"'
+    assert f"engram_canary_findings{{{labels.format('inbox_age', db)}}} 1.0" in prom
+    assert f"engram_canary_findings{{{labels.format('unsorted_growth', db)}}} 1.0" in prom
     assert f'engram_canary_status{{db="{db}"}} 1.0' in prom
 
 
@@ -117,3 +119,31 @@ def test_check_rejects_a_bad_threshold_with_file_and_line(world: EngramEnvironme
     result = canary(world, "check", "--db", str(world.db_path), "--config", str(config))
     assert result.returncode == 3
     assert "canary.yaml:3: unknown key 'inbox.unsorted_growth'" in result.stdout + result.stderr
+
+
+def test_telemetry_is_never_inbox_debt(engram_world: EngramEnvironment) -> None:
+    """Design §1: session and prompt rows are not inbox debt. A key holding only telemetry never ages,
+    and the unsorted growth counts memories only (the session row of the home-dir session is left out)."""
+    with engram_serve(engram_world) as server:
+        home = engram_world.home
+        server.post("/sessions", {"id": "s-only", "project": "chatter", "directory": str(home / "chatter")})
+        server.post("/prompts", {"session_id": "s-only", "content": "hello", "project": "chatter"})
+        server.post("/sessions", {"id": "s-home", "project": home.name, "directory": str(home)})
+        for number in range(3):
+            server.post(
+                "/observations",
+                {"session_id": "s-home", "type": "manual", "title": f"n{number}", "content": "c"},
+            )
+        assert set(server.statuses) <= {200, 201}, server.failures
+    later = datetime.now(UTC) + timedelta(days=30)
+    found = findings_at(
+        engram_world.db_path, InboxSettings(unsorted_growth_rows=2), later - timedelta(days=29)
+    )
+    assert [(check, key, evidence.get("rows")) for check, key, evidence in found] == [
+        ("unsorted_growth", "unsorted", 3)
+    ]
+    assert findings_at(engram_world.db_path, InboxSettings(unsorted_growth_rows=3), datetime.now(UTC)) == []
+    aged = findings_at(engram_world.db_path, InboxSettings(), later)
+    assert [
+        (check, key) for check, key, _ in aged
+    ] == []  # 'chatter' holds telemetry only; unsorted never ages

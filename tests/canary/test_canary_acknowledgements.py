@@ -1,0 +1,237 @@
+"""Acknowledgements for every finding (issue 12): keyed by identity, sized, re-alarming when worse or expired."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from canary_support import run_canary
+
+from canary.baseline import Baseline, BaselineEntry, BaselineError, acknowledge, parse_expiry
+from canary.findings import Acknowledgement, Finding, Status, apply_acknowledgements, overall_status
+from harness.engram_env import EngramEnvironment
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+def finding(check: str, size: int, *, target: str | None = "cloud", key: str | None = None) -> Finding:
+    return Finding(check=check, severity="warning", message="m", target_key=target, key=key, size=size)
+
+
+def test_an_acknowledged_finding_is_silent_until_it_grows() -> None:
+    acks = {
+        a.identity: a
+        for a in acknowledge([finding("inbox_age", 5, key="side")], "t", reason="r", expires=None)
+    }
+    same, smaller, bigger = (finding("inbox_age", n, key="side") for n in (5, 3, 6))
+    apply_acknowledgements([same, smaller, bigger], acks, NOW)
+    assert (same.new, smaller.new, bigger.new) == (False, False, True)
+    assert bigger.realarm == "grew from 5 to 6 rows since acknowledged"
+    assert overall_status([same, smaller], 10) is Status.OK
+    assert overall_status([same, bigger], 10) is Status.WARNING
+
+
+def test_a_new_key_or_another_check_on_the_same_key_alarms() -> None:
+    acks = {
+        a.identity: a
+        for a in acknowledge([finding("inbox_age", 5, key="side")], "t", reason=None, expires=None)
+    }
+    other_key = finding("inbox_age", 1, key="other")
+    other_check = finding("unsorted_growth", 1, key="side")
+    apply_acknowledgements([other_key, other_check], acks, NOW)
+    assert other_key.new and other_check.new
+    assert other_key.acknowledgement is None and other_check.realarm is None
+
+
+def test_an_expired_acknowledgement_alarms_again() -> None:
+    expires = parse_expiry("1d", NOW)
+    assert expires == "2026-12-01T12:00:00Z"
+    acks = {
+        a.identity: a
+        for a in acknowledge([finding("undelivered_project_lane", 3)], "t", reason=None, expires=expires)
+    }
+    before, after = finding("undelivered_project_lane", 3), finding("undelivered_project_lane", 3)
+    apply_acknowledgements([before], acks, NOW + timedelta(hours=23))
+    apply_acknowledgements([after], acks, NOW + timedelta(days=1))
+    assert before.new is False
+    assert after.new is True and after.realarm == "acknowledgement expired at 2026-12-01T12:00:00Z"
+
+
+def test_any_finding_is_acknowledgeable_by_its_identity_even_one_added_later() -> None:
+    """A check this module does not know (the triage helper's lane finding) is measured from its evidence."""
+    lane = Finding(
+        check="legacy_lane_blocked",
+        severity="critical",
+        message="m",
+        target_key="cloud",
+        evidence={"unacked_rows": 7},
+    )
+    acks = {a.identity: a for a in acknowledge([lane], "t", reason=None, expires=None)}
+    assert [a.size for a in acks.values()] == [7]
+    again = lane.model_copy(update={"evidence": {"unacked_rows": 8}})
+    apply_acknowledgements([lane, again], acks, NOW)
+    assert (lane.new, again.new) == (False, True)
+    assert overall_status([lane], 10) is Status.OK
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("12h", "2026-12-01T00:00:00Z"),
+        ("2w", "2026-12-14T12:00:00Z"),
+        ("2026-12-31", "2027-01-01T00:00:00Z"),
+        ("2026-12-05T08:00:00Z", "2026-12-05T08:00:00Z"),
+    ],
+)
+def test_expiry_forms(text: str, expected: str) -> None:
+    assert parse_expiry(text, NOW) == expected
+
+
+@pytest.mark.parametrize("text", ["soon", "2026-11-01", "-3d", ""])
+def test_bad_expiry_is_one_clear_error(text: str) -> None:
+    with pytest.raises(BaselineError, match="--expires"):
+        parse_expiry(text, NOW)
+
+
+def test_a_version_1_baseline_still_silences_its_targets_at_any_size() -> None:
+    old = Baseline.model_validate(
+        {
+            "schema": "engram-canary/baseline/v1",
+            "databases": {"/x/engram.db": {"recorded_at": "t", "targets": ["cloud:scratch"]}},
+        }
+    )
+    assert isinstance(old.databases["/x/engram.db"], BaselineEntry)
+    acks = old.acknowledgements_for(Path("/x/engram.db"))
+    grown = finding("foreign_sync_target", 10_000, target="cloud:scratch")
+    apply_acknowledgements([grown], acks, NOW)
+    assert grown.new is False
+
+
+def test_acknowledgement_round_trips_without_nulls() -> None:
+    ack = Acknowledgement(check="c", target_key="t", size=1, acknowledged_at="a")
+    assert json.loads(ack.model_dump_json(exclude_none=True)) == {
+        "check": "c",
+        "target_key": "t",
+        "size": 1,
+        "acknowledged_at": "a",
+    }
+
+
+# -- against the real engram -------------------------------------------------------------------------
+
+
+def save(world: EngramEnvironment, cwd: Path, project: str, title: str = "note") -> None:
+    result = world.run(["save", title, f"content of {title}", "--project", project], cwd=cwd)
+    assert result.returncode == 0, result.stderr
+
+
+def check(world: EngramEnvironment, config_home: Path, *extra: str) -> tuple[int, dict[str, Any], str]:
+    text = run_canary(["check", "--db", str(world.db_path), *extra], config_home)
+    done = run_canary(["check", "--db", str(world.db_path), "--format", "json", *extra], config_home)
+    return done.returncode, json.loads(done.stdout), text.stdout
+
+
+@pytest.mark.engram
+def test_every_kind_of_finding_is_acknowledged_and_realarms_when_worse(
+    engram_world: EngramEnvironment, tmp_path: Path
+) -> None:
+    """Foreign target, inbox age and unsorted growth: acknowledged with a reason, silent, then worse again."""
+    config_home = tmp_path / "xdg"
+    (config_home / "engram-canary").mkdir(parents=True)
+    (config_home / "engram-canary" / "config.yaml").write_text(
+        "inbox:\n  age_days: 0.000001\n  unsorted_growth_rows: 1\n"
+    )
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    save(engram_world, scratch, "side")  # a designation: inbox key 'side', target cloud:side
+    for title in ("home one", "home two"):  # home-dir saves: unsorted grows by 2 memories
+        save(engram_world, engram_world.home, engram_world.home.name, title)
+
+    code, document, _ = check(engram_world, config_home)
+    assert code == 1
+    checks = sorted(f["check"] for f in document["findings"])
+    assert checks == ["foreign_sync_target", "foreign_sync_target", "inbox_age", "unsorted_growth"], checks
+
+    recorded = run_canary(
+        [
+            "baseline",
+            "--db",
+            str(engram_world.db_path),
+            "--reason",
+            "old debt, ticket 42",
+            "--expires",
+            "30d",
+        ],
+        config_home,
+    )
+    assert recorded.returncode == 0, recorded.stderr
+    assert recorded.stdout.startswith("acknowledged 4 findings for ")
+
+    code, document, text = check(engram_world, config_home)
+    assert code == 0, text
+    assert document["status"] == "ok"
+    assert document["summary"]["acknowledged_findings"] == 4
+    assert document["summary"]["unacknowledged_findings"] == 0
+    assert all(
+        f["new"] is False and f["acknowledgement"]["reason"] == "old debt, ticket 42"
+        for f in document["findings"]
+    )
+    first = text.splitlines()[0]
+    assert first.startswith("ENGRAM-CANARY OK - no unacknowledged foreign sync target, 4 acknowledged | ")
+    assert first.endswith(" acknowledged_findings=4;;;0")
+    assert "[acknowledged] warning inbox_age:" in text
+    assert "reason: old debt, ticket 42" in text
+
+    save(engram_world, scratch, "side", "second")  # the same target and key grow
+    code, document, text = check(engram_world, config_home)
+    assert code == 1
+    worse = {f["check"]: f["realarm"] for f in document["findings"] if f["new"]}
+    assert worse == {
+        "foreign_sync_target": "grew from 2 to 4 rows since acknowledged",
+        "inbox_age": "grew from 1 to 2 rows since acknowledged",
+    }
+    assert text.splitlines()[0].startswith(
+        "ENGRAM-CANARY WARNING - 1 foreign sync target (0 new), 1 other finding (0 new), 2 acknowledged | "
+    )
+    assert "[WORSE] warning foreign_sync_target:" in text
+
+
+@pytest.mark.engram
+def test_status_is_one_policy_for_check_and_watch(engram_world: EngramEnvironment, tmp_path: Path) -> None:
+    """An inbox tripwire seen by the watcher's full check keeps the status between full checks (no flapping)."""
+    from canary.checks import run_check
+    from canary.config import CanaryConfig
+    from canary.watch import Watcher, WatchOptions
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    save(engram_world, scratch, "side")
+    engram_world.run(["cloud", "enroll", "side"])
+    for title in ("home one", "home two"):  # unsorted grows by 2 memories
+        save(engram_world, engram_world.home, engram_world.home.name, title)
+    config = CanaryConfig.model_validate(
+        {"inbox": {"unsorted_growth_rows": 1}, "watch": {"inbox_tripwires": True}}
+    )
+    pings: list[Status] = []
+    watcher = Watcher(
+        WatchOptions(db_path=engram_world.db_path, config=config, baseline=None, stream=io.StringIO())
+    )
+    watcher._notify_status = lambda status, body: pings.append(status)  # type: ignore[method-assign]
+    watcher._open()
+    try:
+        watcher._full_check(initial=True)
+        expected = run_check(engram_world.db_path, config, None).exit_status
+        assert expected is Status.WARNING
+        assert watcher.status is expected and watcher.current_status() is expected
+        save(engram_world, scratch, "side", "an enrolled write: a commit without a new target")
+        assert watcher._changed()
+        watcher._incremental_check()
+        assert watcher.status is Status.WARNING
+        assert pings == [Status.WARNING]  # no flap to OK and back
+    finally:
+        assert watcher.connection is not None
+        watcher.connection.close()
