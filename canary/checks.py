@@ -39,6 +39,7 @@ from canary.findings import (
     overall_status,
 )
 from canary.inbox import tripwire_findings
+from canary.schema_support import identify, waiting_filter
 from canary.targets import INBOX_TARGET, LOCAL_TARGET, allowed_targets, project_target
 from engram_contract import LEGACY_TARGET
 
@@ -166,13 +167,15 @@ class EvidenceReader:
         self.connection = connection
         self.has_acked = schema.has_column("sync_mutations", "acked_at")
         self.has_project = schema.has_column("sync_mutations", "project")
+        self.waiting = waiting_filter(schema)  # v2/v3: a quarantined row is not waiting for delivery
         self._projects: set[str] | None = None
 
     def unacked_on_target(self, target_key: str) -> int | None:
         if not self.has_acked:
             return None
         row = self.connection.execute(
-            "SELECT count(*) FROM sync_mutations WHERE target_key = ? AND acked_at IS NULL", (target_key,)
+            f"SELECT count(*) FROM sync_mutations WHERE target_key = ? AND acked_at IS NULL{self.waiting}",
+            (target_key,),
         ).fetchone()
         return int(row[0])
 
@@ -197,7 +200,7 @@ class EvidenceReader:
         by_lane: dict[str, int] = {}
         for lane, count in self.connection.execute(
             f"SELECT target_key, count(*) FROM sync_mutations "
-            f"WHERE project IN ({marks}) AND acked_at IS NULL GROUP BY target_key",
+            f"WHERE project IN ({marks}) AND acked_at IS NULL{self.waiting} GROUP BY target_key",
             projects,
         ):
             by_lane[str(lane)] = int(count)
@@ -348,7 +351,9 @@ def check_snapshot(
         space = read_target_space(connection, schema, config.allowed_targets)
         reader = EvidenceReader(connection, schema)
         findings = foreign_target_findings(space, reader, config)
-        findings.extend(undelivered_lane_findings(space, reader))
+        kind = identify(connection, schema)
+        if not kind.per_project_lanes_live:
+            findings.extend(undelivered_lane_findings(space, reader))
         summary = summarize(space, reader)
     # The inbox view takes its own short read transaction.
     if include_inbox:

@@ -31,6 +31,8 @@ from canary.derive import (
 from canary.errors import CanaryError
 from canary.findings import Finding
 from canary.inbox_settings import InboxSettings
+from canary.schema_support import LaneModel, identify, waiting_filter
+from canary.targets import INBOX_TARGET
 from engram_contract import LEGACY_TARGET, TELEMETRY_ENTITIES
 
 # Rows of the legacy lane that the v1.20 worker skips: unacked, non-empty project, not enrolled.
@@ -47,6 +49,10 @@ WHERE m.target_key = '{LEGACY_TARGET}' AND m.acked_at IS NULL AND m.project != '
   AND m.seq > ?
 ORDER BY m.seq
 """
+_LEGACY_INBOX_WHERE = f"""m.target_key = '{LEGACY_TARGET}' AND m.acked_at IS NULL AND m.project != ''
+  AND m.project NOT IN (SELECT project FROM sync_enrolled_projects)"""
+# On a design-conforming engram the inbox is a lane of its own: every unacked row journaled to it.
+_DESIGN_INBOX_WHERE = f"m.target_key = '{INBOX_TARGET}' AND m.acked_at IS NULL"
 
 
 # Legacy-lane rows journaled without a project (v1.20's `engram save` without --project): the worker sends
@@ -218,6 +224,9 @@ def select_inbox_rows(
     resolver = resolver or GitRepoResolver()
     enrolled = enrolled_projects(connection, schema)
     sql = _INBOX_ROWS_SQL
+    if identify(connection, schema).lane_model is LaneModel.DESIGN_CONFORMING:
+        sql = sql.replace(_LEGACY_INBOX_WHERE, _DESIGN_INBOX_WHERE)
+    sql = sql.replace("AND m.seq > ?", f"AND m.seq > ?{waiting_filter(schema, 'm.')}")
     if not schema.has_table("sync_enrolled_projects"):
         sql = sql.replace("AND m.project NOT IN (SELECT project FROM sync_enrolled_projects)", "")
     rows: list[InboxRow] = []

@@ -1,0 +1,128 @@
+"""Which engram version wrote this database, which lane model it follows, and what triage may write.
+
+The canary reads v1.20.0 (observed on the real binary) and the v2/v3 schemas transcribed from engram's
+source (tests/fixtures/engram_schemas/; docs/version-reach.md). The kind is told from the file itself:
+
+- v1.20: sync_mutations has a project column but no disposition column.
+- v2 (store.go @1be5d11f): disposition columns on sync_mutations, sessions.ownership_mode.
+- v3 (store.go @d4397781): also sessions.runtime_lease_expires_at and user_prompts.source_inbox_id.
+
+Lane model. Every release so far is legacy-only: its worker pushes the `cloud` lane alone (v2's autosync
+Config.TargetKey defaults to "cloud", internal/cloud/autosync/manager.go @0cd24e8a), and `cloud:inbox`
+is at most a reserved sync_state row (lifecycle `inbox`, seeded by v2.0.0-rc.11+ and v3). A database is
+read as design-conforming once it shows the design's routing: a row journaled to `cloud:inbox`, or an
+acknowledged row on an enrolled `cloud:<project>` lane (only a worker that reads that lane acks there).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from enum import StrEnum
+
+from canary.db import Schema, enrolled_projects
+from canary.errors import CanaryError
+from canary.targets import INBOX_TARGET, project_target
+
+V120 = "v1.20.0"
+V2 = "v2 (schema of store.go @1be5d11f, v2.0.0-rc.11 or later)"
+V3 = "v3 (schema of store.go @d4397781)"
+# Versions whose databases triage has written in tests against the real binary. v2/v3 are read (check,
+# inbox, dry runs) from source-transcribed fixtures only, so triage refuses to write them.
+WRITE_TESTED = frozenset({V120})
+QUARANTINED = "quarantined"
+PENDING_DISPOSITION = "pending"
+
+
+class LaneModel(StrEnum):
+    LEGACY_ONLY = "legacy-only"
+    DESIGN_CONFORMING = "design-conforming"
+
+
+class UntestedSchema(CanaryError):
+    """Triage was asked to write a database whose schema it has not been tested on."""
+
+
+@dataclass(frozen=True)
+class DatabaseKind:
+    version: str
+    user_version: int
+    lane_model: LaneModel
+
+    @property
+    def inbox_lane(self) -> str:
+        """Where rows that belong to no enrolled project wait."""
+        return INBOX_TARGET if self.lane_model is LaneModel.DESIGN_CONFORMING else "cloud"
+
+    @property
+    def per_project_lanes_live(self) -> bool:
+        return self.lane_model is LaneModel.DESIGN_CONFORMING
+
+    @property
+    def write_tested(self) -> bool:
+        return self.version in WRITE_TESTED and self.lane_model is LaneModel.LEGACY_ONLY
+
+
+def schema_version(schema: Schema) -> str:
+    mutations = schema.columns.get("sync_mutations", frozenset())
+    if "project" not in mutations:
+        return "v1 before per-project sync (no sync_mutations.project)"
+    if "disposition" not in mutations:
+        return (
+            V120
+            if schema.user_version == 0
+            else f"unknown (v1.20 columns, user_version {schema.user_version})"
+        )
+    if schema.user_version > 1:
+        return f"newer than v3 (user_version {schema.user_version})"
+    v3_columns = schema.has_column("sessions", "runtime_lease_expires_at") and schema.has_column(
+        "user_prompts", "source_inbox_id"
+    )
+    return V3 if v3_columns else V2
+
+
+def identify(connection: sqlite3.Connection, schema: Schema) -> DatabaseKind:
+    """The kind of database behind `connection` (two indexed probes; call inside a read transaction)."""
+    return DatabaseKind(
+        version=schema_version(schema),
+        user_version=schema.user_version,
+        lane_model=lane_model(connection, schema),
+    )
+
+
+def lane_model(connection: sqlite3.Connection, schema: Schema) -> LaneModel:
+    if not schema.has_column("sync_mutations", "acked_at"):
+        return LaneModel.LEGACY_ONLY
+    if connection.execute(
+        "SELECT 1 FROM sync_mutations WHERE target_key = ? LIMIT 1", (INBOX_TARGET,)
+    ).fetchone():
+        return LaneModel.DESIGN_CONFORMING
+    lanes = sorted(
+        {project_target(project) for project in enrolled_projects(connection, schema)} - {INBOX_TARGET}
+    )
+    for lane in lanes:
+        if connection.execute(
+            "SELECT 1 FROM sync_mutations WHERE target_key = ? AND acked_at IS NOT NULL LIMIT 1", (lane,)
+        ).fetchone():
+            return LaneModel.DESIGN_CONFORMING
+    return LaneModel.LEGACY_ONLY
+
+
+def waiting_filter(schema: Schema, alias: str = "") -> str:
+    """SQL that keeps only rows engram's worker would still send: v2/v3 quarantine a row by setting its
+    disposition, and the transport reads pending rows only (index idx_sync_mutations_transport on
+    (target_key, disposition, acked_at, seq), store.go @1be5d11f / @d4397781)."""
+    if not schema.has_column("sync_mutations", "disposition"):
+        return ""
+    return f" AND {alias}disposition = '{PENDING_DISPOSITION}'"
+
+
+def require_write_tested(kind: DatabaseKind) -> None:
+    """Refuse, in one line, to write a schema triage has not been tested on."""
+    if kind.write_tested:
+        return
+    model = "" if kind.lane_model is LaneModel.LEGACY_ONLY else f", {kind.lane_model} lanes"
+    raise UntestedSchema(
+        f"refusing to write: this database looks like engram {kind.version}{model}, and triage is tested on "
+        f"{', '.join(sorted(WRITE_TESTED))} only (dry runs still work; nothing was written)"
+    )

@@ -1,0 +1,197 @@
+"""The canary and triage against every engram schema the kit knows: v1.20.0 (from the real binary) and
+the newest v2 and v3 schemas transcribed from engram's source (tests/fixtures/engram_schemas/).
+
+The v2/v3 expectations are predictions from source, not observations: no v2/v3 binary builds here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from canary.cli import cli
+from canary.db import discover_schema, open_read_only
+from canary.schema_support import V2, V3, V120, LaneModel, identify
+from engram_schemas.builder import (
+    ENROLLED,
+    FIXTURE_VERSIONS,
+    PHANTOM_TARGET,
+    STRAY,
+    build,
+    create_database,
+)
+from engram_schemas.builder import V2 as FIXTURE_V2
+from engram_schemas.builder import V3 as FIXTURE_V3
+from engram_schemas.builder import V120 as FIXTURE_V120
+
+EXPECTED_VERSION = {FIXTURE_V120: V120, FIXTURE_V2: V2, FIXTURE_V3: V3}
+SOURCE_FIXTURES = (FIXTURE_V2, FIXTURE_V3)
+# The checks whose semantics depend on the database kind (lane health is pinned in its own tests).
+TARGET_CHECKS = {"foreign_sync_target", "foreign_mutation_target", "undelivered_project_lane"}
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.output
+
+
+@pytest.fixture(params=FIXTURE_VERSIONS)
+def version(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def db(version: str, tmp_path: Path) -> Path:
+    path = tmp_path / "engram.db"
+    build(version, path)
+    return path
+
+
+@pytest.fixture
+def design_db(tmp_path: Path) -> Path:
+    """A v3 schema whose data follows the design (no engram release does yet): simulated."""
+    path = tmp_path / "engram.db"
+    build(FIXTURE_V3, path, design_conforming=True)
+    return path
+
+
+def kind_of(path: Path) -> tuple[str, LaneModel, int]:
+    with contextlib.closing(open_read_only(path)) as connection:
+        kind = identify(connection, discover_schema(connection, path))
+    return kind.version, kind.lane_model, kind.user_version
+
+
+def check_json(path: Path) -> tuple[int, dict[str, object]]:
+    code, output = run("check", "--db", str(path), "--format", "json", "--no-baseline")
+    return code, json.loads(output)
+
+
+def test_each_fixture_reads_as_its_version_with_legacy_only_lanes(version: str, db: Path) -> None:
+    assert kind_of(db) == (
+        EXPECTED_VERSION[version],
+        LaneModel.LEGACY_ONLY,
+        0 if version == FIXTURE_V120 else 1,
+    )
+
+
+def test_design_routing_makes_a_database_design_conforming(design_db: Path) -> None:
+    assert kind_of(design_db) == (V3, LaneModel.DESIGN_CONFORMING, 1)
+
+
+def test_check_flags_the_phantom_and_never_the_inbox_row(version: str, db: Path) -> None:
+    code, result = check_json(db)
+    findings = result["findings"]
+    assert isinstance(findings, list)
+    assert code >= 1, result
+    assert sorted((f["check"], f["target_key"]) for f in findings if f["check"] in TARGET_CHECKS) == [
+        ("foreign_sync_target", PHANTOM_TARGET),
+        ("undelivered_project_lane", f"cloud:{ENROLLED}"),
+    ]
+    assert all(f["target_key"] != "cloud:inbox" for f in findings)
+    assert "cloud:inbox" in result["allowed_targets"]  # type: ignore[operator]
+
+
+def test_v2_v3_inbox_row_is_seeded_healthy_and_not_a_phantom(tmp_path: Path) -> None:
+    for version in SOURCE_FIXTURES:
+        path = tmp_path / f"{version}.db"
+        create_database(version, path)
+        with contextlib.closing(sqlite3.connect(path)) as connection:
+            rows = connection.execute(
+                "SELECT target_key, lifecycle FROM sync_state ORDER BY target_key"
+            ).fetchall()
+        assert rows == [("cloud", "idle"), ("cloud:inbox", "inbox")]
+        code, result = check_json(path)
+        assert (code, result["status"], result["findings"]) == (0, "ok", [])
+        code, output = run("cleanup-phantoms", "--db", str(path))
+        assert code == 0 and "cloud:inbox" not in output, output
+
+
+def test_quarantined_rows_are_not_counted_as_waiting(version: str, db: Path) -> None:
+    _, result = check_json(db)
+    summary = result["summary"]
+    assert isinstance(summary, dict)
+    # legacy lane: 3 stray rows wait (the enrolled rows are acked; v2/v3 add one quarantined row, not waiting)
+    assert summary["unacked_rows_by_target"] == {"cloud": 3, f"cloud:{ENROLLED}": 3}
+
+
+def test_inbox_list_reads_the_unenrolled_project(version: str, db: Path) -> None:
+    code, output = run("inbox", "list", "--db", str(db), "--format", "json")
+    assert code == 0, output
+    keys = {entry["key"]: (entry["count"], entry["telemetry"]) for entry in json.loads(output)}
+    assert keys == {"unsorted": (1, 2)}, keys
+
+
+def test_design_conforming_inbox_reads_cloud_inbox_and_project_lanes_are_live(design_db: Path) -> None:
+    code, output = run("inbox", "list", "--db", str(design_db), "--format", "json")
+    assert code == 0, output
+    assert {entry["key"]: entry["total"] for entry in json.loads(output)} == {"unsorted": 3}
+    _, result = check_json(design_db)
+    checks = {(f["check"], f["target_key"]) for f in result["findings"]}  # type: ignore[union-attr]
+    assert ("undelivered_project_lane", f"cloud:{ENROLLED}") not in checks
+    assert all(target != "cloud:inbox" for _, target in checks)
+
+
+def test_triage_dry_runs(version: str, db: Path) -> None:
+    code, output = run("inbox", "drop", "--db", str(db), "--project", "unsorted")
+    assert code == 0 and output.startswith("dry run: drop 3 rows of inbox key 'unsorted'"), output
+    code, output = run("inbox", "claim", "--db", str(db), "--project", "unsorted", "--as", ENROLLED)
+    assert code == 0 and output.startswith("dry run: claim 1 rows of inbox key 'unsorted'"), output
+    code, output = run("cleanup-phantoms", "--db", str(db))
+    assert code == 0, output
+    assert f"keep: '{PHANTOM_TARGET}' still holds 3 unacked rows" in output
+    assert "cloud:inbox" not in output
+
+
+@pytest.mark.parametrize("version", SOURCE_FIXTURES)
+def test_triage_refuses_to_write_an_untested_schema(version: str, db: Path) -> None:
+    before = db.read_bytes()
+    code, output = run("inbox", "drop", "--db", str(db), "--project", "unsorted", "--apply")
+    assert code != 0
+    assert output.count("\n") == 1, output
+    assert f"looks like engram {EXPECTED_VERSION[version]}" in output
+    assert "nothing was written" in output
+    assert db.read_bytes() == before
+    assert not (db.parent / "engram-canary-backups").exists() or not any(
+        (db.parent / "engram-canary-backups").iterdir()
+    )
+
+
+def test_triage_refuses_a_design_conforming_database(design_db: Path) -> None:
+    code, output = run("cleanup-phantoms", "--db", str(design_db), "--apply")
+    assert code != 0 and output.count("\n") == 1, output
+    assert "design-conforming lanes" in output
+
+
+def test_triage_still_writes_v120(tmp_path: Path) -> None:
+    path = tmp_path / "engram.db"
+    build(FIXTURE_V120, path)
+    code, output = run("inbox", "drop", "--db", str(path), "--project", "unsorted", "--apply")
+    assert code == 0, output
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        waiting = connection.execute(
+            "SELECT count(*) FROM sync_mutations WHERE project = ? AND acked_at IS NULL", (STRAY,)
+        ).fetchone()[0]
+    assert waiting == 0
+
+
+def test_a_virtual_table_of_an_unknown_module_does_not_block_reading(tmp_path: Path) -> None:
+    """A future engram may add e.g. a sqlite-vec table; the canary never reads it, so it must not fail."""
+    path = tmp_path / "engram.db"
+    build(FIXTURE_V3, path)
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        connection.execute("PRAGMA writable_schema = ON")
+        connection.execute(
+            "INSERT INTO sqlite_master (type, name, tbl_name, rootpage, sql) VALUES "
+            "('table', 'obs_vec', 'obs_vec', 0, 'CREATE VIRTUAL TABLE obs_vec USING vec0(embedding float[4])')"
+        )
+        connection.commit()
+    code, result = check_json(path)
+    assert code >= 1 and result["error"] is None, result
+    assert ("foreign_sync_target", PHANTOM_TARGET) in {
+        (f["check"], f["target_key"]) for f in result["findings"]
+    }  # type: ignore[union-attr]

@@ -1,0 +1,1 @@
+"""Schema fixtures of engram's SQLite database, one per engram version line, and a builder for them."""
