@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import socket
 import sqlite3
 import subprocess
@@ -15,6 +16,8 @@ from pathlib import Path
 from canary_support import CANARY
 
 from harness.engram_env import EngramEnvironment, meaningful_stderr
+from harness.polling import eventually
+from harness.world import EngramDaemon
 
 TOKEN = "reconcile-test-token"
 
@@ -130,3 +133,76 @@ def closed_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+@dataclass
+class SyncedWorld:
+    world: EngramEnvironment
+    relation_key: str
+
+    @property
+    def db(self) -> Path:
+        return self.world.db_path
+
+
+def saved_id(output: str) -> int:
+    match = re.search(r"Memory saved: #(\d+)", output)
+    assert match, output
+    return int(match.group(1))
+
+
+def pending_enrolled(db: Path) -> int | None:
+    connection = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+    try:
+        row = connection.execute(
+            "SELECT COUNT(*) FROM sync_mutations WHERE acked_at IS NULL "
+            "AND project IN (SELECT project FROM sync_enrolled_projects)"
+        ).fetchone()
+        return int(row[0])
+    finally:
+        connection.close()
+
+
+def sync_both_ways(engram_bin: Path, root: Path, cloud_env: Mapping[str, str]) -> SyncedWorld:
+    """A user's week, through the real client against the cloud in cloud_env:
+
+    alpha (enrolled) saves two memories and pushes them with `engram sync --cloud` (the chunk path);
+    then alpha saves two more and judges a relation between two of its memories, beta (enrolled) saves
+    two, gamma (never enrolled) saves one; `engram serve` with autosync pushes them (the mutation path).
+    Returns once every row of an enrolled project is acked.
+    """
+    world = EngramEnvironment(binary=engram_bin, root=root).prepare()
+    first = saved_id(engram(world, "save", "alpha first", "chunk path memory one", "--project", "alpha"))
+    engram(world, "save", "alpha second", "chunk path memory two", "--project", "alpha")
+    engram(world, "cloud", "enroll", "alpha")
+    engram(world, "sync", "--cloud", "--project", "alpha", env=cloud_env)
+    third = saved_id(engram(world, "save", "alpha third", "mutation path memory", "--project", "alpha"))
+    engram(world, "save", "alpha fourth", "mutation path memory ü ✓", "--project", "alpha")
+    save_memories(world, "beta", 2)
+    save_memories(world, "gamma", 1)
+    engram(world, "cloud", "enroll", "beta")
+    daemon = EngramDaemon(world, dict(cloud_env), root / "serve.log")
+    try:
+        daemon.start(autosync=False)
+        status, body = daemon.request(
+            "POST",
+            "/conflicts/compare",
+            {
+                "memory_id_a": first,
+                "memory_id_b": third,
+                "relation": "related",
+                "confidence": 0.9,
+                "reasoning": "same topic",
+            },
+        )
+        assert status == 200, body
+        daemon.start(autosync=True)  # restarts with the worker; its first cycle runs within 30 s
+        eventually(
+            lambda: True if pending_enrolled(world.db_path) == 0 else None,
+            timeout=120,
+            interval=0.5,
+            what=f"autosync to ack every enrolled row (log: {daemon.log_text()[-500:]})",
+        )
+    finally:
+        daemon.close()
+    return SyncedWorld(world, str(body["sync_id"]))
