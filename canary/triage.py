@@ -297,6 +297,18 @@ def plan_claim(
             plan.acks.append(row)
         else:
             plan.refused.append(outcome)
+    if selection.memories_only:
+        telemetry = select_rows(
+            snapshot, dataclasses.replace(selection, memories_only=False, telemetry_only=True)
+        )
+        if telemetry:
+            words = ["engram-canary", "inbox", "drop", "--project", selection.key, "--noise"]
+            if selection.cwd is not None:
+                words[5:5] = ["--cwd", selection.cwd]
+            plan.kept.append(
+                f"{len(telemetry)} session/prompt rows stay in the inbox (telemetry is never sent to the cloud by "
+                f"design); drop them ({shlex.join(words)}) or claim with --with-telemetry"
+            )
     if not plan.copies:
         raise TriageError(
             f"nothing to claim: the cloud would refuse all {len(rows)} rows of {selection.describe()} "
