@@ -6,6 +6,7 @@ import click
 
 from canary.one_line_cli import OneLineErrorGroup
 from harness import __version__
+from harness.cloud_cli import cloud_group
 from harness.deployment_cli import make_deployment
 from harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
 from harness.errors import HarnessError
@@ -59,6 +60,7 @@ def engram_path(version: str) -> None:
     click.echo(str(path))
 
 
+cli.add_command(cloud_group)
 cli.add_command(make_deployment)
 cli.add_command(run_command)
 cli.add_command(schema_command)

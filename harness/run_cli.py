@@ -10,6 +10,8 @@ from typing import cast
 import click
 from rich.console import Console
 
+from harness.cloud_cli import show_progress
+from harness.cloud_image import ensure_image
 from harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
 from harness.errors import HarnessError
 from harness.loader import Scenario, load_all
@@ -112,6 +114,8 @@ def run_command(
             if report_path is not None and not report_path.parent.is_dir():
                 raise click.UsageError(f"{option} {report_path}: no such directory {report_path.parent}")
         binaries = _binaries(engram_path, versions)
+        if cloud_mode == "docker":
+            ensure_image(show_progress)  # built once, before any scenario starts
     except HarnessError as error:
         raise click.ClickException(str(error)) from None
     lock = threading.Lock()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import queue
 import re
 import signal
@@ -22,6 +21,7 @@ from typing import IO, Any, Literal
 
 import httpx
 
+from harness.cloud_image import ensure_image
 from harness.engram_env import EngramEnvironment, meaningful_stderr
 from harness.errors import HarnessError, StepFailed
 from harness.polling import free_port
@@ -342,7 +342,7 @@ class CloudHandle:
             return str(cloud.base_url)
         if mode == "process":
             return self._start_process(None, [*serve_args, "--allowed-projects", allowed_text], log_path)
-        image = os.environ.get("ENGRAM_KIT_FAKE_CLOUD_IMAGE", "engram-sync-kit/fake-cloud:latest")
+        image = ensure_image()
         launcher = ["docker", "run", "--rm", "-i", "--network", "host", image, "engram-fake-cloud"]
         serve_args = [*serve_args, "--host", "127.0.0.1", "--allowed-projects", allowed_text]
         return self._start_process(launcher, serve_args, log_path)
