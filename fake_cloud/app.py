@@ -254,7 +254,7 @@ class FakeCloudApp:
         elif problem:
             reply = Reply(400, f"invalid request body: {problem}")
         else:
-            reply, parsed_items = self.state.push_mutations(body)
+            reply, parsed_items = self.state.push_mutations(body, store=_stores(fault))
             items = parsed_items or items
         if not items and reply.status != 200:
             items = _mutation_items(body)
@@ -278,9 +278,15 @@ class FakeCloudApp:
         elif problem:
             reply = payload_invalid(f"invalid push payload: {problem}")
         else:
-            reply, parsed_items = self.state.push_chunk(body, request.query.get("project"))
+            reply, parsed_items = self.state.push_chunk(
+                body, request.query.get("project"), store=_stores(fault)
+            )
             items = parsed_items or items
         return await self._finish(request, request_id, "chunk", reply, items, fault)
+
+
+def _stores(fault: Fault | None) -> bool:
+    return fault is None or fault.action is not FaultAction.ACK_WITHOUT_STORE
 
 
 def _pushed_projects(body: Any) -> list[str]:

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 
 from fake_cloud.errors import FakeCloudError
-from fake_cloud.models import Fault, JournalEntry, ReceivedMutation
+from fake_cloud.models import Fault, FaultAction, JournalEntry, ReceivedMutation, Route
 
 
 class FakeCloudWaitTimeout(FakeCloudError):
@@ -118,6 +118,14 @@ class FakeCloudClient:
     def add_faults(self, faults: Iterable[Fault | dict[str, Any]]) -> None:
         payload = [fault.to_dict() if isinstance(fault, Fault) else fault for fault in faults]
         self._ok("POST", "faults", json={"faults": payload})
+
+    def ack_without_store(
+        self, *, route: Route = Route.MUTATIONS_PUSH, project: str | None = None, times: int = 1
+    ) -> None:
+        """The next ``times`` matching pushes answer 200 as usual but nothing reaches pull or the manifest."""
+        self.add_faults(
+            [Fault(route=route, action=FaultAction.ACK_WITHOUT_STORE, project=project, times=times)]
+        )
 
     def clear_faults(self) -> None:
         self._ok("DELETE", "faults")

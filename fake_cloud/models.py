@@ -43,6 +43,8 @@ class FaultAction(str, Enum):
     RESET_AFTER_READ = "reset_after_read"
     SHORT_ACCEPTED = "short_accepted"
     HANG = "hang"
+    # Answer 200 exactly as normal, journal it, store nothing: the silent loss of engram #264/#298.
+    ACK_WITHOUT_STORE = "ack_without_store"
 
 
 class InvalidControlRequest(FakeCloudError):
@@ -414,8 +416,10 @@ class FakeCloudState:
 
     # ----- mutation protocol -----
 
-    def push_mutations(self, body: Any) -> tuple[Reply, list[JournalItem]]:
-        """POST /sync/mutations/push after auth and the size check, in the real server's order."""
+    def push_mutations(self, body: Any, *, store: bool = True) -> tuple[Reply, list[JournalItem]]:
+        """POST /sync/mutations/push after auth and the size check, in the real server's order.
+
+        ``store=False`` is the ack_without_store fault: the same answer, nothing kept."""
         if body is None:
             body = {}
         if not isinstance(body, dict):
@@ -478,6 +482,10 @@ class FakeCloudState:
             if refusal is not None:
                 return _materialize_refusal(parsed), items
         chunks = _materialize_mutation_batch(parsed)
+        if not store:
+            # The seqs a stored batch would have had; the next real push is given them again.
+            first = len(self.mutations) + 1
+            return Reply(200, _accepted(list(range(first, first + len(parsed))), primary)), items
         seqs = []
         now = _utc_now()  # one batch, one timestamp, like the real server's single transaction
         for entry, item in zip(parsed, items, strict=True):
@@ -502,13 +510,7 @@ class FakeCloudState:
         for project, chunk in chunks:
             payload = chunkcodec.go_json(chunk).encode()
             self._store_chunk(project, chunkcodec.chunk_id(payload), "mutation-push", "", payload, chunk)
-        accepted = {
-            "accepted_seqs": seqs,
-            "project": primary,
-            "project_path": "",
-            "project_source": "request_body",
-        }
-        return Reply(200, accepted), items
+        return Reply(200, _accepted(seqs, primary)), items
 
     def pull_mutations(self, since_seq: str | None, limit: str | None) -> Reply:
         if self.principal_required:
@@ -543,8 +545,10 @@ class FakeCloudState:
 
     # ----- chunk protocol -----
 
-    def push_chunk(self, body: Any, query_project: str | None) -> tuple[Reply, list[JournalItem]]:
-        """POST /sync/push after auth and the size check."""
+    def push_chunk(
+        self, body: Any, query_project: str | None, *, store: bool = True
+    ) -> tuple[Reply, list[JournalItem]]:
+        """POST /sync/push after auth and the size check; ``store=False`` acknowledges and keeps nothing."""
         if not isinstance(body, dict):
             return payload_invalid(f"invalid push payload: {_decode_error(body, 'struct')}"), []
         for name in ("chunk_id", "created_by", "client_created_at", "project"):
@@ -585,6 +589,8 @@ class FakeCloudState:
             if json.loads(existing.payload) != chunk:
                 message = f'write chunk: cloudstore: chunk id conflict: existing chunk "{chunk_id}" has different payload'
                 return actionable(409, "repairable", "upgrade_repairable_chunk_conflict", message), items
+            return Reply(200, {"chunk_id": chunk_id, "status": "ok"}), items
+        if not store:
             return Reply(200, {"chunk_id": chunk_id, "status": "ok"}), items
         self._store_chunk(
             project, chunk_id, (body.get("created_by") or "").strip(), created_at, canonical, chunk
@@ -760,6 +766,10 @@ def _as_object(payload: Any) -> dict[str, Any]:
     except ChunkError:
         return {"_raw": payload}
     return decoded if isinstance(decoded, dict) else {"_value": decoded}
+
+
+def _accepted(seqs: list[int], primary: str) -> dict[str, Any]:
+    return {"accepted_seqs": seqs, "project": primary, "project_path": "", "project_source": "request_body"}
 
 
 def _materialize_refusal(entries: Sequence[Mapping[str, Any]]) -> Reply:

@@ -143,6 +143,41 @@ def test_short_accepted_fault_returns_fewer_seqs_than_entries(
     assert len(cloud.client.received()) == 3
 
 
+def test_ack_without_store_answers_like_a_stored_push_but_keeps_nothing(
+    cloud: CloudUnderTest, http: httpx.Client
+) -> None:
+    cloud.client.ack_without_store(project="p")
+    lost = push(http, key="lost")
+    assert lost.status_code == 200
+    assert lost.json() == {
+        "accepted_seqs": [1],
+        "project": "p",
+        "project_path": "",
+        "project_source": "request_body",
+    }
+    [entry] = cloud.client.wait(1, timeout=5, path="/sync/mutations/push", entity_key="lost")
+    assert entry.status == 200
+    assert cloud.client.received() == []
+    assert http.get("/sync/mutations/pull").json()["mutations"] == []
+    assert http.get("/sync/pull", params={"project": "p"}).json()["chunks"] == []
+    # Consumed once: the next push is stored, and is given the seq the lost one was acknowledged with.
+    kept = push(http, key="kept")
+    assert kept.json()["accepted_seqs"] == [1]
+    assert [m["entity_key"] for m in http.get("/sync/mutations/pull").json()["mutations"]] == ["kept"]
+    assert len(http.get("/sync/pull", params={"project": "p"}).json()["chunks"]) == 1
+
+
+def test_ack_without_store_on_the_chunk_route(cloud: CloudUnderTest, http: httpx.Client) -> None:
+    cloud.client.add_faults([{"route": "chunk_push", "action": "ack_without_store"}])
+    chunk = {"sessions": [{"id": "s1", "directory": "/d"}]}
+    answer = http.post("/sync/push", json={"project": "p", "data": chunk})
+    assert answer.status_code == 200
+    assert answer.json()["status"] == "ok"
+    assert http.get("/sync/pull", params={"project": "p"}).json()["chunks"] == []
+    assert http.get(f"/sync/pull/{answer.json()['chunk_id']}", params={"project": "p"}).status_code == 404
+    assert cloud.client.received() == []
+
+
 def test_hang_fault_holds_the_request_then_drops_it(cloud: CloudUnderTest) -> None:
     cloud.client.add_faults([{"route": "any", "action": "hang", "seconds": 2}])
     with cloud.http(headers=AUTH) as http, pytest.raises(httpx.TimeoutException):
