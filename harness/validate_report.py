@@ -7,9 +7,11 @@ same thing.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import html
 import re
+import shlex
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -84,6 +86,12 @@ def anonymized(report: dict[str, Any]) -> dict[str, Any]:
         return name if name in KEPT_NAMES or name == "*" else stable_hash(name)
 
     def text(value: str) -> str:
+        if value.startswith("engram-canary "):
+            # A command quotes names for the shell ('Ana'"'"'s App'): hash its words, then quote again.
+            with contextlib.suppress(ValueError):
+                return shlex.join(
+                    hashed(word) if word in names else text(word) for word in shlex.split(value)
+                )
         return pattern.sub(lambda match: stable_hash(match.group(1)), value) if pattern else value
 
     def walk(value: Any, field: str | None) -> Any:
@@ -219,7 +227,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines = [
         f"### engram {report['engram']['version']} rehearsed on a copy of `{_basename(database['path'])}`",
         "",
-        f"- Original untouched: {'yes' if database.get('original_untouched') else 'NO'}; "
+        f"- Original untouched: {_untouched(database)}; "
         f"{total['enqueued']} sync rows; {len(ticks)} worker tick(s), "
         f"{'idle' if ticks and ticks[-1]['worker_pending'] in (0, -1) else 'stopped'} after the last one.",
         f"- Migrations applied by the binary: {_migrations_line(current['migrations'])}.",
@@ -283,6 +291,14 @@ def render_markdown(report: dict[str, Any]) -> str:
             "_Names are replaced by stable hashes (--anonymize); counts, ages and shapes are real._",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _untouched(database: dict[str, Any]) -> str:
+    if database.get("original_untouched"):
+        return "yes"
+    if database.get("live"):
+        return "no, the live engram wrote it meanwhile (validate only reads it)"
+    return "NO"
 
 
 def _basename(path: str) -> str:
@@ -529,7 +545,7 @@ def render_html(report: dict[str, Any]) -> str:
         _figure(
             "fig-untouched",
             "original untouched",
-            "yes" if database.get("original_untouched") else "NO",
+            "yes" if database.get("original_untouched") else ("live" if database.get("live") else "NO"),
             bool(database.get("original_untouched")),
         ),
     ]

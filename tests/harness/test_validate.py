@@ -1,0 +1,289 @@
+"""validate without engram: the plan file, the suggested plan, the schema diff, the renderings, --anonymize
+and the command's one-line errors. The report used here is tests/harness/data/validate-report.json, an
+anonymized report of a real run (see test_validate_html.py)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from canary.inbox import KeySummary
+from harness import validate_cli
+from harness.cli import cli
+from harness.validate import ValidateError, ValidateOptions, parse_plan, schema_diff, suggested_plan
+from harness.validate_report import anonymized, render_html, render_markdown, stable_hash
+
+DATA = Path(__file__).parent / "data" / "validate-report.json"
+
+
+@pytest.fixture
+def report() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(DATA.read_text(encoding="utf-8"))
+    return loaded
+
+
+# ─── the plan ────────────────────────────────────────────────────────────────
+
+
+def test_plan_lines_with_or_without_the_program_name_comments_and_quotes() -> None:
+    steps = parse_plan(
+        "# triage\n\nengram-canary inbox drop --project unsorted --noise\n"
+        "inbox claim --project 'lm studio' --as my-app  # renamed folder\n"
+    )
+    assert [(step.line, step.args) for step in steps] == [
+        (3, ("inbox", "drop", "--project", "unsorted", "--noise")),
+        (4, ("inbox", "claim", "--project", "lm studio", "--as", "my-app")),
+    ]
+    assert steps[1].text == "engram-canary inbox claim --project 'lm studio' --as my-app"
+
+
+@pytest.mark.parametrize(
+    ("line", "error"),
+    [
+        ("rm -rf /", "plan.txt:2: only `inbox claim` and `inbox drop` lines are allowed, got 'rm -rf /'"),
+        ("engram-canary cleanup-phantoms --apply", "plan.txt:2: only `inbox claim` and `inbox drop`"),
+        (
+            "inbox claim --project x --as y --db /home/me/.engram/engram.db",
+            "plan.txt:2: --db is set by validate",
+        ),
+        ("inbox drop --project x --apply", "plan.txt:2: --apply is set by validate"),
+        ("inbox drop --project x --backup-dir=/tmp", "plan.txt:2: --backup-dir is set by validate"),
+        ("inbox claim --project 'unclosed", "plan.txt:2: cannot parse (No closing quotation)"),
+    ],
+)
+def test_a_bad_plan_line_is_one_error_with_file_and_line(line: str, error: str) -> None:
+    with pytest.raises(ValidateError) as raised:
+        parse_plan(f"inbox drop --project unsorted --noise\n{line}\n", "plan.txt")
+    assert str(raised.value).startswith(error)
+
+
+def test_suggested_plan_drops_every_keys_noise_then_claims_what_inbox_list_can_claim() -> None:
+    summaries = [
+        KeySummary(
+            key="agent-memory",
+            count=3,
+            telemetry=2,
+            claim_command="engram-canary inbox claim --project agent-memory --as agent-memory",
+        ),
+        KeySummary(key="noise-only", count=0, telemetry=5),
+        KeySummary(key="future", count=4, telemetry=0, hint="not enrolled"),
+        KeySummary(
+            key="unsorted",
+            count=2,
+            telemetry=9,
+            cwd_claim_commands={
+                "/home/ana/scratch": "engram-canary inbox claim --project unsorted --cwd /home/ana/scratch --as p"
+            },
+        ),
+    ]
+    assert [step.text for step in suggested_plan(summaries)] == [
+        "engram-canary inbox drop --project agent-memory --noise",
+        "engram-canary inbox drop --project noise-only --noise",
+        "engram-canary inbox drop --project unsorted --noise",
+        "engram-canary inbox claim --project agent-memory --as agent-memory",
+        "engram-canary inbox claim --project unsorted --cwd /home/ana/scratch --as p",
+    ]
+
+
+def test_schema_diff_names_new_tables_columns_and_changed_objects() -> None:
+    before = {
+        "user_version": 0,
+        "objects": {"table a": "CREATE TABLE a (x)", "index i": "CREATE INDEX i ON a (x)"},
+        "columns": {"a": ["x"]},
+    }
+    after = {
+        "user_version": 2,
+        "objects": {"table a": "CREATE TABLE a (x, y)", "table b": "CREATE TABLE b (z)"},
+        "columns": {"a": ["x", "y"], "b": ["z"]},
+    }
+    assert schema_diff(before, after) == {
+        "user_version": [0, 2],
+        "added": ["table b"],
+        "dropped": ["index i"],
+        "changed": ["table a"],
+        "added_columns": {"a": ["y"]},
+    }
+
+
+# ─── the renderings ──────────────────────────────────────────────────────────
+
+
+def test_markdown_is_short_and_pins_the_verdicts(report: dict[str, Any]) -> None:
+    text = render_markdown(report)
+    assert len(text.splitlines()) < 60
+    assert "- Original untouched: yes; 7580 sync rows; 1 worker tick(s), idle after the last one." in text
+    assert "- Migrations applied by the binary: none (schema unchanged, user_version 0)." in text
+    assert "| 6553 | 0 | 1027 | 0 | 0 | 0 |" in text
+    assert "- Nothing becomes blocked: NO (" in text and "FAILED: no new refusals" in text
+    assert "status 403: forbidden: project is not allowed" in text
+
+
+def test_html_is_one_offline_file(report: dict[str, Any]) -> None:
+    page = render_html(report)
+    assert page.startswith("<!DOCTYPE html>")
+    for forbidden in ("<script", "<link", "src=", "@import", "url("):
+        assert forbidden not in page
+    assert page.replace("http://www.w3.org/2000/svg", "").count("http") == 0
+
+
+def test_html_escapes_names(report: dict[str, Any]) -> None:
+    hostile = copy.deepcopy(report)
+    hostile["current"]["lanes"][0]["project"] = "<script>alert(1)</script>"
+    hostile["current"]["inbox_before"][0]["key"] = "x' onload='alert(1)"
+    page = render_html(hostile)
+    assert "<script>" not in page and "x' onload" not in page
+    assert "&lt;script&gt;" in page
+
+
+# ─── --anonymize ─────────────────────────────────────────────────────────────
+
+
+def _named_report() -> dict[str, Any]:
+    report: dict[str, Any] = json.loads(DATA.read_text(encoding="utf-8"))
+    report.pop("anonymized", None)
+    current = report["current"]
+    current["lanes"][0].update(lane="cloud:Ana's App", project="Ana's App")
+    current["inbox_before"][0].update(
+        key="lm-studio",
+        cwds={"/home/ana/código/LM Studio": 3},
+        claim_command="engram-canary inbox claim --project lm-studio --as 'Ana'\"'\"'s App'",
+    )
+    current["refused"] = [
+        {
+            "project": "Ana's App",
+            "rows": 2,
+            "attempts": 3,
+            "statuses": {"403": 3},
+            "reasons": ['push: transport push project "Ana\'s App": status 403: forbidden'],
+        }
+    ]
+    report["database"]["path"] = "/home/ana/.engram/engram.db"
+    report["engram"]["binary"] = "/home/ana/go/bin/engram"
+    return report
+
+
+def test_anonymize_hashes_names_everywhere_and_keeps_the_numbers() -> None:
+    report = _named_report()
+    hidden = anonymized(report)
+    outputs = json.dumps(hidden, ensure_ascii=False) + render_markdown(hidden) + render_html(hidden)
+    for secret in ("Ana", "lm-studio", "LM Studio", "código", "/home/ana"):
+        assert secret not in outputs, secret
+    lane = hidden["current"]["lanes"][0]
+    assert lane["lane"] == "cloud:" + stable_hash("Ana's App") and lane["project"] == stable_hash("Ana's App")
+    app = stable_hash("Ana's App")
+    assert hidden["current"]["refused"][0]["reasons"] == [
+        f'push: transport push project "{app}": status 403: forbidden'
+    ]
+    assert hidden["current"]["totals"] == report["current"]["totals"]
+    assert hidden["current"]["inbox_before"][0]["cwds"] == {stable_hash("/home/ana/código/LM Studio"): 3}
+    assert anonymized(report) == hidden  # stable: the same names give the same hashes
+
+
+def test_anonymize_keeps_the_kits_own_words() -> None:
+    hidden = anonymized(_named_report())
+    keys = {key["key"] for key in hidden["current"]["inbox_before"]}
+    assert "unsorted" in keys
+    assert {row["lane"] for row in hidden["current"]["lanes"]} >= {"cloud"}
+
+
+# ─── the command ─────────────────────────────────────────────────────────────
+
+
+def test_cli_writes_json_html_and_markdown_from_one_report(
+    report: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[ValidateOptions] = []
+
+    def fake_validate(options: ValidateOptions, progress: Any = None) -> dict[str, Any]:
+        seen.append(options)
+        return _named_report()
+
+    monkeypatch.setattr(validate_cli, "validate", fake_validate)
+    db = tmp_path / "engram.db"
+    db.write_bytes(b"")
+    binary = tmp_path / "engram"
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    args = [
+        "validate",
+        "--db",
+        str(db),
+        "--engram",
+        str(binary),
+        "--ticks",
+        "3",
+        "--allowed-projects",
+        "a, b",
+    ]
+    out_json, out_html = tmp_path / "r.json", tmp_path / "r.html"
+    result = CliRunner().invoke(
+        cli, [*args, "--json", str(out_json), "--html", str(out_html), "--anonymize", "-q"]
+    )
+    assert result.exit_code == 0, result.output
+    assert seen[0].ticks == 3 and seen[0].allowed_projects == ("a", "b") and seen[0].what_if
+    written = json.loads(out_json.read_text())
+    assert written["anonymized"] is True
+    assert result.output == render_markdown(written)
+    assert out_html.read_text() == render_html(written)
+    assert "Ana" not in out_json.read_text() + out_html.read_text() + result.output
+
+
+@pytest.mark.parametrize(
+    ("extra", "message", "code"),
+    [
+        (["--ticks", "0"], "Error: Invalid value for '--ticks': 0 is not in the range 1<=x<=1000.", 2),
+        (["--engram-version", "v1.20.0"], "Error: --engram and --engram-version are exclusive; give one", 2),
+        (
+            ["--json", "/no/such/dir/r.json"],
+            "Error: --json /no/such/dir/r.json: no such directory /no/such/dir",
+            2,
+        ),
+    ],
+)
+def test_cli_errors_are_one_line(tmp_path: Path, extra: list[str], message: str, code: int) -> None:
+    db = tmp_path / "engram.db"
+    db.write_bytes(b"")
+    binary = tmp_path / "engram"
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    result = CliRunner().invoke(cli, ["validate", "--db", str(db), "--engram", str(binary), *extra])
+    assert result.exit_code == code
+    assert result.output.strip().splitlines()[-1] == f"{message} (see cli validate --help)"
+
+
+def test_cli_bad_plan_and_missing_database_are_one_line(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.txt"
+    plan.write_text("inbox claim --project x --as y --apply\n")
+    binary = tmp_path / "engram"
+    binary.write_text("#!/bin/sh\necho 'engram 1.20.0'\n")
+    binary.chmod(0o755)
+    db = tmp_path / "engram.db"
+    db.write_bytes(b"")
+    result = CliRunner().invoke(
+        cli, ["validate", "--db", str(db), "--engram", str(binary), "--plan", str(plan), "-q"]
+    )
+    assert (result.exit_code, result.output.strip()) == (
+        1,
+        "Error: plan.txt:1: --apply is set by validate (it works on a copy)",
+    )
+    result = CliRunner().invoke(cli, ["validate", "--db", str(tmp_path / "nope.db"), "--engram", str(binary)])
+    assert result.exit_code == 2 and "does not exist" in result.output.strip().splitlines()[-1]
+
+
+def test_cli_not_an_engram_database_is_one_line(tmp_path: Path) -> None:
+    db = tmp_path / "engram.db"
+    db.write_bytes(b"not sqlite at all" * 100)
+    binary = tmp_path / "engram"
+    binary.write_text("#!/bin/sh\necho 'engram 1.20.0'\n")
+    binary.chmod(0o755)
+    result = CliRunner().invoke(
+        cli, ["validate", "--db", str(db), "--engram", str(binary), "--no-what-if", "-q"]
+    )
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"Error: {db}: cannot copy"), result.output
