@@ -6,6 +6,7 @@ import os
 import threading
 from pathlib import Path
 from typing import cast
+from urllib.parse import urlsplit
 
 import click
 from rich.console import Console
@@ -19,7 +20,7 @@ from harness.report import matrix_table, print_result, summary_table, write_json
 from harness.runner import ExpectMode, ScenarioResult, judge, run_many
 from harness.schema import json_schema_text
 from harness.steps import StepRecord
-from harness.world import CloudMode
+from harness.world import CloudMode, CloudTarget
 
 
 def _binaries(engram_path: Path | None, versions: str | None) -> list[Path]:
@@ -37,6 +38,28 @@ def _binaries(engram_path: Path | None, versions: str | None) -> list[Path]:
     return binaries
 
 
+def _cloud_target(
+    cloud_mode: str | None, url: str | None, token: str | None, ca_file: Path | None
+) -> CloudTarget | None:
+    if url is None:
+        for option, value in (("--cloud-token", token), ("--cloud-ca", ca_file)):
+            if value is not None:
+                raise click.UsageError(f"{option} goes with --cloud-url")
+        return None
+    if cloud_mode is not None:
+        raise click.UsageError(
+            "--cloud and --cloud-url are exclusive: --cloud-url uses a cloud that runs already"
+        )
+    parsed = urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise click.UsageError(f"--cloud-url {url}: give a base URL like https://127.0.0.1:18080")
+    if ca_file is not None and not url.startswith("https://"):
+        raise click.UsageError("--cloud-ca needs an https:// --cloud-url")
+    return CloudTarget(
+        url=url.rstrip("/"), token=token or None, ca_file=ca_file.absolute() if ca_file else None
+    )
+
+
 @click.command("run")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option(
@@ -47,9 +70,19 @@ def _binaries(engram_path: Path | None, versions: str | None) -> list[Path]:
     "--cloud",
     "cloud_mode",
     type=click.Choice(["process", "docker", "inprocess"]),
-    default="process",
-    show_default=True,
-    help="Where the fake cloud runs.",
+    help="Where each scenario's own fake cloud runs: a local process (the default), a container "
+    "(the image is found or built first) or this process.",
+)
+@click.option(
+    "--cloud-url",
+    help="Run against an already-running fake cloud at this base URL instead (local or remote); "
+    "scenarios then run one at a time, each after a reset.",
+)
+@click.option("--cloud-token", help="With --cloud-url: the bearer token that cloud requires.")
+@click.option(
+    "--cloud-ca",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="With --cloud-url over https: the CA that signed its certificate (engram gets it as SSL_CERT_FILE).",
 )
 @click.option(
     "--expect",
@@ -92,7 +125,10 @@ def run_command(
     paths: tuple[Path, ...],
     engram_path: Path | None,
     versions: str | None,
-    cloud_mode: str,
+    cloud_mode: str | None,
+    cloud_url: str | None,
+    cloud_token: str | None,
+    cloud_ca: Path | None,
     mode: str,
     json_path: Path | None,
     junit_path: Path | None,
@@ -114,6 +150,10 @@ def run_command(
             if report_path is not None and not report_path.parent.is_dir():
                 raise click.UsageError(f"{option} {report_path}: no such directory {report_path.parent}")
         binaries = _binaries(engram_path, versions)
+        cloud_target = _cloud_target(cloud_mode, cloud_url, cloud_token, cloud_ca)
+        cloud_mode = cloud_mode or "process"
+        if cloud_target is not None:
+            jobs = 1  # one cloud, one journal: scenarios take turns
         if cloud_mode == "docker":
             ensure_image(show_progress)  # built once, before any scenario starts
     except HarnessError as error:
@@ -140,12 +180,14 @@ def run_command(
     results: list[ScenarioResult] = []
     for binary in binaries:
         console.print(
-            f"running {len(scenarios)} scenario(s) against {binary} ({cloud_mode} cloud, {jobs} at a time)"
+            f"running {len(scenarios)} scenario(s) against {binary} "
+            f"({cloud_target.url if cloud_target else cloud_mode} cloud, {jobs} at a time)"
         )
         results += run_many(
             scenarios,
             binary,
             cloud_mode=cast(CloudMode, cloud_mode),
+            cloud_target=cloud_target,
             jobs=jobs,
             db_copy_source=db_source,
             expect=expect,

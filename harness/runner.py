@@ -32,7 +32,7 @@ from harness.loader import Scenario
 from harness.localdata import count_local_rows, read_sync_state_rows
 from harness.schema import WorkspaceSpec
 from harness.steps import StepMarks, StepRecord, StepRunner, plain
-from harness.world import CloudHandle, CloudMode, World, engram_version
+from harness.world import CloudHandle, CloudMode, CloudTarget, World, engram_version
 
 ExpectMode = Literal["baseline", "design", "all"]
 
@@ -132,6 +132,7 @@ def run_scenario(
     binary: Path,
     *,
     cloud_mode: CloudMode = "process",
+    cloud_target: CloudTarget | None = None,
     db_copy_source: Path | None = None,
     root: Path | None = None,
     keep: bool = False,
@@ -153,12 +154,16 @@ def run_scenario(
         logs.mkdir(exist_ok=True)
         spec = scenario.header.cloud
         mark = time.monotonic()
-        cloud = CloudHandle(cloud_mode, spec.token, list(spec.allowed_projects), logs / "fake-cloud.log")
+        cloud = CloudHandle(
+            cloud_mode, spec.token, list(spec.allowed_projects), logs / "fake-cloud.log", cloud_target
+        )
         result.timings["cloud_start"] = time.monotonic() - mark
         engram_env = {"ENGRAM_CLOUD_SERVER": cloud.base_url}
-        token = spec.engram_token if spec.engram_token is not None else spec.token
+        token = spec.engram_token if spec.engram_token is not None else cloud.token
         if token:
             engram_env["ENGRAM_CLOUD_TOKEN"] = token
+        if cloud.ca_file is not None:
+            engram_env["SSL_CERT_FILE"] = str(cloud.ca_file)
         world = World(
             env=env,
             cloud=cloud,
@@ -402,6 +407,7 @@ def run_many(
     *,
     cloud_mode: CloudMode,
     jobs: int,
+    cloud_target: CloudTarget | None = None,
     db_copy_source: Path | None = None,
     expect: ExpectMode = "all",
     progress: Callable[[Scenario, StepRecord], None] | None = None,
@@ -415,6 +421,7 @@ def run_many(
             scenario,
             binary,
             cloud_mode=cloud_mode,
+            cloud_target=cloud_target,
             db_copy_source=db_copy_source,
             expect=expect,
             progress=progress,

@@ -117,8 +117,16 @@ class Evidence:
 class McpSession:
     """`engram mcp` started in one cwd, spoken to with newline-delimited JSON-RPC."""
 
-    def __init__(self, env: EngramEnvironment, cwd: Path, extra_env: dict[str, str], log_path: Path) -> None:
+    def __init__(
+        self,
+        env: EngramEnvironment,
+        cwd: Path,
+        extra_env: dict[str, str],
+        log_path: Path,
+        evidence: Evidence | None = None,
+    ) -> None:
         self.cwd = cwd
+        self._evidence = evidence
         self._log = log_path.open("ab")
         self._process = subprocess.Popen(
             [str(env.binary), "mcp"],
@@ -176,6 +184,17 @@ class McpSession:
     def call_tool(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         result = self.request("tools/call", {"name": tool, "arguments": arguments})
         text = "".join(part.get("text", "") for part in result.get("content", []))
+        if self._evidence is not None:
+            self._evidence.request(
+                {
+                    "via": "mcp",
+                    "cwd": str(self.cwd),
+                    "tool": tool,
+                    "arguments": arguments,
+                    "error": bool(result.get("isError")),
+                    "answer": text,
+                }
+            )
         if result.get("isError"):
             raise StepFailed(f"engram mcp {tool} failed: {text}")
         try:
@@ -289,7 +308,14 @@ class EngramDaemon:
             data = response.text
         if self._evidence is not None and path != "/sync/status":
             self._evidence.request(
-                {"method": method, "path": path, "body": body, "status": response.status_code, "answer": data}
+                {
+                    "via": "http",
+                    "method": method,
+                    "path": path,
+                    "body": body,
+                    "status": response.status_code,
+                    "answer": data,
+                }
             )
         return response.status_code, data
 
@@ -311,21 +337,57 @@ class EngramDaemon:
 # ─── the fake cloud ──────────────────────────────────────────────────────────
 
 
+@dataclass(frozen=True)
+class CloudTarget:
+    """An already-running fake cloud (`run --cloud-url`), local or remote; scenarios take turns on it."""
+
+    url: str
+    token: str | None
+    ca_file: Path | None = None
+
+
 class CloudHandle:
     """The scenario's own fake cloud, as a local process, a container or (tests) in this process."""
 
     def __init__(
-        self, mode: CloudMode, token: str | None, allowed_projects: list[str], log_path: Path
+        self,
+        mode: CloudMode,
+        token: str | None,
+        allowed_projects: list[str],
+        log_path: Path,
+        target: CloudTarget | None = None,
     ) -> None:
         from fake_cloud.client import FakeCloudClient
 
         self.mode = mode
-        self.token = token
+        self.token = target.token if target is not None else token
+        self.ca_file = target.ca_file if target is not None else None
         self.log_path = log_path
         self._stop: Callable[[], object] = lambda: None
-        base_url = self._start(mode, token, allowed_projects, log_path)
-        self.base_url = base_url
-        self.client = FakeCloudClient(base_url)
+        if target is None:
+            self.base_url = self._start(mode, token, allowed_projects, log_path)
+            self.client = FakeCloudClient(self.base_url, self.ca_file)
+        else:
+            self.base_url = target.url.rstrip("/")
+            self.client = FakeCloudClient(self.base_url, self.ca_file)
+            self._attach(token, allowed_projects)
+
+    def _attach(self, token: str | None, allowed: list[str]) -> None:
+        """Make a running cloud this scenario's: same auth kind, a clean journal, the scenario's allowlist."""
+        from fake_cloud.errors import FakeCloudError
+
+        if (token is None) != (self.token is None):
+            wanted = "no auth" if token is None else "a token"
+            raise HarnessError(
+                f"the scenario needs a cloud with {wanted}, and the cloud at {self.base_url} "
+                f"{'requires a token' if self.token else 'has no auth'}; run it with --cloud process"
+            )
+        try:
+            self.client.reset()
+            self.client.set_allowlist(allowed)
+        except FakeCloudError as error:
+            self.client.close()
+            raise HarnessError(f"--cloud-url {self.base_url}: {error}") from None
 
     def _start(self, mode: CloudMode, token: str | None, allowed: list[str], log_path: Path) -> str:
         serve_args = ["--port", "0", *(["--token", token] if token else ["--insecure-no-auth"])]
@@ -436,7 +498,7 @@ class World:
     def mcp(self, cwd: Path) -> McpSession:
         if cwd not in self._mcp:
             self._mcp[cwd] = McpSession(
-                self.env, cwd, self.engram_env, self.logs / f"mcp-{len(self._mcp)}.log"
+                self.env, cwd, self.engram_env, self.logs / f"mcp-{len(self._mcp)}.log", self.evidence
             )
         return self._mcp[cwd]
 
