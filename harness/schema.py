@@ -652,6 +652,13 @@ class Expectation(Strict):
         description="baseline: engram versions it holds for, e.g. '>=1.20.0,<2.0.0'. Required for baseline.",
     )
     why: str = Field("", description="Which measured case or design section this pins.")
+    predicted: str | None = Field(
+        None,
+        description=(
+            "baseline only: this expectation is predicted from engram's source, never observed; the value "
+            "names the files and commits it rests on. The first run on a version in range shows if it holds."
+        ),
+    )
     lanes: LanesCheck | None = None
     sync_state_targets: SetCheck | None = None
     canary: CanaryCheck | None = None
@@ -685,6 +692,10 @@ class Expectation(Strict):
             )
         if self.tag == "baseline" and self.engram is None:
             raise ValueError("a baseline expectation needs engram: a version range, e.g. '>=1.20.0,<2.0.0'")
+        if self.predicted is not None and self.tag != "baseline":
+            raise ValueError(
+                "predicted: only a baseline can be predicted from source (a design is a requirement)"
+            )
         return self
 
     @property

@@ -1,0 +1,48 @@
+"""Baselines predicted from engram's source (v2/v3): tagged, loadable, and inert on a v1.20 run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.checks import in_range
+from harness.loader import load_scenario
+from harness.schema import Expectation
+
+SCENARIOS = sorted(Path(__file__).resolve().parents[2].joinpath("scenarios").glob("*.scenario.yaml"))
+
+
+def predicted() -> list[tuple[str, Expectation]]:
+    return [
+        (path.name, at.expectation)
+        for path in SCENARIOS
+        for at in load_scenario(path).expectations
+        if at.expectation.predicted is not None
+    ]
+
+
+def test_predicted_baselines_exist_for_v2_and_v3() -> None:
+    found = predicted()
+    assert len({name for name, _ in found}) >= 3, found
+    assert any(in_range("3.2.1", e.engram or "") for _, e in found)
+    assert any(in_range("2.2.2", e.engram or "") for _, e in found)
+
+
+@pytest.mark.parametrize("version", ["1.20.0", "v1.20.0"])
+def test_no_predicted_baseline_applies_to_v120(version: str) -> None:
+    for name, expectation in predicted():
+        assert expectation.tag == "baseline", name
+        assert not in_range(version, expectation.engram or ""), (name, expectation.engram)
+        assert expectation.why.startswith("predicted from source"), (name, expectation.why)
+
+
+def test_only_a_baseline_can_be_predicted() -> None:
+    with pytest.raises(ValueError, match="only a baseline can be predicted from source"):
+        Expectation.model_validate(
+            {
+                "tag": "design",
+                "predicted": "store.go @d4397781",
+                "sync_state_targets": {"includes": ["cloud"]},
+            }
+        )
