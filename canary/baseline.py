@@ -79,9 +79,9 @@ def baseline_path_for(config_path: Path) -> Path:
 
 
 def load_baseline(path: Path) -> Baseline:
-    if not path.exists():
-        return Baseline()
     try:
+        if not path.exists():
+            return Baseline()
         document = json.loads(path.read_text(encoding="utf-8"))
         baseline = Baseline.model_validate(document)
     except (OSError, ValueError, ValidationError) as error:

@@ -22,6 +22,7 @@ from canary.config import CanaryConfig
 from canary.db import (
     DatabaseUnavailable,
     Schema,
+    describe_read_error,
     discover_schema,
     enrolled_projects,
     open_read_only,
@@ -394,7 +395,7 @@ def run_check(db_path: Path, config: CanaryConfig, baseline: Baseline | None) ->
         schema = discover_schema(connection, db_path)
         return check_connection(connection, schema, db_path, config, baseline)
     except sqlite3.DatabaseError as error:
-        return unknown_result(db_path, f"{db_path}: read failed ({error})")
+        return unknown_result(db_path, describe_read_error(db_path, error, "read failed"))
     except CanaryError as error:
         return unknown_result(db_path, str(error))
     finally:

@@ -68,7 +68,8 @@ def cli() -> None:
 db_option = click.option(
     "--db",
     "db",
-    type=click.Path(path_type=Path, dir_okay=False),
+    # A directory is reported like every other unusable database (UNKNOWN line or JSON), not as a usage error.
+    type=click.Path(path_type=Path),
     help="engram.db (default: config `db`, else $ENGRAM_DATA_DIR/engram.db, else ~/.engram/engram.db).",
 )
 config_option = click.option(

@@ -83,7 +83,11 @@ def load_config(path: Path | None) -> tuple[CanaryConfig, Path]:
     """The config at `path` (must exist), else the default file if present, else defaults."""
     explicit = path is not None
     config_path = path if path is not None else default_config_path()
-    if not config_path.exists():
+    try:
+        exists = config_path.exists()
+    except OSError as error:
+        raise ConfigError(f"{config_path}: cannot read config ({error.strerror})") from error
+    if not exists:
         if explicit:
             raise ConfigError(f"{config_path}: config file not found")
         return CanaryConfig(), config_path

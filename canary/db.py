@@ -59,8 +59,23 @@ def open_read_only(path: Path) -> sqlite3.Connection:
         connection.execute("PRAGMA query_only = 1")
         discover_schema(connection, path)
     except sqlite3.DatabaseError as error:
-        raise DatabaseUnavailable(f"{path}: cannot be read as SQLite ({error})") from error
+        raise DatabaseUnavailable(describe_read_error(path, error, "cannot be read as SQLite")) from error
     return connection
+
+
+def describe_read_error(path: Path, error: sqlite3.Error, otherwise: str) -> str:
+    """One line a user can act on: a lock and a read-only directory say so; anything else is `otherwise`."""
+    text = str(error)
+    if "locked" in text or "busy" in text:
+        return (
+            f"{path}: locked by another connection (still busy after {BUSY_TIMEOUT_MS / 1000:g} s); try again"
+        )
+    if "readonly" in text and not os.access(path.parent, os.W_OK):
+        return (
+            f"{path}: the directory {path.parent} is read-only for this user, and a reader of a WAL database "
+            f"must create {path.name}-shm there; make it writable for this user or check a copy"
+        )
+    return f"{path}: {otherwise} ({text})"
 
 
 def discover_schema(connection: sqlite3.Connection, path: Path) -> Schema:

@@ -36,6 +36,7 @@ DB_HELP = "engram database (default: $ENGRAM_DATA_DIR/engram.db, else ~/.engram/
 ALIASES_HELP = "alias map YAML (default: $XDG_CONFIG_HOME/engram-canary/aliases.yaml)"
 # Measured (bench/results/inbox.json): about 2,000 rows fit in engram v1.20's ~85 ms busy-retry budget.
 LARGE_SELECTION_ROWS = 2000
+INBOX_SCHEMA = "engram-canary/inbox/v1"
 
 
 def _db_option(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -93,7 +94,9 @@ def list_command(db: Path | None, aliases_path: Path | None, output_format: str)
     if output_format == "json":
         # Rows without a project are listed last under the reserved key "(no project)" (never claimable).
         listed = [*summaries, *([snapshot.unattributed] if snapshot.unattributed is not None else [])]
-        click.echo(json.dumps([summary.to_json() for summary in listed], indent=2, ensure_ascii=False))
+        # A list, as before; each entry names its schema (as `check --format json` does).
+        entries = [{"schema": INBOX_SCHEMA, **summary.to_json()} for summary in listed]
+        click.echo(json.dumps(entries, indent=2, ensure_ascii=False))
     else:
         click.echo(render_text(summaries, snapshot.unattributed))
 

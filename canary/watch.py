@@ -39,7 +39,14 @@ from canary.checks import (
     stuck_rows,
 )
 from canary.config import CanaryConfig
-from canary.db import Schema, data_version, discover_schema, open_read_only, read_transaction
+from canary.db import (
+    Schema,
+    data_version,
+    describe_read_error,
+    discover_schema,
+    open_read_only,
+    read_transaction,
+)
 from canary.errors import CanaryError
 from canary.findings import Finding, Status, overall_status
 
@@ -225,7 +232,10 @@ class Watcher:
         try:
             version = data_version(self.connection)
         except sqlite3.DatabaseError as error:
-            self._say(f"engram-canary: UNKNOWN - {self.options.db_path}: read failed ({error})", ERROR)
+            self._say(
+                f"engram-canary: UNKNOWN - {describe_read_error(self.options.db_path, error, 'read failed')}",
+                ERROR,
+            )
             return False
         if version == self.last_version:
             return False
@@ -258,7 +268,10 @@ class Watcher:
                     else []
                 )
         except sqlite3.DatabaseError as error:
-            self._say(f"engram-canary: UNKNOWN - {self.options.db_path}: read failed ({error})", ERROR)
+            self._say(
+                f"engram-canary: UNKNOWN - {describe_read_error(self.options.db_path, error, 'read failed')}",
+                ERROR,
+            )
             return
         self._reconcile(foreign, findings, space)
         self._set_status(self.current_status(), "incremental")
@@ -278,7 +291,10 @@ class Watcher:
                 include_inbox=self.options.config.watch.inbox_tripwires,
             )
         except sqlite3.DatabaseError as error:
-            self._say(f"engram-canary: UNKNOWN - {self.options.db_path}: read failed ({error})", ERROR)
+            self._say(
+                f"engram-canary: UNKNOWN - {describe_read_error(self.options.db_path, error, 'read failed')}",
+                ERROR,
+            )
             self._notify_status(Status.UNKNOWN, f"read failed: {error}")
             return
         except CanaryError as error:
