@@ -82,14 +82,16 @@ def fill_simulated(version: str, db: Path, *, design_conforming: bool = False) -
     """Rows that simulate what `version` leaves after a few saves: one enrolled project delivered on the
     legacy lane, one unenrolled project waiting there, and the derived phantom sync_state row.
 
-    v1.20 (observed on the real binary): a save journals to `cloud` and, for the project's derived key,
-    mints `cloud:<project>` in sync_state (pending). v2/v3 (predicted from source: store.go @1be5d11f /
-    @d4397781 and cloud_inbox_test.go @1be5d11f): the same two lanes, plus engram's own migrate seeds
-    `cloud:inbox` with lifecycle `inbox` (the fixture does that part), and sync_mutations carries a
-    disposition; one stray row is quarantined as engram's local recovery would leave it.
+    v1.20 (observed on the real binary): a save journals to `cloud` only and mints `cloud:<project>` in
+    sync_state (pending); the three unacked rows on `cloud:<enrolled>` are SIMULATED LEGACY DATA, as an
+    older engram left them (scenarios/per-project-lane-never-delivers does the same). v2/v3 (predicted
+    from source: internal/store/cloud_inbox_test.go @1be5d11f): a write is journaled to both `cloud` and
+    `cloud:<project>`; engram's own migrate seeds `cloud:inbox` with lifecycle `inbox` (the fixture does
+    that part); sync_mutations carries a disposition, and one row is quarantined as engram's recovery
+    leaves a malformed legacy row (internal/cloud/autosync/manager.go @0cd24e8a).
 
     design_conforming=True simulates an engram that implements the design (no release does yet): the
-    unenrolled project's rows are journaled to `cloud:inbox` instead of the legacy lane.
+    unenrolled project's rows are journaled to `cloud:inbox`, and the enrolled lane delivers (acked).
     """
     has_disposition = version != V120
     with contextlib.closing(sqlite3.connect(db, isolation_level=None)) as connection:
