@@ -109,11 +109,15 @@ def print_evidence(console: Console, result: ScenarioResult) -> None:
                 console.print(f"  {stream}:", markup=False)
                 console.print("    " + command[stream].rstrip().replace("\n", "\n    "), markup=False)
     for request in evidence.get("requests", []):
-        console.print(
-            f"  http {request.get('method')} {request.get('path')} -> {request.get('status')}: "
-            f"{json.dumps(request.get('answer'), default=str)[:300]}",
-            markup=False,
-        )
+        if request.get("via") == "mcp":
+            line = f"  mcp {request.get('tool')} {json.dumps(request.get('arguments'), default=str)[:200]}"
+            line += f" (in {request.get('cwd')}) -> {str(request.get('answer'))[:300]}"
+        else:
+            line = (
+                f"  {request.get('via', 'http')} {request.get('method')} {request.get('path')} -> "
+                f"{request.get('status')}: {json.dumps(request.get('answer'), default=str)[:300]}"
+            )
+        console.print(line, markup=False)
     console.print(f"[bold]cloud journal ({len(evidence.get('journal', []))} entries):[/bold]")
     for entry in evidence.get("journal", []):
         console.print("  " + json.dumps(entry, default=str), markup=False)

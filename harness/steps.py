@@ -330,7 +330,7 @@ def _seed(world: World, mutations: list[s.SeedMutation]) -> None:
         raise StepFailed(f"seeding the cloud: POST /sync/mutations/push failed: {error}") from None
     world.evidence.request(
         {
-            "device": "seed",
+            "via": "cloud seed",
             "method": "POST",
             "path": f"{world.cloud.base_url}/sync/mutations/push",
             "body": {"entries": entries},
