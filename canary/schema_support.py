@@ -12,6 +12,7 @@ Config.TargetKey defaults to "cloud", internal/cloud/autosync/manager.go @0cd24e
 is at most a reserved sync_state row (lifecycle `inbox`, seeded by v2.0.0-rc.11+ and v3). A database is
 read as design-conforming once it shows the design's routing: a row journaled to `cloud:inbox`, or an
 acknowledged row on an enrolled `cloud:<project>` lane (only a worker that reads that lane acks there).
+Only a v2-or-later file (one with sync_mutations.disposition) can read as design-conforming.
 """
 
 from __future__ import annotations
@@ -91,7 +92,9 @@ def identify(connection: sqlite3.Connection, schema: Schema) -> DatabaseKind:
 
 
 def lane_model(connection: sqlite3.Connection, schema: Schema) -> LaneModel:
-    if not schema.has_column("sync_mutations", "acked_at"):
+    # A v1.20-or-older file is legacy-only whatever it holds: some v1.14-era databases kept acked rows
+    # under cloud:<project> (upstream #264, #1013), which must not read as a live per-project lane.
+    if not schema.has_column("sync_mutations", "disposition"):
         return LaneModel.LEGACY_ONLY
     if connection.execute(
         "SELECT 1 FROM sync_mutations WHERE target_key = ? LIMIT 1", (INBOX_TARGET,)

@@ -13,10 +13,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
-from canary.cli import cli
-from canary.db import discover_schema, open_read_only
-from canary.schema_support import V2, V3, V120, LaneModel, identify
 from engram_schemas.builder import (
     ENROLLED,
     FIXTURE_VERSIONS,
@@ -28,6 +24,10 @@ from engram_schemas.builder import (
 from engram_schemas.builder import V2 as FIXTURE_V2
 from engram_schemas.builder import V3 as FIXTURE_V3
 from engram_schemas.builder import V120 as FIXTURE_V120
+
+from canary.cli import cli
+from canary.db import discover_schema, open_read_only
+from canary.schema_support import V2, V3, V120, LaneModel, identify
 
 EXPECTED_VERSION = {FIXTURE_V120: V120, FIXTURE_V2: V2, FIXTURE_V3: V3}
 SOURCE_FIXTURES = (FIXTURE_V2, FIXTURE_V3)
@@ -195,3 +195,20 @@ def test_a_virtual_table_of_an_unknown_module_does_not_block_reading(tmp_path: P
     assert ("foreign_sync_target", PHANTOM_TARGET) in {
         (f["check"], f["target_key"]) for f in result["findings"]
     }  # type: ignore[union-attr]
+
+
+def test_old_acks_on_a_project_lane_keep_a_v120_database_legacy_only(tmp_path: Path) -> None:
+    """v1.14-era databases kept acked rows under cloud:<project>; on a v1.20 file that is history, not a
+    live lane, so the inbox, the lane check and triage's writes keep v1.20's semantics."""
+    path = tmp_path / "engram.db"
+    build(FIXTURE_V120, path)
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        connection.execute(
+            "UPDATE sync_mutations SET acked_at = '2026-05-01 00:00:00' WHERE seq = "
+            "(SELECT min(seq) FROM sync_mutations WHERE target_key = ?)",
+            (f"cloud:{ENROLLED}",),
+        )
+        connection.commit()
+    assert kind_of(path) == (V120, LaneModel.LEGACY_ONLY, 0)
+    code, output = run("inbox", "drop", "--db", str(path), "--project", "unsorted", "--apply")
+    assert code == 0, output
