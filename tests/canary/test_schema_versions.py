@@ -212,3 +212,16 @@ def test_old_acks_on_a_project_lane_keep_a_v120_database_legacy_only(tmp_path: P
     assert kind_of(path) == (V120, LaneModel.LEGACY_ONLY, 0)
     code, output = run("inbox", "drop", "--db", str(path), "--project", "unsorted", "--apply")
     assert code == 0, output
+
+
+def test_baseline_then_check_and_textfile(version: str, db: Path, tmp_path: Path) -> None:
+    baseline = tmp_path / "baseline.json"
+    code, output = run("baseline", "--db", str(db), "--baseline", str(baseline), "--reason", "known")
+    assert code == 0, output
+    prom = tmp_path / "prom"
+    prom.mkdir()
+    code, output = run("check", "--db", str(db), "--baseline", str(baseline), "--textfile-dir", str(prom))
+    assert code == 0, output
+    assert output.startswith("ENGRAM-CANARY OK - no unacknowledged foreign sync target"), output
+    metrics = (prom / "engram_canary.prom").read_text(encoding="utf-8")
+    assert "engram_canary_" in metrics and "cloud:inbox" not in metrics
