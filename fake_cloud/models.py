@@ -471,16 +471,9 @@ class FakeCloudState:
                 "reason_code": "validation_error",
             }
             return Reply(400, reply_body), items
-        for entry in parsed:
-            refusal = push_rules.payload_refusal(
-                project=entry["project"],
-                entity=entry["entity"],
-                entity_key=entry["entity_key"],
-                op=entry["op"],
-                payload=entry["payload"],
-            )
-            if refusal is not None:
-                return _materialize_refusal(parsed), items
+        refused = _materialize_refusal(parsed)
+        if refused is not None:
+            return refused, items
         chunks = _materialize_mutation_batch(parsed)
         if not store:
             # The seqs a stored batch would have had; the next real push is given them again.
@@ -772,14 +765,38 @@ def _accepted(seqs: list[int], primary: str) -> dict[str, Any]:
     return {"accepted_seqs": seqs, "project": primary, "project_path": "", "project_source": "request_body"}
 
 
-def _materialize_refusal(entries: Sequence[Mapping[str, Any]]) -> Reply:
-    """The reply for a batch the contract says the server cannot materialize, worded by the codec."""
-    try:
-        _materialize_mutation_batch(entries)
-    except ChunkError as error:
-        # The real server answers 500 here; the fake never does, and says why instead.
-        return payload_invalid(f"invalid push payload: {error}")
-    raise AssertionError("push_rules refused an entry that the chunk codec materializes")
+def _materialize_refusal(entries: Sequence[Mapping[str, Any]]) -> Reply | None:
+    """v1.20's 500 for a batch its insert cannot materialize, worded as the real server words it.
+
+    The insert works per project: it decodes each upsert into engram's store struct, then canonicalizes
+    the project's chunk, where ``mutations[i]`` counts that project's entries of known entities."""
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for entry in entries:
+        groups.setdefault(entry["project"].strip(), []).append(entry)
+    for project, batch in groups.items():
+        canonicalize_error = None
+        known = [entry for entry in batch if entry["entity"].strip() in push_rules.SUPPORTED_OPS]
+        for index, entry in enumerate(known):
+            refusal = push_rules.payload_refusal(
+                project=project,
+                entity=entry["entity"],
+                entity_key=entry["entity_key"],
+                op=entry["op"],
+                payload=entry["payload"],
+            )
+            if refusal is None:
+                continue
+            if refusal.reason.startswith("materialize mutation batch"):
+                return Reply(refusal.status, f"insert mutations: cloudstore: {refusal.reason}")
+            if canonicalize_error is None:
+                canonicalize_error = Reply(
+                    refusal.status,
+                    "insert mutations: cloudstore: canonicalize materialized mutation batch chunk: "
+                    f"mutations[{index}]: {refusal.reason}",
+                )
+        if canonicalize_error is not None:
+            return canonicalize_error
+    return None
 
 
 def _materialize_mutation_batch(entries: Sequence[Mapping[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
@@ -809,12 +826,7 @@ def _materialize_mutation_batch(entries: Sequence[Mapping[str, Any]]) -> list[tu
             )
             if entry["op"].strip() != "upsert" or entity == "relation":
                 continue
-            payload = entry["payload"]
-            if not isinstance(payload, dict):
-                raise ChunkError(
-                    f'materialize mutation batch {entity} "{entry["entity_key"]}": payload is not an object'
-                )
-            row = dict(payload)
+            row = dict(entry["payload"] or {})  # push_rules refused every other non-object
             id_field = "id" if entity == "session" else "sync_id"
             if not str(row.get(id_field) or "").strip():
                 row[id_field] = entry["entity_key"].strip()

@@ -164,6 +164,43 @@ def build_cases(good_entries: list[dict[str, Any]]) -> list[Case]:
         Case("pull limit 1", "GET", "/sync/mutations/pull?since_seq=0&limit=1"),
         Case("pull since 1", "GET", "/sync/mutations/pull?since_seq=1"),
         Case("pull since garbage", "GET", "/sync/mutations/pull?since_seq=abc&limit=-3"),
+        # payloads v1.20's handler passes and its batch insert cannot materialize: the real 500
+        Case(
+            "push session without directory",
+            "POST",
+            "/sync/mutations/push",
+            body={"entries": [entry("alpha", "session", "d1", {**session("d1", "alpha"), "directory": " "})]},
+        ),
+        Case(
+            "push observation without title after a good session",
+            "POST",
+            "/sync/mutations/push",
+            body={
+                "entries": [
+                    entry("alpha", "session", "d2", session("d2", "alpha")),
+                    entry("alpha", "observation", "o-t", {**observation("o-t", "d2", "alpha"), "title": ""}),
+                ]
+            },
+        ),
+        Case(
+            "push entity_key not the payload's",
+            "POST",
+            "/sync/mutations/push",
+            body={"entries": [entry("alpha", "session", "other", session("d3", "alpha"))]},
+        ),
+        Case(
+            "push session payload is a JSON string",
+            "POST",
+            "/sync/mutations/push",
+            body={"entries": [entry("alpha", "session", "d4", json.dumps(session("d4", "alpha")))]},
+        ),
+        Case(
+            "push unknown entity",
+            "POST",
+            "/sync/mutations/push",
+            body={"entries": [entry("alpha", "thing", "k1", {"a": 1})]},
+        ),
+        Case("pull after refused payloads", "GET", "/sync/mutations/pull?since_seq=6"),
         # chunk protocol
         Case("manifest empty", "GET", "/sync/pull?project=beta"),
         Case("manifest missing project", "GET", "/sync/pull"),

@@ -135,6 +135,18 @@ def test_the_table_covers_every_required_outcome(real_answers: dict[str, Outcome
     assert real_answers["push forbidden project"].fields["error_code"] == "policy_forbidden"
     assert real_answers["push empty batch"].fields["error_code"] == "empty_batch"
     assert real_answers["push oversize"].status == 413
+    # v1.20 validates these payloads only inside its batch insert: 500, nothing stored.
+    assert real_answers["push session without directory"] == Outcome(
+        500,
+        "text",
+        {
+            "text": "insert mutations: cloudstore: canonicalize materialized mutation batch chunk: "
+            "mutations[0]: session payload directory is required for upsert"
+        },
+    )
+    assert real_answers["pull after refused payloads"].fields["pulled"] == [
+        ("alpha", "thing", "k1", "upsert")
+    ]
     assert (
         real_answers["manifest after push"].fields["chunks"][0][0]
         == (real_answers["chunk push"].fields["chunk_id"])

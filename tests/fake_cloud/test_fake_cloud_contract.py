@@ -132,13 +132,16 @@ def test_mutation_push_accepts_stores_and_journals_each_entry(
 def test_a_string_encoded_upsert_payload_is_refused_but_digested_as_its_object(
     cloud: CloudUnderTest, http: httpx.Client
 ) -> None:
-    # The real server answers 500 here (it cannot materialize the row); the fake never answers 500.
+    # The real v1.20 server cannot materialize the row and answers 500 (test_differential pins it).
     text = json.dumps(observation())
     response = http.post("/sync/mutations/push", json={"entries": [entry("observation", "o1", text)]})
-    assert response.status_code == 400
-    assert response.json()["error_code"] == "upgrade_repairable_payload_invalid"
+    assert response.status_code == 500
+    assert response.text == (
+        'insert mutations: cloudstore: materialize mutation batch observation "o1": '
+        "json: cannot unmarshal string into Go value of type store.Observation\n"
+    )
     assert cloud.client.received() == []
-    [journaled] = cloud.client.wait(1, timeout=5, status=400)
+    [journaled] = cloud.client.wait(1, timeout=5, status=500)
     assert journaled.payload_digest == digest(observation())
 
 
