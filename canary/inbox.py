@@ -499,6 +499,72 @@ def unattributed_finding(summary: KeySummary) -> Finding:
     )
 
 
+@dataclass(frozen=True)
+class WaitingMemory:
+    """One waiting memory as `inbox show` lists it: enough to decide between claim and drop."""
+
+    seq: int
+    entity: str
+    kind: str
+    title: str
+    date: str
+    first_line: str
+    cwd: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "entity": self.entity,
+            "type": self.kind,
+            "title": self.title,
+            "date": self.date,
+            "first_line": self.first_line,
+            "cwd": self.cwd,
+        }
+
+
+FIRST_LINE_CHARS = 120
+
+
+def waiting_memory(row: InboxRow) -> WaitingMemory:
+    body = _payload_object(row.payload)
+
+    def text(name: str) -> str:
+        value = body.get(name)
+        return value.strip() if isinstance(value, str) else ""
+
+    content = next((line.strip() for line in text("content").splitlines() if line.strip()), "")
+    if len(content) > FIRST_LINE_CHARS:
+        content = content[: FIRST_LINE_CHARS - 1] + "…"
+    kind = text("type") or text("relation_type") or row.entity
+    title = text("title") or row.entity_key
+    if row.op == "delete":
+        title += " (deleted)"
+    return WaitingMemory(
+        seq=row.seq,
+        entity=row.entity,
+        kind=kind,
+        title=title,
+        date=text("created_at") or row.occurred_at,
+        first_line=content,
+        cwd=row.cwd,
+    )
+
+
+def render_memories(key: str, memories: Sequence[WaitingMemory], telemetry: int) -> str:
+    lines = [
+        f"inbox key {key!r}: {len(memories)} memories waiting"
+        + (f" (and {telemetry} telemetry rows, not listed)" if telemetry else "")
+    ]
+    for memory in memories:
+        lines.append(f"{memory.seq:>8}  {memory.date:<19}  {memory.kind:<12} {memory.title}")
+        if memory.first_line:
+            lines.append(f"{'':>8}  {memory.first_line}")
+        if key == UNSORTED and memory.cwd:
+            lines.append(f"{'':>8}  cwd {memory.cwd}")
+    return "\n".join(lines)
+
+
 def render_text(summaries: Iterable[KeySummary], unattributed: KeySummary | None = None) -> str:
     summaries = list(summaries)
     if summaries:

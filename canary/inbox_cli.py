@@ -12,7 +12,14 @@ import click
 from canary.aliases import AliasError, check_alias_free, load_aliases
 from canary.db import default_db_path, discover_schema, open_read_only, read_transaction
 from canary.derive import AliasMap
-from canary.inbox import InboxSnapshot, read_inbox, render_text, summarize
+from canary.inbox import (
+    InboxSnapshot,
+    read_inbox,
+    render_memories,
+    render_text,
+    summarize,
+    waiting_memory,
+)
 from canary.repair import RepairPlanner, plan_repair
 from canary.triage import (
     DEFAULT_KEEP_BACKUPS,
@@ -30,6 +37,7 @@ from canary.triage import (
     plan_cleanup,
     plan_drop,
     resolve_cwd,
+    select_rows,
 )
 
 DB_HELP = "engram database (default: $ENGRAM_DATA_DIR/engram.db, else ~/.engram/engram.db)"
@@ -37,6 +45,7 @@ ALIASES_HELP = "alias map YAML (default: $XDG_CONFIG_HOME/engram-canary/aliases.
 # Measured (bench/results/inbox.json): about 2,000 rows fit in engram v1.20's ~85 ms busy-retry budget.
 LARGE_SELECTION_ROWS = 2000
 INBOX_SCHEMA = "engram-canary/inbox/v1"
+SHOW_SCHEMA = "engram-canary/inbox-show/v1"
 
 
 def _db_option(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -184,6 +193,41 @@ def _claim_headline(selection: Selection) -> Callable[[Plan], str]:
         return text
 
     return headline
+
+
+@inbox.command("show")
+@click.argument("key")
+@click.option("--cwd", help="only rows whose working directory is exactly this path")
+@_db_option
+@_aliases_option
+@click.option(
+    "--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+def show_command(
+    key: str, cwd: str | None, db: Path | None, aliases_path: Path | None, output_format: str
+) -> None:
+    """The memories waiting under KEY (type, title, date, first line), to read before a claim or drop."""
+    aliases, _ = load_aliases(aliases_path)
+    snapshot = _snapshot(db or default_db_path(), aliases)
+    selection = Selection(key=key, cwd=resolve_cwd(cwd))
+    rows = select_rows(snapshot, selection)
+    if not rows:
+        raise TriageError(
+            f"no unacked inbox rows match {selection.describe()} (see: engram-canary inbox list)"
+        )
+    memories = [waiting_memory(row) for row in rows if not row.is_telemetry]
+    telemetry = len(rows) - len(memories)
+    if output_format == "json":
+        document = {
+            "schema": SHOW_SCHEMA,
+            "key": key,
+            "cwd": selection.cwd,
+            "telemetry": telemetry,
+            "memories": [memory.to_json() for memory in memories],
+        }
+        click.echo(json.dumps(document, indent=2, ensure_ascii=False))
+    else:
+        click.echo(render_memories(key, memories, telemetry))
 
 
 @inbox.command("claim")
