@@ -23,7 +23,7 @@ from harness.deployment import DeploymentSpec, DeploymentSummary, generate
 from harness.validate import inbox_snapshot
 from harness.validate_report import anonymized, render_html, render_markdown
 
-pytestmark = pytest.mark.engram
+pytestmark = [pytest.mark.engram, pytest.mark.xdist_group("validate-scale-1")]
 
 
 @dataclass
