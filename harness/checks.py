@@ -9,6 +9,7 @@ from typing import Any
 
 from harness import schema as s
 from harness.lanes import LaneTable
+from harness.localdata import local_key
 from harness.steps import StepMarks, matches
 from harness.world import OutputEntry
 
@@ -319,20 +320,25 @@ def _sync_state(check: s.SyncStateCheck, observed: Observed) -> list[str]:
 
 
 def _local(check: s.LocalCheck, observed: Observed) -> list[str]:
-    if observed.count_local is None:
+    count: int | None
+    if check.at is not None:
+        if check.at not in observed.snapshots:
+            raise LookupError(f"observe point {check.at!r} was not reached (a failed step before it?)")
+        count = observed.snapshots[check.at].get("local", {}).get(local_key(check))
+    elif observed.count_local is None:
         raise LookupError("no database to read (the scenario did not get that far)")
-    count = observed.count_local(check)
+    else:
+        count = observed.count_local(check)
     if count is None:
         return ["engram's database could not be read"]
-    described = check.model_dump(exclude_none=True, exclude={"present", "count"})
+    described = check.model_dump(exclude_none=True, exclude={"present", "count", "at"})
+    what = f"local {described}" + (f" at {check.at}" if check.at else "")
     if check.count is not None:
-        return (
-            [] if count == check.count else [f"local {described}: expected {check.count} row(s), got {count}"]
-        )
+        return [] if count == check.count else [f"{what}: expected {check.count} row(s), got {count}"]
     if check.present and count == 0:
-        return [f"local {described}: expected present, found none"]
+        return [f"{what}: expected present, found none"]
     if not check.present and count:
-        return [f"local {described}: expected absent, found {count}"]
+        return [f"{what}: expected absent, found {count}"]
     return []
 
 

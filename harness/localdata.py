@@ -79,6 +79,11 @@ def _query(check: s.LocalCheck) -> tuple[str, list[Any]]:
     return sql, parameters
 
 
+def local_key(check: s.LocalCheck) -> str:
+    """What a local check asks, without where and how it judges: the key of its count at an observe point."""
+    return check.model_dump_json(exclude={"at", "present", "count"})
+
+
 def count_local_rows(db_path: Path, check: s.LocalCheck) -> int | None:
     """How many rows match CHECK; None when the database cannot be read."""
     sql, parameters = _query(check)

@@ -171,6 +171,10 @@ def run_scenario(
             version=result.version,
             workspace_root=base / "workspaces",
         )
+        for at in scenario.expectations:
+            local = at.expectation.local
+            if local is not None and local.at is not None:
+                world.local_probes.setdefault(local.at, []).append(local)
         mark = time.monotonic()
         _make_workspaces(world, scenario.header.workspaces)
         result.timings["workspaces"] = time.monotonic() - mark

@@ -319,11 +319,13 @@ class LegacyRow(Strict):
     entity: Literal["session", "observation", "prompt", "relation"] = "observation"
     entity_key: str
     op: Literal["upsert", "delete"] = "upsert"
-    project: str = ""
+    project: str = Field("", description='The project column ("" for none; null means the same).')
     target_key: str = "cloud"
     payload: dict[str, Any] = Field(default_factory=dict)
     acked: bool = False
     age_days: float = 0
+
+    _project = field_validator("project", mode="before")(lambda value: "" if value is None else value)
 
 
 class LegacyRowsStep(StepBase):
@@ -614,6 +616,7 @@ class LocalCheck(Strict):
         None, description='The project column ("" for none); relation: its source observation\'s project.'
     )
     content_contains: str | None = Field(None, description="observation/prompt only.")
+    at: Label | None = Field(None, description="The `as` of an observe step; omitted: after the last step.")
     present: bool = Field(True, description="false: no row may match.")
     count: int | None = Field(None, ge=0, description="Exactly this many rows match.")
 

@@ -47,7 +47,7 @@ from harness import schema as s
 from harness.engram_env import meaningful_stderr
 from harness.errors import StepFailed, StepUnsupported
 from harness.loader import Step
-from harness.localdata import read_sync_state_rows
+from harness.localdata import count_local_rows, local_key, read_sync_state_rows
 from harness.polling import eventually
 from harness.world import SavedObservation, World
 
@@ -565,6 +565,10 @@ def do_observe(world: World, step: s.ObserveStep) -> None:
         "device": world.device,
         "sync_state": read_sync_state_rows(world.db_path),
         "sync_status": status,
+        "local": {
+            local_key(check): count_local_rows(world.db_path, check)
+            for check in world.local_probes.get(step.as_, [])
+        },
         "journal_id": _journal_mark(world),
     }
 

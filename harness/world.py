@@ -454,6 +454,7 @@ class World:
     daemon: EngramDaemon | None = None
     devices: dict[str, World] = field(default_factory=dict)
     journal_seen: int = 0
+    local_probes: dict[str, list[Any]] = field(default_factory=dict)  # observe name -> `local` checks at it
     _mcp: dict[Path, McpSession] = field(default_factory=dict)
     _capabilities: dict[str, set[str]] = field(default_factory=dict)
     _collected: dict[str, int] = field(default_factory=dict)
@@ -517,6 +518,7 @@ class World:
                 output=self.output,
                 evidence=self.evidence,
                 device=name,
+                local_probes=self.local_probes,
             )
             device.run(["stats"])  # creates its database through engram itself
             self.devices[name] = device

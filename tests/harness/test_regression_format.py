@@ -110,6 +110,10 @@ def test_status_values_may_be_ints_or_strings() -> None:
             "'relation' (got 'memory')",
         ),
         (
+            "  - {tag: design, local: {at: go, title: t}}\n",
+            "s.scenario.yaml:6: expect.0.local.at: no observe step named 'go'; observe points: mid",
+        ),
+        (
             "  - {tag: design, local: {title: t, present: false, count: 2}}\n",
             "s.scenario.yaml:6: expect.0.local: present: false means count 0; give one of them",
         ),
