@@ -40,6 +40,7 @@ from canary.findings import (
     overall_status,
 )
 from canary.inbox import tripwire_findings
+from canary.lane_health import lane_findings
 from canary.schema_support import identify, waiting_filter
 from canary.targets import INBOX_TARGET, LOCAL_TARGET, allowed_targets, project_target
 from engram_contract import LEGACY_TARGET
@@ -359,6 +360,8 @@ def check_snapshot(
     # The inbox view takes its own short read transaction.
     if include_inbox:
         findings.extend(tripwire_findings(connection, schema, config))
+    # Lane health (canary.lane_health) takes its own short read transaction as well.
+    findings.extend(lane_findings(connection, schema, db_path))
     return finish(findings, summary, db_path, config, baseline, sorted(space.allowed)), space
 
 
