@@ -189,3 +189,34 @@ def lane_findings(connection: sqlite3.Connection, schema: Schema, db: Path | Non
     with read_transaction(connection):
         healths = read_lane_health(connection, schema)
     return [finding for health in healths if (finding := lane_finding(health, db)) is not None]
+
+
+@dataclass(frozen=True)
+class LaneTransition:
+    event: str  # "appeared" | "gone"
+    target_key: str
+    line: str
+    critical: bool
+
+
+def lane_transitions(before: list[Finding], after: list[Finding], db: Path) -> list[LaneTransition]:
+    """What `watch` says when a lane becomes blocked or clears between two full checks."""
+    was = {finding.target_key: finding for finding in before if finding.check in LANE_CHECKS}
+    now = {finding.target_key: finding for finding in after if finding.check in LANE_CHECKS}
+    transitions = [
+        LaneTransition(
+            "appeared",
+            str(key),
+            f"engram-canary CRITICAL: {finding.check} {finding.message} db={db}",
+            critical=True,
+        )
+        for key, finding in sorted(now.items(), key=lambda item: str(item[0]))
+        if key not in was
+    ]
+    transitions += [
+        LaneTransition(
+            "gone", str(key), f"engram-canary OK: lane {key!r} is no longer blocked db={db}", False
+        )
+        for key in sorted(set(was) - set(now), key=str)
+    ]
+    return transitions

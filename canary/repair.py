@@ -18,6 +18,7 @@ from typing import Any
 
 from canary.db import Schema, enrolled_projects
 from canary.inbox import InboxRow
+from canary.schema_support import waiting_filter
 from canary.targets import normalize_project
 from canary.triage import (
     Copy,
@@ -57,6 +58,7 @@ def pending_listed_rows(
     listed = ""
     if target_key == LEGACY_TARGET and schema.has_column("sync_mutations", "project"):
         listed = _LISTED if schema.has_table("sync_enrolled_projects") else "AND project = ''"
+    listed += waiting_filter(schema)  # v2/v3 never send a quarantined row again
     return [
         lane_row(values) for values in connection.execute(_PENDING_SQL.format(listed=listed), (target_key,))
     ]

@@ -49,6 +49,7 @@ from canary.db import (
 )
 from canary.errors import CanaryError
 from canary.findings import Finding, Status, overall_status
+from canary.lane_health import lane_transitions
 
 WRITE_EVENTS = frozenset({"modified", "created", "deleted", "moved", "closed"})
 # A commit's last write to -wal can land a moment before the wal-index says it is committed;
@@ -306,7 +307,11 @@ class Watcher:
         foreign_findings = [f for f in result.findings if f.check in FOREIGN_CHECKS and f.new]
         foreign = {f.target_key for f in foreign_findings if f.target_key is not None}
         self.silenced = set(self.known_targets) - foreign
-        self.standing = [f for f in result.findings if f.check not in FOREIGN_CHECKS]
+        previous, self.standing = self.standing, [f for f in result.findings if f.check not in FOREIGN_CHECKS]
+        for lane in lane_transitions(previous, self.standing, self.options.db_path):
+            self._emit(
+                Alert(lane.event, lane.target_key, lane.line, Status.CRITICAL if lane.critical else Status.OK)
+            )
         self._reconcile(foreign, foreign_findings, space)
         for key in foreign:
             self.alerted[key] = [f for f in foreign_findings if f.target_key == key]

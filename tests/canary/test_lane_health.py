@@ -1,0 +1,216 @@
+"""legacy_lane_blocked in check (text, JSON, Prometheus) and watch, and `repair`, on rows the real engram v1.20 wrote.
+
+Cases engram v1.20 cannot produce by itself (damaged payloads of engram#299, a degraded state, a live
+per-project lane of a later engram) are SIMULATIONS OF LEGACY DATA, written straight into the tables and
+labelled where they happen.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+from canary_support import WatchProcess
+from inbox_support import canary, db_digest, engram_ok, query, save
+
+from harness.engram_env import EngramEnvironment
+
+pytestmark = pytest.mark.engram
+
+
+@pytest.fixture
+def blocked(engram_world: EngramEnvironment) -> EngramEnvironment:
+    """`engram save` without a project first, then saves of two enrolled projects behind it."""
+    world = engram_world
+    engram_ok(world, "cloud", "enroll", "main-proj")
+    engram_ok(world, "cloud", "enroll", "other")
+    engram_ok(world, "save", "loose", "no --project", cwd=world.home)
+    save(world, "main-proj", "held one", cwd=world.home)
+    save(world, "main-proj", "held two", cwd=world.home)
+    save(world, "other", "held three", cwd=world.home)
+    return world
+
+
+def lane_findings(world: EngramEnvironment) -> tuple[int, list[dict[str, Any]]]:
+    result = canary(world, "check", "--format", "json")
+    document = json.loads(result.stdout)
+    return result.returncode, [f for f in document["findings"] if f["check"].endswith("_lane_blocked")]
+
+
+def simulate(db: Path, *statements: tuple[str, tuple[object, ...]]) -> None:
+    """SIMULATION OF LEGACY DATA: the given writes, straight into engram's tables, in one transaction."""
+    with closing(sqlite3.connect(str(db), isolation_level=None)) as connection:
+        connection.execute("BEGIN")
+        for sql, parameters in statements:
+            connection.execute(sql, parameters)
+        connection.execute("COMMIT")
+
+
+def test_check_names_the_block_the_rows_behind_it_and_the_way_out(blocked: EngramEnvironment) -> None:
+    world = blocked
+    db = world.db_path
+    loose = [row[0] for row in query(db, "SELECT seq FROM sync_mutations WHERE project = '' ORDER BY seq")]
+    status, [finding] = lane_findings(world)
+    assert status == 2
+    assert (finding["check"], finding["severity"], finding["target_key"]) == (
+        "legacy_lane_blocked",
+        "critical",
+        "cloud",
+    )
+    evidence = finding["evidence"]
+    assert evidence["blocking_seqs"] == loose
+    assert evidence["reason"] == "400 mutation entries must specify a project"
+    assert evidence["held_back_by_project"] == {"main-proj": 4, "other": 2}
+    assert evidence["held_back_rows"] == 6
+    assert evidence["clear_command"] == f"engram-canary inbox drop --unattributed --db {db} --apply"
+    assert finding["message"] == (
+        f"lane 'cloud' is blocked: the cloud refuses seq {loose[0]} (session, project '': 400 mutation entries "
+        "must specify a project) and 1 more; 6 rows wait behind it (main-proj: 4, other: 2); clear it with: "
+        f"engram-canary inbox drop --unattributed --db {db} --apply"
+    )
+    text = canary(world, "check")
+    assert text.returncode == 2 and "legacy_lane_blocked" in text.stdout
+    prom_dir = world.root / "prom"
+    prom_dir.mkdir()
+    assert canary(world, "check", "--textfile-dir", str(prom_dir)).returncode == 2
+    prom = (prom_dir / "engram_canary.prom").read_text()
+    assert any(
+        line.startswith("engram_canary_findings{")
+        and 'check="legacy_lane_blocked"' in line
+        and 'severity="critical"' in line
+        and line.endswith(" 1.0")
+        for line in prom.splitlines()
+    ), prom
+    # the way out clears the finding
+    assert canary(world, "inbox", "drop", "--unattributed", "--apply").returncode == 0
+    assert lane_findings(world)[1] == []
+
+
+def test_watch_says_when_the_lane_blocks_and_when_it_clears(
+    blocked: EngramEnvironment, tmp_path: Path
+) -> None:
+    world = blocked
+    config_home = tmp_path / "config"
+    (config_home / "engram-canary").mkdir(parents=True)
+    (config_home / "engram-canary" / "config.yaml").write_text("watch:\n  full_recheck_seconds: 0.5\n")
+    watcher = WatchProcess(["--db", str(world.db_path), "--poll"], config_home)
+    try:
+        watcher.wait_started()
+        watcher.wait_for(
+            lambda line: line.startswith(
+                "engram-canary CRITICAL: legacy_lane_blocked lane 'cloud' is blocked"
+            ),
+            what="watch to report the blocked lane",
+        )
+        assert canary(world, "inbox", "drop", "--unattributed", "--apply").returncode == 0
+        watcher.wait_for(
+            lambda line: line == f"engram-canary OK: lane 'cloud' is no longer blocked db={world.db_path}",
+            what="watch to report the lane clear",
+        )
+    finally:
+        watcher.process.terminate()
+        watcher.process.wait(timeout=10)
+
+
+def test_repair_names_what_it_cannot_derive_and_writes_nothing(blocked: EngramEnvironment) -> None:
+    world = blocked
+    before = db_digest(world.db_path)
+    loose = [
+        row[0]
+        for row in query(world.db_path, "SELECT seq FROM sync_mutations WHERE project = '' ORDER BY seq")
+    ]
+    dry = canary(world, "repair")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.splitlines()[:2] == [
+        "dry run: repair 0 pending rows the cloud refuses (2 more cannot be derived: drop them); nothing was written",
+        f"  refuse: seq {loose[0]} session manual-save upsert: the cloud would answer 400 mutation entries must "
+        "specify a project; cannot be derived: engram recorded no project for it; drop it "
+        "(engram-canary inbox drop --unattributed)",
+    ]
+    applied = canary(world, "repair", "--apply")
+    assert (applied.returncode, applied.stdout) == (3, "")
+    assert applied.stderr.startswith(
+        "engram-canary: error: nothing to repair: 2 refused rows have no derivable value"
+    )
+    assert db_digest(world.db_path) == before
+
+
+def test_nothing_to_repair_on_a_healthy_lane(engram_world: EngramEnvironment) -> None:
+    engram_ok(engram_world, "cloud", "enroll", "main-proj")
+    save(engram_world, "main-proj", "fine", cwd=engram_world.home)
+    result = canary(engram_world, "repair", "--apply")
+    assert (result.returncode, result.stdout) == (
+        0,
+        "nothing to repair: every pending row passes the cloud's push contract; nothing was written\n",
+    )
+    assert lane_findings(engram_world) == (0, [])
+
+
+def test_repair_derives_type_and_project_from_engrams_tables(engram_world: EngramEnvironment) -> None:
+    """engram#299: rows with an empty project and type, which users fixed by hand in SQLite."""
+    world = engram_world
+    db = world.db_path
+    engram_ok(world, "cloud", "enroll", "main-proj")
+    save(world, "main-proj", "damaged", cwd=world.home)
+    [(seq, payload)] = query(db, "SELECT seq, payload FROM sync_mutations WHERE entity = 'observation'")
+    damaged = {key: value for key, value in json.loads(payload).items() if key not in {"type", "project"}}
+    simulate(
+        db, ("UPDATE sync_mutations SET payload = ?, project = '' WHERE seq = ?", (json.dumps(damaged), seq))
+    )
+    repaired = canary(world, "repair", "--apply")
+    assert repaired.returncode == 0, repaired.stderr
+    assert (
+        f"(copy of seq {seq}, project '', repaired: project 'main-proj' from session 'manual-save-main-proj'; "
+        "type 'manual' from the observations table)"
+    ) in repaired.stdout
+    [(copy_payload, project)] = query(
+        db, "SELECT payload, project FROM sync_mutations WHERE seq > ? AND entity = 'observation'", seq
+    )
+    assert project == "main-proj"
+    assert json.loads(copy_payload) == {**damaged, "project": "main-proj", "type": "manual"}
+    assert query(db, "SELECT acked_at IS NOT NULL FROM sync_mutations WHERE seq = ?", seq) == [(1,)]
+    doctor = json.loads(engram_ok(world, "doctor", "--json", "--check", "sync_mutation_required_fields"))
+    assert [check["result"] for check in doctor["checks"]] == ["ok"]
+    assert lane_findings(world) == (0, [])
+
+
+def test_a_degraded_lane_without_a_contract_blocker_names_the_last_error(blocked: EngramEnvironment) -> None:
+    world = blocked
+    assert canary(world, "inbox", "drop", "--unattributed", "--apply").returncode == 0
+    simulate(
+        world.db_path,
+        (
+            "UPDATE sync_state SET lifecycle = 'degraded', last_error = ?, consecutive_failures = 3 "
+            "WHERE target_key = 'cloud'",
+            ("push mutations: 403 forbidden: project is not allowed",),
+        ),
+    )
+    status, [finding] = lane_findings(world)
+    assert status == 2
+    assert finding["evidence"]["blocking_rows"] == 0
+    assert finding["evidence"]["reason"] == "push mutations: 403 forbidden: project is not allowed"
+    assert finding["evidence"]["held_back_rows"] == 6
+    assert finding["message"].startswith(
+        "lane 'cloud' is degraded with 6 rows pending: the last push failed ("
+    )
+
+
+def test_a_live_per_project_lane_gets_the_same_check(blocked: EngramEnvironment) -> None:
+    """A later engram's per-project lane, simulated: a refused row on cloud:main-proj."""
+    world = blocked
+    simulate(
+        world.db_path,
+        (
+            "INSERT INTO sync_mutations (target_key, entity, entity_key, op, payload, project) "
+            "VALUES ('cloud:main-proj', 'session', 's-x', 'upsert', ?, 'main-proj')",
+            (json.dumps({"id": "s-x", "project": "main-proj"}),),
+        ),
+    )
+    _, findings = lane_findings(world)
+    [project_lane] = [f for f in findings if f["check"] == "project_lane_blocked"]
+    assert project_lane["target_key"] == "cloud:main-proj"
+    assert project_lane["evidence"]["reason"] == "500 session payload directory is required for upsert"
