@@ -21,6 +21,7 @@ import pytest
 from reconcile_support import TOKEN, journal, run_reconcile, sync_both_ways
 
 from fake_cloud.real_server import RealCloudError, psql, real_cloud_server, throwaway_postgres
+from fake_cloud.server import FakeCloudConfig, start_fake_cloud
 from fake_cloud.tls_front import tls_front
 
 pytestmark = [pytest.mark.engram]
@@ -97,3 +98,45 @@ def test_real_client_to_real_cloud_loses_nothing(engram_bin: Path, postgres_url:
     assert lost["lost"][0]["entity"] == "relation"
     assert lost["summary"]["lost"] == 1
 
+
+def test_ack_without_store_is_found_exactly(engram_bin: Path, tmp_path: Path) -> None:
+    with start_fake_cloud(FakeCloudConfig(token=TOKEN, tls=True)) as cloud:
+        env = {
+            "ENGRAM_CLOUD_SERVER": cloud.base_url,
+            "ENGRAM_CLOUD_TOKEN": TOKEN,
+            "SSL_CERT_FILE": str(cloud.ca_file),
+        }
+        cloud.client.add_faults(
+            [{"route": "mutations_push", "action": "ack_without_store", "project": "beta"}]
+        )
+        synced = sync_both_ways(engram_bin, tmp_path / "world", env)
+        swallowed = [
+            entry
+            for entry in cloud.client.journal().entries
+            if entry.path == "/sync/mutations/push" and entry.project == "beta"
+        ]
+        stored_beta = [item for item in cloud.client.received() if item.project == "beta"]
+
+        ran = run_reconcile(synced.db, env, "--format", "json")
+        text = run_reconcile(synced.db, env)
+
+    rows = journal(synced.db)
+    beta = [(seq, entity, key) for seq, project, entity, key, at in rows if project == "beta"]
+    assert all(at is not None for _, project, _, _, at in rows if project == "beta")  # the client acked them
+    assert stored_beta == []  # and the cloud kept none
+    assert sorted((e.entity, e.entity_key) for e in swallowed) == sorted(
+        (entity, key) for _, entity, key in beta
+    )
+
+    document = json.loads(ran.stdout)
+    assert ran.returncode == 2
+    assert [(row["seq"], row["entity"], row["entity_key"]) for row in document["lost"]] == beta
+    assert {lane["project"]: lane["lost"] for lane in document["lanes"]} == {
+        "alpha": 0,
+        "beta": len(beta),
+        "gamma": 0,
+    }
+    assert document["summary"]["lost"] == len(beta)
+    assert text.stdout.splitlines()[0].startswith(
+        f"ENGRAM-CANARY-RECONCILE CRITICAL - {len(beta)} of {document['summary']['acked']} acked rows are not in the cloud"
+    )
