@@ -549,8 +549,17 @@ class ReceivedCheck(Strict):
     _fields = field_validator("match")(_known_fields(RECEIVED_FIELDS))
 
 
+def _int_or_range(schema: dict[str, Any]) -> None:
+    """The JSON Schema of a count says what the before-validator accepts: an int, or the object."""
+    as_object = dict(schema)
+    schema.clear()
+    schema["anyOf"] = [{"type": "integer", "minimum": 0}, as_object]
+
+
 class Count(Strict):
     """A count: an int (exactly) or {at_least, at_most}."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=_int_or_range)
 
     exactly: int | None = Field(None, ge=0)
     at_least: int | None = Field(None, ge=0)

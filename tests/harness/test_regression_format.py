@@ -54,6 +54,14 @@ def test_the_empty_project_is_spelled_empty_and_null_means_the_same() -> None:
     assert LaneRow.model_validate({"lane": "cloud", "project": ""}).project == ""
 
 
+def test_legacy_rows_take_project_null_as_the_empty_project() -> None:
+    scenario = parse_scenario(
+        "name: x\nsteps:\n  - legacy_rows: {rows: [{entity_key: k, project: null}]}\n",
+        Path("s.scenario.yaml"),
+    )
+    assert scenario.steps[0].body.rows[0].project == ""  # type: ignore[attr-defined]
+
+
 def test_status_values_may_be_ints_or_strings() -> None:
     load(with_expect("  - {tag: design, journal: {count: 1, match: {status: 503, project: null}}}\n"))
     load(with_expect("  - {tag: design, journal: {count: 1, match: {status: '503'}}}\n"))
