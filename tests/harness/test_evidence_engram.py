@@ -172,3 +172,26 @@ def test_an_http_step_with_an_unexpected_status_fails_the_step(tmp_path: Path, e
     result = play(tmp_path, engram_bin, text)
     assert result.status == "failed"
     assert result.steps[0].error.startswith("engram serve POST /sessions answered 201, expected 400: ")
+
+
+def test_a_refused_seed_and_a_failing_device_step_fail_their_steps(tmp_path: Path, engram_bin: Path) -> None:
+    text = (
+        "name: refusals\ncloud: {autosync: false}\nsteps:\n"
+        "  - cloud: {seed: [{project: my-app, entity: observation, entity_key: k, payload: {title: t}}]}\n"
+    )
+    seeded = play(tmp_path / "seed", engram_bin, text)
+    assert seeded.status == "failed"
+    error = seeded.steps[0].error
+    assert error.startswith("seeding the cloud: POST /sync/mutations/push answered "), error
+    assert "observation payload" in error and "is required" in error  # the cloud's own refusal, 4xx or 5xx
+    text = (
+        "name: device\ncloud: {autosync: false}\nsteps:\n"
+        "  - device: {name: laptop-b, steps: [{run: {args: [cloud, unenroll, my-app]}}]}\n"
+        "  - enroll: never-reached\n"
+    )
+    device = play(tmp_path / "device", engram_bin, text)
+    assert device.status == "failed"
+    assert [(step.index, step.device, step.status) for step in device.steps] == [
+        ("1.1", "laptop-b", "failed")
+    ]
+    assert "engram cloud unenroll my-app exited 1" in device.steps[0].error
