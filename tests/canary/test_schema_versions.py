@@ -66,6 +66,18 @@ def kind_of(path: Path) -> tuple[str, LaneModel, int]:
     return kind.version, kind.lane_model, kind.user_version
 
 
+def inbox_entries(path: Path) -> dict[str, dict[str, object]]:
+    code, output = run("inbox", "list", "--db", str(path), "--format", "json")
+    assert code == 0, output
+    return {str(entry["key"]): entry for entry in json.loads(output)}
+
+
+def stray_key(path: Path) -> str:
+    """The inbox key of the unenrolled project's rows (its name is the derivation's business)."""
+    (key,) = inbox_entries(path)
+    return key
+
+
 def check_json(path: Path) -> tuple[int, dict[str, object]]:
     code, output = run("check", "--db", str(path), "--format", "json", "--no-baseline")
     return code, json.loads(output)
@@ -120,16 +132,14 @@ def test_quarantined_rows_are_not_counted_as_waiting(version: str, db: Path) -> 
 
 
 def test_inbox_list_reads_the_unenrolled_project(version: str, db: Path) -> None:
-    code, output = run("inbox", "list", "--db", str(db), "--format", "json")
-    assert code == 0, output
-    keys = {entry["key"]: (entry["count"], entry["telemetry"]) for entry in json.loads(output)}
-    assert keys == {"unsorted": (1, 2)}, keys
+    entries = inbox_entries(db)
+    assert [(entry["count"], entry["telemetry"]) for entry in entries.values()] == [(1, 2)], entries
+    assert ENROLLED not in entries
 
 
 def test_design_conforming_inbox_reads_cloud_inbox_and_project_lanes_are_live(design_db: Path) -> None:
-    code, output = run("inbox", "list", "--db", str(design_db), "--format", "json")
-    assert code == 0, output
-    assert {entry["key"]: entry["total"] for entry in json.loads(output)} == {"unsorted": 3}
+    entries = inbox_entries(design_db)
+    assert [entry["total"] for entry in entries.values()] == [3], entries
     _, result = check_json(design_db)
     checks = {(f["check"], f["target_key"]) for f in result["findings"]}  # type: ignore[union-attr]
     assert ("undelivered_project_lane", f"cloud:{ENROLLED}") not in checks
@@ -137,10 +147,11 @@ def test_design_conforming_inbox_reads_cloud_inbox_and_project_lanes_are_live(de
 
 
 def test_triage_dry_runs(version: str, db: Path) -> None:
-    code, output = run("inbox", "drop", "--db", str(db), "--project", "unsorted")
-    assert code == 0 and output.startswith("dry run: drop 3 rows of inbox key 'unsorted'"), output
-    code, output = run("inbox", "claim", "--db", str(db), "--project", "unsorted", "--as", ENROLLED)
-    assert code == 0 and output.startswith("dry run: claim 1 rows of inbox key 'unsorted'"), output
+    key = stray_key(db)
+    code, output = run("inbox", "drop", "--db", str(db), "--project", key)
+    assert code == 0 and output.startswith(f"dry run: drop 3 rows of inbox key '{key}'"), output
+    code, output = run("inbox", "claim", "--db", str(db), "--project", key, "--as", ENROLLED)
+    assert code == 0 and output.startswith(f"dry run: claim 1 rows of inbox key '{key}'"), output
     code, output = run("cleanup-phantoms", "--db", str(db))
     assert code == 0, output
     assert f"keep: '{PHANTOM_TARGET}' still holds 3 unacked rows" in output
@@ -150,7 +161,7 @@ def test_triage_dry_runs(version: str, db: Path) -> None:
 @pytest.mark.parametrize("version", SOURCE_FIXTURES)
 def test_triage_refuses_to_write_an_untested_schema(version: str, db: Path) -> None:
     before = db.read_bytes()
-    code, output = run("inbox", "drop", "--db", str(db), "--project", "unsorted", "--apply")
+    code, output = run("inbox", "drop", "--db", str(db), "--project", stray_key(db), "--apply")
     assert code != 0
     assert output.count("\n") == 1, output
     assert f"looks like engram {EXPECTED_VERSION[version]}" in output
@@ -170,7 +181,7 @@ def test_triage_refuses_a_design_conforming_database(design_db: Path) -> None:
 def test_triage_still_writes_v120(tmp_path: Path) -> None:
     path = tmp_path / "engram.db"
     build(FIXTURE_V120, path)
-    code, output = run("inbox", "drop", "--db", str(path), "--project", "unsorted", "--apply")
+    code, output = run("inbox", "drop", "--db", str(path), "--project", stray_key(path), "--apply")
     assert code == 0, output
     with contextlib.closing(sqlite3.connect(path)) as connection:
         waiting = connection.execute(
@@ -210,7 +221,7 @@ def test_old_acks_on_a_project_lane_keep_a_v120_database_legacy_only(tmp_path: P
         )
         connection.commit()
     assert kind_of(path) == (V120, LaneModel.LEGACY_ONLY, 0)
-    code, output = run("inbox", "drop", "--db", str(path), "--project", "unsorted", "--apply")
+    code, output = run("inbox", "drop", "--db", str(path), "--project", stray_key(path), "--apply")
     assert code == 0, output
 
 
@@ -225,3 +236,15 @@ def test_baseline_then_check_and_textfile(version: str, db: Path, tmp_path: Path
     assert output.startswith("ENGRAM-CANARY OK - no unacknowledged foreign sync target"), output
     metrics = (prom / "engram_canary.prom").read_text(encoding="utf-8")
     assert "engram_canary_" in metrics and "cloud:inbox" not in metrics
+
+
+@pytest.mark.parametrize("version", SOURCE_FIXTURES)
+def test_a_quarantined_row_neither_blocks_a_lane_nor_is_offered_for_repair(version: str, db: Path) -> None:
+    """v2/v3 quarantine a malformed row (disposition 'quarantined') and never send it again, so it cannot
+    hold the lane back; the fixture's quarantined row has a payload the cloud would refuse."""
+    _, result = check_json(db)
+    checks = {f["check"] for f in result["findings"]}  # type: ignore[union-attr]
+    assert not checks & {"legacy_lane_blocked", "project_lane_blocked"}, result["findings"]
+    code, output = run("repair", "--db", str(db))
+    assert code == 0, output
+    assert "obs-quarantined" not in output, output
