@@ -22,6 +22,7 @@ from canary.db import Schema, enrolled_projects, read_transaction
 from canary.findings import Finding
 from canary.inbox import InboxRow
 from canary.repair import Deriver, Fix, derive_fix, pending_listed_rows
+from canary.schema_support import identify
 from canary.targets import project_target
 from canary.triage import entry_refusal
 from engram_contract import LEGACY_TARGET, PushRefusal
@@ -30,6 +31,9 @@ LEGACY_LANE_BLOCKED = "legacy_lane_blocked"
 PROJECT_LANE_BLOCKED = "project_lane_blocked"
 LANE_CHECKS = frozenset({LEGACY_LANE_BLOCKED, PROJECT_LANE_BLOCKED})
 _SHOWN_SEQS = 20
+PER_PROJECT_LANE_ADVICE = (
+    "engram doctor --check sync_mutation_required_fields (triage writes only v1.20's legacy lane)"
+)
 
 
 @dataclass(frozen=True)
@@ -70,7 +74,9 @@ def read_lane_health(connection: sqlite3.Connection, schema: Schema) -> list[Lan
     enrolled = enrolled_projects(connection, schema)
     deriver = Deriver(connection, schema, enrolled)
     lanes = [LEGACY_TARGET]
-    for project in sorted(enrolled):
+    # Per-project lanes only where a later engram made them live; on a legacy-only file their rows are
+    # undelivered_project_lane's business (v1.20's worker never reads them, so they block nothing).
+    for project in sorted(enrolled) if identify(connection, schema).per_project_lanes_live else ():
         target = project_target(project)
         if connection.execute(
             "SELECT 1 FROM sync_mutations WHERE target_key = ? AND acked_at IS NULL LIMIT 1", (target,)
@@ -109,6 +115,8 @@ def _lane(connection: sqlite3.Connection, schema: Schema, deriver: Deriver, targ
 
 def clear_commands(health: LaneHealth, db: Path | None = None) -> list[str]:
     """The commands that clear the blockers, the most specific first (each is a dry run without --apply)."""
+    if health.target_key != LEGACY_TARGET:
+        return []  # triage writes only the legacy lane of the engram it is tested on (v1.20)
     suffix = ["--db", str(db)] if db is not None else []
     commands: list[str] = []
     if any(blocker.repairable for blocker in health.blockers):
@@ -140,7 +148,7 @@ def lane_finding(health: LaneHealth, db: Path | None = None) -> Finding | None:
     }
     if health.blockers:
         first = health.blockers[0]
-        commands = clear_commands(health, db)
+        commands = clear_commands(health, db) or [PER_PROJECT_LANE_ADVICE]
         evidence.update(
             blocking_seqs=[blocker.row.seq for blocker in health.blockers[:_SHOWN_SEQS]],
             blocking_rows=len(health.blockers),

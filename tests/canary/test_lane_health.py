@@ -197,20 +197,3 @@ def test_a_degraded_lane_without_a_contract_blocker_names_the_last_error(blocked
     assert finding["message"].startswith(
         "lane 'cloud' is degraded with 6 rows pending: the last push failed ("
     )
-
-
-def test_a_live_per_project_lane_gets_the_same_check(blocked: EngramEnvironment) -> None:
-    """A later engram's per-project lane, simulated: a refused row on cloud:main-proj."""
-    world = blocked
-    simulate(
-        world.db_path,
-        (
-            "INSERT INTO sync_mutations (target_key, entity, entity_key, op, payload, project) "
-            "VALUES ('cloud:main-proj', 'session', 's-x', 'upsert', ?, 'main-proj')",
-            (json.dumps({"id": "s-x", "project": "main-proj"}),),
-        ),
-    )
-    _, findings = lane_findings(world)
-    [project_lane] = [f for f in findings if f["check"] == "project_lane_blocked"]
-    assert project_lane["target_key"] == "cloud:main-proj"
-    assert project_lane["evidence"]["reason"] == "500 session payload directory is required for upsert"
