@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -117,6 +118,19 @@ def _load_aliases_for_write(aliases_path: Path | None) -> tuple[AliasMap, Path]:
     return load_aliases(aliases_path)
 
 
+def _require_writable(path: Path) -> None:
+    """The alias is written after the database commit, so its file must be writable before anything is."""
+    if path.exists():
+        writable = path.is_file() and os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
+    else:
+        nearest = next((parent for parent in path.parents if parent.exists()), None)
+        writable = nearest is not None and nearest.is_dir() and os.access(nearest, os.W_OK)
+    if not writable:
+        raise TriageError(
+            f"{path}: the alias file cannot be written there; nothing was changed (choose --aliases)"
+        )
+
+
 def _run(
     db: Path | None,
     aliases_path: Path | None,
@@ -133,6 +147,8 @@ def _run(
     if plan.alias is not None:
         section, alias, project = plan.alias
         check_alias_free(aliases, resolved_aliases_path, section, alias, project)
+        if do_apply:
+            _require_writable(resolved_aliases_path)
     _report(
         database,
         plan,

@@ -1008,7 +1008,13 @@ def apply(
         alias_registered = False
         if plan.alias is not None and aliases_path is not None:
             section, alias, project = plan.alias
-            alias_registered = register_alias(aliases_path, section, alias, project)
+            try:
+                alias_registered = register_alias(aliases_path, section, alias, project)
+            except (OSError, CanaryError) as error:
+                raise TriageError(
+                    f"applied (backup {backup}), but the alias {alias!r} -> {project!r} could not be written to "
+                    f"{aliases_path} ({getattr(error, 'strerror', None) or error}); add it by hand"
+                ) from error
         pruned = prune_backups(db_path, directory, keep_backups)
         _log(directory / TRIAGE_LOG_NAME, db_path, backup, plan, new_seqs, pruned)
         return ApplyResult(

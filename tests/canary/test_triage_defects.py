@@ -271,3 +271,18 @@ def test_drop_seq_never_takes_a_deliverable_or_acked_row(home: Home) -> None:
         canary(home.world, "inbox", "drop", "--seq", str(loose), "--apply"),
         f"seq {loose} is already acked (at {acked_at}); nothing was changed",
     )
+
+
+def test_an_alias_file_that_cannot_be_written_refuses_before_any_write(home: Home) -> None:
+    """The alias is registered after the commit, so an unwritable place must stop the claim first."""
+    blocker = home.world.root / "a-file"
+    blocker.write_text("")
+    before = db_digest(home.db)
+    aliases = blocker / "aliases.yaml"
+    args = ("--project", "side-project", "--as", "main-proj", "--aliases", str(aliases), "--apply")
+    refused(
+        canary(home.world, "inbox", "claim", *args),
+        f"{aliases}: the alias file cannot be written there; nothing was changed (choose --aliases)",
+    )
+    assert db_digest(home.db) == before
+    assert not home.backups.exists()
