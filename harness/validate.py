@@ -373,7 +373,7 @@ class Rehearsal:
         mark = time.monotonic()
         local = read_local_mutations(db)
         lanes = compute_lanes(local, received, acked_before)
-        refused = _refused(journal.entries, ticks)
+        refused = refused_rows(journal.entries, ticks, local)
         timings["lanes"] = time.monotonic() - mark
         self.result = {
             "ticks": ticks,
@@ -423,7 +423,7 @@ class Rehearsal:
                     "pushed": len(pushes),
                     "accepted": sum(1 for entry in pushes if entry.status == 200),
                     "refused": sum(1 for entry in pushes if entry.status >= 400),
-                    "refused_projects": sorted({str(e.project) for e in pushes if e.status >= 400}),
+                    "refused_projects": refused_projects(pushes),
                     "last_error": state.get("last_error") or None,
                     "worker_pending": pending,
                 }
@@ -437,8 +437,19 @@ class Rehearsal:
             previous_pending = pending
 
 
-def _refused(entries: Sequence[Any], ticks: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Push entries the cloud answered >= 400: the rows, the attempts and engram's record of the reason."""
+def refused_projects(pushes: Sequence[Any]) -> list[str]:
+    """Projects whose push the cloud answered >= 400; a row without a project is ''."""
+    return sorted({str(entry.project or "") for entry in pushes if entry.status >= 400})
+
+
+def refused_rows(
+    entries: Sequence[Any], ticks: Sequence[dict[str, Any]], local: Sequence[LocalMutation] = ()
+) -> dict[str, Any]:
+    """Push entries the cloud answered >= 400: the rows, the attempts and engram's record of the reason.
+
+    With LOCAL, rows are the unacked local rows the refusals matched (byte-identical rows, such as two
+    saves' identical session rows, are counted each); without it, the distinct refused mutations.
+    """
     reasons: dict[str, Counter[str]] = defaultdict(Counter)
     for tick in ticks:
         for project in tick["refused_projects"]:
@@ -456,12 +467,13 @@ def _refused(entries: Sequence[Any], ticks: Sequence[dict[str, Any]]) -> dict[st
         )
         item["statuses"][str(entry.status)] += 1
         item["rows"].add((entry.entity, entry.entity_key, entry.op, entry.payload_digest))
+    matched: Counter[str] = Counter(m.project for m in local if not m.acked and m.key in keys)
     listed = []
     for project, item in sorted(by_project.items()):
         listed.append(
             {
                 "project": project,
-                "rows": len(item["rows"]),
+                "rows": matched[project] if local else len(item["rows"]),
                 "attempts": sum(item["statuses"].values()),
                 "statuses": dict(item["statuses"]),
                 "reasons": [reason for reason, _ in reasons[project].most_common()],
@@ -603,7 +615,9 @@ def plan_effect(
         return [{"project": p, "entity": e, "rows": n} for (p, e), n in sorted(counts.items())]
 
     delivered = [seq for seq in added if seq in acked]
+    kept = sum(len(entry.get("refused") or []) for entry in log)
     return {
+        "kept_by_preflight": kept,
         "discarded": grouped(discarded),
         "discarded_rows": len(discarded),
         "claimed": grouped(claimed),

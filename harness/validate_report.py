@@ -172,7 +172,7 @@ def next_steps(report: dict[str, Any]) -> list[str]:
         steps.append(
             f"The server refused {item['rows']} row(s) of project {item['project']!r}: "
             + (item["reasons"][0] if item["reasons"] else f"HTTP {', '.join(item['statuses'])}")
-            + " (a server-side allowlist or pause: ask the server's admin; the rows wait, nothing is lost)."
+            + f" ({_refusal_hint(item['statuses'])})."
         )
     inbox_keys, memories, telemetry = _inbox_totals(current["inbox_after"])
     what_if = report.get("what_if")
@@ -200,6 +200,21 @@ def next_steps(report: dict[str, Any]) -> list[str]:
     if not steps:
         steps.append("Nothing to do: every row this engram reads was delivered and nothing is waiting.")
     return steps
+
+
+REFUSAL_HINTS = {
+    "401": "the token: check ENGRAM_CLOUD_TOKEN",
+    "403": "the server's project allowlist: ask its admin; the rows wait, nothing is lost",
+    "409": "the project is paused on the server: ask its admin; the rows wait, nothing is lost",
+    "413": "a batch too large for the server",
+    "400": "the server rejects the rows themselves; rows without a project (v1.20's `engram save` without "
+    "--project) are never accepted and hold back the rows after them",
+}
+
+
+def _refusal_hint(statuses: dict[str, int]) -> str:
+    hints = [REFUSAL_HINTS[status] for status in sorted(statuses) if status in REFUSAL_HINTS]
+    return "; ".join(hints) or "the rows wait, nothing is lost"
 
 
 # ─── markdown ────────────────────────────────────────────────────────────────
@@ -277,7 +292,12 @@ def render_markdown(report: dict[str, Any]) -> str:
             f"**What-if** ({what_if['plan_source']} plan, {len(what_if['plan'])} line(s), {applied} applied)",
             "",
             f"- Discards {effect['discarded_rows']} row(s); hands {effect['to_deliver_rows']} claimed copies to "
-            f"the worker ({effect['delivered_in_run']} delivered in the run, {effect['still_waiting']} waiting).",
+            f"the worker ({effect['delivered_in_run']} delivered in the run, {effect['still_waiting']} waiting)"
+            + (
+                f"; the canary's pre-flight keeps {effect['kept_by_preflight']} row(s) the server would refuse."
+                if effect.get("kept_by_preflight")
+                else "."
+            ),
             f"- Stranded {total['stranded']} -> {wtotal['stranded']}, delivered {total['delivered']} -> "
             f"{wtotal['delivered']}, refused {total['refused']} -> {wtotal['refused']}, lost {wtotal['lost']}.",
             f"- Nothing becomes blocked: {'yes' if proof['ok'] else 'NO'} ("

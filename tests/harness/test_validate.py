@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import copy
 import json
+import sqlite3
+from contextlib import closing
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -15,7 +19,17 @@ from click.testing import CliRunner
 from canary.inbox import KeySummary
 from harness import validate_cli
 from harness.cli import cli
-from harness.validate import ValidateError, ValidateOptions, parse_plan, schema_diff, suggested_plan
+from harness.lanes import LocalMutation
+from harness.validate import (
+    PUSH_PATH,
+    ValidateError,
+    ValidateOptions,
+    parse_plan,
+    refused_projects,
+    refused_rows,
+    schema_diff,
+    suggested_plan,
+)
 from harness.validate_report import anonymized, render_html, render_markdown, stable_hash
 
 DATA = Path(__file__).parent / "data" / "validate-report.json"
@@ -108,6 +122,42 @@ def test_schema_diff_names_new_tables_columns_and_changed_objects() -> None:
         "changed": ["table a"],
         "added_columns": {"a": ["y"]},
     }
+
+
+# ─── refusals ────────────────────────────────────────────────────────────────
+
+
+def _push(project: str | None, status: int, key: str) -> SimpleNamespace:
+    return SimpleNamespace(
+        path=PUSH_PATH,
+        status=status,
+        project=project,
+        entity="observation",
+        entity_key=key,
+        op="upsert",
+        payload_digest="d",
+    )
+
+
+def test_a_refused_row_without_a_project_keeps_the_servers_reason() -> None:
+    # engram v1.20 journals `engram save` without --project as project ''; the journal has no project.
+    pushes = [_push(None, 400, "a"), _push(None, 400, "b"), _push("app", 200, "c")]
+    assert refused_projects(pushes) == [""]
+    reason = 'push: transport push project "": cloud: mutation push: status 400: mutation entries must specify a project'
+    ticks = [{"refused_projects": refused_projects(pushes), "last_error": reason}]
+    refused = refused_rows([*pushes, _push(None, 400, "a")], ticks)
+    assert refused["by_project"] == [
+        {"project": "", "rows": 2, "attempts": 3, "statuses": {"400": 3}, "reasons": [reason]}
+    ]
+    # Two byte-identical local rows (two saves' session rows) refused as one mutation are two rows.
+    twin = LocalMutation(7, "cloud", "", "observation", "a", "upsert", "d", acked=False)
+    local = [
+        twin,
+        replace(twin, seq=8),
+        replace(twin, seq=9, entity_key="b"),
+        replace(twin, seq=10, acked=True),
+    ]
+    assert refused_rows(pushes, ticks, local)["by_project"][0]["rows"] == 3
 
 
 # ─── the renderings ──────────────────────────────────────────────────────────
@@ -287,3 +337,51 @@ def test_cli_not_an_engram_database_is_one_line(tmp_path: Path) -> None:
     assert result.exit_code == 1
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"Error: {db}: cannot copy"), result.output
+
+
+def _fake_engram(tmp_path: Path, output: str = "engram 1.20.0") -> Path:
+    binary = tmp_path / "engram"
+    binary.write_text(f"#!/bin/sh\necho '{output}'\n")
+    binary.chmod(0o755)
+    return binary
+
+
+def _one_line_error(tmp_path: Path, db: Path, *extra: str, binary: Path | None = None) -> str:
+    engram = binary or _fake_engram(tmp_path)
+    aliases = tmp_path / "aliases.yaml"
+    aliases.write_text("")
+    result = CliRunner().invoke(
+        cli, ["validate", "--db", str(db), "--engram", str(engram), "--aliases", str(aliases), "-q", *extra]
+    )
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 1 and len(lines) == 1, result.output
+    return lines[0]
+
+
+def test_a_sqlite_file_that_is_not_engrams_is_one_line(tmp_path: Path) -> None:
+    db = tmp_path / "other.db"
+    with closing(sqlite3.connect(db)) as connection:
+        connection.execute("CREATE TABLE notes (x)")
+    assert _one_line_error(tmp_path, db).startswith("Error: ")
+    assert "not an engram database with cloud sync (missing table" in _one_line_error(tmp_path, db)
+
+
+def test_a_truncated_database_is_one_line(tmp_path: Path) -> None:
+    db = tmp_path / "engram.db"
+    with closing(sqlite3.connect(db)) as connection:
+        connection.execute("CREATE TABLE t (x)")
+        connection.executemany("INSERT INTO t VALUES (?)", [("x" * 500,)] * 2000)
+        connection.commit()
+    data = db.read_bytes()
+    db.write_bytes(data[: len(data) // 2])
+    assert _one_line_error(tmp_path, db).startswith(f"Error: {db}: ")
+
+
+def test_a_plan_that_is_not_utf8_and_a_binary_that_is_not_engram_are_one_line(tmp_path: Path) -> None:
+    db = tmp_path / "engram.db"
+    db.write_bytes(b"")
+    plan = tmp_path / "plan.txt"
+    plan.write_bytes(b"inbox drop --project \xff\xfe\n")
+    assert _one_line_error(tmp_path, db, "--plan", str(plan)).startswith(f"Error: --plan {plan}: cannot read")
+    not_engram = _fake_engram(tmp_path, "hello")
+    assert "printed no version" in _one_line_error(tmp_path, db, binary=not_engram)
