@@ -77,22 +77,29 @@ class LocalRow:
     seq: int
     lane: str
     project: str
-    entity: str
-    entity_key: str
-    op: str
-    digest: str
+    key: MatchKey  # (entity, entity_key, op, payload digest); the same tuple keys the matcher's index
     acked_at: str | None
     expected: bool
 
     @property
-    def key(self) -> MatchKey:
-        return (self.entity, self.entity_key, self.op, self.digest)
+    def entity(self) -> str:
+        return self.key[0]
+
+    @property
+    def entity_key(self) -> str:
+        return self.key[1]
+
+    @property
+    def op(self) -> str:
+        return self.key[2]
 
 
 @dataclass
 class Journal:
     rows: list[LocalRow]
-    written_entities: set[EntityKey]
+    # entity_key of every local-source row, in or out of the window: a cloud row with one of these keys
+    # is this device's, never "cloud-only"
+    written_keys: set[str]
     enrolled: frozenset[str]
     acked_before_window: int = 0
 
@@ -120,44 +127,49 @@ def _journal(connection: sqlite3.Connection, db_path: Path, acked_since: datetim
     settled = (
         "COALESCE(disposition, 'pending') NOT IN ('superseded', 'quarantined')" if has("disposition") else "1"
     )
-    where = ["source = 'local'"] if has("source") else []
-    parameters: list[str] = []
-    written = {
-        (str(entity), str(key))
-        for entity, key in connection.execute(
-            f"SELECT DISTINCT entity, entity_key FROM sync_mutations {'WHERE ' + where[0] if where else ''}"
-        )
-    }
+    local = "source = 'local'" if has("source") else "1"
+    written: set[str] = set()
     acked_before = 0
+    window = ""
+    parameters: list[str] = []
     if acked_since is not None:
         stamp = acked_since.astimezone(UTC).strftime(SQLITE_TIME)
-        where.append("(acked_at IS NULL OR acked_at >= ?)")
-        parameters.append(stamp)
+        window, parameters = "AND (acked_at IS NULL OR acked_at >= ?)", [stamp]
         older = connection.execute(
-            f"SELECT COUNT(*) FROM sync_mutations WHERE {' AND '.join([*where[:-1], 'acked_at < ?'])}",
-            [stamp],
+            f"SELECT COUNT(*) FROM sync_mutations WHERE {local} AND acked_at < ?", [stamp]
         ).fetchone()
         acked_before = int(older[0])
-    clause = f"WHERE {' AND '.join(where)}" if where else ""
+        written.update(
+            str(key)
+            for (key,) in connection.execute(f"SELECT DISTINCT entity_key FROM sync_mutations WHERE {local}")
+        )
     cursor = connection.execute(
         f"SELECT seq, target_key, {project}, entity, entity_key, op, payload, acked_at, {settled} "
-        f"FROM sync_mutations {clause} ORDER BY seq",
+        f"FROM sync_mutations WHERE {local} {window} ORDER BY seq",
         parameters,
     )
+    shared: dict[str, str] = {}  # one object per repeated value (lanes, projects, entities, ack times)
+    expected_project: dict[str, bool] = {}
     rows = []
     for seq, lane, proj, entity, entity_key, op, payload, acked_at, live in cursor:
-        proj = str(proj)
+        proj = shared.setdefault(str(proj), str(proj))
+        if proj not in expected_project:
+            expected_project[proj] = normalize_project(proj) in enrolled
+        key = (
+            shared.setdefault(entity, entity),
+            str(entity_key),
+            shared.setdefault(op, op),
+            payload_digest(payload),
+        )
+        written.add(key[1])
         rows.append(
             LocalRow(
                 seq=int(seq),
-                lane=str(lane),
+                lane=shared.setdefault(lane, lane),
                 project=proj,
-                entity=str(entity),
-                entity_key=str(entity_key),
-                op=str(op),
-                digest=payload_digest(payload),
-                acked_at=None if acked_at is None else str(acked_at),
-                expected=bool(live) and normalize_project(proj) in enrolled,
+                key=key,
+                acked_at=None if acked_at is None else shared.setdefault(acked_at, acked_at),
+                expected=bool(live) and expected_project[proj],
             )
         )
     return Journal(rows, written, enrolled, acked_before)
@@ -255,7 +267,7 @@ class Matcher:
 
     journal: Journal
     waiting: dict[MatchKey, list[LocalRow]] = field(default_factory=dict)
-    waiting_entities: set[EntityKey] = field(default_factory=set)
+    waiting_keys: set[str] = field(default_factory=set)
     via: dict[int, str] = field(default_factory=dict)
     states: defaultdict[EntityKey, list[Any]] = field(default_factory=lambda: defaultdict(list))
     cloud_only: Counter[str] = field(default_factory=Counter)
@@ -265,7 +277,7 @@ class Matcher:
         for row in self.journal.rows:
             if row.expected and row.acked_at is not None:
                 self.waiting.setdefault(row.key, []).append(row)
-                self.waiting_entities.add((row.entity, row.entity_key))
+                self.waiting_keys.add(row.entity_key)
 
     def _take(self, key: MatchKey, door: str) -> bool:
         rows = self.waiting.get(key)
@@ -278,7 +290,7 @@ class Matcher:
         return True
 
     def _keep_state(self, entity: str, entity_key: str, payload: Any) -> None:
-        if (entity, entity_key) in self.waiting_entities:
+        if entity_key in self.waiting_keys:
             self.states[(entity, entity_key)].append(_decoded(payload))
 
     def pulled(self, mutation: CloudMutation) -> None:
@@ -286,7 +298,7 @@ class Matcher:
         key = (mutation.entity, mutation.entity_key, mutation.op, payload_digest(mutation.payload))
         if self._take(key, "mutation"):
             return
-        if (mutation.entity, mutation.entity_key) not in self.journal.written_entities:
+        if mutation.entity_key not in self.journal.written_keys:
             self.cloud_only[mutation.project] += 1
             return
         self._keep_state(mutation.entity, mutation.entity_key, mutation.payload)
@@ -409,26 +421,26 @@ def _result(
     requests: int,
     seconds: float,
 ) -> ReconcileResult:
-    lanes: dict[tuple[str, str], LaneReport] = {}
+    counts: defaultdict[tuple[str, str], Counter[str]] = defaultdict(Counter)
     lost_seqs = {row.seq for row in missing}
     for row in journal.rows:
-        lane = lanes.get((row.lane, row.project))
-        if lane is None:
-            enrolled = normalize_project(row.project) in journal.enrolled
-            lane = lanes[(row.lane, row.project)] = LaneReport(
-                lane=row.lane, project=row.project, enrolled=enrolled
-            )
+        tally = counts[(row.lane, row.project)]
         if not row.expected:
-            lane.not_expected += 1
+            tally["not_expected"] += 1
         elif row.acked_at is None:
-            lane.pending += 1
+            tally["pending"] += 1
         else:
-            lane.acked += 1
-            if row.seq in lost_seqs:
-                lane.lost += 1
-            else:
-                lane.delivered += 1
-    reports = sorted(lanes.values(), key=lambda r: (r.lane, r.project))
+            tally["acked"] += 1
+            tally["lost" if row.seq in lost_seqs else "delivered"] += 1
+    reports = [
+        LaneReport(
+            lane=lane,
+            project=project,
+            enrolled=normalize_project(project) in journal.enrolled,
+            **{name: tally[name] for name in ("acked", "delivered", "lost", "pending", "not_expected")},
+        )
+        for (lane, project), tally in sorted(counts.items())
+    ]
     via = Counter(matcher.via.values())
     lost = len(missing)
     summary = {
