@@ -7,6 +7,7 @@ expected and actual lane tables, engram's stderr and an excerpt of the cloud jou
 
 from __future__ import annotations
 
+import argparse
 import io
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -16,8 +17,9 @@ from typing import Any, cast
 import pytest
 from rich.console import Console
 
+from harness.cloud_image import ensure_image
 from harness.engram_install import DEFAULT_VERSION, find_engram
-from harness.errors import ScenarioError
+from harness.errors import HarnessError, ScenarioError
 from harness.loader import SCENARIO_SUFFIX, Scenario, load_scenario
 from harness.report import print_result
 from harness.runner import ExpectMode, ScenarioResult, judge, run_scenario
@@ -34,9 +36,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--scenario-cloud",
-        choices=("process", "docker", "inprocess"),
-        default="process",
-        help="Where each scenario's fake cloud runs (default: process).",
+        type=_cloud_modes,
+        default=("process",),
+        help="Where each scenario's fake cloud runs: process, docker or inprocess (default: process). "
+        "Several, comma-separated, play the library once per mode side by side; the items of every mode "
+        "after the first are named scenario[mode] and must reach the first mode's baseline results.",
     )
     group.addoption(
         "--scenario-engram", default=None, help="The engram binary (default: ENGRAM_BIN or v1.20.0)."
@@ -50,13 +54,37 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+CLOUD_MODES = ("process", "docker", "inprocess")
+
+
+def _cloud_modes(text: str) -> tuple[CloudMode, ...]:
+    modes = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [mode for mode in modes if mode not in CLOUD_MODES]
+    if not modes or unknown or len(set(modes)) != len(modes):
+        raise argparse.ArgumentTypeError(f"{text!r}: give distinct modes out of {', '.join(CLOUD_MODES)}")
+    return cast(tuple[CloudMode, ...], modes)
+
+
 class _Prefetch:
-    """All scenario items of this process, started together; each item then waits for its own result."""
+    """All scenario items of this process, started together; each item then waits for its own result.
+
+    A mode's items run `jobs` at a time, and the modes side by side. The docker image is resolved once
+    before any item starts; when that fails, the docker items report the one-line reason.
+    """
 
     def __init__(self, items: list[ScenarioItem], jobs: int) -> None:
-        self.pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="scenario")
+        modes = {item.cloud_mode for item in items}
+        self.image_error = ""
+        if "docker" in modes:
+            try:
+                ensure_image()
+            except HarnessError as error:
+                self.image_error = str(error)
+        self.pool = ThreadPoolExecutor(max_workers=jobs * len(modes), thread_name_prefix="scenario")
         self.futures: dict[str, Future[ScenarioResult]] = {
-            item.nodeid: self.pool.submit(item.play) for item in items
+            item.nodeid: self.pool.submit(item.play)
+            for item in items
+            if not (item.cloud_mode == "docker" and self.image_error)
         }
 
 
@@ -93,21 +121,53 @@ class InvalidScenario(Exception):
     pass
 
 
+class ScenarioDiffers(Exception):
+    """The same scenario reached other results with another cloud mode."""
+
+
+def reference_mode(item: ScenarioItem) -> str:
+    modes: tuple[CloudMode, ...] = item.config.getoption("--scenario-cloud")
+    return modes[0]
+
+
+def _differences(reference: ScenarioResult, result: ScenarioResult, mode: ExpectMode) -> list[str]:
+    """Selected expectations whose outcome differs: 'line 16 baseline lanes: pass there, fail here'."""
+    theirs = {(e.index, e.line, e.tag, e.kind): e.status for e in reference.selected(mode)}
+    ours = {(e.index, e.line, e.tag, e.kind): e.status for e in result.selected(mode)}
+    differences = []
+    for key in sorted(theirs.keys() | ours.keys()):
+        if theirs.get(key) != ours.get(key):
+            _index, line, tag, kind = key
+            differences.append(
+                f"line {line} {tag} {kind}: {theirs.get(key, 'absent')} there, {ours.get(key, 'absent')} here"
+            )
+    return differences
+
+
 class ScenarioFile(pytest.File):
     def collect(self) -> list[pytest.Item]:
         try:
             scenario = load_scenario(self.path)
         except ScenarioError as error:
             return [InvalidScenarioItem.from_parent(self, name=self.path.name, message=str(error))]
-        item = ScenarioItem.from_parent(self, name=scenario.id, scenario=scenario)
-        for tag in scenario.header.tags:
-            self.config.addinivalue_line("markers", f"{tag}: scenario tag")
-            item.add_marker(getattr(pytest.mark, tag))
-        item.add_marker(pytest.mark.scenario)
-        item.add_marker(pytest.mark.engram)
-        # Under --dist loadgroup every scenario goes to one worker, which plays them side by side.
-        item.add_marker(pytest.mark.xdist_group("engram-scenarios"))
-        return [item]
+        modes: tuple[CloudMode, ...] = self.config.getoption("--scenario-cloud")
+        items: list[pytest.Item] = []
+        for index, cloud_mode in enumerate(modes):
+            name = scenario.id if index == 0 else f"{scenario.id}[{cloud_mode}]"
+            item = ScenarioItem.from_parent(self, name=name, scenario=scenario, cloud_mode=cloud_mode)
+            if index > 0:
+                item.reference = scenario.id
+            for tag in scenario.header.tags:
+                self.config.addinivalue_line("markers", f"{tag}: scenario tag")
+                item.add_marker(getattr(pytest.mark, tag))
+            item.add_marker(pytest.mark.scenario)
+            item.add_marker(pytest.mark.engram)
+            if cloud_mode == "docker":
+                item.add_marker(pytest.mark.docker)
+            # Under --dist loadgroup every scenario goes to one worker, which plays them side by side.
+            item.add_marker(pytest.mark.xdist_group("engram-scenarios"))
+            items.append(item)
+        return items
 
 
 class InvalidScenarioItem(pytest.Item):
@@ -126,9 +186,13 @@ class InvalidScenarioItem(pytest.Item):
 
 
 class ScenarioItem(pytest.Item):
-    def __init__(self, *, scenario: Scenario, **kwargs: Any) -> None:
+    def __init__(self, *, scenario: Scenario, cloud_mode: CloudMode = "process", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.scenario = scenario
+        self.cloud_mode = cloud_mode
+        #: the name of the same scenario's item in the first --scenario-cloud mode, whose results this
+        #: item's must match (None for the first mode itself)
+        self.reference: str | None = None
 
     def _binary(self) -> Path:
         option = self.config.getoption("--scenario-engram")
@@ -148,7 +212,7 @@ class ScenarioItem(pytest.Item):
         return run_scenario(
             self.scenario,
             self._binary(),
-            cloud_mode=cast(CloudMode, self.config.getoption("--scenario-cloud")),
+            cloud_mode=self.cloud_mode,
             expect=self.mode,
         )
 
@@ -166,13 +230,35 @@ class ScenarioItem(pytest.Item):
 
     def runtest(self) -> None:
         prefetch = self._prefetch()
+        if prefetch is not None and prefetch.image_error and self.cloud_mode == "docker":
+            reason = f"the fake cloud image is not available: {prefetch.image_error}"
+            if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
+                pytest.fail(f"CI=true and {reason}", pytrace=False)
+            pytest.skip(reason)
         future = prefetch.futures.get(self.nodeid) if prefetch is not None else None
         result = future.result() if future is not None else self.play()
         if judge(result, self.mode) != "passed":
             raise ScenarioFailed(result, self.mode)
+        reference = self._reference_result(prefetch)
+        if reference is not None:
+            differences = _differences(reference, result, self.mode)
+            if differences:
+                raise ScenarioDiffers(
+                    f"{self.name}: {self.mode} results differ from the {reference_mode(self)} cloud's: "
+                    + "; ".join(differences)
+                )
+
+    def _reference_result(self, prefetch: _Prefetch | None) -> ScenarioResult | None:
+        if self.reference is None or prefetch is None:
+            return None
+        nodeid = self.nodeid[: -len(self.name)] + self.reference
+        future = prefetch.futures.get(nodeid)
+        return future.result() if future is not None else None
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         failure = excinfo.value
+        if isinstance(failure, ScenarioDiffers):
+            return str(failure)
         if not isinstance(failure, ScenarioFailed):
             return str(super().repr_failure(excinfo))
         buffer = io.StringIO()
