@@ -1,7 +1,9 @@
 # The fake engram cloud as a container. The base image is a build argument because machines without
 # a container registry build from a local image (scripts/docker-engine.sh base makes one):
+#   engram-harness cloud image     (both steps below; tags engram-sync-kit/fake-cloud:<content digest>)
+# or by hand:
 #   scripts/build-wheelhouse.sh
-#   docker build --build-arg BASE_IMAGE=local/debian-python:bookworm -t engram-fake-cloud .
+#   docker build --build-arg BASE_IMAGE=local/debian-python:bookworm -t engram-sync-kit/fake-cloud:latest .
 # Nothing is fetched from a package index during the build: the wheels come from .cache/wheelhouse,
 # built on the host with the image's Python version (Debian bookworm: 3.11).
 ARG BASE_IMAGE=python:3.12-slim
