@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 from typing import Any
+
+from engram_contract.errors import ContractError
 
 _GO_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
@@ -16,3 +20,62 @@ def go_json(value: Any, *, sort_keys: bool = True) -> str:
         if raw in text:
             text = text.replace(raw, escaped)
     return text
+
+
+MAX_JSON_DEPTH = 200  # far below Go's 10000, and below what Python's own recursion can serialize back
+_MAX_INT_DIGITS = 4000  # Python refuses to convert longer integers; Go's float64 overflows long before
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
+_STRING = re.compile(r'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def go_loads(text: str) -> Any:
+    """json.loads restricted to what Go's encoding/json can hold: ContractError (Go-like wording) for
+    NaN/Infinity, numbers beyond float64 or 4000 digits, and nesting deeper than MAX_JSON_DEPTH; lone
+    UTF-16 surrogates become U+FFFD as Go decodes them. json.JSONDecodeError for plain syntax errors."""
+    try:
+        value = json.loads(text, parse_constant=_constant, parse_float=_float, parse_int=_int)
+    except RecursionError:
+        raise ContractError(f"exceeded max depth ({MAX_JSON_DEPTH} nested arrays/objects)") from None
+    _check_depth(text)  # after parsing: the text is valid JSON, so the string pattern scans it linearly
+    if _SURROGATE_ESCAPE.search(text):
+        value = _replace_surrogates(value)
+    return value
+
+
+def _constant(name: str) -> Any:
+    raise ContractError(f"invalid character '{name[0]}' looking for beginning of value")
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ContractError(f"number {text[:40]} is out of range for float64")
+    return value
+
+
+def _int(text: str) -> int:
+    if len(text) > _MAX_INT_DIGITS:
+        raise ContractError(f"number {text[:40]}... is out of range ({len(text)} digits)")
+    return int(text)
+
+
+def _check_depth(text: str) -> None:
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
+        return
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    depth = 0
+    for char in brackets:
+        depth += 1 if char in "[{" else -1
+        if depth > MAX_JSON_DEPTH:
+            raise ContractError(f"exceeded max depth ({MAX_JSON_DEPTH} nested arrays/objects)")
+
+
+def _replace_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, list):
+        return [_replace_surrogates(item) for item in value]
+    if isinstance(value, dict):
+        return {_replace_surrogates(key): _replace_surrogates(item) for key, item in value.items()}
+    return value

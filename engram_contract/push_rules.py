@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from engram_contract.errors import ContractError
-from engram_contract.gojson import go_json
+from engram_contract.gojson import go_json, go_loads
 
 SESSION: Final = "session"
 OBSERVATION: Final = "observation"
@@ -78,8 +78,8 @@ def refusal_for_entry(
     if isinstance(payload, bytes | str):
         text = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else payload
         try:
-            payload = json.loads(text) if text.strip() else None
-        except (json.JSONDecodeError, RecursionError):
+            payload = go_loads(text) if text.strip() else None
+        except (json.JSONDecodeError, ContractError):
             # The client could not even put this on the wire as a JSON value.
             return PushRefusal(400, "invalid request body: payload is not valid JSON", "payload")
     return (
@@ -161,13 +161,13 @@ def decode_mutation_payload(payload: Any) -> Any:
         if not text:
             raise ContractError("empty payload", "payload")
         try:
-            decoded = json.loads(text)
+            decoded = go_loads(text)
             if isinstance(decoded, str):
-                decoded = json.loads(decoded)
+                decoded = go_loads(decoded)
+        except ContractError as error:
+            raise ContractError(str(error), "payload") from None
         except json.JSONDecodeError as error:
             raise ContractError(str(error), "payload") from None
-        except RecursionError:
-            raise ContractError("exceeded max depth", "payload") from None
         return decoded
     return payload
 

@@ -1,80 +1,100 @@
-"""The client-facing routes of engram's self-hosted cloud: parse the request, call the model, serialize.
+"""The client-facing routes of engram's self-hosted cloud: screen the head, parse, call the model, serialize.
 
 Routing follows Go's ServeMux as the real server uses it: an unknown path answers 404
 "404 page not found", a known path with the wrong method 405 with an Allow header. Sync routes check
-the bearer token before anything else, then the body size, then what the model checks.
+the bearer token before anything else, then the body size, then what the model checks. All of these are
+answered from the request's head (``screen``), before a byte of the body is read, so an unauthenticated
+or oversize request costs the fake nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
+import traceback
 import zlib
+from collections import deque
+from collections.abc import Coroutine
 from typing import Any
 
-from fake_cloud import control
-from fake_cloud.chunkcodec import go_json
-from fake_cloud.httpserver import DROP, Drop, Request, Response, warn
+from engram_contract.errors import ContractError
+from engram_contract.gojson import go_loads
+from fake_cloud import control, routes
+from fake_cloud.httpserver import DROP, Drop, Request, RequestHead, Response, warn
 from fake_cloud.models import (
     FakeCloudState,
     Fault,
     FaultAction,
     JournalItem,
-    Reply,
-    Route,
     Transport,
     payload_digest,
+)
+from fake_cloud.wire import (
+    NOT_FOUND,
+    Reply,
+    json_response,
+    method_not_allowed,
     payload_invalid,
+    render,
+    text_response,
     too_large,
 )
 
-TEXT = "text/plain; charset=utf-8"
-JSON_DECODER = json.JSONDecoder()
-SYNC_ROUTES: dict[str, tuple[str, ...]] = {
-    "/health": ("GET", "HEAD"),
-    "/sync/pull": ("GET", "HEAD"),
-    "/sync/push": ("POST",),
-    "/sync/mutations/push": ("POST",),
-    "/sync/mutations/pull": ("GET", "HEAD"),
-}
-
-
-def json_response(status: int, body: Any, headers: list[tuple[str, str]] | None = None) -> Response:
-    # Go's json.Encoder: sorted keys, compact, HTML-safe escapes, one trailing newline.
-    return Response(status, (go_json(body) + "\n").encode(), "application/json", headers or [])
-
-
-def text_response(status: int, text: str, headers: list[tuple[str, str]] | None = None) -> Response:
-    # Go's http.Error.
-    return Response(
-        status, (text + "\n").encode(), TEXT, [("x-content-type-options", "nosniff"), *(headers or [])]
-    )
-
-
-def render(reply: Reply) -> Response:
-    if isinstance(reply.body, bytes):
-        return Response(reply.status, reply.body, "application/json")
-    if isinstance(reply.body, str):
-        return text_response(reply.status, reply.body)
-    return json_response(reply.status, reply.body)
+MAX_RECORDED_ERRORS = 1000
 
 
 class FakeCloudApp:
-    """Owns the state on the event loop and wakes waiters whenever the journal grows."""
+    """Owns the state on the event loop, wakes waiters whenever the journal grows, records its own bugs."""
 
-    def __init__(self, state: FakeCloudState) -> None:
+    def __init__(self, state: FakeCloudState, *, control_token: str | None = None) -> None:
         self.state = state
+        self.control_token = control_token
         self.journal_grew = asyncio.Condition()
         self.background: set[asyncio.Task[None]] = set()
+        self.errors: deque[dict[str, Any]] = deque(maxlen=MAX_RECORDED_ERRORS)
+        self.errors_total = 0
+
+    # ----- what control needs (control.ControlHost) -----
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+    def record_error(self, where: str, error: BaseException) -> None:
+        """A bug in the fake: kept for /_fake/errors (and check()), one line on stderr, never a traceback."""
+        self.errors_total += 1
+        self.errors.append(
+            {
+                "time": time.time(),
+                "where": where,
+                "error": f"{type(error).__name__}: {error}"[:2000],
+                "traceback": "".join(traceback.format_exception(error))[-8000:],
+            }
+        )
+        warn(f"internal error on {where}: {type(error).__name__}: {str(error)[:200]}")
+
+    def clear_errors(self) -> None:
+        self.errors.clear()
+
+    async def notify(self) -> None:
+        async with self.journal_grew:
+            self.journal_grew.notify_all()
+
+    # ----- requests -----
 
     async def record(
         self,
-        request: Request,
+        request: Request | RequestHead,
         request_id: str,
+        epoch: int,
         transport: Transport,
         status: int,
         items: list[JournalItem] | None = None,
     ) -> None:
+        if epoch != self.state.epoch:
+            return  # the request began before a reset: it belongs to a journal that no longer exists
         self.state.record(
             request_id=request_id,
             transport=transport,
@@ -83,108 +103,126 @@ class FakeCloudApp:
             status=status,
             items=items or (),
         )
-        async with self.journal_grew:
-            self.journal_grew.notify_all()
+        await self.notify()
+
+    async def screen(self, head: RequestHead) -> Response | None:
+        """The answers that need no body: control token, 404, 405, 401 and a declared size over the cap."""
+        try:
+            if head.path.startswith(control.PREFIX):
+                return control.refuse_unauthorized(self.control_token, head)
+            route = routes.match(head.path)
+            if route is None:
+                await self.record(head, self.state.new_request_id(), self.state.epoch, "other", 404)
+                return render(NOT_FOUND)
+            if head.method not in route.methods:
+                await self.record(head, self.state.new_request_id(), self.state.epoch, "other", 405)
+                return method_not_allowed(route.methods)
+            refused = self._refused(head, route)
+            if refused is None and route.push and (head.content_length or 0) > self.state.max_push_bytes:
+                refused = too_large(self.state.max_push_bytes)
+            if refused is None:
+                return None
+            request_id = self.state.new_request_id()
+            await self.record(head, request_id, self.state.epoch, route.transport, refused.status)
+            return render(refused)
+        except Exception as error:
+            self.record_error(f"{head.method} {head.path}", error)
+            return _internal_error(error)
 
     async def handle(self, request: Request) -> Response | Drop:
         try:
             if request.path.startswith(control.PREFIX):
                 return await control.handle(self, request)
             return await self._sync(request)
-        except Exception as error:  # a bug in the fake: answer one line, never a traceback
-            warn(f"internal error on {request.method} {request.path}: {type(error).__name__}: {error}")
-            return text_response(500, f"fake cloud internal error: {type(error).__name__}")
+        except Exception as error:
+            self.record_error(f"{request.method} {request.path}", error)
+            return _internal_error(error)
+
+    def _refused(self, request: Request | RequestHead, route: routes.SyncRoute) -> Reply | None:
+        if not route.needs_token:
+            return None
+        denied = self.state.check_bearer(request.headers.get("authorization"))
+        return Reply(401, denied) if denied else None
 
     async def _sync(self, request: Request) -> Response | Drop:
-        path, method = request.path, request.method
-        if path.startswith("/sync/pull/") and path.count("/") == 3 and path != "/sync/pull/":
-            allowed: tuple[str, ...] = ("GET", "HEAD")
-        elif path in SYNC_ROUTES:
-            allowed = SYNC_ROUTES[path]
-        else:
-            request_id = self.state.new_request_id()
-            await self.record(request, request_id, "other", 404)
-            return text_response(404, "404 page not found")
+        route = routes.match(request.path)
+        epoch = self.state.epoch
         request_id = self.state.new_request_id()
-        if method not in allowed:
-            await self.record(request, request_id, "other", 405)
-            return text_response(405, "Method Not Allowed", [("allow", ", ".join(allowed))])
-        if path == "/health":
-            await self.record(request, request_id, "other", 200)
+        if route is None:
+            await self.record(request, request_id, epoch, "other", 404)
+            return render(NOT_FOUND)
+        if request.method not in route.methods:
+            await self.record(request, request_id, epoch, "other", 405)
+            return method_not_allowed(route.methods)
+        refused = self._refused(request, route)
+        if refused is not None:
+            await self.record(request, request_id, epoch, route.transport, refused.status)
+            return render(refused)
+        if route is routes.HEALTH:
+            await self.record(request, request_id, epoch, "other", 200)
             return json_response(200, {"service": "engram-cloud", "status": "ok"})
-        if path == "/sync/mutations/push":
-            return await self._mutation_push(request, request_id)
-        if path == "/sync/mutations/pull":
-            return await self._simple(request, request_id, "mutation", Route.MUTATIONS_PULL, None)
-        if path == "/sync/push":
-            return await self._chunk_push(request, request_id)
-        return await self._simple(
-            request, request_id, "chunk", Route.CHUNK_PULL, request.query.get("project")
-        )
+        if route is routes.MUTATIONS_PUSH:
+            return await self._mutation_push(request, request_id, epoch)
+        if route is routes.CHUNK_PUSH:
+            return await self._chunk_push(request, request_id, epoch)
+        project = request.query.get("project") if route.transport == "chunk" else None
+        return await self._simple(request, request_id, epoch, route, project)
 
     async def _fault(
         self,
         request: Request,
         request_id: str,
-        transport: Transport,
-        route: Route,
+        epoch: int,
+        route: routes.SyncRoute,
         projects: list[str],
         items: list[JournalItem],
     ) -> tuple[Fault | None, Response | Drop | None]:
         """Apply a scheduled fault; returns the fault and, when it ends the request, what to answer."""
-        fault = self.state.take_fault(route, projects)
+        assert route.fault_route is not None
+        fault = self.state.take_fault(route.fault_route, projects)
         if fault is None:
             return None, None
         if fault.action is FaultAction.LATENCY:
             await asyncio.sleep(fault.latency_ms / 1000)
             return fault, None
         if fault.action is FaultAction.STATUS:
-            await self.record(request, request_id, transport, fault.status, items)
+            await self.record(request, request_id, epoch, route.transport, fault.status, items)
             body = {"error": f"fake cloud fault: injected status {fault.status}", "error_code": "fake_fault"}
             return fault, json_response(fault.status, body)
         if fault.action is FaultAction.HANG:
-            await self.record(request, request_id, transport, 0, items)
+            await self.record(request, request_id, epoch, route.transport, 0, items)
             await asyncio.sleep(fault.seconds)
             return fault, DROP
         return fault, None
 
     async def _simple(
-        self, request: Request, request_id: str, transport: Transport, route: Route, project: str | None
+        self, request: Request, request_id: str, epoch: int, route: routes.SyncRoute, project: str | None
     ) -> Response | Drop:
         projects = [project.strip()] if project else []
         items = [JournalItem(project=project.strip() or None)] if project else []
-        fault, early = await self._fault(request, request_id, transport, route, projects, items)
+        fault, early = await self._fault(request, request_id, epoch, route, projects, items)
         if early is not None:
             return early
-        refused = self._refused(request)
-        if refused is not None:
-            reply = refused
-        elif route is Route.MUTATIONS_PULL:
+        if route is routes.MUTATIONS_PULL:
             reply = self.state.pull_mutations(request.query.get("since_seq"), request.query.get("limit"))
-        elif request.path == "/sync/pull":
+        elif route is routes.MANIFEST:
             reply = self.state.manifest(project)
         else:
             reply = self.state.read_chunk(project, request.path.rsplit("/", 1)[1])
-        return await self._finish(request, request_id, transport, reply, items, fault)
-
-    def _refused(self, request: Request, too_big: bool = False) -> Reply | None:
-        """The 401 for a bad token, else the 413 for an oversize body: the real server's first checks."""
-        denied = self.state.check_bearer(request.headers.get("authorization"))
-        if denied:
-            return Reply(401, denied)
-        return too_large(self.state.max_push_bytes) if too_big else None
+        return await self._finish(request, request_id, epoch, route.transport, reply, items, fault)
 
     async def _finish(
         self,
         request: Request,
         request_id: str,
+        epoch: int,
         transport: Transport,
         reply: Reply,
         items: list[JournalItem],
         fault: Fault | None,
     ) -> Response | Drop:
         if fault is not None and fault.action is FaultAction.RESET_AFTER_READ:
-            await self.record(request, request_id, transport, 0, items)
+            await self.record(request, request_id, epoch, transport, 0, items)
             return DROP
         if (
             fault is not None
@@ -194,7 +232,7 @@ class FakeCloudApp:
             and "accepted_seqs" in reply.body
         ):
             reply = Reply(200, {**reply.body, "accepted_seqs": reply.body["accepted_seqs"][: fault.keep]})
-        await self.record(request, request_id, transport, reply.status, items)
+        await self.record(request, request_id, epoch, transport, reply.status, items)
         return render(reply)
 
     def _decoded_body(self, request: Request) -> tuple[bytes | None, str | None]:
@@ -210,6 +248,11 @@ class FakeCloudApp:
             return None, f"gzip body: {error}"
         if len(data) > self.state.max_push_bytes:
             return None, "too large"
+        if not inflater.eof:
+            # No trailer: Go's gzip reader reports the cut stream as an unexpected EOF.
+            return data, "gzip body: unexpected EOF"
+        if inflater.unused_data:
+            return None, "gzip body: gzip: invalid header"  # Go reads trailing bytes as a next member
         return data, None
 
     def _read_json(self, request: Request) -> tuple[Any, str | None, bool]:
@@ -221,36 +264,33 @@ class FakeCloudApp:
             return None, None, True
         if body is None:
             return None, problem, False
-        try:
-            text = body.decode("utf-8")
-        except UnicodeDecodeError:
-            text = body.decode("utf-8", "replace")
-        stripped = text.lstrip(" \t\r\n")
+        if problem is not None:
+            # A cut gzip stream: whatever JSON it held ends early, which is how Go's decoder sees it.
+            return None, "unexpected EOF" if _valid_prefix(body) else problem, False
+        text = body.decode("utf-8", "replace")
+        stripped = text.strip(" \t\r\n")
         if not stripped:
             return None, "EOF", False
         try:
-            value, _ = JSON_DECODER.raw_decode(stripped)
+            value = _decode_first_value(stripped)
+        except ContractError as error:
+            return None, str(error), False
         except json.JSONDecodeError as error:
             if error.pos >= len(stripped) or error.msg.startswith("Unterminated string"):
                 return None, "unexpected EOF", False  # Go's wording when the input ends inside a value
             return None, f"invalid character at offset {error.pos}: {error.msg}", False
-        except RecursionError:
-            return None, "exceeded max depth", False
         return value, None, False
 
-    async def _mutation_push(self, request: Request, request_id: str) -> Response | Drop:
+    async def _mutation_push(self, request: Request, request_id: str, epoch: int) -> Response | Drop:
         body, problem, over = self._read_json(request)
         # Only a scheduled fault needs these before validation.
         projects = _pushed_projects(body) if self.state.faults else []
         items = _mutation_items(body) if self.state.faults else []
-        fault, early = await self._fault(
-            request, request_id, "mutation", Route.MUTATIONS_PUSH, projects, items
-        )
+        fault, early = await self._fault(request, request_id, epoch, routes.MUTATIONS_PUSH, projects, items)
         if early is not None:
             return early
-        refused = self._refused(request, over)
-        if refused is not None:
-            reply = refused
+        if over:
+            reply = too_large(self.state.max_push_bytes)
         elif problem:
             reply = Reply(400, f"invalid request body: {problem}")
         else:
@@ -258,9 +298,9 @@ class FakeCloudApp:
             items = parsed_items or items
         if not items and reply.status != 200:
             items = _mutation_items(body)
-        return await self._finish(request, request_id, "mutation", reply, items, fault)
+        return await self._finish(request, request_id, epoch, "mutation", reply, items, fault)
 
-    async def _chunk_push(self, request: Request, request_id: str) -> Response | Drop:
+    async def _chunk_push(self, request: Request, request_id: str, epoch: int) -> Response | Drop:
         body, problem, over = self._read_json(request)
         project = ""
         if isinstance(body, dict) and isinstance(body.get("project"), str):
@@ -268,13 +308,12 @@ class FakeCloudApp:
         project = project or request.query.get("project", "").strip()
         items = [JournalItem(project=project or None)] if project else []
         fault, early = await self._fault(
-            request, request_id, "chunk", Route.CHUNK_PUSH, [project] if project else [], items
+            request, request_id, epoch, routes.CHUNK_PUSH, [project] if project else [], items
         )
         if early is not None:
             return early
-        refused = self._refused(request, over)
-        if refused is not None:
-            reply = refused
+        if over:
+            reply = too_large(self.state.max_push_bytes)
         elif problem:
             reply = payload_invalid(f"invalid push payload: {problem}")
         else:
@@ -282,7 +321,27 @@ class FakeCloudApp:
                 body, request.query.get("project"), store=_stores(fault)
             )
             items = parsed_items or items
-        return await self._finish(request, request_id, "chunk", reply, items, fault)
+        return await self._finish(request, request_id, epoch, "chunk", reply, items, fault)
+
+
+def _internal_error(error: BaseException) -> Response:
+    return text_response(500, f"fake cloud internal error: {type(error).__name__} (see GET /_fake/errors)")
+
+
+def _decode_first_value(text: str) -> Any:
+    """The first JSON value of the text; what follows it is ignored, as Go's json.Decoder ignores it."""
+    try:
+        return go_loads(text)
+    except json.JSONDecodeError as error:
+        if error.msg != "Extra data":
+            raise
+        return go_loads(text[: error.pos])
+
+
+def _valid_prefix(body: bytes) -> bool:
+    """Whether a cut stream's text is (the start of) JSON rather than garbage."""
+    text = body.decode("utf-8", "replace").strip()
+    return not text or text[0] in '{["-0123456789tfn'
 
 
 def _stores(fault: Fault | None) -> bool:

@@ -30,7 +30,13 @@ def cli() -> None:
     envvar="ENGRAM_CLOUD_HOST",
     default="127.0.0.1",
     show_default=True,
-    help="Address to bind [env ENGRAM_CLOUD_HOST].",
+    help="Address to bind [env ENGRAM_CLOUD_HOST]; anything but loopback needs --control-token.",
+)
+@click.option(
+    "--control-token",
+    envvar="ENGRAM_FAKE_CLOUD_CONTROL_TOKEN",
+    help="Bearer token every /_fake/ request must carry; required off loopback "
+    "[env ENGRAM_FAKE_CLOUD_CONTROL_TOKEN].",
 )
 @click.option(
     "--port", type=click.IntRange(0, 65535), default=0, show_default=True, help="0 picks a free port."
@@ -63,6 +69,13 @@ def cli() -> None:
 )
 @click.option("--journal-limit", type=click.IntRange(min=1), default=100_000, show_default=True)
 @click.option(
+    "--store-limit",
+    type=click.IntRange(min=1),
+    default=200_000,
+    show_default=True,
+    help="Most mutations, received entries and chunks kept; the oldest go first (see /_fake/stats).",
+)
+@click.option(
     "--max-push-bytes",
     type=click.IntRange(min=1),
     envvar="ENGRAM_CLOUD_MAX_PUSH_BYTES",
@@ -71,6 +84,7 @@ def cli() -> None:
 )
 def serve(
     host: str,
+    control_token: str | None,
     port: int,
     tls: bool,
     ca_out: Path | None,
@@ -79,9 +93,11 @@ def serve(
     insecure_permissive: bool,
     allowed_projects: str,
     journal_limit: int,
+    store_limit: int,
     max_push_bytes: int,
 ) -> None:
-    """Serve until SIGTERM; the first stdout line is the base URL, printed once the server is ready."""
+    """Serve until SIGTERM; the first stdout line is the base URL actually bound, printed once the
+    server is ready."""
     from fake_cloud.server import FakeCloudConfig
 
     if tls and ca_out is None:
@@ -101,8 +117,10 @@ def serve(
         host=host,
         port=port,
         journal_limit=journal_limit,
+        store_limit=store_limit,
         max_push_bytes=max_push_bytes,
         ca_out=ca_out,
+        control_token=control_token.strip() if control_token and control_token.strip() else None,
     )
     try:
         config.validate()

@@ -26,6 +26,19 @@ class FakeCloudControlError(FakeCloudError):
     """The control API refused a request, or could not be reached."""
 
 
+class FakeCloudInternalError(FakeCloudError):
+    """The fake recorded a bug of its own: what a test saw is the fake's fault, not engram's."""
+
+    def __init__(self, errors: list[dict[str, Any]]) -> None:
+        first = errors[0]
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        super().__init__(
+            f"the fake cloud hit an internal error on {first.get('where')}: {first.get('error')}{more}; "
+            "this is a bug in the fake, not an engram delivery failure"
+        )
+        self.errors = errors
+
+
 @dataclass(frozen=True)
 class Journal:
     entries: list[JournalEntry]
@@ -43,10 +56,20 @@ def _entry(raw: dict[str, Any]) -> JournalEntry:
 class FakeCloudClient:
     """Control a running fake cloud over HTTP(S); usable as a context manager."""
 
-    def __init__(self, base_url: str, ca_file: Path | str | None = None, *, timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        ca_file: Path | str | None = None,
+        *,
+        timeout: float = 10.0,
+        control_token: str | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         verify: Any = str(ca_file) if ca_file is not None else True
-        self._http = httpx.Client(base_url=self.base_url, verify=verify, timeout=timeout, trust_env=False)
+        headers = {"Authorization": f"Bearer {control_token}"} if control_token else {}
+        self._http = httpx.Client(
+            base_url=self.base_url, verify=verify, timeout=timeout, trust_env=False, headers=headers
+        )
 
     def __enter__(self) -> FakeCloudClient:
         return self
@@ -126,6 +149,22 @@ class FakeCloudClient:
         self.add_faults(
             [Fault(route=route, action=FaultAction.ACK_WITHOUT_STORE, project=project, times=times)]
         )
+
+    def errors(self) -> list[dict[str, Any]]:
+        """The fake's own internal errors since start (or the last check), oldest first."""
+        return list(self._ok("GET", "errors")["errors"])
+
+    def check(self) -> None:
+        """Raise FakeCloudInternalError if the fake recorded internal errors, and forget them (like
+        pytest-httpserver's check_assertions): call it when a test or a run is done with the fake."""
+        errors = self.errors()
+        if errors:
+            self._ok("DELETE", "errors")
+            raise FakeCloudInternalError(errors)
+
+    def stats(self) -> dict[str, Any]:
+        """Each bounded store's size and dropped count, the reset epoch and the internal error count."""
+        return dict(self._ok("GET", "stats"))
 
     def clear_faults(self) -> None:
         self._ok("DELETE", "faults")

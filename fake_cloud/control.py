@@ -1,20 +1,24 @@
-"""The reserved control API under /_fake/: readiness, reset, journal, wait, switches and faults.
+"""The reserved control API under /_fake/: readiness, reset, journal, wait, switches, faults and errors.
 
-Control requests are not journaled and need no token: they are the test's side channel.
+Control requests are not journaled. They need no token on loopback; a fake started with a control token
+(required for any non-loopback bind) answers 401 to a control request without ``Authorization: Bearer
+<control token>``, before reading its body. Control sees the app only through ``ControlHost``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from collections import deque
+from collections.abc import Coroutine
+from typing import Any, Protocol
 
-from fake_cloud.httpserver import Request, Response
-from fake_cloud.models import MATCH_FIELDS, Fault, InvalidControlRequest, JournalEntry
-
-if TYPE_CHECKING:
-    from fake_cloud.app import FakeCloudApp
+from engram_contract.errors import ContractError
+from engram_contract.gojson import go_loads
+from fake_cloud.httpserver import Request, RequestHead, Response
+from fake_cloud.models import MATCH_FIELDS, FakeCloudState, Fault, InvalidControlRequest, JournalEntry
 
 PREFIX = "/_fake/"
 MAX_WAIT_SECONDS = 600.0
@@ -28,7 +32,22 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "allowlist": ("GET", "PUT"),
     "pause": ("PUT",),
     "faults": ("GET", "POST", "DELETE"),
+    "errors": ("GET", "DELETE"),
+    "stats": ("GET",),
 }
+
+
+class ControlHost(Protocol):
+    """The narrow view of the app that control needs."""
+
+    state: FakeCloudState
+    journal_grew: asyncio.Condition
+    errors: deque[dict[str, Any]]
+    errors_total: int
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None: ...
+
+    def clear_errors(self) -> None: ...
 
 
 def _json(status: int, body: Any) -> Response:
@@ -40,14 +59,26 @@ def _bad(message: str) -> Response:
     return _json(400, {"error": message})
 
 
+def refuse_unauthorized(control_token: str | None, head: RequestHead) -> Response | None:
+    """401 for a control request without the control token, when the fake has one."""
+    if control_token is None:
+        return None
+    sent = head.headers.get("authorization", "").strip()
+    expected = f"Bearer {control_token}"
+    if hmac.compare_digest(sent.encode("latin-1", "replace"), expected.encode("latin-1", "replace")):
+        return None
+    return _json(401, {"error": "the control API needs 'Authorization: Bearer <control token>'"})
+
+
 def _body(request: Request) -> Any:
     if request.body_too_large:
         raise InvalidControlRequest(f"{request.path}: body is larger than the push limit")
-    if not request.body.strip():
+    text = request.body.decode("utf-8", "replace").strip()
+    if not text:
         return {}
     try:
-        return json.loads(request.body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        return go_loads(text)
+    except (json.JSONDecodeError, ContractError) as error:
         raise InvalidControlRequest(f"{request.path}: body is not JSON ({error})") from None
 
 
@@ -58,7 +89,7 @@ def _object(request: Request) -> dict[str, Any]:
     return body
 
 
-async def handle(app: FakeCloudApp, request: Request) -> Response:
+async def handle(host: ControlHost, request: Request) -> Response:
     name = request.path[len(PREFIX) :]
     if name not in ROUTES:
         return _json(404, {"error": f"unknown control route {request.path!r}; known: {sorted(ROUTES)}"})
@@ -67,30 +98,44 @@ async def handle(app: FakeCloudApp, request: Request) -> Response:
             405, {"error": f"{request.path} accepts {', '.join(ROUTES[name])}, not {request.method}"}
         )
     try:
-        return await _dispatch(app, name, request)
+        return await _dispatch(host, name, request)
     except InvalidControlRequest as error:
         return _bad(str(error))
 
 
-async def _dispatch(app: FakeCloudApp, name: str, request: Request) -> Response:
-    state = app.state
+async def _dispatch(host: ControlHost, name: str, request: Request) -> Response:
+    state = host.state
     if name == "ready":
         return _json(200, {"ready": True})
     if name == "reset":
         garbage = state.reset()
         # Freeing a full journal at once blocks for ~100 ms; freeing it in slices keeps reset instant.
-        task = asyncio.create_task(_free_in_slices(garbage))
-        app.background.add(task)
-        task.add_done_callback(app.background.discard)
-        return _json(200, {"reset": True})
+        host.spawn(_free_in_slices(garbage))
+        async with host.journal_grew:  # waiters must see the new epoch at once
+            host.journal_grew.notify_all()
+        return _json(200, {"reset": True, "epoch": state.epoch})
     if name == "journal":
         since_id = _int_param(request.query.get("since_id", "0"), "since_id")
         entries = [entry.to_dict() for entry in state.journal_since(since_id)]
-        return _json(200, {"entries": entries, "overflow": state.overflow})
+        return _json(200, {"entries": entries, "overflow": state.overflow, "epoch": state.epoch})
     if name == "received":
         since_seq = _int_param(request.query.get("since_seq", "0"), "since_seq")
-        items = state.received[since_seq:] if since_seq >= 0 else state.received
-        return _json(200, {"count": len(state.received), "received": [item.to_dict() for item in items]})
+        items = state.received_since(since_seq)
+        count = state.received_dropped + len(state.received)
+        return _json(
+            200,
+            {
+                "count": count,
+                "overflow": state.received_dropped,
+                "received": [item.to_dict() for item in items],
+            },
+        )
+    if name == "stats":
+        return _json(200, {**state.stats(), "errors": host.errors_total})
+    if name == "errors":
+        if request.method == "DELETE":
+            host.clear_errors()
+        return _json(200, {"errors": list(host.errors), "total": host.errors_total})
     if name == "allowlist":
         if request.method == "PUT":
             projects = _object(request).get("projects")
@@ -118,7 +163,7 @@ async def _dispatch(app: FakeCloudApp, name: str, request: Request) -> Response:
                 raise InvalidControlRequest('/_fake/faults: "faults" must be a list of fault objects')
             state.add_faults([Fault.from_dict(item, f"faults[{index}]") for index, item in enumerate(raw)])
         return _json(200, {"faults": [fault.to_dict() for fault in state.faults]})
-    return await _wait(app, _object(request))
+    return await _wait(host, _object(request))
 
 
 async def _free_in_slices(garbage: list[Any], slice_size: int = 2000) -> None:
@@ -134,15 +179,15 @@ async def _free_in_slices(garbage: list[Any], slice_size: int = 2000) -> None:
 
 def _int_param(raw: str, name: str) -> int:
     try:
-        return int(raw)
+        return int(raw.strip()[:30])
     except ValueError:
-        raise InvalidControlRequest(f"{name} must be an integer, got {raw!r}") from None
+        raise InvalidControlRequest(f"{name} must be an integer, got {raw[:40]!r}") from None
 
 
-async def _wait(app: FakeCloudApp, body: dict[str, Any]) -> Response:
+async def _wait(host: ControlHost, body: dict[str, Any]) -> Response:
     count, timeout = body.get("count", 1), body.get("timeout", 10.0)
     match, since_id = body.get("match") or {}, body.get("since_id", 0)
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 10_000_000:
         raise InvalidControlRequest(f'/_fake/wait: "count" must be a positive integer, got {count!r}')
     if (
         isinstance(timeout, bool)
@@ -161,16 +206,19 @@ async def _wait(app: FakeCloudApp, body: dict[str, Any]) -> Response:
         )
     if isinstance(since_id, bool) or not isinstance(since_id, int):
         raise InvalidControlRequest('/_fake/wait: "since_id" must be an integer')
+    state = host.state
     deadline = time.monotonic() + float(timeout)
     found: list[JournalEntry] = []
     scanned = since_id
-    async with app.journal_grew:
+    epoch = state.epoch
+    async with host.journal_grew:
         while True:
-            newest = app.state.journal[-1].id if app.state.journal else 0
-            if newest < scanned:  # a reset restarted the ids
-                found, scanned = [], since_id
+            if state.epoch != epoch:
+                # A reset: nothing found before it counts, and since_id named an id of the old journal.
+                epoch, found, scanned, since_id = state.epoch, [], 0, 0
+            newest = state.journal[-1].id if state.journal else 0
             # Only entries that arrived since the last look: a busy fake must not rescan its whole journal.
-            found += app.state.matching(match, scanned)
+            found += state.matching(match, scanned)
             scanned = max(scanned, newest)
             if len(found) >= count:
                 return _json(200, {"entries": [entry.to_dict() for entry in found[:count]]})
@@ -178,15 +226,15 @@ async def _wait(app: FakeCloudApp, body: dict[str, Any]) -> Response:
             if remaining <= 0:
                 break
             try:
-                await asyncio.wait_for(app.journal_grew.wait(), remaining)
+                await asyncio.wait_for(host.journal_grew.wait(), remaining)
             except TimeoutError:
                 break
-    found = app.state.matching(match, since_id)
+    found = state.matching(match, since_id)
     return _json(
         408,
         {
             "error": f"wait: {len(found)} of {count} matching journal entries after {timeout:g} s (match {match})",
             "found": [entry.to_dict() for entry in found],
-            "closest": app.state.closest(match, since_id),
+            "closest": state.closest(match, since_id),
         },
     )

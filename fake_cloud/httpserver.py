@@ -6,6 +6,12 @@ fifth of it. The server keeps connections alive, caps how much of a body it keep
 connection on purpose. What h11 cannot parse (a bad request line or Content-Length, headers past Go's
 1 MiB, a body cut short) gets Go's plain "400 Bad Request" or "431 ..." and a closed connection; the
 handler only ever sees complete requests.
+
+Every request is answered and no connection is held forever: ``screen`` answers from the head alone
+(routing, auth, a declared size over the cap) before any of the body is read; a head must arrive within
+``header_timeout``, each piece of a body within ``body_timeout``, and an idle keep-alive connection is
+closed after ``idle_timeout``. An exception anywhere goes to ``on_error`` (the app records it at
+/_fake/errors) and the client gets a 500, never silence or a traceback on stderr.
 """
 
 from __future__ import annotations
@@ -25,6 +31,10 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import h11
 
 READ_SIZE = 65536
+MAX_GO_CONTENT_LENGTH = (1 << 63) - 1  # Go parses Content-Length as a signed 64-bit integer
+HEADER_TIMEOUT = 10.0
+BODY_TIMEOUT = 30.0
+IDLE_TIMEOUT = 60.0
 MAX_HEADER_BYTES = (1 << 20) + 4096  # Go's http.DefaultMaxHeaderBytes plus the slack its reader allows
 LINGER_SECONDS = 0.5  # Go's rstAvoidanceDelay
 REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
@@ -49,12 +59,34 @@ class Response:
     headers: list[tuple[str, str]] = field(default_factory=list)
 
 
+@dataclass
+class RequestHead:
+    """What is known before the body: enough to route, authenticate and size-check a request."""
+
+    method: str
+    target: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+    content_length: int | None  # None when chunked
+
+
 class Drop:
     """Answer nothing and reset the connection (the client sees a transport error)."""
 
 
 DROP = Drop()
 Handler = Callable[[Request], Awaitable[Response | Drop]]
+Screen = Callable[[RequestHead], Awaitable[Response | None]]
+ErrorSink = Callable[[str, BaseException], None]
+
+
+class BadTarget(ValueError):
+    """A request target that is not origin-form or absolute-form: Go answers 400 Bad Request."""
+
+
+class _TimedOut(Exception):
+    """The peer did not send what it owed in time."""
 
 
 def _reset(writer: asyncio.StreamWriter) -> None:
@@ -78,17 +110,42 @@ async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
 
 
 class HttpServer:
-    def __init__(self, handler: Handler, *, max_body: int) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        max_body: int,
+        screen: Screen | None = None,
+        on_error: ErrorSink | None = None,
+        header_timeout: float = HEADER_TIMEOUT,
+        body_timeout: float = BODY_TIMEOUT,
+        idle_timeout: float = IDLE_TIMEOUT,
+    ) -> None:
         self.handler = handler
+        self.screen = screen
+        self.on_error = on_error or (lambda where, error: warn(f"{where}: {type(error).__name__}: {error}"))
         self.max_body = max_body
+        self.header_timeout = header_timeout
+        self.body_timeout = body_timeout
+        self.idle_timeout = idle_timeout
         self.server: asyncio.Server | None = None
         self.connections: set[asyncio.Task[None]] = set()
 
-    async def start(self, host: str, port: int, ssl_context: ssl.SSLContext | None) -> int:
-        self.server = await asyncio.start_server(
-            self._on_connection, host, port, ssl=ssl_context, backlog=512
-        )
-        return int(self.server.sockets[0].getsockname()[1])
+    async def start(self, host: str, port: int, ssl_context: ssl.SSLContext | None) -> tuple[str, int]:
+        """Listen on exactly one socket (one address, one port) and return the address and port bound."""
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, _, _, _, address = infos[0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+        except OSError:
+            sock.close()
+            raise
+        self.server = await asyncio.start_server(self._on_connection, sock=sock, ssl=ssl_context, backlog=512)
+        bound = self.server.sockets[0].getsockname()
+        return str(bound[0]), int(bound[1])
 
     async def stop(self) -> None:
         if self.server is not None:
@@ -106,10 +163,13 @@ class HttpServer:
         self.connections.add(task)
         try:
             await self._serve(reader, writer)
-        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, TimeoutError):
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, TimeoutError, _TimedOut):
             pass
         except asyncio.CancelledError:
             # Only stop() cancels these tasks; asyncio's stream callback must not see the cancellation.
+            writer.transport.abort()
+        except Exception as error:  # a bug in the server itself: recorded, and the connection closed
+            self.on_error("connection", error)
             writer.transport.abort()
         finally:
             self.connections.discard(task)
@@ -118,52 +178,94 @@ class HttpServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
+        loop = asyncio.get_running_loop()
 
-        async def next_event() -> h11.Event | type[h11.PAUSED]:
+        async def receive(deadline: float) -> None:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise _TimedOut
+            try:
+                async with asyncio.timeout(remaining):
+                    data = await reader.read(READ_SIZE)
+            except TimeoutError:
+                raise _TimedOut from None
+            conn.receive_data(data)
+
+        async def next_event(deadline: float) -> h11.Event | type[h11.PAUSED]:
             while True:
                 event = conn.next_event()
                 if event is h11.NEED_DATA:
-                    conn.receive_data(await reader.read(READ_SIZE))
+                    await receive(deadline)
                     continue
                 return event  # type: ignore[return-value]
 
+        async def plain(status: int, *, text: str | None = None) -> None:
+            """Go's answer to a request it cannot serve: "<status> <reason>" and a closed connection."""
+            if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+                body = (text if text is not None else f"{status} {HTTPStatus(status).phrase}").encode()
+                closing = Response(status, body, "text/plain; charset=utf-8", [("connection", "close")])
+                await self._send(conn, writer, closing)
+            await _linger(reader, writer)
+
         while True:
             try:
-                event = await next_event()
+                # An idle keep-alive connection may wait idle_timeout for its next request; once a
+                # request has started, its whole head must arrive within header_timeout.
+                if not conn.trailing_data[0]:
+                    try:
+                        await receive(loop.time() + self.idle_timeout)
+                    except _TimedOut:
+                        return
+                event = await next_event(loop.time() + self.header_timeout)
                 if isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
                     return
                 if not isinstance(event, h11.Request):
+                    return
+                try:
+                    head = _head(event)
+                except BadTarget:
+                    await plain(400)
+                    return
+                if head.content_length is not None and head.content_length > MAX_GO_CONTENT_LENGTH:
+                    await plain(400)
+                    return
+                early = await self.screen(head) if self.screen is not None else None
+                if early is not None:
+                    early.headers.append(("connection", "close"))
+                    await self._send(conn, writer, early, head=head.method == "HEAD")
+                    await _linger(reader, writer)
                     return
                 chunks: list[bytes] = []
                 size = 0
                 too_large = False
                 while True:
-                    part = await next_event()
+                    part = await next_event(loop.time() + self.body_timeout)
                     if isinstance(part, h11.Data):
                         size += len(part.data)
                         if size > self.max_body:
-                            too_large = True
-                        elif not too_large:
-                            chunks.append(part.data)  # joined into bytes once, below
+                            too_large = True  # stop reading: the answer is 413 whatever follows
+                            break
+                        chunks.append(part.data)  # joined into bytes once, below
                     elif isinstance(part, h11.EndOfMessage):
                         break
                     else:
                         return
             except h11.RemoteProtocolError as error:
-                if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
-                    # Go's wording for a request it cannot parse, e.g. "431 Request Header Fields Too Large".
-                    status = error.error_status_hint
-                    text = f"{status} {HTTPStatus(status).phrase}".encode()
-                    await self._send(conn, writer, Response(status, text, "text/plain; charset=utf-8"))
-                    await _linger(reader, writer)
+                # Go's wording for a request it cannot parse, e.g. "431 Request Header Fields Too Large".
+                await plain(error.error_status_hint)
                 return
-            request = _request(event, b"".join(chunks), too_large)
+            except _TimedOut:
+                if conn.their_state is not h11.IDLE or conn.trailing_data[0]:
+                    await plain(408)
+                return
+            request = _request(head, b"".join(chunks), too_large)
             result = await self.handler(request)
             if isinstance(result, Drop):
                 _reset(writer)
                 return
             await self._send(conn, writer, result, head=request.method == "HEAD")
             if conn.our_state is h11.MUST_CLOSE or conn.their_state is not h11.DONE:
+                await _linger(reader, writer)
                 return
             conn.start_next_cycle()
 
@@ -185,19 +287,36 @@ class HttpServer:
         await writer.drain()
 
 
-def _request(event: h11.Request, body: bytes, too_large: bool) -> Request:
+def _head(event: h11.Request) -> RequestHead:
     target = event.target.decode("latin-1")
-    parts = urlsplit(target)
+    if not target.startswith("/") and not target.lower().startswith(("http://", "https://")):
+        raise BadTarget(target)  # "*", "abc": Go's server and ServeMux answer 400
+    try:
+        parts = urlsplit(target)
+    except ValueError:
+        raise BadTarget(target) from None
     query = {key: values[0] for key, values in parse_qs(parts.query, keep_blank_values=True).items()}
     headers: dict[str, str] = {}
     for name, value in event.headers:
         headers.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
-    return Request(
+    length = headers.get("content-length")
+    return RequestHead(
         method=event.method.decode("ascii", "replace"),
         target=target,
-        path=unquote(parts.path),
+        path=unquote(parts.path) or "/",
         query=query,
         headers=headers,
+        content_length=int(length) if length is not None and "transfer-encoding" not in headers else None,
+    )
+
+
+def _request(head: RequestHead, body: bytes, too_large: bool) -> Request:
+    return Request(
+        method=head.method,
+        target=head.target,
+        path=head.path,
+        query=head.query,
+        headers=head.headers,
         body=body,
         body_too_large=too_large,
     )

@@ -19,11 +19,24 @@ from engram_contract import payload_digest, push_rules
 from fake_cloud import chunkcodec
 from fake_cloud.chunkcodec import ChunkError
 from fake_cloud.errors import FakeCloudError
+from fake_cloud.wire import (
+    FORBIDDEN,
+    NO_PRINCIPAL,
+    PROJECT_REQUIRED,
+    Reply,
+    actionable,
+    paused_reply,
+    payload_invalid,
+    too_large,
+)
 
 MAX_MUTATION_BATCH = push_rules.MAX_MUTATION_BATCH
 DEFAULT_PULL_LIMIT = 100
 DEFAULT_MAX_PUSH_BYTES = 8 * 1024 * 1024
 DEFAULT_JOURNAL_LIMIT = 100_000
+
+DEFAULT_STORE_LIMIT = 200_000
+BODILESS_STATUSES = frozenset({204, 304})  # and 1xx, below the fault API's range: no final answer
 
 Transport = Literal["mutation", "chunk", "other"]
 E = TypeVar("E", bound=Enum)
@@ -78,9 +91,14 @@ class Fault:
         if project is not None and not isinstance(project, str):
             raise InvalidControlRequest(f"{where}.project: expected a string or null")
         fault = cls(route=route, action=action, project=project)
-        for name, low, high in (("times", 1, 1_000_000), ("status", 100, 599), ("latency_ms", 0, 600_000)):
+        for name, low, high in (("times", 1, 1_000_000), ("status", 200, 599), ("latency_ms", 0, 600_000)):
             if name in raw:
                 setattr(fault, name, _int_in(raw[name], low, high, f"{where}.{name}"))
+        if fault.status in BODILESS_STATUSES:
+            raise InvalidControlRequest(
+                f"{where}.status: {fault.status} cannot carry the fault's error body; use 200 or 205-599 "
+                "except 304"
+            )
         if "keep" in raw:
             fault.keep = _int_in(raw["keep"], 0, MAX_MUTATION_BATCH, f"{where}.keep")
         if "seconds" in raw:
@@ -168,12 +186,6 @@ class JournalItem:
     payload_digest: str | None = None
 
 
-@dataclass(frozen=True)
-class Reply:
-    status: int
-    body: Any  # dict or list: JSON; str: text/plain like Go's http.Error; bytes: raw JSON
-
-
 @dataclass(slots=True)
 class StoredMutation:
     seq: int
@@ -211,42 +223,6 @@ def _utc_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def actionable(status: int, error_class: str, code: str, message: str) -> Reply:
-    return Reply(status, {"error_class": error_class, "error_code": code, "error": message})
-
-
-PROJECT_REQUIRED = actionable(400, "blocked", "upgrade_blocked_project_required", "project is required")
-FORBIDDEN = actionable(403, "policy", "policy_forbidden", "forbidden: project is not allowed")
-NO_PRINCIPAL = actionable(403, "policy", "policy_forbidden", "forbidden: principal is required")
-
-
-def _paused_reply(paused_project: str, primary: str) -> Reply:
-    return Reply(
-        409,
-        {
-            "error_class": "policy",
-            "error_code": "sync-paused",
-            "error": f'sync is paused for project "{paused_project}"',
-            "project": primary,
-            "project_source": "request_body",
-            "project_path": "",
-        },
-    )
-
-
-def payload_invalid(message: str) -> Reply:
-    return actionable(400, "repairable", "upgrade_repairable_payload_invalid", message)
-
-
-def too_large(limit: int) -> Reply:
-    return actionable(
-        413,
-        "repairable",
-        "upgrade_repairable_payload_too_large",
-        f"push payload too large (max {limit} bytes)",
-    )
-
-
 class FakeCloudState:
     """Everything the fake remembers. Not thread-safe: one event loop owns it."""
 
@@ -258,9 +234,16 @@ class FakeCloudState:
         journal_limit: int = DEFAULT_JOURNAL_LIMIT,
         max_push_bytes: int = DEFAULT_MAX_PUSH_BYTES,
         principal_required: bool = False,
+        store_limit: int = DEFAULT_STORE_LIMIT,
     ) -> None:
         if journal_limit < 1:
             raise FakeCloudError(f"journal_limit must be at least 1, got {journal_limit}")
+        if store_limit < 1:
+            raise FakeCloudError(f"store_limit must be at least 1, got {store_limit}")
+        self.store_limit = store_limit
+        self.epoch = 0
+        # Never restarted, not even by reset: a request id names one request for the process's life.
+        self._next_request = 1
         if max_push_bytes < 1:
             raise FakeCloudError(f"max_push_bytes must be at least 1, got {max_push_bytes}")
         self.token = token.strip() if token else None
@@ -276,18 +259,52 @@ class FakeCloudState:
 
     def reset(self) -> list[Any]:
         """Start over; returns the old containers so the caller can free them off the hot path."""
-        garbage = [getattr(self, name, None) for name in ("mutations", "chunks", "received", "journal")]
+        garbage = [
+            getattr(self, name, None)
+            for name in ("mutations", "chunks", "received", "journal", "sessions", "_chunk_order")
+        ]
+        self.epoch += 1
         self.set_allowlist(self._initial_allowlist)
         self.paused: set[str] = set()
-        self.mutations: list[StoredMutation] = []
+        # Bounded like the journal: past store_limit the oldest go, and the *_dropped counters say how many.
+        self.mutations: list[StoredMutation] = []  # mutations[i].seq == mutations_dropped + i + 1
+        self.mutations_dropped = 0
+        self.received: list[ReceivedMutation] = []  # the same numbering with received_dropped
+        self.received_dropped = 0
         self.chunks: dict[str, dict[str, StoredChunk]] = {}
-        self.sessions: dict[str, set[str]] = {}
-        self.received: list[ReceivedMutation] = []
+        self._chunk_order: deque[tuple[str, str]] = deque()
+        self.chunks_dropped = 0
+        self.sessions: dict[str, dict[str, None]] = {}  # per project, oldest first
         self.journal: deque[JournalEntry] = deque(maxlen=self.journal_limit)
         self.faults: list[Fault] = []
         self._next_journal_id = 1
-        self._next_request = 1
         return garbage
+
+    def stats(self) -> dict[str, Any]:
+        """How full each bounded store is and how much it has dropped since the last reset."""
+        return {
+            "epoch": self.epoch,
+            "store_limit": self.store_limit,
+            "journal": {"kept": len(self.journal), "dropped": self.overflow, "limit": self.journal_limit},
+            "mutations": {"kept": len(self.mutations), "dropped": self.mutations_dropped},
+            "received": {"kept": len(self.received), "dropped": self.received_dropped},
+            "chunks": {"kept": len(self._chunk_order), "dropped": self.chunks_dropped},
+        }
+
+    def received_since(self, since_seq: int) -> list[ReceivedMutation]:
+        return self.received[max(since_seq - self.received_dropped, 0) :]
+
+    @property
+    def next_seq(self) -> int:
+        return self.mutations_dropped + len(self.mutations) + 1
+
+    def _trim(self, name: str) -> None:
+        rows: list[Any] = getattr(self, name)
+        if len(rows) > self.store_limit:
+            # Trim in slices, not one row per append: deleting from a list's head costs its length.
+            excess = len(rows) - self.store_limit + self.store_limit // 8
+            del rows[:excess]
+            setattr(self, f"{name}_dropped", getattr(self, f"{name}_dropped") + excess)
 
     def set_allowlist(self, projects: Iterable[str]) -> None:
         self.allow_all = False
@@ -458,7 +475,7 @@ class FakeCloudState:
         primary = parsed[0]["project"].strip()
         for entry in parsed:
             if entry["project"].strip() in self.paused:
-                return _paused_reply(entry["project"].strip(), primary), items
+                return paused_reply(entry["project"].strip(), primary), items
         invalid = []
         for index, entry in enumerate(parsed):
             relation = push_rules.relation_refusal(entry["entity"], entry["op"], entry["payload"])
@@ -477,7 +494,7 @@ class FakeCloudState:
         chunks = _materialize_mutation_batch(parsed)
         if not store:
             # The seqs a stored batch would have had; the next real push is given them again.
-            first = len(self.mutations) + 1
+            first = self.next_seq
             return Reply(200, _accepted(list(range(first, first + len(parsed))), primary)), items
         seqs = []
         now = _utc_now()  # one batch, one timestamp, like the real server's single transaction
@@ -518,7 +535,7 @@ class FakeCloudState:
         has_more = False
         if allowed is None or allowed:
             # A row's seq is its index + 1, so the rows after ``since`` start at index ``since``.
-            for index in range(max(since, 0), len(self.mutations)):
+            for index in range(max(since - self.mutations_dropped, 0), len(self.mutations)):
                 stored = self.mutations[index]
                 if allowed is not None and stored.project not in self.allowed:
                     continue
@@ -565,12 +582,12 @@ class FakeCloudState:
         if denied:
             return denied, items
         if project in self.paused:
-            return _paused_reply(project, project), items
+            return paused_reply(project, project), items
         try:
             chunk = chunkcodec.canonical_document(data, project)
             canonical = chunkcodec.go_json(chunk).encode()
             _validate_importable(chunk)
-            _validate_session_references(chunk, self.sessions.get(project, set()))
+            _validate_session_references(chunk, set(self.sessions.get(project, {})))
         except ChunkError as error:
             return payload_invalid(f"invalid push payload: {error}"), items
         created_at = (body.get("client_created_at") or "").strip()
@@ -643,9 +660,10 @@ class FakeCloudState:
     def _store_mutation(
         self, project: str, entity: str, key: str, op: str, payload_text: str, occurred_at: str
     ) -> StoredMutation:
-        seq = len(self.mutations) + 1
+        seq = self.next_seq
         stored = StoredMutation(seq, project, entity, key, op, payload_text or "{}", occurred_at)
         self.mutations.append(stored)
+        self._trim("mutations")
         return stored
 
     def _store_chunk(
@@ -663,7 +681,15 @@ class FakeCloudState:
             return
         when = _rfc3339_utc(created_at) if created_at else _utc_now()
         per_project[chunk_id] = StoredChunk(chunk_id, created_by, when, payload, *_chunk_counts(chunk))
-        self.sessions.setdefault(project, set()).update(_session_ids(chunk))
+        self._chunk_order.append((project, chunk_id))
+        while len(self._chunk_order) > self.store_limit:
+            old_project, old_id = self._chunk_order.popleft()
+            self.chunks[old_project].pop(old_id, None)
+            self.chunks_dropped += 1
+        known = self.sessions.setdefault(project, {})
+        known.update(dict.fromkeys(_session_ids(chunk)))
+        while len(known) > self.store_limit:
+            del known[next(iter(known))]
 
     def _receive(
         self,
@@ -680,7 +706,7 @@ class FakeCloudState:
             digest = payload_digest(decoded)
         self.received.append(
             ReceivedMutation(
-                seq=len(self.received) + 1,
+                seq=self.received_dropped + len(self.received) + 1,
                 transport=transport,
                 project=project,
                 entity=entity,
@@ -690,6 +716,7 @@ class FakeCloudState:
                 payload_digest=digest,
             )
         )
+        self._trim("received")
 
 
 # ----- helpers (pure functions) -----
@@ -988,12 +1015,15 @@ def _is_rfc3339(value: str) -> bool:
         datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return False
-    return "T" in value and (value.endswith("Z") or value[-6] in "+-")
+    return "T" in value and (value.endswith("Z") or (len(value) > 6 and value[-6] in "+-"))
 
 
 def _rfc3339_utc(value: str) -> str:
     parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    return parsed.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        return parsed.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except OverflowError:  # 9999-12-31T23:59:59-23:59 is past year 9999 in UTC, beyond Python's datetime
+        return value
 
 
 __all__ = [

@@ -8,10 +8,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from fake_cloud.errors import FakeCloudError
+
+T = TypeVar("T")
 
 
 def command() -> list[str]:
@@ -34,14 +37,20 @@ class FakeCloudProcess:
         start_timeout: float = 20.0,
         launcher: Sequence[str] | None = None,
         stderr_log: Path | None = None,
+        control_token: str | None = None,
     ) -> None:
         """`launcher` replaces the local console script (e.g. a `docker run ... engram-fake-cloud`
         prefix); `stderr_log` keeps the server's stderr in a file instead of a pipe."""
         self.args = [*(launcher or command()), "serve", *args]
+        if ca_file is None:
+            ca_file = _option(args, "--ca-out", Path)
+        if control_token is None:
+            control_token = _option(args, "--control-token", str)
         self.env = dict(os.environ if env is None else env)
         self.ca_file = ca_file
         self.start_timeout = start_timeout
         self.stderr_log = stderr_log
+        self.control_token = control_token
         self.base_url = ""
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -88,11 +97,33 @@ class FakeCloudProcess:
                 stream.close()
         return process.returncode
 
+    def check(self) -> None:
+        """Raise FakeCloudInternalError when the server recorded a bug of its own (and forget them)."""
+        from fake_cloud.client import FakeCloudClient
+
+        with FakeCloudClient(self.base_url, self.ca_file, control_token=self.control_token) as client:
+            client.check()
+
     def __enter__(self) -> FakeCloudProcess:
         return self.start()
 
-    def __exit__(self, *_: object) -> None:
-        self.stop()
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        # Like pytest-httpserver's check(): a bug in the fake fails the block that used it.
+        try:
+            if exc_type is None and self.process is not None and self.process.poll() is None:
+                self.check()
+        finally:
+            self.stop()
+
+
+def _option(args: Sequence[str], name: str, kind: Callable[[str], T]) -> T | None:
+    """The value given to ``name`` in a command line (``--name value`` or ``--name=value``)."""
+    for index, arg in enumerate(args):
+        if arg == name and index + 1 < len(args):
+            return kind(args[index + 1])
+        if arg.startswith(name + "="):
+            return kind(arg.split("=", 1)[1])
+    return None
 
 
 def _read_line(stream: object, timeout: float) -> bytes:

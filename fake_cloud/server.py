@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import shutil
 import tempfile
 import threading
@@ -14,8 +15,13 @@ from typing import TYPE_CHECKING
 
 from fake_cloud.app import FakeCloudApp
 from fake_cloud.errors import FakeCloudError
-from fake_cloud.httpserver import HttpServer
-from fake_cloud.models import DEFAULT_JOURNAL_LIMIT, DEFAULT_MAX_PUSH_BYTES, FakeCloudState
+from fake_cloud.httpserver import BODY_TIMEOUT, HEADER_TIMEOUT, IDLE_TIMEOUT, HttpServer
+from fake_cloud.models import (
+    DEFAULT_JOURNAL_LIMIT,
+    DEFAULT_MAX_PUSH_BYTES,
+    DEFAULT_STORE_LIMIT,
+    FakeCloudState,
+)
 
 if TYPE_CHECKING:
     import ssl
@@ -39,6 +45,12 @@ class FakeCloudConfig:
     journal_limit: int = DEFAULT_JOURNAL_LIMIT
     max_push_bytes: int = DEFAULT_MAX_PUSH_BYTES
     ca_out: Path | None = None
+    # Required for a non-loopback bind: every /_fake/ request must then carry it as a bearer token.
+    control_token: str | None = None
+    store_limit: int = DEFAULT_STORE_LIMIT
+    header_timeout: float = HEADER_TIMEOUT
+    body_timeout: float = BODY_TIMEOUT
+    idle_timeout: float = IDLE_TIMEOUT
 
     def validate(self) -> None:
         """The real server's start-up rules for auth, plus range checks; raises FakeCloudError."""
@@ -64,6 +76,16 @@ class FakeCloudConfig:
             raise FakeCloudError(f"journal_limit must be at least 1, got {self.journal_limit}")
         if self.max_push_bytes < 1:
             raise FakeCloudError(f"max_push_bytes must be at least 1, got {self.max_push_bytes}")
+        if self.store_limit < 1:
+            raise FakeCloudError(f"store_limit must be at least 1, got {self.store_limit}")
+        if self.control_token is not None and not self.control_token.strip():
+            raise FakeCloudError("control_token is empty; give a secret, or None on loopback")
+        if not is_loopback(self.host) and self.control_token is None:
+            raise FakeCloudError(
+                f"refusing to bind {self.host or 'every address'!r} without a control token: the /_fake/ API "
+                "(journal with payloads, reset, faults) would be open to the network; "
+                "pass --control-token (or bind 127.0.0.1)"
+            )
 
     def new_state(self) -> FakeCloudState:
         return FakeCloudState(
@@ -72,14 +94,20 @@ class FakeCloudConfig:
             journal_limit=self.journal_limit,
             max_push_bytes=self.max_push_bytes,
             principal_required=self.insecure_no_auth and not self.insecure_permissive,
+            store_limit=self.store_limit,
         )
 
 
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 def _url_host(host: str) -> str:
-    if host in ("0.0.0.0", ""):
-        return "127.0.0.1"
-    if host == "::":
-        return "[::1]"
     return f"[{host}]" if ":" in host else host
 
 
@@ -90,9 +118,17 @@ class Serving:
         config.validate()
         self.config = config
         self.ca_file = ca_file
-        self.app = FakeCloudApp(config.new_state())
+        self.app = FakeCloudApp(config.new_state(), control_token=config.control_token)
         # Control bodies share the cap; the handlers answer 413 themselves past max_push_bytes.
-        self.http = HttpServer(self.app.handle, max_body=max(config.max_push_bytes, 1024 * 1024))
+        self.http = HttpServer(
+            self.app.handle,
+            max_body=max(config.max_push_bytes, 1024 * 1024),
+            screen=self.app.screen,
+            on_error=self.app.record_error,
+            header_timeout=config.header_timeout,
+            body_timeout=config.body_timeout,
+            idle_timeout=config.idle_timeout,
+        )
         self.base_url = ""
 
     async def start(self) -> str:
@@ -104,13 +140,14 @@ class Serving:
                 raise FakeCloudError("tls needs a path for the CA file")
             ssl_context = server_context(self.config.host, self.ca_file)
         try:
-            port = await self.http.start(self.config.host, self.config.port, ssl_context)
+            host, port = await self.http.start(self.config.host or "0.0.0.0", self.config.port, ssl_context)
         except OSError as error:
             raise FakeCloudError(
-                f"cannot listen on {self.config.host}:{self.config.port}: {error.strerror}"
+                f"cannot listen on {self.config.host}:{self.config.port}: {error.strerror or error}"
             ) from None
         scheme = "https" if ssl_context else "http"
-        self.base_url = f"{scheme}://{_url_host(self.config.host)}:{port}"
+        # The address actually bound, not the one asked for: "localhost" is printed as 127.0.0.1.
+        self.base_url = f"{scheme}://{_url_host(host)}:{port}"
         return self.base_url
 
     async def stop(self) -> None:
@@ -182,8 +219,14 @@ class RunningFakeCloud:
         if self._client is None:
             from fake_cloud.client import FakeCloudClient
 
-            self._client = FakeCloudClient(self.base_url, self.ca_file)
+            self._client = FakeCloudClient(
+                self.base_url, self.ca_file, control_token=self.config.control_token
+            )
         return self._client
+
+    def check(self) -> None:
+        """Raise FakeCloudInternalError when the fake recorded a bug of its own (and forget them)."""
+        self.client.check()
 
     def stop(self) -> None:
         if self._client is not None:
@@ -202,8 +245,13 @@ class RunningFakeCloud:
     def __enter__(self) -> RunningFakeCloud:
         return self
 
-    def __exit__(self, *_: object) -> None:
-        self.stop()
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        # Like pytest-httpserver's check(): a bug in the fake fails the block that used it.
+        try:
+            if exc_type is None and self._thread.is_alive():
+                self.check()
+        finally:
+            self.stop()
 
 
 def start_fake_cloud(config: FakeCloudConfig) -> RunningFakeCloud:

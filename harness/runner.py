@@ -214,7 +214,10 @@ def run_scenario(
         if world is not None:
             if "journal" not in result.evidence:
                 _cloud_evidence(result, world)
-            world.close()
+            try:
+                world.close()
+            except FakeCloudError as error:  # FakeCloudInternalError: the fake's own bug
+                result.status, result.error = "error", str(error)
             result.stderr = world.output.text()
             _world_evidence(result, world, base)
         result.timings["teardown"] = time.monotonic() - mark

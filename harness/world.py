@@ -344,6 +344,7 @@ class CloudTarget:
     url: str
     token: str | None
     ca_file: Path | None = None
+    control_token: str | None = None
 
 
 class CloudHandle:
@@ -369,7 +370,7 @@ class CloudHandle:
             self.client = FakeCloudClient(self.base_url, self.ca_file)
         else:
             self.base_url = target.url.rstrip("/")
-            self.client = FakeCloudClient(self.base_url, self.ca_file)
+            self.client = FakeCloudClient(self.base_url, self.ca_file, control_token=target.control_token)
             self._attach(token, allowed_projects)
 
     def _attach(self, token: str | None, allowed: list[str]) -> None:
@@ -422,7 +423,10 @@ class CloudHandle:
         return process.base_url
 
     def close(self) -> None:
-        self._stop()
+        try:
+            self.client.check()  # a bug the fake recorded fails the run as the fake's, never as engram's
+        finally:
+            self._stop()
 
 
 # ─── the world ───────────────────────────────────────────────────────────────

@@ -201,7 +201,7 @@ def test_faults_can_be_listed_and_cleared(cloud: CloudUnderTest, http: httpx.Cli
             "POST",
             "faults",
             {"faults": [{"action": "status", "status": 42}]},
-            "faults[0].status: expected an integer from 100 to 599",
+            "faults[0].status: expected an integer from 200 to 599",
         ),
         ("POST", "faults", {"faults": [{"colour": 1}]}, "faults[0]: unknown field(s) ['colour']"),
         ("POST", "faults", {"faults": "all"}, '"faults" must be a list'),
@@ -233,7 +233,11 @@ def test_received_pages_by_since_seq(cloud: CloudUnderTest, http: httpx.Client) 
     for key in ("a", "b", "c"):
         push(http, key=key)
     assert [r.entity_key for r in cloud.client.received(since_seq=1)] == ["b", "c"]
-    assert http.get("/_fake/received", params={"since_seq": 99}).json() == {"count": 3, "received": []}
+    assert http.get("/_fake/received", params={"since_seq": 99}).json() == {
+        "count": 3,
+        "overflow": 0,
+        "received": [],
+    }
 
 
 def test_wait_keeps_counting_across_a_reset(cloud: CloudUnderTest, http: httpx.Client) -> None:

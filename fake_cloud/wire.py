@@ -1,0 +1,82 @@
+"""What the fake puts on the wire: engram v1.20's replies and error bodies, and how they are encoded.
+
+Protocol code returns a ``Reply`` (status and body); ``render`` turns it into bytes the way Go's
+handlers do (json.Encoder for JSON, http.Error for text).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from engram_contract.gojson import go_json
+from fake_cloud.httpserver import Response
+
+TEXT = "text/plain; charset=utf-8"
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    body: Any  # dict or list: JSON; str: text/plain like Go's http.Error; bytes: raw JSON
+
+
+def actionable(status: int, error_class: str, code: str, message: str) -> Reply:
+    return Reply(status, {"error_class": error_class, "error_code": code, "error": message})
+
+
+PROJECT_REQUIRED = actionable(400, "blocked", "upgrade_blocked_project_required", "project is required")
+FORBIDDEN = actionable(403, "policy", "policy_forbidden", "forbidden: project is not allowed")
+NO_PRINCIPAL = actionable(403, "policy", "policy_forbidden", "forbidden: principal is required")
+NOT_FOUND = Reply(404, "404 page not found")
+
+
+def paused_reply(paused_project: str, primary: str) -> Reply:
+    return Reply(
+        409,
+        {
+            "error_class": "policy",
+            "error_code": "sync-paused",
+            "error": f'sync is paused for project "{paused_project}"',
+            "project": primary,
+            "project_source": "request_body",
+            "project_path": "",
+        },
+    )
+
+
+def payload_invalid(message: str) -> Reply:
+    return actionable(400, "repairable", "upgrade_repairable_payload_invalid", message)
+
+
+def too_large(limit: int) -> Reply:
+    return actionable(
+        413,
+        "repairable",
+        "upgrade_repairable_payload_too_large",
+        f"push payload too large (max {limit} bytes)",
+    )
+
+
+def method_not_allowed(allowed: tuple[str, ...]) -> Response:
+    return text_response(405, "Method Not Allowed", [("allow", ", ".join(allowed))])
+
+
+def json_response(status: int, body: Any, headers: list[tuple[str, str]] | None = None) -> Response:
+    # Go's json.Encoder: sorted keys, compact, HTML-safe escapes, one trailing newline.
+    return Response(status, (go_json(body) + "\n").encode(), "application/json", headers or [])
+
+
+def text_response(status: int, text: str, headers: list[tuple[str, str]] | None = None) -> Response:
+    # Go's http.Error.
+    return Response(
+        status, (text + "\n").encode(), TEXT, [("x-content-type-options", "nosniff"), *(headers or [])]
+    )
+
+
+def render(reply: Reply) -> Response:
+    if isinstance(reply.body, bytes):
+        return Response(reply.status, reply.body, "application/json")
+    if isinstance(reply.body, str):
+        return text_response(reply.status, reply.body)
+    return json_response(reply.status, reply.body)
