@@ -157,6 +157,13 @@ def _parse_steps(items: Any, loc: Loc, located: _Located) -> tuple[Step, ...]:
         children: tuple[Step, ...] = ()
         if isinstance(body, RepeatStep | DeviceStep):
             children = _parse_steps(body.steps, (*item_loc, name, "steps"), located)
+        if isinstance(body, DeviceStep):
+            for child_index, child in enumerate(children):
+                if child.name == "device":
+                    located.add(
+                        (*item_loc, name, "steps", child_index, "device"),
+                        "a device step cannot hold another device step; put devices side by side",
+                    )
         steps.append(Step(name, body, located.line((*item_loc, name)), raw, children))
     return tuple(steps)
 

@@ -191,6 +191,11 @@ def test_bad_checks_say_file_line_what_and_what_is_allowed(expect: str, error: s
             "be unique",
         ),
         (
+            "  - device:\n      name: b\n      steps:\n        - device: {name: c, steps: [{enroll: a}]}\n",
+            "s.scenario.yaml:6: steps.0.device.steps.0.device: a device step cannot hold another device step; "
+            "put devices side by side",
+        ),
+        (
             "  - observe: {as: two words}\n",
             "s.scenario.yaml:3: steps.0.observe.as: String should match pattern '^[A-Za-z0-9][A-Za-z0-9_.-]*$' "
             "(got 'two words')",
