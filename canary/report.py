@@ -13,6 +13,7 @@ from canary.checks import FOREIGN_CHECKS, CheckResult
 from canary.config import CanaryConfig
 from canary.errors import CanaryError
 from canary.findings import Finding
+from canary.lane_health import LANE_CHECKS
 
 PLUGIN_NAME = "ENGRAM-CANARY"
 TEXTFILE_NAME = "engram_canary.prom"
@@ -167,6 +168,20 @@ def write_textfile(result: CheckResult, directory: Path) -> Path:
                 rows = int(finding.evidence.get("unacked_rows") or 0)
                 rows += int(finding.evidence.get("project_unacked_rows") or 0)
                 per_target.labels(db, finding.check, finding.target_key, str(finding.new).lower()).set(rows)
+        lane_rows = Gauge(
+            "engram_canary_lane_blocked_rows",
+            "Rows of a blocked sync lane: refused (blocking) and accepted but waiting behind them (held_back)",
+            ["db", "lane", "kind"],
+            registry=registry,
+        )
+        for finding in result.findings:
+            if finding.check in LANE_CHECKS and finding.target_key is not None:
+                lane_rows.labels(db, finding.target_key, "blocking").set(
+                    finding.evidence.get("blocking_rows") or 0
+                )
+                lane_rows.labels(db, finding.target_key, "held_back").set(
+                    finding.evidence.get("held_back_rows") or 0
+                )
         counts: dict[tuple[str, str, str], int] = {}
         for finding in result.findings:
             labels = (finding.check, finding.severity, str(finding.acknowledged).lower())

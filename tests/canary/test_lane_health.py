@@ -85,6 +85,8 @@ def test_check_names_the_block_the_rows_behind_it_and_the_way_out(blocked: Engra
         and line.endswith(" 1.0")
         for line in prom.splitlines()
     ), prom
+    assert f'engram_canary_lane_blocked_rows{{db="{db}",kind="held_back",lane="cloud"}} 6.0' in prom
+    assert f'engram_canary_lane_blocked_rows{{db="{db}",kind="blocking",lane="cloud"}} 2.0' in prom
     # the way out clears the finding
     assert canary(world, "inbox", "drop", "--unattributed", "--apply").returncode == 0
     assert lane_findings(world)[1] == []
