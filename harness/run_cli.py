@@ -39,10 +39,19 @@ def _binaries(engram_path: Path | None, versions: str | None) -> list[Path]:
 
 
 def _cloud_target(
-    cloud_mode: str | None, url: str | None, token: str | None, ca_file: Path | None
+    cloud_mode: str | None,
+    url: str | None,
+    token: str | None,
+    control_token: str | None,
+    ca_file: Path | None,
 ) -> CloudTarget | None:
     if url is None:
-        for option, value in (("--cloud-token", token), ("--cloud-ca", ca_file)):
+        options = (
+            ("--cloud-token", token),
+            ("--cloud-control-token", control_token),
+            ("--cloud-ca", ca_file),
+        )
+        for option, value in options:
             if value is not None:
                 raise click.UsageError(f"{option} goes with --cloud-url")
         return None
@@ -56,7 +65,10 @@ def _cloud_target(
     if ca_file is not None and not url.startswith("https://"):
         raise click.UsageError("--cloud-ca needs an https:// --cloud-url")
     return CloudTarget(
-        url=url.rstrip("/"), token=token or None, ca_file=ca_file.absolute() if ca_file else None
+        url=url.rstrip("/"),
+        token=token or None,
+        ca_file=ca_file.absolute() if ca_file else None,
+        control_token=control_token or None,
     )
 
 
@@ -79,6 +91,10 @@ def _cloud_target(
     "scenarios then run one at a time, each after a reset.",
 )
 @click.option("--cloud-token", help="With --cloud-url: the bearer token that cloud requires.")
+@click.option(
+    "--cloud-control-token",
+    help="With --cloud-url: the token of its control API (/_fake/), which a fake bound off loopback requires.",
+)
 @click.option(
     "--cloud-ca",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
@@ -128,6 +144,7 @@ def run_command(
     cloud_mode: str | None,
     cloud_url: str | None,
     cloud_token: str | None,
+    cloud_control_token: str | None,
     cloud_ca: Path | None,
     mode: str,
     json_path: Path | None,
@@ -150,7 +167,7 @@ def run_command(
             if report_path is not None and not report_path.parent.is_dir():
                 raise click.UsageError(f"{option} {report_path}: no such directory {report_path.parent}")
         binaries = _binaries(engram_path, versions)
-        cloud_target = _cloud_target(cloud_mode, cloud_url, cloud_token, cloud_ca)
+        cloud_target = _cloud_target(cloud_mode, cloud_url, cloud_token, cloud_control_token, cloud_ca)
         cloud_mode = cloud_mode or "process"
         if cloud_target is not None:
             jobs = 1  # one cloud, one journal: scenarios take turns

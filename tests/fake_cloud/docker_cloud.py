@@ -1,17 +1,13 @@
-"""The fake cloud as a container: built from the repository's Dockerfile, run with testcontainers.
+"""The fake cloud as a container: the harness's image (harness.cloud_image), run with testcontainers.
 
-The image is built once per test session (per xdist worker) from the wheelhouse that
-scripts/build-wheelhouse.sh makes on the host, since containers here reach no package index. A file
-lock serialises the wheelhouse and the build between workers; Docker's layer cache makes the second
-build a no-op.
+The image is the one `engram-harness run --cloud docker` uses, tagged by the digest of what it is made
+from; a file lock in harness.cloud_image lets one xdist worker build it while the other waits.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
-import subprocess
 import tempfile
 import time
 import uuid
@@ -25,9 +21,9 @@ from fake_cloud_support import TOKEN, CloudUnderTest
 
 from fake_cloud.client import FakeCloudClient
 from fake_cloud.server import FakeCloudConfig
+from harness.cloud_image import ensure_image
 
 REPO = Path(__file__).resolve().parents[2]
-IMAGE_TAG = "engram-sync-kit/fake-cloud:test"
 CONTAINER_PORT = 8080
 CA_IN_CONTAINER = "/run/engram-fake-cloud/ca.pem"
 READY_TIMEOUT_SECONDS = 30.0
@@ -46,53 +42,9 @@ def configure_testcontainers() -> None:
         os.environ.setdefault(key, value)
 
 
-@contextlib.contextmanager
-def _build_lock() -> Iterator[None]:
-    lock_path = REPO / ".cache" / "fake-cloud-image.lock"
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with lock_path.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def build_wheelhouse() -> Path:
-    done = subprocess.run(
-        ["bash", str(REPO / "scripts" / "build-wheelhouse.sh")], capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"scripts/build-wheelhouse.sh failed: {done.stderr.strip()[-2000:]}")
-    return Path(done.stdout.strip().splitlines()[-1])
-
-
-def build_image(base_image: str, tag: str = IMAGE_TAG) -> str:
-    """Wheelhouse, then `docker build` of the repository's Dockerfile with BASE_IMAGE; returns the tag."""
-    configure_testcontainers()
-    from testcontainers.core.image import DockerImage
-
-    with _build_lock():
-        build_wheelhouse()
-        previous = _image_id(tag)
-        # clean_up=False: the tagged image keeps its layers, which the next session's build reuses.
-        DockerImage(path=str(REPO), tag=tag, buildargs={"BASE_IMAGE": base_image}, clean_up=False).build()
-        if previous and previous != _image_id(tag):
-            # With the vfs storage driver every image is a full copy; drop the one this build replaced
-            # (refused harmlessly while a container still uses it).
-            subprocess.run(["docker", "rmi", previous], capture_output=True, check=False, timeout=120)
-    return tag
-
-
-def _image_id(tag: str) -> str:
-    done = subprocess.run(
-        ["docker", "image", "inspect", "--format", "{{.Id}}", tag],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
-    return done.stdout.strip() if done.returncode == 0 else ""
+def build_image(base_image: str) -> str:
+    """The harness's own image for this checkout (found, or built from the Dockerfile on BASE_IMAGE)."""
+    return ensure_image(base_image=base_image)
 
 
 @dataclass
@@ -102,13 +54,14 @@ class DockerFakeCloud:
     container: object
     base_url: str
     ca_file: Path | None
+    control_token: str | None = None
     _client: FakeCloudClient | None = field(default=None, repr=False)
     _tmp: tempfile.TemporaryDirectory[str] | None = field(default=None, repr=False)
 
     @property
     def client(self) -> FakeCloudClient:
         if self._client is None:
-            self._client = FakeCloudClient(self.base_url, self.ca_file)
+            self._client = FakeCloudClient(self.base_url, self.ca_file, control_token=self.control_token)
         return self._client
 
     def logs(self) -> str:
@@ -132,8 +85,10 @@ class DockerFakeCloud:
         self.stop()
 
 
-def _environment(config: FakeCloudConfig) -> dict[str, str]:
+def _environment(config: FakeCloudConfig, control_token: str) -> dict[str, str]:
     env = {
+        # The container binds 0.0.0.0, so the fake requires a control token for /_fake/.
+        "ENGRAM_FAKE_CLOUD_CONTROL_TOKEN": control_token,
         "ENGRAM_CLOUD_ALLOWED_PROJECTS": ",".join(config.allowed_projects),
         "ENGRAM_CLOUD_MAX_PUSH_BYTES": str(config.max_push_bytes),
         "ENGRAM_FAKE_CLOUD_TLS": "1" if config.tls else "0",
@@ -147,20 +102,23 @@ def _environment(config: FakeCloudConfig) -> dict[str, str]:
     return env
 
 
-def start_docker_fake_cloud(config: FakeCloudConfig, image: str = IMAGE_TAG) -> DockerFakeCloud:
+def start_docker_fake_cloud(config: FakeCloudConfig, image: str) -> DockerFakeCloud:
     """Run the image with the config's auth, allowlist and TLS; return once /_fake/ready answers."""
     configure_testcontainers()
     from testcontainers.core.container import DockerContainer
 
     container = DockerContainer(image, name=f"engram-fake-cloud-{uuid.uuid4().hex[:12]}")
     container.with_exposed_ports(CONTAINER_PORT)
-    for key, value in _environment(config).items():
+    control_token = config.control_token or f"control-{uuid.uuid4().hex}"
+    for key, value in _environment(config, control_token).items():
         container.with_env(key, value)
     container.start()
     host = container.get_container_host_ip()
     port = container.get_exposed_port(CONTAINER_PORT)
     scheme = "https" if config.tls else "http"
-    cloud = DockerFakeCloud(container=container, base_url=f"{scheme}://{host}:{port}", ca_file=None)
+    cloud = DockerFakeCloud(
+        container=container, base_url=f"{scheme}://{host}:{port}", ca_file=None, control_token=control_token
+    )
     try:
         _wait_ready(cloud, config.tls)
     except BaseException:
@@ -210,5 +168,5 @@ DOCKER_MODE = pytest.param("docker", marks=pytest.mark.docker, id="docker")
 @contextlib.contextmanager
 def start_docker(tmp: Path) -> Iterator[CloudUnderTest]:
     """The ``docker`` mode of the ``cloud`` fixture; the image must be built (``fake_cloud_image``)."""
-    with start_docker_fake_cloud(FakeCloudConfig(token=TOKEN)) as cloud:
+    with start_docker_fake_cloud(FakeCloudConfig(token=TOKEN), ensure_image()) as cloud:
         yield CloudUnderTest("docker", cloud.base_url, cloud.ca_file, cloud.client)

@@ -4,9 +4,12 @@ start without auth. The contract runs against the container through the ``cloud`
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -15,13 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
-from docker_cloud import (
-    REPO,
-    _build_lock,
-    build_wheelhouse,
-    health_status,
-    start_docker_fake_cloud,
-)
+from docker_cloud import REPO, health_status, start_docker_fake_cloud
 
 from fake_cloud.server import FakeCloudConfig
 
@@ -88,58 +85,108 @@ def test_container_refuses_to_start_without_auth(fake_cloud_image: str) -> None:
 
 
 @pytest.fixture
-def compose_project(base_image: str) -> Iterator[tuple[list[str], dict[str, str]]]:
+def compose_project(fake_cloud_image: str, tmp_path: Path) -> Iterator[tuple[list[str], dict[str, str]]]:
+    """compose.yaml as docs/fake-cloud-container.md runs it: the harness's image, a token, TLS."""
     if shutil.which("docker-compose") is None:
-        reason = "docker-compose is not installed (apt-get install docker-compose)"
+        reason = "docker-compose is not installed (scripts/docker-engine.sh compose)"
         if IN_CI:
             pytest.fail(f"CI=true and {reason}", pytrace=False)
         pytest.skip(reason)
     command = ["docker-compose", "-p", f"ekfake{uuid.uuid4().hex[:10]}", "-f", str(REPO / "compose.yaml")]
     env = {
         **os.environ,
-        "BASE_IMAGE": base_image,
+        "ENGRAM_FAKE_CLOUD_IMAGE": fake_cloud_image,
         "ENGRAM_CLOUD_TOKEN": "compose-token",
+        "ENGRAM_FAKE_CLOUD_CONTROL_TOKEN": "compose-control-token",
+        "ENGRAM_FAKE_CLOUD_TLS": "1",
+        "ENGRAM_FAKE_CLOUD_CA_DIR": str(tmp_path / "ca"),
         "ENGRAM_FAKE_CLOUD_HOST_PORT": "",  # a free loopback port
     }
     try:
         yield command, env
     finally:
-        # --rmi all drops the compose-tagged copy; its layers stay shared with the fixture's image.
-        subprocess.run(
-            [*command, "down", "-t", "5", "--rmi", "all"],
-            env=env,
-            capture_output=True,
-            check=False,
-            timeout=120,
-        )
+        subprocess.run([*command, "down", "-t", "5"], env=env, capture_output=True, check=False, timeout=300)
 
 
-def test_compose_up_serves_health_on_loopback(compose_project: tuple[list[str], dict[str, str]]) -> None:
+@pytest.mark.engram
+def test_compose_up_then_a_scenario_runs_against_it_with_cloud_url(
+    compose_project: tuple[list[str], dict[str, str]], engram_bin: Path, tmp_path: Path
+) -> None:
     command, env = compose_project
-    with _build_lock():
-        build_wheelhouse()
-        up = subprocess.run(
-            [*command, "up", "-d", "--build"], env=env, capture_output=True, text=True, timeout=600
-        )
+    up = subprocess.run([*command, "up", "-d"], env=env, capture_output=True, text=True, timeout=600)
     assert up.returncode == 0, up.stderr[-2000:]
     port = subprocess.run(
         [*command, "port", "fake-cloud", "8080"], env=env, capture_output=True, text=True, timeout=60
     )
     address = port.stdout.strip()
     assert address.startswith("127.0.0.1:"), (address, port.stderr)
-    base_url = f"http://{address}"
-    deadline, status = time.monotonic() + 30, 0
+    base_url, ca_file = f"https://{address}", tmp_path / "ca" / "ca.pem"
+    deadline, status = time.monotonic() + 60, 0
     while time.monotonic() < deadline and status != 200:
-        try:
-            status = health_status(base_url)
-        except httpx.HTTPError:
-            time.sleep(0.2)
+        with contextlib.suppress(httpx.HTTPError):
+            status = health_status(base_url, ca_file) if ca_file.exists() else 0
+        time.sleep(0.2)
     assert status == 200
-    pull = httpx.get(
-        f"{base_url}/sync/mutations/pull",
-        headers={"Authorization": "Bearer compose-token"},
-        trust_env=False,
-        timeout=10,
+
+    report = tmp_path / "report.json"
+    scenario = REPO / "scenarios" / "enrolled-legacy-lane.scenario.yaml"
+    run = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "engram-harness"),
+            "run",
+            str(scenario),
+            "--engram",
+            str(engram_bin),
+            "--cloud-url",
+            base_url,
+            "--cloud-token",
+            "compose-token",
+            "--cloud-control-token",
+            "compose-control-token",
+            "--cloud-ca",
+            str(ca_file),
+            "--expect",
+            "baseline",
+            "--json",
+            str(report),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
-    assert pull.status_code == 200
-    assert pull.json()["mutations"] == []
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert f"({base_url} cloud, 1 at a time)" in run.stdout
+    [result] = json.loads(report.read_text())["scenarios"]
+    assert (result["id"], result["status"]) == ("enrolled-legacy-lane", "passed")
+
+    down = subprocess.run([*command, "down", "-t", "5"], env=env, capture_output=True, text=True, timeout=300)
+    assert down.returncode == 0, down.stderr[-2000:]
+    with pytest.raises(httpx.HTTPError):
+        health_status(base_url, ca_file)
+
+
+def test_a_base_image_that_cannot_be_made_is_one_line_that_says_what_to_run(docker_client: Any) -> None:
+    env = {
+        **os.environ,
+        "ENGRAM_KIT_BASE_IMAGE": f"local/engram-kit-missing:{uuid.uuid4().hex[:8]}",
+        "ENGRAM_KIT_DEBIAN_MIRROR": "http://127.0.0.1:9/debian",  # refused: debootstrap fails at once
+    }
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "engram-harness"), "cloud", "image"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert (done.returncode, done.stdout) == (1, ""), done
+    *progress, error = done.stderr.splitlines()
+    assert progress == [
+        f"fake cloud image: no base image {env['ENGRAM_KIT_BASE_IMAGE']}; making it from Debian packages "
+        "(about a minute)"
+    ]
+    assert error.startswith(
+        f"Error: no base image {env['ENGRAM_KIT_BASE_IMAGE']}, and it could not be made ("
+    )
+    assert error.endswith("); run (as root): scripts/docker-engine.sh base"), error
