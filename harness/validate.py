@@ -38,8 +38,9 @@ from canary.inbox import InboxSnapshot, KeySummary, read_inbox, summarize
 from canary.report import headline
 from canary.triage import TRIAGE_LOG_NAME
 from engram_contract import LEGACY_TARGET
+from fake_cloud.errors import FakeCloudError
 from harness.engram_env import EngramEnvironment, meaningful_stderr
-from harness.errors import HarnessError
+from harness.errors import HarnessError, StepFailed
 from harness.lanes import LocalMutation, compute_lanes, read_acked_seqs, read_local_mutations
 from harness.runner import copy_database
 from harness.world import CloudHandle, EngramDaemon, engram_version
@@ -362,6 +363,9 @@ class Rehearsal:
             daemon.stop()
             received = cloud.client.received()
             journal = cloud.client.journal()
+        except (StepFailed, FakeCloudError) as error:
+            # engram serve that does not start or dies, a fake cloud that stops answering: one line.
+            raise ValidateError(f"{self.label}: {_one_line(str(error))}") from None
         finally:
             daemon.close()
             cloud.close()
@@ -405,7 +409,7 @@ class Rehearsal:
                 if time.monotonic() > deadline or not daemon.running:
                     raise ValidateError(
                         f"{self.label}: engram's worker did not finish tick {number} within "
-                        f"{self.tick_timeout:.0f}s; serve log: {meaningful_stderr(daemon.log_text())[-500:]}"
+                        f"{self.tick_timeout:.0f}s; serve log: {_one_line(daemon.log_text())}"
                     )
                 time.sleep(0.2)
             before = now
@@ -435,6 +439,10 @@ class Rehearsal:
             if pending == 0 or pending == previous_pending:
                 break  # idle: nothing left that this worker reads, or it stopped making progress
             previous_pending = pending
+
+
+def _one_line(log: str, limit: int = 500) -> str:
+    return " | ".join(meaningful_stderr(log).splitlines())[-limit:] or "(empty)"
 
 
 def refused_projects(pushes: Sequence[Any]) -> list[str]:
@@ -699,8 +707,9 @@ def _aliases_copy(source: Path | None, target: Path) -> tuple[AliasMap, Path]:
 
 
 def _snapshot_copy(db: Path, aliases: AliasMap) -> dict[str, Any]:
-    inbox, _ = inbox_snapshot(db, aliases)
+    inbox, summaries = inbox_snapshot(db, aliases)
     return {
+        "summaries": summaries,
         "canary": canary_snapshot(db),
         "inbox": inbox,
         "foreign_targets": foreign_targets(db),
@@ -743,7 +752,7 @@ def validate(options: ValidateOptions, progress: Progress = lambda _message: Non
         aliases, aliases_file = _aliases_copy(options.aliases, base / "aliases.yaml")
         schema_before = schema_snapshot(current_env.db_path)
         before = _snapshot_copy(current_env.db_path, aliases)
-        _, summaries = inbox_snapshot(current_env.db_path, aliases)
+        summaries: list[KeySummary] = before["summaries"]
         rehearsals = [
             Rehearsal(
                 "current",

@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from canary.derive import AliasMap
 from harness.cli import cli
 from harness.deployment import DeploymentSpec, DeploymentSummary, generate
+from harness.engram_env import EngramEnvironment
 from harness.validate import inbox_snapshot
 from harness.validate_report import anonymized, render_html, render_markdown
 
@@ -211,3 +212,27 @@ def test_anonymized_report_keeps_the_numbers_and_leaks_no_name(validated: Valida
     for kind, text in outputs.items():
         leaked = sorted(name for name in names if name in text)
         assert leaked == [], f"{kind} leaks {leaked[:5]}"
+
+
+def test_an_engram_whose_serve_dies_is_a_one_line_error(engram_bin: Path, tmp_path: Path) -> None:
+    world = EngramEnvironment(binary=engram_bin, root=tmp_path / "machine").prepare()
+    assert world.run(["cloud", "enroll", "my-app"]).returncode == 0
+    broken = tmp_path / "engram"
+    broken.write_text(
+        "#!/bin/sh\n"
+        'case "$1" in\n'
+        "  version) echo 'engram 1.20.0' ;;\n"
+        '  doctor) echo \'{"status": "ok", "checks": []}\' ;;\n'
+        "  serve) echo 'panic: cannot listen' >&2; echo 'goroutine 1 [running]:' >&2; exit 2 ;;\n"
+        "esac\n"
+    )
+    broken.chmod(0o755)
+    aliases = tmp_path / "aliases.yaml"
+    aliases.write_text("")
+    args = ["validate", "--db", str(world.db_path), "--engram", str(broken), "--aliases", str(aliases)]
+    result = CliRunner().invoke(cli, [*args, "--no-what-if", "-q"])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 1 and len(lines) == 1, result.output
+    assert lines[0].startswith(
+        "Error: current: engram serve did not become ready; its log: | panic: cannot listen"
+    )
