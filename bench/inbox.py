@@ -8,30 +8,48 @@
    --apply` (how long the write lock is held: engram v1.20 retries a busy write for only ~85 ms).
 2. Rows written by the real engram (`engram serve`, POST /observations): `inbox claim --apply` of N rows,
    write-lock time, for N in 100, 1000, 5000.
+3. The contract pre-flight of claim (issue 10), on the same N rows: its own cost, and the write-lock time
+   of the claim with the pre-flight where it runs (before BEGIN IMMEDIATE, on the read snapshot) beside
+   the lock time if it ran inside the lock, on identical copies of the database, in one run.
+   `--claims-only` re-measures 2 and 3 and keeps the rest of the results file.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import platform
 import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import closing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import click
 import httpx
 
 from bench.canary import build_database
-from canary.db import discover_schema, open_read_only
+from canary.db import discover_schema, open_read_only, read_transaction
 from canary.derive import AliasMap
 from canary.inbox import read_inbox, summarize
-from canary.triage import CleanupPlanner, InboxPlanner, Selection, apply, plan_claim, plan_drop
+from canary.triage import (
+    CleanupPlanner,
+    InboxPlanner,
+    Plan,
+    Selection,
+    apply,
+    entry_refusal,
+    plan_claim,
+    plan_drop,
+)
 from harness.deployment import DeploymentSpec, generate
 from harness.engram_env import EngramEnvironment
 from harness.engram_install import DEFAULT_VERSION, find_engram
@@ -41,6 +59,15 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "inbox.json"
 CANARY = Path(sys.executable).parent / "engram-canary"
 ENGRAM_RETRY_BUDGET_MS = 10 + 25 + 50
+# bench/results/inbox.json as committed in 256df36, before the pre-flight existed (same machine class).
+BEFORE_ISSUE_10: dict[str, Any] = {
+    "commit": "256df36",
+    "claim_real_engram_rows": [
+        {"rows": 100, "lock_held_ms": 1.2},
+        {"rows": 1000, "lock_held_ms": 8.6},
+        {"rows": 5000, "lock_held_ms": 56.7},
+    ],
+}
 
 
 def timed(action: Callable[[], Any]) -> float:
@@ -121,7 +148,8 @@ def big_database(engram: Path, cache: Path, workdir: Path) -> Path:
     return db
 
 
-def claim_timing(engram: Path, workdir: Path, rows: int) -> dict[str, Any]:
+def real_engram_rows(engram: Path, workdir: Path, rows: int) -> Path:
+    """N legacy-lane rows of project side-project written by `engram serve` (1 session + N-1 observations)."""
     world = EngramEnvironment(binary=engram, root=workdir / f"claim-{rows}").prepare()
     port = free_port()
     with (world.root / "serve.log").open("wb") as log:
@@ -166,16 +194,94 @@ def claim_timing(engram: Path, workdir: Path, rows: int) -> dict[str, Any]:
     subprocess.run(
         [str(engram), "cloud", "enroll", "main-proj"], env=world.env(), check=True, capture_output=True
     )
-    selection = Selection("side-project")
-    result = apply(world.db_path, InboxPlanner(AliasMap(), lambda s: plan_claim(s, selection, "main-proj")))
-    return {"rows": len(result.plan.acks), "lock_held_ms": round(result.lock_held_ms, 1)}
+    return world.db_path
+
+
+def fresh_copy(source: Path, target: Path) -> Path:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with closing(sqlite3.connect(str(source))) as origin, closing(sqlite3.connect(str(target))) as copy:
+        origin.backup(copy)
+    return target
+
+
+@dataclass(frozen=True)
+class PreflightInsideLock(InboxPlanner):
+    """The placement issue 10 forbids, for comparison: the contract pre-flight repeated under the lock."""
+
+    def revalidate(self, connection: sqlite3.Connection, schema: Any, plan: Plan) -> Plan:
+        for copy in plan.copies:
+            entry_refusal(copy.project, copy.source, copy.payload)
+        return super().revalidate(connection, schema, plan)
+
+
+def preflight_ms(db: Path, selection: Selection) -> tuple[float, float, int]:
+    """(plan with the pre-flight, the pre-flight alone, copies) on a read snapshot."""
+    connection = open_read_only(db)
+    try:
+        schema = discover_schema(connection, db)
+        with read_transaction(connection):
+            began = time.perf_counter()
+            plan = InboxPlanner(AliasMap(), lambda s: plan_claim(s, selection, "main-proj")).plan(
+                connection, schema
+            )
+            plan_ms = (time.perf_counter() - began) * 1000
+    finally:
+        connection.close()
+    began = time.perf_counter()
+    for copy in plan.copies:
+        entry_refusal(copy.project, copy.source, copy.payload)
+    return plan_ms, (time.perf_counter() - began) * 1000, len(plan.copies)
+
+
+def claim_timing(engram: Path, workdir: Path, rows: int, runs: int) -> dict[str, Any]:
+    source = real_engram_rows(engram, workdir, rows)
+    selection = Selection("side-project", memories_only=False)
+    variants: dict[str, list[float]] = {
+        "no_preflight": [],
+        "preflight_before_lock": [],
+        "preflight_inside_lock": [],
+    }
+    plans: list[float] = []
+    checks: list[float] = []
+    copies = 0
+    for run in range(runs):
+        for name in variants:
+            db = fresh_copy(source, workdir / f"claim-{rows}-{name}-{run}" / "engram.db")
+            planner_type = PreflightInsideLock if name == "preflight_inside_lock" else InboxPlanner
+            planner = planner_type(AliasMap(), lambda s: plan_claim(s, selection, "main-proj"))
+            if name == "no_preflight":  # the code before issue 10: every copy accepted unchecked
+                with mock.patch("canary.triage.entry_refusal", lambda *_: None):
+                    variants[name].append(apply(db, planner).lock_held_ms)
+            else:
+                variants[name].append(apply(db, planner).lock_held_ms)
+        plan_ms, check_ms, copies = preflight_ms(
+            fresh_copy(source, workdir / f"claim-{rows}-plan-{run}.db"), selection
+        )
+        plans.append(plan_ms)
+        checks.append(check_ms)
+    return {
+        "rows": rows,
+        "copies": copies,
+        "lock_held_ms_without_preflight": round(statistics.median(variants["no_preflight"]), 1),
+        "lock_held_ms": round(statistics.median(variants["preflight_before_lock"]), 1),
+        "lock_held_ms_if_preflight_inside_lock": round(
+            statistics.median(variants["preflight_inside_lock"]), 1
+        ),
+        "preflight_ms": round(statistics.median(checks), 1),
+        "min_lock_held_ms": {name: round(min(values), 1) for name, values in variants.items()},
+        "min_preflight_ms": round(min(checks), 1),
+        "plan_ms_with_preflight": round(statistics.median(plans), 1),
+        "runs": runs,
+    }
 
 
 @click.command()
 @click.option("--runs", default=3, show_default=True, help="repetitions of each list timing")
 @click.option("--cache", type=click.Path(path_type=Path), default=ROOT / ".cache" / "bench-canary")
 @click.option("--skip-big", is_flag=True, help="skip the 1M-row database")
-def main(runs: int, cache: Path, skip_big: bool) -> None:
+@click.option("--claims-only", is_flag=True, help="re-measure only the claims; keep the rest of the results")
+def main(runs: int, cache: Path, skip_big: bool, claims_only: bool) -> None:
+    load_at_start = [round(x, 2) for x in os.getloadavg()]
     engram = find_engram(DEFAULT_VERSION)
     if engram is None:
         raise click.ClickException(
@@ -186,23 +292,35 @@ def main(runs: int, cache: Path, skip_big: bool) -> None:
     ) as tmp:
         workdir = Path(tmp)
         datasets: dict[str, Any] = {}
-        design = design_database(engram, workdir)
-        datasets["design_7.6k"] = {"list": list_timings(design, runs), **triage_timings(design)}
-        if not skip_big:
-            big = big_database(engram, cache, workdir)
-            datasets["scaled_1M"] = {"list": list_timings(big, runs), **triage_timings(big)}
-        claims = [claim_timing(engram, workdir, rows) for rows in (100, 1000, 5000)]
+        if claims_only:
+            datasets = json.loads(RESULTS.read_text())["datasets"]
+        else:
+            design = design_database(engram, workdir)
+            datasets["design_7.6k"] = {"list": list_timings(design, runs), **triage_timings(design)}
+            if not skip_big:
+                big = big_database(engram, cache, workdir)
+                datasets["scaled_1M"] = {"list": list_timings(big, runs), **triage_timings(big)}
+        claims = [claim_timing(engram, workdir, rows, runs) for rows in (100, 1000, 5000)]
     result = {
         "benchmark": "inbox",
         "machine": {
             "python": platform.python_version(),
             "platform": platform.platform(),
             "cpus": __import__("os").cpu_count(),
+            "load_average_at_start_and_end": [load_at_start, [round(x, 2) for x in os.getloadavg()]],
         },
         "engram": DEFAULT_VERSION,
         "engram_busy_retry_budget_ms": ENGRAM_RETRY_BUDGET_MS,
         "datasets": datasets,
         "claim_real_engram_rows": claims,
+        "claim_before_issue_10": BEFORE_ISSUE_10,
+        "claim_note": (
+            "lock_held_ms_without_preflight: the claim with every copy accepted unchecked (the code before "
+            "issue 10); lock_held_ms: the pre-flight runs on the read snapshot before BEGIN IMMEDIATE (as shipped); "
+            "lock_held_ms_if_preflight_inside_lock: the same claim with the pre-flight repeated under the lock, "
+            "on an identical copy; claims copy session and observation rows (--with-telemetry) so N matches "
+            "the earlier runs"
+        ),
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
@@ -218,10 +336,17 @@ def main(runs: int, cache: Path, skip_big: bool) -> None:
             f"{data['cleanup_phantoms']['lock_held_ms']:>15}"
         )
     click.echo(
-        f"{'claim rows':>10} {'lock ms':>8}   (engram retries a busy write for ~{ENGRAM_RETRY_BUDGET_MS} ms)"
+        f"{'claim rows':>10} {'no check':>8} {'lock ms':>8} {'if inside':>9} {'preflight ms':>12} "
+        f"{'256df36':>10}   "
+        f"(engram retries a busy write for ~{ENGRAM_RETRY_BUDGET_MS} ms)"
     )
+    before = {entry["rows"]: entry["lock_held_ms"] for entry in BEFORE_ISSUE_10["claim_real_engram_rows"]}
     for claim in claims:
-        click.echo(f"{claim['rows']:>10} {claim['lock_held_ms']:>8}")
+        click.echo(
+            f"{claim['rows']:>10} {claim['lock_held_ms_without_preflight']:>8} {claim['lock_held_ms']:>8} "
+            f"{claim['lock_held_ms_if_preflight_inside_lock']:>9} "
+            f"{claim['preflight_ms']:>12} {before.get(claim['rows'], '-'):>10}"
+        )
     click.echo(f"wrote {RESULTS}")
 
 
