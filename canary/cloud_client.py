@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import ssl
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,6 +29,8 @@ from canary.errors import CanaryError
 
 PULL_PAGE_LIMIT = 100  # the server's own cap (cloudserver/mutations.go defaultPullLimit)
 DEFAULT_TIMEOUT_SECONDS = 30.0
+# A pull page is at most 100 rows and a chunk push at most the server's body limit (8 MiB by default).
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
 CLOUD_CONFIG_FILE = "cloud.json"
 
 
@@ -171,6 +174,7 @@ class CloudReader:
     def __init__(self, settings: CloudSettings, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> None:
         self.settings = settings
         self.requests = 0
+        self.timeout = timeout
         headers = {"Accept": "application/json", "User-Agent": "engram-canary-reconcile"}
         if settings.token is not None:
             headers["Authorization"] = f"Bearer {settings.token}"
@@ -195,16 +199,26 @@ class CloudReader:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def _get(self, path: str, params: dict[str, str | int] | None = None) -> httpx.Response:
+    def _get(self, path: str, params: dict[str, str | int] | None = None) -> tuple[int, bytes]:
+        """(status, body) of one GET; the whole answer must arrive within the timeout and the size cap."""
         where = f"GET {path}"
         self.requests += 1
+        deadline = time.monotonic() + self.timeout
         try:
-            response = self._http.get(path, params=params)
+            with self._http.stream("GET", path, params=params) as response:
+                body = bytearray()
+                for piece in response.iter_bytes():
+                    body += piece
+                    if len(body) > MAX_ANSWER_BYTES:
+                        raise CloudUnavailable(f"{where}: answer larger than {MAX_ANSWER_BYTES >> 20} MiB")
+                    if time.monotonic() > deadline:
+                        raise httpx.ReadTimeout("too slow")
+                status = response.status_code
         except httpx.ConnectError as error:
             raise CloudUnavailable(_connect_failure(self.settings, where, error)) from None
         except httpx.TimeoutException:
             raise CloudUnavailable(
-                f"{where} on {self.settings.url}: no answer within {self._http.timeout.read:g} s"
+                f"{where} on {self.settings.url}: no answer within {self.timeout:g} s"
             ) from None
         except httpx.RemoteProtocolError as error:
             raise CloudUnavailable(
@@ -214,24 +228,24 @@ class CloudReader:
             raise CloudUnavailable(
                 f"{where} on {self.settings.url}: {type(error).__name__}: {one_line(str(error))}"
             ) from None
-        if response.status_code == 401:
+        if status == 401:
             raise CloudUnavailable(
-                f"{where}: the cloud refused the token (401 {_error_text(response)}); "
+                f"{where}: the cloud refused the token (401 {_error_text(body)}); "
                 f"token from {self.settings.token_source or 'nowhere (none configured)'}"
             )
-        if response.status_code == 403:
-            raise CloudUnavailable(f"{where}: the cloud forbids this read (403 {_error_text(response)})")
-        if response.status_code != 200:
-            raise CloudUnavailable(f"{where}: HTTP {response.status_code} {_error_text(response)}")
-        return response
+        if status == 403:
+            raise CloudUnavailable(f"{where}: the cloud forbids this read (403 {_error_text(body)})")
+        if status != 200:
+            raise CloudUnavailable(f"{where}: HTTP {status} {_error_text(body)}")
+        return status, bytes(body)
 
     def _json(self, path: str, params: dict[str, str | int] | None = None) -> Any:
-        response = self._get(path, params)
+        _, body = self._get(path, params)
         try:
-            return response.json()
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            return json.loads(body)
+        except (ValueError, RecursionError) as error:
             raise CloudUnavailable(
-                f"GET {path}: truncated or malformed JSON ({one_line(str(error), 120)}; {len(response.content)} bytes)"
+                f"GET {path}: truncated or malformed JSON ({one_line(str(error), 120)}; {len(body)} bytes)"
             ) from None
 
     def pull_page(self, since_seq: int, limit: int = PULL_PAGE_LIMIT) -> PullPage:
@@ -357,14 +371,15 @@ def _instant(text: str) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def _error_text(response: httpx.Response) -> str:
+def _error_text(body: bytes) -> str:
+    text = body.decode("utf-8", "replace")
     try:
-        body = response.json()
-    except ValueError:
-        return one_line(response.text, 160)
-    if isinstance(body, dict):
-        return one_line(str(body.get("error") or body.get("error_code") or body), 160)
-    return one_line(str(body), 160)
+        decoded = json.loads(text)
+    except (ValueError, RecursionError):
+        return one_line(text, 160)
+    if isinstance(decoded, dict):
+        return one_line(str(decoded.get("error") or decoded.get("error_code") or decoded), 160)
+    return one_line(str(decoded), 160)
 
 
 def _connect_failure(settings: CloudSettings, where: str, error: httpx.ConnectError) -> str:

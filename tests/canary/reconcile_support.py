@@ -9,6 +9,7 @@ import socket
 import sqlite3
 import subprocess
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,8 +80,9 @@ def journal(db: Path) -> list[tuple[int, str, str, str, str | None]]:
 class CannedServer:
     """A loopback HTTP server that answers every request with the same raw bytes, then closes."""
 
-    def __init__(self, answer: bytes) -> None:
+    def __init__(self, answer: bytes, drip_seconds: float = 0.0) -> None:
         self.answer = answer
+        self.drip_seconds = drip_seconds  # > 0: the head at once, then the body one byte at a time
         self._socket = socket.socket()
         self._socket.bind(("127.0.0.1", 0))
         self._socket.listen(16)
@@ -103,15 +105,22 @@ class CannedServer:
                 # One read is the whole request line and headers of a GET (or a TLS ClientHello).
                 self.requests.append(connection.recv(65536))
                 with contextlib.suppress(OSError):
-                    connection.sendall(self.answer)
+                    if not self.drip_seconds:
+                        connection.sendall(self.answer)
+                        continue
+                    head, _, body = self.answer.partition(b"\r\n\r\n")
+                    connection.sendall(head + b"\r\n\r\n")
+                    for byte in body:
+                        time.sleep(self.drip_seconds)
+                        connection.sendall(bytes([byte]))
 
     def close(self) -> None:
         self._socket.close()
 
 
 @contextlib.contextmanager
-def canned(answer: bytes) -> Iterator[CannedServer]:
-    server = CannedServer(answer)
+def canned(answer: bytes, drip_seconds: float = 0.0) -> Iterator[CannedServer]:
+    server = CannedServer(answer, drip_seconds)
     try:
         yield server
     finally:

@@ -376,6 +376,31 @@ def test_bad_pages_without_a_token(synced: Synced, case: str) -> None:
     assert_unknown(ran, pattern)
 
 
+def test_a_cloud_that_drips_its_answer_byte_by_byte(synced: Synced) -> None:
+    """Each read gets a byte in time, so only a deadline for the whole answer ends it."""
+    body = json.dumps({"mutations": [], "has_more": False}).encode()
+    with canned(http_answer("200 OK", body), drip_seconds=0.2) as server:
+        ran = run_reconcile(synced.db, {"ENGRAM_CLOUD_SERVER": server.url}, "--timeout", "1")
+
+    assert_unknown(ran, r"GET /sync/mutations/pull on http://127\.0\.0\.1:\d+: no answer within 1 s")
+
+
+def test_a_huge_answer_is_cut_off(synced: Synced) -> None:
+    size = 65 * 1024 * 1024
+    with canned(http_answer("200 OK", b"[" + b" " * (size - 2) + b"]")) as server:
+        ran = run_reconcile(synced.db, {"ENGRAM_CLOUD_SERVER": server.url})
+
+    assert_unknown(ran, r"GET /sync/mutations/pull: answer larger than 64 MiB")
+
+
+def test_deeply_nested_json(synced: Synced) -> None:
+    depth = 100_000
+    with canned(http_answer("200 OK", b"[" * depth + b"]" * depth)) as server:
+        ran = run_reconcile(synced.db, {"ENGRAM_CLOUD_SERVER": server.url})
+
+    assert_unknown(ran, r"GET /sync/mutations/pull: truncated or malformed JSON \(.+; 200000 bytes\)")
+
+
 def test_a_token_is_never_sent_over_plain_http(synced: Synced) -> None:
     with canned(http_answer("200 OK", b"{}")) as server:
         ran = run_reconcile(synced.db, {"ENGRAM_CLOUD_SERVER": server.url, "ENGRAM_CLOUD_TOKEN": TOKEN})
