@@ -23,6 +23,7 @@ from reconcile_support import (
     engram,
     http_answer,
     journal,
+    reconcile_here,
     run_reconcile,
     save_memories,
 )
@@ -100,7 +101,7 @@ def test_rows_the_chunk_path_acked_are_delivered(synced: Synced) -> None:
 
 
 def test_json_document(synced: Synced) -> None:
-    ran = run_reconcile(synced.db, synced.env, "--format", "json")
+    ran = reconcile_here(synced.db, synced.env, "--format", "json")
 
     assert ran.returncode == 0
     document = json.loads(ran.stdout)
@@ -142,8 +143,8 @@ def test_an_empty_cloud_loses_every_acked_row_with_evidence(
 ) -> None:
     rows = {seq: (entity, key, acked) for seq, _, entity, key, acked in journal(synced.db)}
 
-    ran = run_reconcile(synced.db, cloud_env(empty_cloud))
-    as_json = json.loads(run_reconcile(synced.db, cloud_env(empty_cloud), "--format", "json").stdout)
+    ran = reconcile_here(synced.db, cloud_env(empty_cloud))
+    as_json = json.loads(reconcile_here(synced.db, cloud_env(empty_cloud), "--format", "json").stdout)
 
     assert (ran.returncode, ran.stderr) == (2, "")
     lines = ran.stdout.splitlines()
@@ -174,7 +175,7 @@ def test_prometheus_gauges_on_stdout_and_in_a_textfile(
 ) -> None:
     db = str(synced.db)
 
-    ran = run_reconcile(
+    ran = reconcile_here(
         synced.db, cloud_env(empty_cloud), "--format", "prometheus", "--textfile-dir", str(tmp_path)
     )
 
@@ -187,9 +188,9 @@ def test_prometheus_gauges_on_stdout_and_in_a_textfile(
 
 
 def test_since_window(synced: Synced) -> None:
-    recent = json.loads(run_reconcile(synced.db, synced.env, "--since", "2h", "--format", "json").stdout)
+    recent = json.loads(reconcile_here(synced.db, synced.env, "--since", "2h", "--format", "json").stdout)
     future = json.loads(
-        run_reconcile(synced.db, synced.env, "--since", "2999-01-01T00:00:00Z", "--format", "json").stdout
+        reconcile_here(synced.db, synced.env, "--since", "2999-01-01T00:00:00Z", "--format", "json").stdout
     )
 
     assert recent["status"] == "ok"
@@ -204,7 +205,7 @@ def test_reconcile_only_reads(synced: Synced) -> None:
     before = rows_digest(synced.db)
     since_id = max((entry.id for entry in synced.cloud.client.journal().entries), default=0)
 
-    assert run_reconcile(synced.db, synced.env).returncode == 0
+    assert reconcile_here(synced.db, synced.env).returncode == 0
 
     assert rows_digest(synced.db) == before
     requests = synced.cloud.client.journal(since_id).entries
@@ -230,7 +231,7 @@ def test_engram_cloud_json_supplies_url_and_token(synced: Synced, tmp_path: Path
     target.close()
     (data_dir / "cloud.json").write_text(json.dumps({"server_url": synced.cloud.base_url, "token": TOKEN}))
 
-    ran = run_reconcile(copy, {"SSL_CERT_FILE": synced.env["SSL_CERT_FILE"]})
+    ran = reconcile_here(copy, {"SSL_CERT_FILE": synced.env["SSL_CERT_FILE"]})
 
     assert ran.returncode == 0, ran.stdout
     assert ran.stdout.startswith(f"{PREFIX} OK - all 6 acked rows are in the cloud {synced.cloud.base_url}")
@@ -258,7 +259,7 @@ def test_wrong_token_401(synced: Synced) -> None:
 def test_forbidden_403(synced: Synced) -> None:
     synced.cloud.client.add_faults([{"route": "mutations_pull", "status": 403}])
 
-    ran = run_reconcile(synced.db, synced.env)
+    ran = reconcile_here(synced.db, synced.env)
 
     assert_unknown(
         ran,
@@ -269,7 +270,7 @@ def test_forbidden_403(synced: Synced) -> None:
 def test_forbidden_manifest_403(synced: Synced) -> None:
     synced.cloud.client.add_faults([{"route": "chunk_pull", "status": 403}])
 
-    ran = run_reconcile(synced.db, synced.env)
+    ran = reconcile_here(synced.db, synced.env)
 
     assert_unknown(
         ran, r"GET /sync/pull: the cloud forbids this read \(403 fake cloud fault: injected status 403\)"
@@ -280,7 +281,7 @@ def test_server_error_500(synced: Synced) -> None:
     synced.cloud.client.add_faults([{"route": "mutations_pull", "status": 500}])
 
     assert_unknown(
-        run_reconcile(synced.db, synced.env),
+        reconcile_here(synced.db, synced.env),
         r"GET /sync/mutations/pull: HTTP 500 fake cloud fault: injected status 500",
     )
 
@@ -288,7 +289,7 @@ def test_server_error_500(synced: Synced) -> None:
 def test_untrusted_certificate(synced: Synced) -> None:
     env = {k: v for k, v in synced.env.items() if k != "SSL_CERT_FILE"}
 
-    ran = run_reconcile(synced.db, env)
+    ran = reconcile_here(synced.db, env)
 
     assert_unknown(
         ran,
@@ -300,7 +301,7 @@ def test_untrusted_certificate(synced: Synced) -> None:
 def test_tls_handshake_with_a_plain_http_server(synced: Synced) -> None:
     with canned(http_answer("200 OK", b"{}")) as plain:
         url = f"https://127.0.0.1:{plain.port}"
-        ran = run_reconcile(synced.db, {**synced.env, "ENGRAM_CLOUD_SERVER": url})
+        ran = reconcile_here(synced.db, {**synced.env, "ENGRAM_CLOUD_SERVER": url})
 
     assert_unknown(ran, rf"GET /sync/mutations/pull on {re.escape(url)}: TLS failure \(.+\)")
 
@@ -308,7 +309,7 @@ def test_tls_handshake_with_a_plain_http_server(synced: Synced) -> None:
 def test_connection_reset_after_the_request(synced: Synced) -> None:
     synced.cloud.client.add_faults([{"route": "mutations_pull", "action": "reset_after_read"}])
 
-    ran = run_reconcile(synced.db, synced.env)
+    ran = reconcile_here(synced.db, synced.env)
 
     assert_unknown(
         ran, rf"GET /sync/mutations/pull on {re.escape(synced.cloud.base_url)}: truncated answer \(.+\)"
@@ -318,7 +319,7 @@ def test_connection_reset_after_the_request(synced: Synced) -> None:
 def test_a_cloud_that_never_answers(synced: Synced) -> None:
     synced.cloud.client.add_faults([{"route": "mutations_pull", "action": "hang", "seconds": 3}])
 
-    ran = run_reconcile(synced.db, synced.env, "--timeout", "0.5")
+    ran = reconcile_here(synced.db, synced.env, "--timeout", "0.5")
 
     assert_unknown(
         ran, rf"GET /sync/mutations/pull on {re.escape(synced.cloud.base_url)}: no answer within 0.5 s"
@@ -328,7 +329,7 @@ def test_a_cloud_that_never_answers(synced: Synced) -> None:
 def test_server_down(synced: Synced) -> None:
     url = f"https://127.0.0.1:{closed_port()}"
 
-    ran = run_reconcile(synced.db, {**synced.env, "ENGRAM_CLOUD_SERVER": url})
+    ran = reconcile_here(synced.db, {**synced.env, "ENGRAM_CLOUD_SERVER": url})
 
     assert_unknown(ran, rf"GET /sync/mutations/pull on {re.escape(url)}: cannot connect \(.+\)")
 
@@ -371,7 +372,7 @@ def test_bad_pages_without_a_token(synced: Synced, case: str) -> None:
     """Without a token plain http is allowed, so a raw socket can answer exactly these bytes."""
     answer, pattern = NO_TOKEN_PAGES[case]
     with canned(answer) as server:
-        ran = run_reconcile(synced.db, {"ENGRAM_CLOUD_SERVER": server.url})
+        ran = reconcile_here(synced.db, {"ENGRAM_CLOUD_SERVER": server.url})
 
     assert_unknown(ran, pattern)
 
@@ -380,7 +381,7 @@ def test_a_cloud_that_drips_its_answer_byte_by_byte(synced: Synced) -> None:
     """Each read gets a byte in time, so only a deadline for the whole answer ends it."""
     body = json.dumps({"mutations": [], "has_more": False}).encode()
     with canned(http_answer("200 OK", body), drip_seconds=0.2) as server:
-        ran = run_reconcile(synced.db, {"ENGRAM_CLOUD_SERVER": server.url}, "--timeout", "1")
+        ran = reconcile_here(synced.db, {"ENGRAM_CLOUD_SERVER": server.url}, "--timeout", "1")
 
     assert_unknown(ran, r"GET /sync/mutations/pull on http://127\.0\.0\.1:\d+: no answer within 1 s")
 
@@ -388,7 +389,7 @@ def test_a_cloud_that_drips_its_answer_byte_by_byte(synced: Synced) -> None:
 def test_a_huge_answer_is_cut_off(synced: Synced) -> None:
     size = 65 * 1024 * 1024
     with canned(http_answer("200 OK", b"[" + b" " * (size - 2) + b"]")) as server:
-        ran = run_reconcile(synced.db, {"ENGRAM_CLOUD_SERVER": server.url})
+        ran = reconcile_here(synced.db, {"ENGRAM_CLOUD_SERVER": server.url})
 
     assert_unknown(ran, r"GET /sync/mutations/pull: answer larger than 64 MiB")
 
@@ -396,14 +397,14 @@ def test_a_huge_answer_is_cut_off(synced: Synced) -> None:
 def test_deeply_nested_json(synced: Synced) -> None:
     depth = 100_000
     with canned(http_answer("200 OK", b"[" * depth + b"]" * depth)) as server:
-        ran = run_reconcile(synced.db, {"ENGRAM_CLOUD_SERVER": server.url})
+        ran = reconcile_here(synced.db, {"ENGRAM_CLOUD_SERVER": server.url})
 
     assert_unknown(ran, r"GET /sync/mutations/pull: truncated or malformed JSON \(.+; 200000 bytes\)")
 
 
 def test_a_token_is_never_sent_over_plain_http(synced: Synced) -> None:
     with canned(http_answer("200 OK", b"{}")) as server:
-        ran = run_reconcile(synced.db, {"ENGRAM_CLOUD_SERVER": server.url, "ENGRAM_CLOUD_TOKEN": TOKEN})
+        ran = reconcile_here(synced.db, {"ENGRAM_CLOUD_SERVER": server.url, "ENGRAM_CLOUD_TOKEN": TOKEN})
         assert server.requests == []
 
     assert_unknown(
@@ -415,14 +416,14 @@ def test_a_token_is_never_sent_over_plain_http(synced: Synced) -> None:
 
 def test_no_cloud_configured(synced: Synced) -> None:
     assert_unknown(
-        run_reconcile(synced.db, {}),
+        reconcile_here(synced.db, {}),
         r"no cloud URL: pass --cloud-url, set ENGRAM_CLOUD_SERVER, or run `engram cloud config --server URL`",
     )
 
 
 def test_bad_since(synced: Synced) -> None:
     assert_unknown(
-        run_reconcile(synced.db, synced.env, "--since", "yesterday"),
+        reconcile_here(synced.db, synced.env, "--since", "yesterday"),
         r"--since 'yesterday': expected a duration like 24h, 7d, 90m or an ISO time like 2026-11-30T12:00:00Z",
     )
 
@@ -430,7 +431,7 @@ def test_bad_since(synced: Synced) -> None:
 def test_missing_database(tmp_path: Path) -> None:
     missing = tmp_path / "nope" / "engram.db"
 
-    ran = run_reconcile(missing, {"ENGRAM_CLOUD_SERVER": "https://127.0.0.1:9"})
+    ran = reconcile_here(missing, {"ENGRAM_CLOUD_SERVER": "https://127.0.0.1:9"})
 
     assert_unknown(ran, re.escape(f"{missing}: no such file (pass --db or set ENGRAM_DATA_DIR)"))
 
@@ -440,6 +441,6 @@ def test_broken_cloud_json(synced: Synced, tmp_path: Path) -> None:
     shutil.copy(synced.db, copy)
     (tmp_path / "cloud.json").write_text('{"server_url": ')
 
-    ran = run_reconcile(copy, {})
+    ran = reconcile_here(copy, {})
 
     assert_unknown(ran, rf"{re.escape(str(tmp_path / 'cloud.json'))}: not valid JSON \(.+\)")
