@@ -126,6 +126,21 @@ def print_evidence(console: Console, result: ScenarioResult) -> None:
         console.print(text.rstrip() or "  (empty)", markup=False)
 
 
+def judged_answers(result: ScenarioResult) -> dict[str, Any]:
+    """The checker or command answers that failing canary/inbox/doctor/command checks looked at."""
+    answers: dict[str, Any] = {}
+    results = result.evidence.get("results", {})
+    by_index = {at.index: at.expectation for at in result.scenario.expectations}
+    for outcome in result.expectations:
+        expectation = by_index.get(outcome.index)
+        if outcome.status != "fail" or expectation is None:
+            continue
+        label = getattr(getattr(expectation, expectation.kind), "of", None)
+        if isinstance(label, str) and label in results:
+            answers[label] = results[label]
+    return answers
+
+
 def print_result(
     console: Console, result: ScenarioResult, mode: ExpectMode, *, verbose: bool = False
 ) -> None:
@@ -167,6 +182,9 @@ def print_result(
     expected = expected_lane_table(result)
     if expected is not None:
         console.print(expected)
+    if not verbose:
+        for label, answer in judged_answers(result).items():
+            _json_block(console, f"results/{label} (the answer a failing check judged):", answer)
     for mutation in result.lanes.lost_rows[:10]:
         console.print(
             f"lost: seq {mutation.seq} {mutation.lane}/{mutation.project or EMPTY_PROJECT} {mutation.entity} "
@@ -243,6 +261,7 @@ def as_json(results: Sequence[ScenarioResult], mode: ExpectMode) -> dict[str, An
                 "file": str(r.scenario.path),
                 "line": r.scenario.line,
                 "engram_version": r.version,
+                "cloud_url": r.cloud_url,
                 "status": judge(r, mode),
                 "error": r.error,
                 "lanes": r.lanes.as_json(),

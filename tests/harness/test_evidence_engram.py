@@ -154,14 +154,20 @@ def test_a_local_check_on_an_absent_memory_fails_and_the_report_says_where_evide
     text = TWO_DEVICES.split("expect:")[0] + (
         "expect:\n  - {tag: design, local: {title: never written, project: my-app}}\n"
         "  - {tag: design, sync_state: {target: cloud, lifecycle: healthy}}\n"
+        "  - {tag: design, command: {of: import, stdout_not_contains: [Imported]}}\n"
     )
     result = play(tmp_path, engram_bin, text)
     details = [e.detail for e in result.expectations if e.status == "fail"]
     assert details == [
         "local {'entity': 'observation', 'title': 'never written', 'project': 'my-app'}: expected present, found none",
         "sync_state cloud at the end lifecycle: expected 'healthy', got 'pending'",
+        "import: stdout has 'Imported'",
     ]
-    assert f"evidence kept in {result.root}/evidence" in rendered(result, verbose=False)
+    report = rendered(result, verbose=False)
+    assert f"evidence kept in {result.root}/evidence" in report
+    assert (
+        "results/import (the answer a failing check judged):" in report and "Imported 1 new remote" in report
+    )
 
 
 def test_an_http_step_with_an_unexpected_status_fails_the_step(tmp_path: Path, engram_bin: Path) -> None:
