@@ -394,7 +394,7 @@ def do_sync(world: World, step: s.SyncStep) -> None:
         until = step.until
 
         def enough() -> bool | None:
-            count = sum(1 for item in world.cloud.client.received() if _matches(item, until.match))
+            count = sum(1 for item in world.cloud.client.received() if matches(item, until.match))
             return True if count >= until.received else None
 
         before = _status_snapshot(world)
@@ -441,9 +441,6 @@ def plain(value: Any) -> str:
 
 def matches(item: Any, match: Mapping[str, s.MatchValue]) -> bool:
     return all(plain(getattr(item, key, None)) == plain(value) for key, value in match.items())
-
-
-_matches = matches
 
 
 def _journal_mark(world: World) -> int:
