@@ -323,7 +323,7 @@ def _seed(world: World, mutations: list[s.SeedMutation]) -> None:
             json={"entries": entries},
             headers=headers,
             timeout=30,
-            verify=False,
+            verify=str(world.cloud.ca_file) if world.cloud.ca_file is not None else True,
             trust_env=False,
         )
     except httpx.HTTPError as error:
