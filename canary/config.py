@@ -7,6 +7,7 @@ errors, reported as one line with file:line so a typo never silently disables a 
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -73,6 +74,23 @@ def default_config_dir() -> Path:
     xdg = os.environ.get("XDG_CONFIG_HOME", "").strip()
     base = Path(xdg) if xdg else Path.home() / ".config"
     return base / CONFIG_DIR_NAME
+
+
+def default_state_dir() -> Path:
+    """The canary's own state (never engram's): $ENGRAM_CANARY_STATE_DIR, else $XDG_STATE_HOME/engram-canary,
+    else ~/.local/state/engram-canary."""
+    override = os.environ.get("ENGRAM_CANARY_STATE_DIR", "").strip()
+    if override:
+        return Path(override)
+    xdg = os.environ.get("XDG_STATE_HOME", "").strip()
+    base = Path(xdg) if xdg else Path.home() / ".local" / "state"
+    return base / CONFIG_DIR_NAME
+
+
+def state_file_for(db_path: Path, kind: str) -> Path:
+    """One state file per database and kind, named by a digest of the database's resolved path."""
+    digest = hashlib.sha256(str(db_path.expanduser().resolve()).encode()).hexdigest()[:16]
+    return default_state_dir() / f"{kind}-{digest}.json"
 
 
 def default_config_path() -> Path:

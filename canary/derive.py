@@ -24,8 +24,21 @@ _HYPHENS = re.compile(r"-{2,}")
 
 class CandidateSource(Enum):
     DESIGNATION = "designation"
-    GIT_REPO = "git_repo"
+    GIT_REPO = "git_repo"  # engram's git_root: the cwd is (inside) a repository on this machine
+    GIT_REMOTE = "git_remote"  # engram named the project after the repository's origin remote
+    GIT_CHILD = "git_child"  # engram promoted the cwd's only child repository
+    RECORDED = "recorded"  # the cwd is gone: the repository name engram recorded when it saved
+    KEY_MAP = "key_map"  # decided on the database's own machine (inbox export-keys)
     NONE = "none"
+
+
+# engram's detection sources (internal/project/detect.go, v1.20.0): which of them are a designation.
+DETECTED_SOURCES = {
+    "git_root": CandidateSource.GIT_REPO,
+    "git_remote": CandidateSource.GIT_REMOTE,
+    "git_child": CandidateSource.GIT_CHILD,
+}
+NO_CANDIDATE_SOURCES = frozenset({"dir_basename", "ambiguous", "all_projects"})
 
 
 class Resolution(Enum):
@@ -42,12 +55,23 @@ class RowContext:
     designation: str | None = None
     cwd: str | None = None
     repo_name: str | None = None
+    detected: str | None = None  # a repository name engram detected (remote, child, or recorded)
+    detected_source: CandidateSource = CandidateSource.NONE
+    cwd_missing: bool = False
 
 
 @dataclass(frozen=True)
 class AliasMap:
     keys: Mapping[str, str] = field(default_factory=dict)
     cwds: Mapping[str, str] = field(default_factory=dict)
+    # Stage A decided on the database's own machine (`inbox export-keys`), by (cwd, session project):
+    # a copied database gets the same keys although its cwds do not exist here.
+    recorded: Mapping[tuple[str, str], tuple[str | None, str]] = field(default_factory=dict)
+
+    def recorded_key(self, cwd: str | None, project: str) -> tuple[str | None, str] | None:
+        if not self.recorded:
+            return None
+        return self.recorded.get((normalize_cwd(cwd or ""), normalize_project(project)))
 
     def project_for_key(self, key: str) -> str | None:
         wanted = normalize_project(key)
@@ -135,6 +159,10 @@ def session_designation(
 def stage_a(context: RowContext) -> tuple[str | None, CandidateSource]:
     if context.designation:
         return normalize_project(context.designation), CandidateSource.DESIGNATION
+    if context.detected:
+        detected_slug = slug(context.detected)
+        if detected_slug:
+            return detected_slug, context.detected_source
     if context.repo_name:
         repo_slug = slug(context.repo_name)
         if repo_slug:

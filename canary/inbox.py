@@ -9,30 +9,36 @@ deliver. Each row gets the design's inbox key from canary.derive.
 from __future__ import annotations
 
 import json
+import os
+import re
 import shlex
 import sqlite3
+import subprocess
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from canary.config import state_file_for
 from canary.db import Schema, enrolled_projects, read_transaction
 from canary.derive import (
     UNSORTED,
     AliasMap,
+    CandidateSource,
     Derivation,
     RowContext,
     derive,
     normalize_cwd,
     session_designation,
+    stage_a,
 )
 from canary.errors import CanaryError
 from canary.findings import Finding
 from canary.inbox_settings import InboxSettings
 from canary.schema_support import LaneModel, identify, waiting_filter
-from canary.targets import INBOX_TARGET
+from canary.targets import INBOX_TARGET, normalize_project
 from engram_contract import LEGACY_TARGET, TELEMETRY_ENTITIES
 
 # Rows of the legacy lane that the v1.20 worker skips: unacked, non-empty project, not enrolled.
@@ -76,35 +82,178 @@ class InboxUnsupported(CanaryError):
 
 
 class GitRepoResolver:
-    """The name of the git repository holding a directory, looked up on this machine's filesystem.
+    """Stage A's view of this machine's filesystem, the way engram's project detection looks at it.
 
-    A directory that no longer exists is walked up like any other path: its rows keep the repo of the
-    nearest surviving ancestor with a .git entry, else no repo (add a cwd alias for it).
+    `repo_name`: the git repository holding a directory. A directory that no longer exists is walked up
+    like any other path: its rows keep the repo of the nearest surviving ancestor with a .git entry.
+    `origin_name` and `only_child_repo` answer engram's git_remote and git_child cases
+    (internal/project/detect.go, v1.20.0), so a detected project is never mistaken for a designation.
     """
 
-    def __init__(self) -> None:
-        self._cache: dict[str, str | None] = {}
+    def __init__(self, remembered: Mapping[tuple[str, str], tuple[str | None, str]] | None = None) -> None:
+        # Stage A answers seen while their cwd existed (kept in the canary's state dir); `learned`: new ones.
+        self.remembered = dict(remembered or {})
+        self.learned: dict[tuple[str, str], tuple[str | None, str]] = {}
+        self._roots: dict[str, Path | None] = {}
+        self._origins: dict[Path, str | None] = {}
+        self._children: dict[str, str | None] = {}
+        self._exists: dict[str, bool] = {}
 
     def repo_name(self, directory: str | None) -> str | None:
         if not directory:
             return None
+        root = self.repo_root(directory)
+        return root.name if root is not None else None
+
+    def repo_root(self, directory: str) -> Path | None:
         normalized = normalize_cwd(directory)
-        if normalized not in self._cache:
-            self._cache[normalized] = self._lookup(normalized)
-        return self._cache[normalized]
+        if normalized not in self._roots:
+            self._roots[normalized] = self._lookup(normalized)
+        return self._roots[normalized]
+
+    def exists(self, directory: str) -> bool:
+        normalized = normalize_cwd(directory)
+        if normalized not in self._exists:
+            try:
+                self._exists[normalized] = Path(normalized).is_absolute() and Path(normalized).is_dir()
+            except OSError:
+                self._exists[normalized] = False
+        return self._exists[normalized]
+
+    def origin_name(self, directory: str) -> str | None:
+        """engram's git_remote name: the last path part of origin's URL, without .git, lowercased."""
+        root = self.repo_root(directory)
+        if root is None:
+            return None
+        if root not in self._origins:
+            self._origins[root] = _origin_repo_name(root)
+        return self._origins[root]
+
+    def only_child_repo(self, directory: str) -> str | None:
+        """engram's git_child: the name of the directory's only child repository (as engram scans)."""
+        normalized = normalize_cwd(directory)
+        if normalized not in self._children:
+            self._children[normalized] = _only_child_repo(Path(normalized))
+        return self._children[normalized]
 
     @staticmethod
-    def _lookup(directory: str) -> str | None:
+    def _lookup(directory: str) -> Path | None:
         path = Path(directory)
         if not path.is_absolute():
             return None
         for candidate in (path, *path.parents):
             try:
                 if (candidate / ".git").exists() and candidate.name:
-                    return candidate.name
+                    return candidate
             except OSError:
                 return None
         return None
+
+    def context(
+        self, has_session: bool, session_project: object, directory: str | None, aliases: AliasMap
+    ) -> RowContext:
+        """Stage A's facts for one row: designation, detected repository, or neither; missing cwds marked."""
+        missing = bool(directory) and not self.exists(directory or "")
+        if not has_session:
+            return RowContext(cwd=directory, repo_name=self.repo_name(directory), cwd_missing=missing)
+        project = normalize_project(session_project) if isinstance(session_project, str) else ""
+        recorded = aliases.recorded_key(directory, project)
+        if recorded is not None:
+            key, source = recorded
+            if source == CandidateSource.DESIGNATION.value:
+                return RowContext(designation=key, cwd=directory, cwd_missing=missing)
+            return RowContext(
+                cwd=directory, detected=key, detected_source=CandidateSource.KEY_MAP, cwd_missing=missing
+            )
+        if missing:
+            # A renamed or deleted repo: the answer remembered while its cwd still existed.
+            remembered = self.remembered.get((directory or "", project))
+            if remembered is not None:
+                return RowContext(
+                    cwd=directory,
+                    detected=remembered[0],
+                    detected_source=CandidateSource.RECORDED,
+                    cwd_missing=True,
+                )
+        context = self._detect(project, directory, missing)
+        if directory and not missing:
+            self._learn(directory, project, context)
+        return context
+
+    def _learn(self, directory: str, project: str, context: RowContext) -> None:
+        """Remember a repository answer while the cwd exists, for the day it is renamed or deleted."""
+        candidate, source = stage_a(context)
+        if candidate is None or source is CandidateSource.DESIGNATION:
+            return
+        entry = (candidate, source.value)
+        if self.remembered.get((directory, project)) != entry:
+            self.learned[(directory, project)] = entry
+            self.remembered[(directory, project)] = entry
+
+    def _detect(self, project: str, directory: str | None, missing: bool) -> RowContext:
+        designation = session_designation(None, project, directory)
+        if designation is None:
+            # engram named the session after the cwd (git root or basename): the repo decides. A missing
+            # cwd with nothing remembered is no evidence of a repo: no candidate (export-keys/--key-map).
+            return RowContext(cwd=directory, repo_name=self.repo_name(directory), cwd_missing=missing)
+        if directory and not missing:
+            if self.origin_name(directory) == project:
+                return RowContext(cwd=directory, detected=project, detected_source=CandidateSource.GIT_REMOTE)
+            if self.only_child_repo(directory) == project:
+                return RowContext(cwd=directory, detected=project, detected_source=CandidateSource.GIT_CHILD)
+        return RowContext(
+            designation=designation, cwd=directory, repo_name=self.repo_name(directory), cwd_missing=missing
+        )
+
+
+# Directory names engram's child scan skips (internal/project/detect.go noiseSet, v1.20.0).
+_CHILD_SCAN_NOISE = frozenset(
+    {"node_modules", "vendor", ".venv", "__pycache__", "target", "dist", "build", ".idea", ".vscode"}
+)
+_CHILD_SCAN_LIMIT = 20
+
+
+def _only_child_repo(directory: Path) -> str | None:
+    try:
+        entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
+    except OSError:
+        return None
+    repos: list[str] = []
+    scanned = 0
+    for entry in entries:
+        if scanned >= _CHILD_SCAN_LIMIT:
+            break
+        try:
+            if not entry.is_dir() or entry.name.startswith(".") or entry.name in _CHILD_SCAN_NOISE:
+                continue
+            scanned += 1
+            if (Path(entry.path) / ".git").exists():
+                repos.append(entry.name)
+        except OSError:
+            continue
+        if len(repos) > 1:
+            return None
+    return normalize_project(repos[0]) if repos else None
+
+
+def _origin_repo_name(root: Path) -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(root), "remote", "get-url", "origin"],
+            capture_output=True,
+            text=True,
+            timeout=2,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    url = done.stdout.strip()
+    if done.returncode != 0 or not url:
+        return None
+    if url.endswith(".git"):
+        url = url[: -len(".git")]
+    parts = [part for part in re.split(r"[/:]", url) if part]
+    return normalize_project(parts[-1]) if parts else None
 
 
 @dataclass(frozen=True)
@@ -118,6 +267,7 @@ class InboxRow:
     occurred_at: str
     cwd: str | None
     derivation: Derivation
+    cwd_missing: bool = False
 
     @property
     def is_telemetry(self) -> bool:
@@ -150,6 +300,7 @@ class KeySummary:
     claim_command: str | None = None
     cwd_claim_commands: dict[str, str] = field(default_factory=dict)
     hint: str | None = None
+    missing_cwds: list[str] = field(default_factory=list)
 
     @property
     def total(self) -> int:
@@ -169,6 +320,7 @@ class KeySummary:
             "claim_command": self.claim_command,
             "cwd_claim_commands": dict(sorted(self.cwd_claim_commands.items())),
             "hint": self.hint,
+            "missing_cwds": self.missing_cwds,
         }
 
 
@@ -221,7 +373,8 @@ def select_inbox_rows(
     `after_seq` limits it to rows journaled after that seq; `high_water` is the log's last seq.
     """
     require_inbox_schema(schema)
-    resolver = resolver or GitRepoResolver()
+    memory = remembered_keys_path(connection) if resolver is None else None
+    resolver = resolver or GitRepoResolver(read_key_entries(memory) if memory is not None else None)
     enrolled = enrolled_projects(connection, schema)
     sql = _INBOX_ROWS_SQL
     if identify(connection, schema).lane_model is LaneModel.DESIGN_CONFORMING:
@@ -249,11 +402,7 @@ def select_inbox_rows(
         directory = (
             normalize_cwd(str(sdirectory)) if isinstance(sdirectory, str) and sdirectory.strip() else None
         )
-        context = RowContext(
-            designation=session_designation(sid, sproject, directory) if sid is not None else None,
-            cwd=directory,
-            repo_name=resolver.repo_name(directory),
-        )
+        context = resolver.context(sid is not None, sproject, directory, aliases)
         rows.append(
             InboxRow(
                 seq=int(seq),
@@ -265,8 +414,11 @@ def select_inbox_rows(
                 occurred_at=str(occurred_at),
                 cwd=directory,
                 derivation=derive(context, aliases, enrolled),
+                cwd_missing=context.cwd_missing,
             )
         )
+    if memory is not None and resolver.learned:
+        write_key_entries(memory, resolver.remembered)
     high_water = int(connection.execute("SELECT ifnull(MAX(seq), 0) FROM sync_mutations").fetchone()[0])
     return InboxSnapshot(
         rows=tuple(rows), enrolled=enrolled, taken_at=now or datetime.now(UTC), high_water=high_water
@@ -344,6 +496,7 @@ def _summarize_key(
     key: str, rows: Sequence[InboxRow], snapshot: InboxSnapshot, db: Path | None, aliases: Path | None
 ) -> KeySummary:
     summary = KeySummary(key=key)
+    summary.missing_cwds = sorted({row.cwd for row in rows if row.cwd_missing and row.cwd is not None})
     summary.count = sum(1 for row in rows if not row.is_telemetry)
     summary.telemetry = len(rows) - summary.count
     summary.entities = dict(Counter(row.entity for row in rows))
@@ -499,6 +652,105 @@ def unattributed_finding(summary: KeySummary) -> Finding:
     )
 
 
+KEY_MAP_SCHEMA = "engram-canary/key-map/v1"
+
+
+class KeyMapError(CanaryError):
+    """A --key-map file cannot be read or is not an export of `inbox export-keys`."""
+
+
+def export_keys(
+    connection: sqlite3.Connection, schema: Schema, resolver: GitRepoResolver | None = None
+) -> dict[str, Any]:
+    """Stage A's answer for every (session directory, session project) of the database, on this machine."""
+    require_inbox_schema(schema)
+    if resolver is None:
+        memory = remembered_keys_path(connection)
+        resolver = GitRepoResolver(read_key_entries(memory) if memory is not None else None)
+    entries: list[dict[str, Any]] = []
+    with read_transaction(connection):
+        pairs = connection.execute(
+            "SELECT DISTINCT directory, project FROM sessions ORDER BY directory, project"
+        )
+        for directory, project in pairs.fetchall():
+            cwd = normalize_cwd(str(directory)) if isinstance(directory, str) and directory.strip() else None
+            context = resolver.context(True, project, cwd, AliasMap())
+            candidate, source = stage_a(context)
+            entries.append(
+                {
+                    "cwd": cwd or "",
+                    "project": normalize_project(str(project or "")),
+                    "key": candidate,
+                    "source": source.value,
+                    "cwd_missing": context.cwd_missing,
+                }
+            )
+    return {"schema": KEY_MAP_SCHEMA, "exported_at": _iso(datetime.now(UTC)), "entries": entries}
+
+
+def remembered_keys_path(connection: sqlite3.Connection) -> Path | None:
+    """Where Stage A answers for this connection's database are remembered (the canary's state dir)."""
+    for _, name, filename in connection.execute("PRAGMA database_list"):
+        if name == "main" and filename:
+            return state_file_for(Path(filename), "stage-a")
+    return None
+
+
+def read_key_entries(path: Path) -> dict[tuple[str, str], tuple[str | None, str]]:
+    """The remembered answers; an unreadable memory is only a lost hint, never an error."""
+    try:
+        return load_key_map(path) if path.exists() else {}
+    except (OSError, KeyMapError):
+        return {}
+
+
+def write_key_entries(path: Path, entries: Mapping[tuple[str, str], tuple[str | None, str]]) -> None:
+    document = {
+        "schema": KEY_MAP_SCHEMA,
+        "exported_at": _iso(datetime.now(UTC)),
+        "entries": [
+            {"cwd": cwd, "project": project, "key": key, "source": source}
+            for (cwd, project), (key, source) in sorted(entries.items())
+        ],
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}")
+        temporary.write_text(json.dumps(document, indent=1, ensure_ascii=False), encoding="utf-8")
+        os.replace(temporary, path)
+    except OSError:
+        pass  # the state dir is a cache of hints: a read-only home must not break a check
+
+
+def load_key_map(path: Path) -> dict[tuple[str, str], tuple[str | None, str]]:
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise KeyMapError(f"--key-map {path}: cannot read ({str(error).splitlines()[0]})") from error
+    if not isinstance(document, dict) or document.get("schema") != KEY_MAP_SCHEMA:
+        raise KeyMapError(
+            f"--key-map {path}: not an export of `engram-canary inbox export-keys` ({KEY_MAP_SCHEMA})"
+        )
+    entries = document.get("entries")
+    if not isinstance(entries, list):
+        raise KeyMapError(f"--key-map {path}: 'entries' must be a list")
+    recorded: dict[tuple[str, str], tuple[str | None, str]] = {}
+    for number, entry in enumerate(entries):
+        if not (
+            isinstance(entry, dict)
+            and isinstance(entry.get("cwd"), str)
+            and isinstance(entry.get("project"), str)
+            and (entry.get("key") is None or isinstance(entry.get("key"), str))
+            and entry.get("source") in {source.value for source in CandidateSource}
+        ):
+            raise KeyMapError(f"--key-map {path}: entry {number} is not {{cwd, project, key, source}}")
+        recorded[(normalize_cwd(entry["cwd"]), normalize_project(entry["project"]))] = (
+            entry["key"],
+            entry["source"],
+        )
+    return recorded
+
+
 @dataclass(frozen=True)
 class WaitingMemory:
     """One waiting memory as `inbox show` lists it: enough to decide between claim and drop."""
@@ -596,9 +848,12 @@ def _render_keys(summaries: list[KeySummary]) -> str:
             f"{summary.oldest_age_days:>7.1f}d  {entities}"
         )
         for cwd, count in sorted(summary.cwds.items(), key=lambda item: (-item[1], item[0])):
-            lines.append(f"    cwd {cwd}: {count}")
+            gone = " (no longer exists)" if cwd in summary.missing_cwds else ""
+            lines.append(f"    cwd {cwd}: {count}{gone}")
             if cwd in summary.cwd_claim_commands:
                 lines.append(f"      claim: {summary.cwd_claim_commands[cwd]}")
+        if summary.key != UNSORTED:
+            lines.extend(f"    cwd {cwd} no longer exists" for cwd in summary.missing_cwds)
         if summary.claim_command:
             lines.append(f"    claim: {summary.claim_command}")
         if summary.hint:

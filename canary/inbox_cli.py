@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,8 @@ from canary.db import default_db_path, discover_schema, open_read_only, read_tra
 from canary.derive import AliasMap
 from canary.inbox import (
     InboxSnapshot,
+    export_keys,
+    load_key_map,
     read_inbox,
     render_memories,
     render_text,
@@ -80,14 +83,42 @@ def _write_options(function: Callable[..., Any]) -> Callable[..., Any]:
 def _snapshot(db: Path, aliases: AliasMap) -> InboxSnapshot:
     connection = open_read_only(db)
     try:
-        return read_inbox(connection, discover_schema(connection, db), aliases)
+        return read_inbox(connection, discover_schema(connection, db), _with_key_map(aliases))
     finally:
         connection.close()
 
 
 @click.group("inbox")
-def inbox() -> None:
+@click.option(
+    "--key-map",
+    "key_map_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    envvar="ENGRAM_CANARY_KEY_MAP",
+    help="keys.json from `inbox export-keys` on the database's own machine (for a copied database)",
+)
+@click.pass_context
+def inbox(context: click.Context, key_map_path: Path | None) -> None:
     """The virtual inbox: legacy-lane rows of projects that are not enrolled, which engram never delivers."""
+    context.obj = load_key_map(key_map_path) if key_map_path is not None else {}
+
+
+def _with_key_map(aliases: AliasMap) -> AliasMap:
+    context = click.get_current_context(silent=True)
+    recorded = context.find_object(dict) if context is not None else None
+    return replace(aliases, recorded=recorded) if recorded else aliases
+
+
+@inbox.command("export-keys")
+@_db_option
+def export_keys_command(db: Path | None) -> None:
+    """Print this machine's Stage A key for every session cwd, for --key-map on a copy of the database."""
+    database = db or default_db_path()
+    connection = open_read_only(database)
+    try:
+        document = export_keys(connection, discover_schema(connection, database))
+    finally:
+        connection.close()
+    click.echo(json.dumps(document, indent=2, ensure_ascii=False))
 
 
 @inbox.command("list")
@@ -114,8 +145,9 @@ def list_command(db: Path | None, aliases_path: Path | None, output_format: str)
 def _load_aliases_for_write(aliases_path: Path | None) -> tuple[AliasMap, Path]:
     """The alias map; a named file that does not exist yet is created by the claim that registers into it."""
     if aliases_path is not None and not aliases_path.exists():
-        return AliasMap(), aliases_path
-    return load_aliases(aliases_path)
+        return _with_key_map(AliasMap()), aliases_path
+    aliases, path = load_aliases(aliases_path)
+    return _with_key_map(aliases), path
 
 
 def _require_writable(path: Path) -> None:
