@@ -42,6 +42,7 @@ from fake_cloud.wire import (
 )
 
 MAX_RECORDED_ERRORS = 1000
+CONTROL_BODY_LIMIT = 1024 * 1024
 
 
 class FakeCloudApp:
@@ -128,6 +129,11 @@ class FakeCloudApp:
         except Exception as error:
             self.record_error(f"{head.method} {head.path}", error)
             return _internal_error(error)
+
+    def body_limit(self, head: RequestHead) -> int:
+        """How much of a body to read: a push past max_push_bytes is answered 413 without the rest."""
+        route = routes.match(head.path)
+        return self.state.max_push_bytes if route is not None and route.push else CONTROL_BODY_LIMIT
 
     async def handle(self, request: Request) -> Response | Drop:
         try:

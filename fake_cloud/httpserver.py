@@ -116,6 +116,7 @@ class HttpServer:
         *,
         max_body: int,
         screen: Screen | None = None,
+        body_limit: Callable[[RequestHead], int] | None = None,
         on_error: ErrorSink | None = None,
         header_timeout: float = HEADER_TIMEOUT,
         body_timeout: float = BODY_TIMEOUT,
@@ -123,6 +124,7 @@ class HttpServer:
     ) -> None:
         self.handler = handler
         self.screen = screen
+        self.body_limit = body_limit or (lambda head: self.max_body)
         self.on_error = on_error or (lambda where, error: warn(f"{where}: {type(error).__name__}: {error}"))
         self.max_body = max_body
         self.header_timeout = header_timeout
@@ -163,7 +165,7 @@ class HttpServer:
         self.connections.add(task)
         try:
             await self._serve(reader, writer)
-        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, TimeoutError, _TimedOut):
+        except (OSError, asyncio.IncompleteReadError, ssl.SSLError, _TimedOut):  # the peer went away
             pass
         except asyncio.CancelledError:
             # Only stop() cancels these tasks; asyncio's stream callback must not see the cancellation.
@@ -238,11 +240,12 @@ class HttpServer:
                 chunks: list[bytes] = []
                 size = 0
                 too_large = False
+                limit = min(self.body_limit(head), self.max_body)
                 while True:
                     part = await next_event(loop.time() + self.body_timeout)
                     if isinstance(part, h11.Data):
                         size += len(part.data)
-                        if size > self.max_body:
+                        if size > limit:
                             too_large = True  # stop reading: the answer is 413 whatever follows
                             break
                         chunks.append(part.data)  # joined into bytes once, below

@@ -124,6 +124,7 @@ class Serving:
             self.app.handle,
             max_body=max(config.max_push_bytes, 1024 * 1024),
             screen=self.app.screen,
+            body_limit=self.app.body_limit,
             on_error=self.app.record_error,
             header_timeout=config.header_timeout,
             body_timeout=config.body_timeout,
