@@ -248,3 +248,37 @@ def test_a_quarantined_row_neither_blocks_a_lane_nor_is_offered_for_repair(versi
     code, output = run("repair", "--db", str(db))
     assert code == 0, output
     assert "obs-quarantined" not in output, output
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ("PRAGMA user_version = 2", "newer than v3 (user_version 2)"),
+        ("ALTER TABLE sessions DROP COLUMN runtime_lease_expires_at", None),
+    ],
+)
+def test_triage_names_what_it_sees_on_an_unknown_schema(
+    change: str, named: str | None, tmp_path: Path
+) -> None:
+    path = tmp_path / "engram.db"
+    build(FIXTURE_V3, path)
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        connection.execute(change)
+        connection.commit()
+    code, output = run("inbox", "drop", "--db", str(path), "--project", stray_key(path), "--apply")
+    assert code != 0 and output.count("\n") == 1, output
+    assert f"looks like engram {named or V2}" in output
+
+
+def test_a_v1_file_without_per_project_sync_is_refused_by_name(tmp_path: Path) -> None:
+    path = tmp_path / "engram.db"
+    build(FIXTURE_V120, path)
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        connection.execute("DROP INDEX idx_sync_mutations_project")
+        connection.execute("ALTER TABLE sync_mutations DROP COLUMN project")
+        connection.commit()
+    before = path.read_bytes()
+    code, output = run("inbox", "drop", "--db", str(path), "--seq", "1", "--apply")
+    assert code != 0 and output.count("\n") == 1, output
+    assert "predates per-project sync" in output or "v1 before per-project sync" in output, output
+    assert path.read_bytes() == before
