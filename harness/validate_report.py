@@ -244,7 +244,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
         f"- Original untouched: {_untouched(database)}; "
         f"{total['enqueued']} sync rows; {len(ticks)} worker tick(s), "
-        f"{'idle' if ticks and ticks[-1]['worker_pending'] in (0, -1) else 'stopped'} after the last one.",
+        f"{_ended(current)}.",
         f"- Migrations applied by the binary: {_migrations_line(current['migrations'])}.",
         f"- Canary: {current['canary_before']['status']} -> {current['canary_after']['status']} "
         f"({current['canary_after']['headline']}).",
@@ -311,6 +311,19 @@ def render_markdown(report: dict[str, Any]) -> str:
             "_Names are replaced by stable hashes (--anonymize); counts, ages and shapes are real._",
         ]
     return "\n".join(lines) + "\n"
+
+
+ENDINGS = {
+    "idle": "idle after the last one",
+    "stalled": "stalled: rows it reads still wait and the last tick moved none",
+    "tick limit": "stopped at --ticks while still delivering",
+}
+
+
+def _ended(run: dict[str, Any]) -> str:
+    ticks = run["ticks"]
+    ended = run.get("ended") or ("idle" if ticks and ticks[-1]["worker_pending"] in (0, -1) else "tick limit")
+    return ENDINGS.get(ended, ended)
 
 
 def _untouched(database: dict[str, Any]) -> str:
