@@ -63,7 +63,9 @@ def test_check_warns_with_unattributed_mutations(world: EngramEnvironment) -> No
     result = canary(world, "check", "--db", str(world.db_path), "--format", "json", "--no-baseline")
 
     report = json.loads(result.stdout)
-    assert (result.returncode, report["status"]) == (1, "warning"), result.stderr
+    # the worker lists these rows and the cloud refuses them: the lane is blocked (critical, issue 10)
+    assert (result.returncode, report["status"]) == (2, "critical"), result.stderr
+    assert {"legacy_lane_blocked", "unattributed_mutations"} <= {f["check"] for f in report["findings"]}
     found = [f for f in report["findings"] if f["check"] == "unattributed_mutations"]
     assert len(found) == 1, report["findings"]
     finding = found[0]
