@@ -357,6 +357,8 @@ def check_snapshot(
         if not kind.per_project_lanes_live:
             findings.extend(undelivered_lane_findings(space, reader))
         summary = summarize(space, reader)
+        summary["engram_schema"] = kind.version
+        summary["lane_model"] = str(kind.lane_model)
     # The inbox view takes its own short read transaction.
     if include_inbox:
         findings.extend(tripwire_findings(connection, schema, config))

@@ -55,7 +55,8 @@ def db(version: str, tmp_path: Path) -> Path:
 @pytest.fixture
 def design_db(tmp_path: Path) -> Path:
     """A v3 schema whose data follows the design (no engram release does yet): simulated."""
-    path = tmp_path / "engram.db"
+    (tmp_path / "design").mkdir()
+    path = tmp_path / "design" / "engram.db"
     build(FIXTURE_V3, path, design_conforming=True)
     return path
 
@@ -282,3 +283,12 @@ def test_a_v1_file_without_per_project_sync_is_refused_by_name(tmp_path: Path) -
     assert code != 0 and output.count("\n") == 1, output
     assert "predates per-project sync" in output or "v1 before per-project sync" in output, output
     assert path.read_bytes() == before
+
+
+def test_check_json_names_the_schema_and_lane_model_it_read(version: str, db: Path, design_db: Path) -> None:
+    _, result = check_json(db)
+    summary = result["summary"]
+    assert isinstance(summary, dict)
+    assert (summary["engram_schema"], summary["lane_model"]) == (EXPECTED_VERSION[version], "legacy-only")
+    _, result = check_json(design_db)
+    assert result["summary"]["lane_model"] == "design-conforming"  # type: ignore[index]
