@@ -51,6 +51,8 @@ class ScenarioResult:
     error: str = ""
     timings: dict[str, float] = field(default_factory=dict)
     root: str = ""
+    #: the fake cloud's base URL this run talked to (https unless the scenario asks for plain http)
+    cloud_url: str = ""
     sync_state: list[dict[str, Any]] = field(default_factory=list)
     evidence: dict[str, Any] = field(default_factory=dict)
     kept: bool = False
@@ -155,8 +157,14 @@ def run_scenario(
         spec = scenario.header.cloud
         mark = time.monotonic()
         cloud = CloudHandle(
-            cloud_mode, spec.token, list(spec.allowed_projects), logs / "fake-cloud.log", cloud_target
+            cloud_mode,
+            spec.token,
+            list(spec.allowed_projects),
+            logs / "fake-cloud.log",
+            cloud_target,
+            tls=spec.tls,
         )
+        result.cloud_url = cloud.base_url
         result.timings["cloud_start"] = time.monotonic() - mark
         engram_env = {"ENGRAM_CLOUD_SERVER": cloud.base_url}
         token = spec.engram_token if spec.engram_token is not None else cloud.token

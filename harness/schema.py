@@ -50,6 +50,11 @@ class CloudSpec(Strict):
     autosync: bool = Field(
         True, description="Run `engram serve` with ENGRAM_CLOUD_AUTOSYNC=1 from the scenario's start."
     )
+    tls: bool = Field(
+        True,
+        description="Serve the fake over https with a throwaway CA, given to engram as SSL_CERT_FILE "
+        "(v2.0.0-rc.10+ and v3 refuse a token over plain http); false: plain http.",
+    )
 
 
 class WorkspaceSpec(Strict):

@@ -357,6 +357,8 @@ class CloudHandle:
         allowed_projects: list[str],
         log_path: Path,
         target: CloudTarget | None = None,
+        *,
+        tls: bool = False,
     ) -> None:
         from fake_cloud.client import FakeCloudClient
 
@@ -366,6 +368,9 @@ class CloudHandle:
         self.log_path = log_path
         self._stop: Callable[[], object] = lambda: None
         if target is None:
+            if tls:
+                self.ca_file = log_path.parent / "fake-cloud-ca" / "ca.pem"
+                self.ca_file.parent.mkdir(parents=True, exist_ok=True)
             self.base_url = self._start(mode, token, allowed_projects, log_path)
             self.client = FakeCloudClient(self.base_url, self.ca_file)
         else:
@@ -393,21 +398,34 @@ class CloudHandle:
     def _start(self, mode: CloudMode, token: str | None, allowed: list[str], log_path: Path) -> str:
         serve_args = ["--port", "0", *(["--token", token] if token else ["--insecure-no-auth"])]
         allowed_text = ",".join(allowed) if allowed != ["*"] else "*"
+        ca_file = self.ca_file
         if mode == "inprocess":
             from fake_cloud.server import FakeCloudConfig, start_fake_cloud
 
             config = FakeCloudConfig(
-                token=token, allowed_projects=tuple(allowed), insecure_no_auth=token is None
+                token=token,
+                allowed_projects=tuple(allowed),
+                insecure_no_auth=token is None,
+                tls=ca_file is not None,
+                ca_out=ca_file,
             )
             manager = start_fake_cloud(config)
             cloud = manager.__enter__()
             self._stop = lambda: manager.__exit__(None, None, None)
             return str(cloud.base_url)
         if mode == "process":
-            return self._start_process(None, [*serve_args, "--allowed-projects", allowed_text], log_path)
+            tls_args = ["--tls", "--ca-out", str(ca_file)] if ca_file else []
+            return self._start_process(
+                None, [*serve_args, *tls_args, "--allowed-projects", allowed_text], log_path
+            )
         image = ensure_image()
-        launcher = ["docker", "run", "--rm", "-i", "--network", "host", image, "engram-fake-cloud"]
-        serve_args = [*serve_args, "--host", "127.0.0.1", "--allowed-projects", allowed_text]
+        launcher = ["docker", "run", "--rm", "-i", "--network", "host"]
+        tls_args = []
+        if ca_file is not None:  # the container writes its CA into a directory of this scenario
+            launcher += ["-v", f"{ca_file.parent.absolute()}:/run/engram-fake-cloud-ca"]
+            tls_args = ["--tls", "--ca-out", f"/run/engram-fake-cloud-ca/{ca_file.name}"]
+        launcher += [image, "engram-fake-cloud"]
+        serve_args = [*serve_args, *tls_args, "--host", "127.0.0.1", "--allowed-projects", allowed_text]
         return self._start_process(launcher, serve_args, log_path)
 
     def _start_process(self, launcher: list[str] | None, serve_args: list[str], log_path: Path) -> str:
