@@ -11,6 +11,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from harness.design_conformance import conformance_json, junit_suites
 from harness.lanes import LaneTable
 from harness.runner import ExpectMode, ScenarioResult, judge
 from harness.schema import LANE_COUNTS
@@ -292,6 +293,7 @@ def as_json(results: Sequence[ScenarioResult], mode: ExpectMode) -> dict[str, An
                         "status": e.status,
                         "detail": e.detail,
                         "why": e.why,
+                        "design_section": design_section(r, e.index),
                     }
                     for e in r.expectations
                 ],
@@ -299,7 +301,14 @@ def as_json(results: Sequence[ScenarioResult], mode: ExpectMode) -> dict[str, An
             }
             for r in results
         ],
+        "design_conformance": conformance_json(results),
     }
+
+
+def design_section(result: ScenarioResult, index: int) -> str | None:
+    """The design section of the scenario's expectation INDEX (None: baseline or the lost-rows rule)."""
+    at = next((at for at in result.scenario.expectations if at.index == index), None)
+    return at.expectation.design_section if at is not None else None
 
 
 def write_json(path: Path, results: Sequence[ScenarioResult], mode: ExpectMode) -> None:
@@ -307,7 +316,9 @@ def write_json(path: Path, results: Sequence[ScenarioResult], mode: ExpectMode) 
 
 
 def write_junit(path: Path, results: Sequence[ScenarioResult], mode: ExpectMode) -> None:
-    suite = ElementTree.Element("testsuite", name="engram-harness", tests=str(len(results)))
+    """One testsuite of scenarios (a testcase per scenario and version), then one per design section."""
+    root = ElementTree.Element("testsuites")
+    suite = ElementTree.SubElement(root, "testsuite", name="engram-harness", tests=str(len(results)))
     failures = errors = 0
     for r in results:
         case = ElementTree.SubElement(
@@ -336,4 +347,5 @@ def write_junit(path: Path, results: Sequence[ScenarioResult], mode: ExpectMode)
         ElementTree.SubElement(case, "system-err").text = r.stderr[-5000:]
     suite.set("failures", str(failures))
     suite.set("errors", str(errors))
-    ElementTree.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
+    junit_suites(root, results)
+    ElementTree.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)

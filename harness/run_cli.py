@@ -13,6 +13,7 @@ from rich.console import Console
 
 from harness.cloud_cli import show_progress
 from harness.cloud_image import ensure_image
+from harness.design_conformance import conformance_table
 from harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
 from harness.errors import HarnessError
 from harness.loader import Scenario, load_all
@@ -217,6 +218,8 @@ def run_command(
     console.print(summary_table(results, expect))
     if len(binaries) > 1:
         console.print(matrix_table(results, expect))
+    if expect == "design":
+        console.print(conformance_table(results))
     try:
         if json_path is not None:
             write_json(json_path, results, expect)

@@ -13,6 +13,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
+from harness.design_sections import SECTION_PATTERN, section_problem
+
 SCHEMA_ID = "engram-harness/scenario/v1"
 LANE_COUNTS = ("enqueued", "acked", "delivered", "stranded", "lost", "duplicated")
 
@@ -669,6 +671,12 @@ class Expectation(Strict):
         description="baseline: engram versions it holds for, e.g. '>=1.20.0,<2.0.0'. Required for baseline.",
     )
     why: str = Field("", description="Which measured case or design section this pins.")
+    design_section: str | None = Field(
+        None,
+        description="design only (the library requires it): the design section it comes from (§1, §2a, §2b, §2c, §3, "
+        "§4, invariant, item N, out of scope, risk) or the upstream issue a fix closes (upstream #742).",
+        json_schema_extra={"pattern": SECTION_PATTERN},
+    )
     predicted: str | None = Field(
         None,
         description=(
@@ -709,6 +717,10 @@ class Expectation(Strict):
             )
         if self.tag == "baseline" and self.engram is None:
             raise ValueError("a baseline expectation needs engram: a version range, e.g. '>=1.20.0,<2.0.0'")
+        if self.tag != "design" and self.design_section is not None:
+            raise ValueError("design_section is only for design expectations")
+        if self.design_section is not None and (problem := section_problem(self.design_section)):
+            raise ValueError(problem)
         if self.predicted is not None and self.tag != "baseline":
             raise ValueError(
                 "predicted: only a baseline can be predicted from source (a design is a requirement)"

@@ -108,15 +108,15 @@ def test_expect_selects_which_tagged_expectations_decide_the_exit_code(
         "lost": 0, "duplicated": 0, "delivered_as_current_state": 0, "acked_before_run": 0,
     }  # fmt: skip
     assert [e["status"] for e in scenario["expectations"]] == ["pass", "fail", "pass"]
-    suite = ElementTree.parse(tmp_path / "junit.xml").getroot()
-    assert suite.get("tests") == "1" and suite.get("failures") == "0"
+    suite = ElementTree.parse(tmp_path / "junit.xml").getroot().find("testsuite")
+    assert suite is not None and suite.get("tests") == "1" and suite.get("failures") == "0"
 
     everything = harness(
         "run", "cli.scenario.yaml", "--engram", str(engram_bin), "--junit", "all.xml", cwd=tmp_path
     )
     assert everything.returncode == 1
     assert "cloud/my-app enqueued: expected 1, got 2" in everything.stdout
-    failure = ElementTree.parse(tmp_path / "all.xml").getroot().find("testcase/failure")
+    failure = ElementTree.parse(tmp_path / "all.xml").getroot().find("testsuite/testcase/failure")
     assert failure is not None and "[design] lanes" in (failure.text or "")
 
 
