@@ -292,3 +292,28 @@ def test_check_json_names_the_schema_and_lane_model_it_read(version: str, db: Pa
     assert (summary["engram_schema"], summary["lane_model"]) == (EXPECTED_VERSION[version], "legacy-only")
     _, result = check_json(design_db)
     assert result["summary"]["lane_model"] == "design-conforming"  # type: ignore[index]
+
+
+def test_watch_alerts_on_a_new_phantom_and_never_on_the_inbox_row(
+    version: str, db: Path, tmp_path: Path
+) -> None:
+    from canary_support import WatchProcess
+
+    watcher = WatchProcess(["--db", str(db), "--full-every", "600"], tmp_path / "xdg")
+    try:
+        watcher.wait_started()
+        with contextlib.closing(sqlite3.connect(db)) as connection:
+            # SIMULATED DATA: the phantom row a derived key mints (v1.20 observed; v2/v3 predicted from source).
+            connection.execute(
+                "INSERT INTO sync_state (target_key, lifecycle, updated_at) VALUES ('cloud:later', 'pending', "
+                "datetime('now'))"
+            )
+            connection.commit()
+        line = watcher.wait_for(lambda text: "NEW foreign sync target cloud:later " in text, what="the alert")
+        assert line.startswith(
+            "engram-canary WARNING: NEW foreign sync target cloud:later in sync_state ("
+        ), line
+        assert watcher.stop() == 0
+    finally:
+        watcher.kill()
+    assert not [text for text in watcher.snapshot() if "cloud:inbox" in text], watcher.snapshot()
