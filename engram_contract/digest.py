@@ -12,4 +12,4 @@ def payload_digest(payload: Any) -> str:
         with contextlib.suppress(json.JSONDecodeError):
             payload = json.loads(payload)
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()  # a lone \ud800 too

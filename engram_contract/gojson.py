@@ -22,25 +22,39 @@ def go_json(value: Any, *, sort_keys: bool = True) -> str:
     return text
 
 
-MAX_JSON_DEPTH = 200  # far below Go's 10000, and below what Python's own recursion can serialize back
+MAX_JSON_DEPTH = 500  # Go allows 10000; Python's recursion limit (1000) must still serialize it back
+DEPTH_ERROR = "invalid character '[' exceeded max depth"  # Go's wording, at a lower depth
 _MAX_INT_DIGITS = 4000  # Python refuses to convert longer integers; Go's float64 overflows long before
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # json pairs valid surrogates, so any left is lone
 _STRING = re.compile(r'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 
 
-def go_loads(text: str) -> Any:
+def go_loads(text: str, *, keep_surrogates: bool = False) -> Any:
     """json.loads restricted to what Go's encoding/json can hold: ContractError (Go-like wording) for
     NaN/Infinity, numbers beyond float64 or 4000 digits, and nesting deeper than MAX_JSON_DEPTH; lone
-    UTF-16 surrogates become U+FFFD as Go decodes them. json.JSONDecodeError for plain syntax errors."""
+    UTF-16 surrogates become U+FFFD as Go decodes them into a string (``keep_surrogates`` leaves them, for
+    a caller that must know: Postgres refuses them in a json column). json.JSONDecodeError for plain
+    syntax errors."""
     try:
         value = json.loads(text, parse_constant=_constant, parse_float=_float, parse_int=_int)
     except RecursionError:
-        raise ContractError(f"exceeded max depth ({MAX_JSON_DEPTH} nested arrays/objects)") from None
+        raise ContractError(DEPTH_ERROR) from None
     _check_depth(text)  # after parsing: the text is valid JSON, so the string pattern scans it linearly
-    if _SURROGATE_ESCAPE.search(text):
-        value = _replace_surrogates(value)
+    if not keep_surrogates and _SURROGATE_ESCAPE.search(text):
+        value = replace_surrogates(value)
     return value
+
+
+def has_lone_surrogate(value: Any) -> bool:
+    if isinstance(value, str):
+        return _LONE_SURROGATE.search(value) is not None
+    if isinstance(value, list):
+        return any(has_lone_surrogate(item) for item in value)
+    if isinstance(value, dict):
+        return any(has_lone_surrogate(key) or has_lone_surrogate(item) for key, item in value.items())
+    return False
 
 
 def _constant(name: str) -> Any:
@@ -68,14 +82,17 @@ def _check_depth(text: str) -> None:
     for char in brackets:
         depth += 1 if char in "[{" else -1
         if depth > MAX_JSON_DEPTH:
-            raise ContractError(f"exceeded max depth ({MAX_JSON_DEPTH} nested arrays/objects)")
+            raise ContractError(DEPTH_ERROR)
 
 
-def _replace_surrogates(value: Any) -> Any:
+def replace_surrogates(value: Any) -> Any:
+    """Lone UTF-16 surrogates as U+FFFD, as Go's decoder writes them into a string."""
     if isinstance(value, str):
+        if _LONE_SURROGATE.search(value) is None:
+            return value
         return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
     if isinstance(value, list):
-        return [_replace_surrogates(item) for item in value]
+        return [replace_surrogates(item) for item in value]
     if isinstance(value, dict):
-        return {_replace_surrogates(key): _replace_surrogates(item) for key, item in value.items()}
+        return {replace_surrogates(key): replace_surrogates(item) for key, item in value.items()}
     return value

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from engram_contract.errors import ContractError
-from engram_contract.gojson import go_json, go_loads
+from engram_contract.gojson import go_json, go_loads, has_lone_surrogate
 
 SESSION: Final = "session"
 OBSERVATION: Final = "observation"
@@ -54,6 +54,8 @@ INVALID_RELATION_REASON: Final = "invalid relation payload"
 # v1.20 validates session/observation/prompt payloads only inside its batch insert, which fails whole.
 MATERIALIZE_STATUS: Final = 500
 
+POSTGRES_JSON_REASON: Final = "insert mutation: ERROR: invalid input syntax for type json (SQLSTATE 22P02)"
+
 POINTER: Final = object()  # marks a Go pointer field with omitempty: omitted only when nil
 
 
@@ -78,7 +80,7 @@ def refusal_for_entry(
     if isinstance(payload, bytes | str):
         text = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else payload
         try:
-            payload = go_loads(text) if text.strip() else None
+            payload = go_loads(text, keep_surrogates=True) if text.strip() else None
         except (json.JSONDecodeError, ContractError):
             # The client could not even put this on the wire as a JSON value.
             return PushRefusal(400, "invalid request body: payload is not valid JSON", "payload")
@@ -121,7 +123,7 @@ def payload_refusal(
     """What the server's batch insert refuses when it materializes the entry (payload: the wire value)."""
     entity, op, entity_key = entity.strip(), op.strip(), entity_key.strip()
     if entity not in SUPPORTED_OPS:
-        return None  # stored as is: v1.20 materializes only the entities it knows
+        return _postgres_refusal(payload)  # stored as is: v1.20 materializes only the entities it knows
     try:
         if op not in SUPPORTED_OPS[entity]:
             raise ContractError(f'unsupported mutation "{entity}"/"{op}"', "op")
@@ -140,6 +142,13 @@ def payload_refusal(
             )
     except ContractError as error:
         return PushRefusal(MATERIALIZE_STATUS, str(error), error.field)
+    return _postgres_refusal(payload)
+
+
+def _postgres_refusal(payload: Any) -> PushRefusal | None:
+    if has_lone_surrogate(payload):
+        # The payload goes to a Postgres json column verbatim, and Postgres refuses a lone \ud800.
+        return PushRefusal(MATERIALIZE_STATUS, POSTGRES_JSON_REASON, "payload")
     return None
 
 

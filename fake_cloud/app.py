@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 import traceback
 import zlib
@@ -19,7 +20,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from engram_contract.errors import ContractError
-from engram_contract.gojson import go_loads
+from engram_contract.gojson import go_loads, has_lone_surrogate, replace_surrogates
 from fake_cloud import control, routes
 from fake_cloud.httpserver import DROP, Drop, Request, RequestHead, Response, warn
 from fake_cloud.models import (
@@ -43,6 +44,7 @@ from fake_cloud.wire import (
 
 MAX_RECORDED_ERRORS = 1000
 CONTROL_BODY_LIMIT = 1024 * 1024
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")  # gates the scan for lone surrogates
 
 
 class FakeCloudApp:
@@ -261,8 +263,10 @@ class FakeCloudApp:
             return None, "gzip body: gzip: invalid header"  # Go reads trailing bytes as a next member
         return data, None
 
-    def _read_json(self, request: Request) -> tuple[Any, str | None, bool]:
+    def _read_json(self, request: Request, *, keep_surrogates: bool = False) -> tuple[Any, str | None, bool]:
         """(value, decode error, too large) like Go's json.Decoder over a MaxBytesReader."""
+        if request.body_error is not None:
+            return None, request.body_error, False
         if request.body_too_large or len(request.body) > self.state.max_push_bytes:
             return None, None, True
         body, problem = self._decoded_body(request)
@@ -278,7 +282,7 @@ class FakeCloudApp:
         if not stripped:
             return None, "EOF", False
         try:
-            value = _decode_first_value(stripped)
+            value = _decode_first_value(stripped, keep_surrogates)
         except ContractError as error:
             return None, str(error), False
         except json.JSONDecodeError as error:
@@ -288,7 +292,14 @@ class FakeCloudApp:
         return value, None, False
 
     async def _mutation_push(self, request: Request, request_id: str, epoch: int) -> Response | Drop:
-        body, problem, over = self._read_json(request)
+        body, problem, over = self._read_json(request, keep_surrogates=True)
+        if (
+            problem is None
+            and not over
+            and SURROGATE_ESCAPE.search(request.body)
+            and has_lone_surrogate(body)
+        ):
+            body = _surrogates_left_in_payloads(body)
         # Only a scheduled fault needs these before validation.
         projects = _pushed_projects(body) if self.state.faults else []
         items = _mutation_items(body) if self.state.faults else []
@@ -334,14 +345,38 @@ def _internal_error(error: BaseException) -> Response:
     return text_response(500, f"fake cloud internal error: {type(error).__name__} (see GET /_fake/errors)")
 
 
-def _decode_first_value(text: str) -> Any:
+def _decode_first_value(text: str, keep_surrogates: bool) -> Any:
     """The first JSON value of the text; what follows it is ignored, as Go's json.Decoder ignores it."""
     try:
-        return go_loads(text)
+        return go_loads(text, keep_surrogates=keep_surrogates)
     except json.JSONDecodeError as error:
         if error.msg != "Extra data":
             raise
-        return go_loads(text[: error.pos])
+        return go_loads(text[: error.pos], keep_surrogates=keep_surrogates)
+
+
+def _surrogates_left_in_payloads(body: Any) -> Any:
+    """A push as v1.20 holds it: Go strings get U+FFFD for a lone surrogate, but each payload is a
+    json.RawMessage that reaches Postgres verbatim (and is refused there: push_rules says so)."""
+    if not isinstance(body, dict):
+        return replace_surrogates(body)
+    out = {key: replace_surrogates(value) for key, value in body.items() if key != "entries"}
+    entries = body.get("entries")
+    if "entries" in body:
+        out["entries"] = (
+            [
+                {
+                    key: value if key == "payload" else replace_surrogates(value)
+                    for key, value in entry.items()
+                }
+                if isinstance(entry, dict)
+                else replace_surrogates(entry)
+                for entry in entries
+            ]
+            if isinstance(entries, list)
+            else replace_surrogates(entries)
+        )
+    return out
 
 
 def _valid_prefix(body: bytes) -> bool:

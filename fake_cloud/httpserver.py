@@ -49,6 +49,7 @@ class Request:
     headers: dict[str, str]
     body: bytes
     body_too_large: bool
+    body_error: str | None = None  # why the body could not be read whole, in Go's words
 
 
 @dataclass
@@ -240,10 +241,15 @@ class HttpServer:
                 chunks: list[bytes] = []
                 size = 0
                 too_large = False
+                body_error: str | None = None
                 limit = min(self.body_limit(head), self.max_body)
                 while True:
                     part = await next_event(loop.time() + self.body_timeout)
                     if isinstance(part, h11.Data):
+                        if _chunk_left(conn) > MAX_GO_CONTENT_LENGTH:
+                            # Go's chunked reader refuses this length outright; the handler says why.
+                            body_error = "http chunk length too large"
+                            break
                         size += len(part.data)
                         if size > limit:
                             too_large = True  # stop reading: the answer is 413 whatever follows
@@ -262,6 +268,7 @@ class HttpServer:
                     await plain(408)
                 return
             request = _request(head, b"".join(chunks), too_large)
+            request.body_error = body_error
             result = await self.handler(request)
             if isinstance(result, Drop):
                 _reset(writer)
@@ -288,6 +295,11 @@ class HttpServer:
         data += conn.send(h11.EndOfMessage()) or b""
         writer.write(data)
         await writer.drain()
+
+
+def _chunk_left(conn: h11.Connection) -> int:
+    """The declared size of the chunk h11 is reading (0 when not chunked); h11 keeps it private."""
+    return int(getattr(getattr(conn, "_reader", None), "_bytes_in_chunk", 0) or 0)
 
 
 def _head(event: h11.Request) -> RequestHead:

@@ -800,10 +800,13 @@ def _materialize_refusal(entries: Sequence[Mapping[str, Any]]) -> Reply | None:
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for entry in entries:
         groups.setdefault(entry["project"].strip(), []).append(entry)
+    insert_error = None
     for project, batch in groups.items():
         canonicalize_error = None
-        known = [entry for entry in batch if entry["entity"].strip() in push_rules.SUPPORTED_OPS]
-        for index, entry in enumerate(known):
+        index = -1  # mutations[i] counts only the entities the chunk codec knows
+        for entry in batch:
+            if entry["entity"].strip() in push_rules.SUPPORTED_OPS:
+                index += 1
             refusal = push_rules.payload_refusal(
                 project=project,
                 entity=entry["entity"],
@@ -815,6 +818,11 @@ def _materialize_refusal(entries: Sequence[Mapping[str, Any]]) -> Reply | None:
                 continue
             if refusal.reason.startswith("materialize mutation batch"):
                 return Reply(refusal.status, f"insert mutations: cloudstore: {refusal.reason}")
+            if refusal.reason == push_rules.POSTGRES_JSON_REASON:
+                insert_error = insert_error or Reply(
+                    refusal.status, f"insert mutations: cloudstore: {refusal.reason}"
+                )
+                continue
             if canonicalize_error is None:
                 canonicalize_error = Reply(
                     refusal.status,
@@ -823,7 +831,7 @@ def _materialize_refusal(entries: Sequence[Mapping[str, Any]]) -> Reply | None:
                 )
         if canonicalize_error is not None:
             return canonicalize_error
-    return None
+    return insert_error
 
 
 def _materialize_mutation_batch(entries: Sequence[Mapping[str, Any]]) -> list[tuple[str, dict[str, Any]]]:

@@ -61,6 +61,13 @@ def chunk(project: str, session_id: str, sync_id: str) -> dict[str, Any]:
     }
 
 
+def raw_push(payload_text: str) -> bytes:
+    return (
+        '{"entries": [{"project": "alpha", "entity": "thing", "entity_key": "raw", "op": "upsert", '
+        f'"payload": {payload_text}}}]}}'
+    ).encode()
+
+
 def chunk_push(project: str | None, data: Any) -> dict[str, Any]:
     body: dict[str, Any] = {"created_by": "differential", "client_created_at": "2026-11-29T10:00:00Z"}
     if project is not None:
@@ -201,6 +208,27 @@ def build_cases(good_entries: list[dict[str, Any]]) -> list[Case]:
             body={"entries": [entry("alpha", "thing", "k1", {"a": 1})]},
         ),
         Case("pull after refused payloads", "GET", "/sync/mutations/pull?since_seq=6"),
+        # values that parse but break later (issue 11), as raw bodies
+        Case("push NaN", "POST", "/sync/mutations/push", body=raw_push('{"v": NaN}')),
+        Case("push Infinity", "POST", "/sync/mutations/push", body=raw_push('{"v": Infinity}')),
+        Case("push nested 300 deep", "POST", "/sync/mutations/push", body=raw_push("[" * 300 + "]" * 300)),
+        Case(
+            "push nested 10001 deep", "POST", "/sync/mutations/push", body=raw_push("[" * 10001 + "]" * 10001)
+        ),
+        Case(
+            "push lone surrogate in payload",
+            "POST",
+            "/sync/mutations/push",
+            body=raw_push('{"v": "\\ud800x"}'),
+        ),
+        Case("push trailing bytes", "POST", "/sync/mutations/push", body=raw_push('{"v": 1}') + b" junk"),
+        Case("push 1e999", "POST", "/sync/mutations/push", body=raw_push('{"v": 1e999}')),
+        Case(
+            "push 5000-digit integer",
+            "POST",
+            "/sync/mutations/push",
+            body=raw_push('{"v": ' + "9" * 5000 + "}"),
+        ),
         # chunk protocol
         Case("manifest empty", "GET", "/sync/pull?project=beta"),
         Case("manifest missing project", "GET", "/sync/pull"),
