@@ -49,8 +49,13 @@ CURRENT_STATE_KEYS = {"session": "id", "observation": "sync_id", "prompt": "sync
 _DURATION = re.compile(r"(\d+)\s*([smhdw])")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
-MatchKey = tuple[str, str, str, str]
+MatchKey = tuple[str, str, str, bytes]
 EntityKey = tuple[str, str]
+
+
+def _digest(payload: Any) -> bytes:
+    """engram_contract.payload_digest as 32 raw bytes: a third of the hex text's memory per row."""
+    return bytes.fromhex(payload_digest(payload))
 
 
 class ReconcileError(CanaryError):
@@ -78,8 +83,7 @@ class LocalRow:
     lane: str
     project: str
     key: MatchKey  # (entity, entity_key, op, payload digest); the same tuple keys the matcher's index
-    acked_at: str | None
-    expected: bool
+    acked_at: str
 
     @property
     def entity(self) -> str:
@@ -96,7 +100,8 @@ class LocalRow:
 
 @dataclass
 class Journal:
-    rows: list[LocalRow]
+    rows: list[LocalRow]  # the acked rows of enrolled projects: the ones that must be in the cloud
+    tallies: dict[tuple[str, str], Counter[str]]  # (lane, project) -> acked / pending / not_expected
     # entity_key of every local-source row, in or out of the window: a cloud row with one of these keys
     # is this device's, never "cloud-only"
     written_keys: set[str]
@@ -150,29 +155,29 @@ def _journal(connection: sqlite3.Connection, db_path: Path, acked_since: datetim
     )
     shared: dict[str, str] = {}  # one object per repeated value (lanes, projects, entities, ack times)
     expected_project: dict[str, bool] = {}
+    tallies: defaultdict[tuple[str, str], Counter[str]] = defaultdict(Counter)
     rows = []
     for seq, lane, proj, entity, entity_key, op, payload, acked_at, live in cursor:
         proj = shared.setdefault(str(proj), str(proj))
+        lane = shared.setdefault(str(lane), str(lane))
         if proj not in expected_project:
             expected_project[proj] = normalize_project(proj) in enrolled
         key = (
             shared.setdefault(entity, entity),
             str(entity_key),
             shared.setdefault(op, op),
-            payload_digest(payload),
+            _digest(payload),
         )
         written.add(key[1])
-        rows.append(
-            LocalRow(
-                seq=int(seq),
-                lane=shared.setdefault(lane, lane),
-                project=proj,
-                key=key,
-                acked_at=None if acked_at is None else shared.setdefault(acked_at, acked_at),
-                expected=bool(live) and expected_project[proj],
-            )
-        )
-    return Journal(rows, written, enrolled, acked_before)
+        tally = tallies[(lane, proj)]
+        if not (live and expected_project[proj]):
+            tally["not_expected"] += 1
+        elif acked_at is None:
+            tally["pending"] += 1
+        else:
+            tally["acked"] += 1
+            rows.append(LocalRow(int(seq), lane, proj, key, shared.setdefault(acked_at, acked_at)))
+    return Journal(rows, dict(tallies), written, enrolled, acked_before)
 
 
 def read_payloads(db_path: Path, seqs: Sequence[int]) -> dict[int, Any]:
@@ -266,28 +271,42 @@ class Matcher:
     """Acked, expected local rows waiting for their copy in the cloud, consumed as copies are found."""
 
     journal: Journal
-    waiting: dict[MatchKey, list[LocalRow]] = field(default_factory=dict)
+    waiting: dict[MatchKey, LocalRow | list[LocalRow]] = field(default_factory=dict)
     waiting_keys: set[str] = field(default_factory=set)
-    via: dict[int, str] = field(default_factory=dict)
+    via: Counter[str] = field(default_factory=Counter)
     states: defaultdict[EntityKey, list[Any]] = field(default_factory=lambda: defaultdict(list))
     cloud_only: Counter[str] = field(default_factory=Counter)
     cloud_rows: int = 0
 
     def __post_init__(self) -> None:
         for row in self.journal.rows:
-            if row.expected and row.acked_at is not None:
-                self.waiting.setdefault(row.key, []).append(row)
-                self.waiting_keys.add(row.entity_key)
+            present = self.waiting.get(row.key)
+            if present is None:
+                self.waiting[row.key] = row  # the common case: one row per key, no list
+            elif isinstance(present, list):
+                present.append(row)
+            else:
+                self.waiting[row.key] = [present, row]
+            self.waiting_keys.add(row.entity_key)
 
     def _take(self, key: MatchKey, door: str) -> bool:
-        rows = self.waiting.get(key)
-        if not rows:
+        present = self.waiting.get(key)
+        if present is None:
             return False
-        row = rows.pop(0)
-        if not rows:
+        if isinstance(present, list):
+            present.pop(0)
+            if len(present) == 1:
+                self.waiting[key] = present[0]
+        else:
             del self.waiting[key]
-        self.via[row.seq] = door
+        self.via[door] += 1
         return True
+
+    def remaining(self) -> list[LocalRow]:
+        out: list[LocalRow] = []
+        for present in self.waiting.values():
+            out.extend(present if isinstance(present, list) else [present])
+        return out
 
     def _keep_state(self, entity: str, entity_key: str, payload: Any) -> None:
         if entity_key in self.waiting_keys:
@@ -295,7 +314,7 @@ class Matcher:
 
     def pulled(self, mutation: CloudMutation) -> None:
         self.cloud_rows += 1
-        key = (mutation.entity, mutation.entity_key, mutation.op, payload_digest(mutation.payload))
+        key = (mutation.entity, mutation.entity_key, mutation.op, _digest(mutation.payload))
         if self._take(key, "mutation"):
             return
         if mutation.entity_key not in self.journal.written_keys:
@@ -309,7 +328,7 @@ class Matcher:
                 continue
             entity, entity_key, op = (str(raw.get(n) or "").strip() for n in ("entity", "entity_key", "op"))
             payload = raw.get("payload")
-            if not self._take((entity, entity_key, op, payload_digest(payload)), "chunk"):
+            if not self._take((entity, entity_key, op, _digest(payload)), "chunk"):
                 self._keep_state(entity, entity_key, payload)
         for entity, id_field in CURRENT_STATE_KEYS.items():
             for row in document.get(entity + "s") or []:
@@ -319,14 +338,13 @@ class Matcher:
     def settle(self, payloads: dict[int, Any]) -> list[LocalRow]:
         """Match what is left against the entities' current states; return the rows still missing."""
         missing = []
-        for rows in self.waiting.values():
-            for row in rows:
-                local = payloads.get(row.seq)
-                states = self.states.get((row.entity, row.entity_key), [])
-                if row.op == "upsert" and any(_carries(state, local) for state in states):
-                    self.via[row.seq] = "current_state"
-                else:
-                    missing.append(row)
+        for row in self.remaining():
+            local = payloads.get(row.seq)
+            states = self.states.get((row.entity, row.entity_key), [])
+            if row.op == "upsert" and any(_carries(state, local) for state in states):
+                self.via["current_state"] += 1
+            else:
+                missing.append(row)
         return sorted(missing, key=lambda r: r.seq)
 
 
@@ -366,9 +384,7 @@ def reconcile(options: ReconcileOptions) -> ReconcileResult:
         with CloudReader(options.settings, options.timeout) as cloud:
             matcher, since_seq, chunks_read = _read_cloud(cloud, journal, options.since)
             requests = cloud.requests
-        missing = matcher.settle(
-            read_payloads(options.db_path, [row.seq for rows in matcher.waiting.values() for row in rows])
-        )
+        missing = matcher.settle(read_payloads(options.db_path, [row.seq for row in matcher.remaining()]))
     except CanaryError as error:
         return unknown(options.db_path, str(error), url)
     return _result(
@@ -399,7 +415,7 @@ def _read_cloud(cloud: CloudReader, journal: Journal, since: datetime | None) ->
 
 def _chunk_projects(journal: Journal, matcher: Matcher) -> list[str]:
     """Enrolled projects that still have acked rows without a copy: only those need their chunks read."""
-    projects = {normalize_project(row.project) for rows in matcher.waiting.values() for row in rows}
+    projects = {normalize_project(row.project) for row in matcher.remaining()}
     return sorted(p for p in projects if p in journal.enrolled)
 
 
@@ -421,17 +437,11 @@ def _result(
     requests: int,
     seconds: float,
 ) -> ReconcileResult:
-    counts: defaultdict[tuple[str, str], Counter[str]] = defaultdict(Counter)
-    lost_seqs = {row.seq for row in missing}
-    for row in journal.rows:
-        tally = counts[(row.lane, row.project)]
-        if not row.expected:
-            tally["not_expected"] += 1
-        elif row.acked_at is None:
-            tally["pending"] += 1
-        else:
-            tally["acked"] += 1
-            tally["lost" if row.seq in lost_seqs else "delivered"] += 1
+    lost_by_lane = Counter((row.lane, row.project) for row in missing)
+    counts = {lane: Counter(tally) for lane, tally in journal.tallies.items()}
+    for lane, tally in counts.items():
+        tally["lost"] = lost_by_lane[lane]
+        tally["delivered"] = tally["acked"] - tally["lost"]
     reports = [
         LaneReport(
             lane=lane,
@@ -441,7 +451,7 @@ def _result(
         )
         for (lane, project), tally in sorted(counts.items())
     ]
-    via = Counter(matcher.via.values())
+    via = matcher.via
     lost = len(missing)
     summary = {
         "acked": sum(r.acked for r in reports),

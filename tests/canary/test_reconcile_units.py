@@ -153,15 +153,9 @@ def test_no_token_allows_plain_http_and_ssl_cert_file_is_the_ca(tmp_path: Path) 
     assert chosen == CloudSettings("http://127.0.0.1:8080", None, ca, "--cloud-url", None)
 
 
-def local(seq: int, entity: str, key: str, payload: dict[str, object], acked: bool = True) -> LocalRow:
-    return LocalRow(
-        seq,
-        "cloud",
-        "alpha",
-        (entity, key, "upsert", payload_digest(payload)),
-        "2026-11-30 10:00:00" if acked else None,
-        True,
-    )
+def local(seq: int, entity: str, key: str, payload: dict[str, object]) -> LocalRow:
+    digest = bytes.fromhex(payload_digest(payload))
+    return LocalRow(seq, "cloud", "alpha", (entity, key, "upsert", digest), "2026-11-30 10:00:00")
 
 
 def test_matcher_doors_and_identical_rows() -> None:
@@ -173,7 +167,7 @@ def test_matcher_doors_and_identical_rows() -> None:
         local(2, "session", "s1", session),
         local(3, "observation", "obs-1", observation),
     ]
-    matcher = Matcher(Journal(rows, {"s1", "obs-1"}, frozenset({"alpha"})))
+    matcher = Matcher(Journal(rows, {}, {"s1", "obs-1"}, frozenset({"alpha"})))
 
     matcher.pulled(CloudMutation(10, "alpha", "session", "s1", "upsert", session, ""))
     matcher.chunk({"observations": [{**observation, "project": "alpha", "type": "manual"}]})
@@ -181,5 +175,5 @@ def test_matcher_doors_and_identical_rows() -> None:
     missing = matcher.settle({3: observation})
 
     assert [row.seq for row in missing] == [2]
-    assert matcher.via == {1: "mutation", 3: "current_state"}
+    assert matcher.via == {"mutation": 1, "current_state": 1}
     assert dict(matcher.cloud_only) == {"beta": 1}
