@@ -317,3 +317,18 @@ def test_watch_alerts_on_a_new_phantom_and_never_on_the_inbox_row(
     finally:
         watcher.kill()
     assert not [text for text in watcher.snapshot() if "cloud:inbox" in text], watcher.snapshot()
+
+
+@pytest.mark.parametrize("user_version", [-5, 7, 2**31 - 1])
+def test_an_odd_user_version_is_read_and_named_never_written(user_version: int, tmp_path: Path) -> None:
+    path = tmp_path / "engram.db"
+    build(FIXTURE_V120, path)
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        connection.execute(f"PRAGMA user_version = {user_version}")
+        connection.commit()
+    code, result = check_json(path)
+    assert (code, result["error"]) == (1, None), result
+    named = f"unknown (v1.20 columns, user_version {user_version})"
+    assert result["summary"]["engram_schema"] == named  # type: ignore[index]
+    code, output = run("inbox", "drop", "--db", str(path), "--project", stray_key(path), "--apply")
+    assert code != 0 and output.count("\n") == 1 and f"looks like engram {named}" in output, output
