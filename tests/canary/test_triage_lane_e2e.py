@@ -145,6 +145,20 @@ def test_triage_clears_a_blocked_lane_and_never_inserts_what_the_cloud_refuses(
         == []
     )
     assert query(db, "SELECT acked_at IS NULL FROM sync_mutations WHERE seq = ?", nodir_seq) == [(1,)]
+    [(original,)] = query(
+        db, "SELECT payload FROM sync_mutations WHERE project = 'side-project' AND entity = 'observation'"
+    )
+    claimed = {
+        (str(project), str(entity), payload_digest(str(payload)))
+        for project, entity, payload in query(
+            db,
+            "SELECT project, entity, payload FROM sync_mutations WHERE project = 'main-proj' AND entity_key LIKE 'obs-%' "
+            "AND json_extract(payload, '$.session_id') = 's-nodir'",
+        )
+    }
+    assert claimed == {
+        ("main-proj", "observation", payload_digest({**json.loads(original), "project": "main-proj"}))
+    }
 
     # (2) engram's own worker is blocked by the refused rows of the lane
     held_back = pending_digests(world, ENROLLED)
@@ -223,3 +237,6 @@ def test_triage_clears_a_blocked_lane_and_never_inserts_what_the_cloud_refuses(
     # nothing without a project and no directory-less session ever reached the cloud
     assert all(project for project, _, _ in received)
     assert ("main-proj", "session", payload_digest(late_payload)) not in received
+    # the claimed copy arrived under the enrolled project; nothing of the unenrolled key ever did
+    assert claimed <= received
+    assert not any(project == "side-project" for project, _, _ in received)
