@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from inbox_support import CANARY, canary, canary_env, db_digest, engram_ok, query, save
+from inbox_support import CANARY, canary, canary_env, db_digest, engram_ok, engram_serve, query, save
 
 from harness.engram_env import EngramEnvironment
 
@@ -286,3 +286,35 @@ def test_an_alias_file_that_cannot_be_written_refuses_before_any_write(home: Hom
     )
     assert db_digest(home.db) == before
     assert not home.backups.exists()
+
+
+def test_claim_repair_copies_a_directory_less_session_with_the_directory_engram_recorded(
+    engram_world: EngramEnvironment,
+) -> None:
+    """POST /sessions without a directory, then again with one: engram updates the sessions row but the
+    first journaled upsert stays directory-less. Claim refuses it, and offers --repair."""
+    world = engram_world
+    engram_ok(world, "cloud", "enroll", "main-proj")
+    workdir = world.root / "répertoire de travail"
+    workdir.mkdir()
+    with engram_serve(world) as server:
+        server.post("/sessions", {"id": "s-late", "project": "side-project"})
+        server.post("/sessions", {"id": "s-late", "project": "side-project", "directory": str(workdir)})
+        assert not server.failures
+    [first, _] = [row[0] for row in query(world.db_path, "SELECT seq FROM sync_mutations ORDER BY seq")]
+    args = ("inbox", "claim", "--project", "side-project", "--as", "main-proj", "--with-telemetry")
+    dry = canary(world, *args)
+    assert dry.returncode == 0, dry.stderr
+    assert (
+        f"  refuse: seq {first} session s-late upsert: the cloud would answer 500 session payload directory is "
+        f"required for upsert; its directory {str(workdir)!r} is known from the sessions table: run again with "
+        f"--repair to copy it with that directory, or drop it (engram-canary inbox drop --seq {first})"
+    ) in dry.stdout.splitlines()
+    repaired = canary(world, *args, "--repair", "--apply")
+    assert repaired.returncode == 0, repaired.stderr
+    copies = query(
+        world.db_path, "SELECT payload FROM sync_mutations WHERE project = 'main-proj' ORDER BY seq"
+    )
+    assert [json.loads(payload)["directory"] for (payload,) in copies] == [str(workdir), str(workdir)]
+    doctor = json.loads(engram_ok(world, "doctor", "--json", "--check", "sync_mutation_required_fields"))
+    assert [check["result"] for check in doctor["checks"]] == ["ok"]
