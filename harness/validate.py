@@ -50,6 +50,8 @@ PUSH_PATH = "/sync/mutations/push"
 # engram v1.20's worker ticks every 30 s and has no trigger; one tick may take a moment past that.
 TICK_SECONDS = 30.0
 TICK_TIMEOUT = TICK_SECONDS + 20.0
+# engram serve on a 1M-row database takes more than the harness's usual 20 s to answer /health.
+SERVE_READY_TIMEOUT = 180.0
 PLAN_OPERATIONS = (("inbox", "claim"), ("inbox", "drop"))
 # The what-if supplies these itself: a plan line must not point the command at another database.
 PLAN_RESERVED_OPTIONS = ("--db", "--apply", "--backup-dir", "--aliases", "--keep-backups")
@@ -358,8 +360,10 @@ class Rehearsal:
             logs / "serve.log",
         )
         ticks: list[dict[str, Any]] = []
+        daemon.ready_timeout = SERVE_READY_TIMEOUT
         try:
             daemon.start(autosync=True)
+            timings["serve_start"] = time.monotonic() - mark
             self._play_ticks(daemon, cloud, ticks)
             daemon.stop()
             received = cloud.client.received()

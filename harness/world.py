@@ -237,6 +237,8 @@ class EngramDaemon:
         self.port = 0
         self.autosync = False
         self.http = httpx.Client(timeout=30.0)
+        # Seconds per start attempt; a 1M-row database makes engram serve take longer than 20 s.
+        self.ready_timeout = 20.0
 
     @property
     def running(self) -> bool:
@@ -269,7 +271,7 @@ class EngramDaemon:
         raise StepFailed(f"engram serve did not become ready; its log:\n{self.log_text()[-2000:]}")
 
     def _wait_ready(self) -> bool:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + self.ready_timeout
         while time.monotonic() < deadline:
             if not self.running:
                 return False
