@@ -239,13 +239,93 @@ def measure_idle(db: Path, env: dict[str, str], seconds: float, *extra: str) -> 
     }
 
 
+CHECK_RESULTS = ROOT / "bench" / "results" / "canary_check.json"
+
+
+def side_by_side_check(db: Path, env: dict[str, str], rounds: int) -> dict[str, Any]:
+    """`check --full` next to `check` through the inbox cursor, interleaved, on the same unchanged file."""
+    state = db.parent / "state"
+    shutil.rmtree(state, ignore_errors=True)
+    cursor_env = {**env, "ENGRAM_CANARY_STATE_DIR": str(state)}
+    command = [str(CANARY), "check", "--db", str(db), "--format", "json"]
+    first = timed(command, cursor_env, runs=1)  # builds the cursor
+    full_walls: list[float] = []
+    cursor_walls: list[float] = []
+    outputs: dict[str, set[str]] = {"full": set(), "cursor": set()}
+    for _ in range(rounds):
+        for name, args, walls in (
+            ("full", [*command, "--full"], full_walls),
+            ("cursor", command, cursor_walls),
+        ):
+            began = time.perf_counter()
+            done = subprocess.run(args, env=cursor_env, capture_output=True, text=True, check=False)
+            walls.append(time.perf_counter() - began)
+            document = json.loads(done.stdout)
+            document.pop("checked_at")
+            outputs[name].add(json.dumps(document, sort_keys=True))
+    full_median = statistics.median(full_walls)
+    cursor_median = statistics.median(cursor_walls)
+    return {
+        "rounds": rounds,
+        "first_check_builds_cursor_s": first["median_s"],
+        "full_median_s": round(full_median, 3),
+        "full_min_s": round(min(full_walls), 3),
+        "cursor_unchanged_median_s": round(cursor_median, 3),
+        "cursor_unchanged_min_s": round(min(cursor_walls), 3),
+        "ratio_cursor_to_full": round(cursor_median / full_median, 4),
+        "same_json_except_checked_at": outputs["full"] == outputs["cursor"] and len(outputs["full"]) == 1,
+        "goal_s": 0.3,
+    }
+
+
+def main_check_only(cache: Path, rounds: int) -> None:
+    engram = find_engram(DEFAULT_VERSION)
+    if engram is None:
+        raise click.ClickException(
+            f"engram {DEFAULT_VERSION} is not installed (engram-harness engram install)"
+        )
+    cached, summary = build_database(cache, engram)
+    load_at_start = os.getloadavg()
+    workdir = cache / "run"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("ENGRAM_")}
+    env["XDG_CONFIG_HOME"] = str(workdir / "xdg")
+    db = fresh_copy(cached, workdir)
+    check = side_by_side_check(db, env, rounds)
+    results = {
+        "benchmark": "canary check: inbox cursor vs full recomputation",
+        "machine": {
+            "cpus": os.cpu_count(),
+            "load_average_at_start": [round(value, 2) for value in load_at_start],
+            "load_average_at_end": [round(value, 2) for value in os.getloadavg()],
+        },
+        "database": {"sync_mutations_rows": summary["mutation_rows"], "unacked_rows": summary["stuck_rows"]},
+        "check": check,
+    }
+    CHECK_RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    click.echo(json.dumps(results, indent=2))
+    click.echo(f"wrote {CHECK_RESULTS.relative_to(ROOT)}")
+
+
 @click.command()
 @click.option("--events", default=200, show_default=True, help="Detection-latency events (inotify).")
 @click.option("--poll-events", default=50, show_default=True, help="Events for the polling observer.")
 @click.option("--idle-seconds", default=60.0, show_default=True)
 @click.option("--doctor-runs", default=2, show_default=True)
 @click.option("--cache", type=click.Path(path_type=Path), default=ROOT / ".cache" / "bench-canary")
-def main(events: int, poll_events: int, idle_seconds: float, doctor_runs: int, cache: Path) -> None:
+@click.option("--check-only", is_flag=True, help="Only `check` with the inbox cursor next to `check --full`.")
+@click.option("--rounds", default=7, show_default=True, help="Interleaved rounds of --check-only.")
+def main(
+    events: int,
+    poll_events: int,
+    idle_seconds: float,
+    doctor_runs: int,
+    cache: Path,
+    check_only: bool,
+    rounds: int,
+) -> None:
+    if check_only:
+        main_check_only(cache, rounds)
+        return
     engram = find_engram(DEFAULT_VERSION)
     if engram is None:
         raise click.ClickException(
@@ -258,7 +338,8 @@ def main(events: int, poll_events: int, idle_seconds: float, doctor_runs: int, c
     env["XDG_CONFIG_HOME"] = str(workdir / "xdg")
 
     db = fresh_copy(cached, workdir)
-    check = timed([str(CANARY), "check", "--db", str(db), "--format", "json"], env, runs=5)
+    check = timed([str(CANARY), "check", "--db", str(db), "--format", "json", "--full"], env, runs=5)
+    cursor_check = side_by_side_check(db, env, rounds=5)
     core = core_check_seconds(db)
     doctor_env = {**env, "ENGRAM_DATA_DIR": str(db.parent), "HOME": str(workdir)}
     doctor = timed([str(engram), "doctor", "--json"], doctor_env, runs=doctor_runs)
@@ -290,6 +371,7 @@ def main(events: int, poll_events: int, idle_seconds: float, doctor_runs: int, c
         "detection_latency": {"inotify": inotify, "polling_50ms": polling, "goal_p99_ms": 20},
         "one_shot": {
             "engram_canary_check": check,
+            "engram_canary_check_with_cursor_unchanged_db": cursor_check,
             "engram_canary_check_parts": core,
             "engram_doctor_json": doctor,
             "ratio_check_to_doctor": round(check["median_s"] / doctor["median_s"], 4),

@@ -39,7 +39,7 @@ from canary.findings import (
     apply_acknowledgements,
     overall_status,
 )
-from canary.inbox import tripwire_findings
+from canary.inbox_cursor import cursor_tripwire_findings
 from canary.lane_health import lane_findings
 from canary.schema_support import identify, waiting_filter
 from canary.targets import INBOX_TARGET, LOCAL_TARGET, allowed_targets, project_target
@@ -334,9 +334,11 @@ def check_connection(
     db_path: Path,
     config: CanaryConfig,
     baseline: Baseline | None,
+    *,
+    use_cursor: bool = True,
 ) -> CheckResult:
     """One full check in one short read transaction."""
-    return check_snapshot(connection, schema, db_path, config, baseline)[0]
+    return check_snapshot(connection, schema, db_path, config, baseline, use_cursor=use_cursor)[0]
 
 
 def check_snapshot(
@@ -347,6 +349,7 @@ def check_snapshot(
     baseline: Baseline | None,
     *,
     include_inbox: bool = True,
+    use_cursor: bool = True,
 ) -> tuple[CheckResult, TargetSpace]:
     """The full check and the target space it saw (the watcher keeps the latter)."""
     with read_transaction(connection):
@@ -361,7 +364,8 @@ def check_snapshot(
         summary["lane_model"] = str(kind.lane_model)
     # The inbox view takes its own short read transaction.
     if include_inbox:
-        findings.extend(tripwire_findings(connection, schema, config))
+        # Through the cursor in the canary's state dir: an unchanged inbox is not read again.
+        findings.extend(cursor_tripwire_findings(connection, schema, config, db_path, use_cursor=use_cursor))
     # Lane health (canary.lane_health) takes its own short read transaction as well.
     findings.extend(lane_findings(connection, schema, db_path))
     return finish(findings, summary, db_path, config, baseline, sorted(space.allowed)), space
@@ -390,7 +394,9 @@ def finish(
     )
 
 
-def run_check(db_path: Path, config: CanaryConfig, baseline: Baseline | None) -> CheckResult:
+def run_check(
+    db_path: Path, config: CanaryConfig, baseline: Baseline | None, *, use_cursor: bool = True
+) -> CheckResult:
     """Open, check, close. An unreadable or non-engram file is UNKNOWN, never OK."""
     try:
         connection = open_read_only(db_path)
@@ -398,7 +404,7 @@ def run_check(db_path: Path, config: CanaryConfig, baseline: Baseline | None) ->
         return unknown_result(db_path, str(error))
     try:
         schema = discover_schema(connection, db_path)
-        return check_connection(connection, schema, db_path, config, baseline)
+        return check_connection(connection, schema, db_path, config, baseline, use_cursor=use_cursor)
     except sqlite3.DatabaseError as error:
         return unknown_result(db_path, describe_read_error(db_path, error, "read failed"))
     except CanaryError as error:

@@ -114,6 +114,9 @@ def _load(config_file: Path | None, baseline_file: Path | None) -> tuple[CanaryC
     type=click.Path(path_type=Path, file_okay=False),
     help="Also write engram_canary.prom here (node_exporter textfile collector), atomically.",
 )
+@click.option(
+    "--full", is_flag=True, help="Read every inbox row again instead of the cursor in the canary's state dir."
+)
 def check(
     db: Path | None,
     config_file: Path | None,
@@ -121,6 +124,7 @@ def check(
     output_format: str,
     no_baseline: bool,
     textfile_dir: Path | None,
+    full: bool,
 ) -> None:
     """One-shot check, for cron and systemd timers. Exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN."""
     config = CanaryConfig()
@@ -129,7 +133,7 @@ def check(
         config, _, baseline_path = _load(config_file, baseline_file)
         db_path = resolve_db(db, config)
         baseline: Baseline | None = None if no_baseline else load_baseline(baseline_path)
-        result = run_check(db_path, config, baseline)
+        result = run_check(db_path, config, baseline, use_cursor=not full)
     except CanaryError as error:
         result = unknown_result(db_path, str(error))
     if textfile_dir is not None:

@@ -15,7 +15,7 @@ import shlex
 import sqlite3
 import subprocess
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -94,6 +94,8 @@ class GitRepoResolver:
         # Stage A answers seen while their cwd existed (kept in the canary's state dir); `learned`: new ones.
         self.remembered = dict(remembered or {})
         self.learned: dict[tuple[str, str], tuple[str | None, str]] = {}
+        self._contexts: dict[tuple[bool, str | None, str | None], RowContext] = {}
+        self._contexts_for: AliasMap | None = None
         self._roots: dict[str, Path | None] = {}
         self._origins: dict[Path, str | None] = {}
         self._children: dict[str, str | None] = {}
@@ -153,6 +155,16 @@ class GitRepoResolver:
         self, has_session: bool, session_project: object, directory: str | None, aliases: AliasMap
     ) -> RowContext:
         """Stage A's facts for one row: designation, detected repository, or neither; missing cwds marked."""
+        memo_key = (has_session, session_project if isinstance(session_project, str) else None, directory)
+        if memo_key not in self._contexts or self._contexts_for is not aliases:
+            if self._contexts_for is not aliases:
+                self._contexts, self._contexts_for = {}, aliases
+            self._contexts[memo_key] = self._context(has_session, session_project, directory, aliases)
+        return self._contexts[memo_key]
+
+    def _context(
+        self, has_session: bool, session_project: object, directory: str | None, aliases: AliasMap
+    ) -> RowContext:
         missing = bool(directory) and not self.exists(directory or "")
         if not has_session:
             return RowContext(cwd=directory, repo_name=self.repo_name(directory), cwd_missing=missing)
@@ -503,8 +515,12 @@ def _summarize_key(
     _set_oldest(summary, (parse_engram_time(row.occurred_at) for row in rows), snapshot.taken_at)
     if key == UNSORTED:
         summary.cwds = dict(Counter(row.cwd or "(unknown)" for row in rows))
-        for cwd in sorted({row.cwd for row in rows if row.cwd is not None}):
-            projects = {row.derivation.project for row in rows if row.cwd == cwd}
+        projects_by_cwd: dict[str, set[str | None]] = {}
+        for row in rows:
+            if row.cwd is not None:
+                projects_by_cwd.setdefault(row.cwd, set()).add(row.derivation.project)
+        for cwd in sorted(projects_by_cwd):
+            projects = projects_by_cwd[cwd]
             if len(projects) == 1:
                 (project,) = projects
                 if project is not None and project in snapshot.enrolled:
@@ -521,11 +537,6 @@ def _summarize_key(
         elif project is not None:
             summary.hint = f"aliased to {project!r}, which is not enrolled: engram cloud enroll {project}"
     return summary
-
-
-def _within(row: InboxRow, since: datetime) -> bool:
-    moment = parse_engram_time(row.occurred_at)
-    return moment is not None and moment >= since
 
 
 def inbox_settings_of(config: object) -> InboxSettings:
@@ -558,43 +569,125 @@ def tripwire_findings(
     return findings_for(snapshot, settings)
 
 
+@dataclass
+class KeyTotals:
+    """What the tripwires need of one inbox key; totals of two row ranges add up (the cursor's merge)."""
+
+    count: int = 0
+    telemetry: int = 0
+    oldest: float | None = None  # epoch seconds, any row
+    oldest_memory: float | None = None
+    projects: list[str | None] = field(default_factory=list)  # resolved projects, sorted, None first
+
+    def add(self, other: KeyTotals) -> None:
+        self.count += other.count
+        self.telemetry += other.telemetry
+        self.oldest = _earliest(self.oldest, other.oldest)
+        self.oldest_memory = _earliest(self.oldest_memory, other.oldest_memory)
+        self.projects = _sorted_projects({*self.projects, *other.projects})
+
+
+@dataclass
+class TripwireInputs:
+    """The tripwires' inputs, computed from the rows once; the canary's cursor keeps and extends them."""
+
+    keys: dict[str, KeyTotals] = field(default_factory=dict)
+    unsorted_memories: list[tuple[float | None, str]] = field(default_factory=list)  # seq order
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[InboxRow]) -> TripwireInputs:
+        inputs = cls()
+        projects: dict[str, set[str | None]] = {}
+        for row in rows:
+            totals = inputs.keys.setdefault(row.key, KeyTotals())
+            moment = parse_engram_time(row.occurred_at)
+            epoch = moment.timestamp() if moment is not None else None
+            totals.oldest = _earliest(totals.oldest, epoch)
+            projects.setdefault(row.key, set()).add(row.derivation.project)
+            if row.is_telemetry:
+                totals.telemetry += 1
+                continue
+            totals.count += 1
+            totals.oldest_memory = _earliest(totals.oldest_memory, epoch)
+            if row.key == UNSORTED:
+                inputs.unsorted_memories.append((epoch, row.cwd or "(unknown)"))
+        for key, found in projects.items():
+            inputs.keys[key].projects = _sorted_projects(found)
+        return inputs
+
+    def add(self, later: TripwireInputs) -> None:
+        for key, totals in later.keys.items():
+            self.keys.setdefault(key, KeyTotals()).add(totals)
+        self.unsorted_memories.extend(later.unsorted_memories)
+
+
+def _earliest(first: float | None, second: float | None) -> float | None:
+    known = [moment for moment in (first, second) if moment is not None]
+    return min(known) if known else None
+
+
+def _sorted_projects(projects: Iterable[str | None]) -> list[str | None]:
+    return sorted(projects, key=lambda project: (project is not None, project or ""))
+
+
 def findings_for(snapshot: InboxSnapshot, settings: InboxSettings) -> list[Finding]:
+    return findings_from(
+        TripwireInputs.from_rows(snapshot.rows),
+        snapshot.enrolled,
+        snapshot.unattributed,
+        snapshot.taken_at,
+        settings,
+    )
+
+
+def findings_from(
+    inputs: TripwireInputs,
+    enrolled: Collection[str],
+    unattributed: KeySummary | None,
+    now: datetime,
+    settings: InboxSettings,
+) -> list[Finding]:
     findings: list[Finding] = []
     # Design §1: telemetry (session and prompt rows) is never inbox debt, so the tripwires age and count
     # memories only; a key holding only telemetry raises nothing.
-    oldest_memory = oldest_memory_age_days(snapshot)
-    for summary in summarize(snapshot):
-        age_days = oldest_memory.get(summary.key)
-        if summary.key == UNSORTED or age_days is None or age_days <= settings.age_days:
+    for key in sorted(inputs.keys, key=lambda name: (name == UNSORTED, name)):
+        totals = inputs.keys[key]
+        if key == UNSORTED or totals.oldest_memory is None:
             continue
+        age_days = max(0.0, (now.timestamp() - totals.oldest_memory) / 86400)
+        if age_days <= settings.age_days:
+            continue
+        command = None
+        if len(totals.projects) == 1 and totals.projects[0] is not None and totals.projects[0] in enrolled:
+            command = claim_command(key, totals.projects[0])
         findings.append(
             Finding(
                 check="inbox_age",
                 severity="warning",
                 message=(
-                    f"inbox key {summary.key!r} has waited {age_days:.1f} days "
-                    f"(> {settings.age_days:g}): {summary.count} memories never delivered "
-                    f"(and {summary.telemetry} telemetry rows, not counted); enroll, claim or drop it"
+                    f"inbox key {key!r} has waited {age_days:.1f} days "
+                    f"(> {settings.age_days:g}): {totals.count} memories never delivered "
+                    f"(and {totals.telemetry} telemetry rows, not counted); enroll, claim or drop it"
                 ),
                 target_key=LEGACY_TARGET,
-                key=summary.key,
-                size=summary.count,
+                key=key,
+                size=totals.count,
                 evidence={
-                    "count": summary.count,
-                    "telemetry": summary.telemetry,
-                    "oldest": _iso(summary.oldest),
+                    "count": totals.count,
+                    "telemetry": totals.telemetry,
+                    "oldest": _iso(datetime.fromtimestamp(totals.oldest, UTC))
+                    if totals.oldest is not None
+                    else None,
                     "oldest_age_days": round(age_days, 3),
                     "threshold_days": settings.age_days,
-                    "claim_command": summary.claim_command,
+                    "claim_command": command,
                 },
             )
         )
-    if snapshot.unattributed is not None and snapshot.unattributed.count:
-        findings.append(unattributed_finding(snapshot.unattributed))
-    since = snapshot.taken_at - timedelta(days=settings.unsorted_window_days)
-    recent = [
-        row for row in snapshot.rows if row.key == UNSORTED and not row.is_telemetry and _within(row, since)
-    ]
+    if unattributed is not None and unattributed.count:
+        findings.append(unattributed_finding(unattributed))
+    since = (now - timedelta(days=settings.unsorted_window_days)).timestamp()
+    recent = [cwd for epoch, cwd in inputs.unsorted_memories if epoch is not None and epoch >= since]
     if len(recent) > settings.unsorted_growth_rows:
         findings.append(
             Finding(
@@ -611,23 +704,11 @@ def findings_for(snapshot: InboxSnapshot, settings: InboxSettings) -> list[Findi
                     "rows": len(recent),
                     "window_days": settings.unsorted_window_days,
                     "threshold_rows": settings.unsorted_growth_rows,
-                    "cwds": dict(Counter(row.cwd or "(unknown)" for row in recent).most_common(10)),
+                    "cwds": dict(Counter(recent).most_common(10)),
                 },
             )
         )
     return findings
-
-
-def oldest_memory_age_days(snapshot: InboxSnapshot) -> dict[str, float]:
-    """Per inbox key, the age of its oldest memory (keys holding only telemetry are absent)."""
-    oldest: dict[str, datetime] = {}
-    for row in snapshot.rows:
-        moment = parse_engram_time(row.occurred_at) if not row.is_telemetry else None
-        if moment is not None and (row.key not in oldest or moment < oldest[row.key]):
-            oldest[row.key] = moment
-    return {
-        key: max(0.0, (snapshot.taken_at - moment).total_seconds() / 86400) for key, moment in oldest.items()
-    }
 
 
 def unattributed_finding(summary: KeySummary) -> Finding:

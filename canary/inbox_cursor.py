@@ -1,0 +1,237 @@
+"""The inbox tripwires' incremental cursor, kept in the canary's own state dir (never in engram's files).
+
+A full inbox read of a 1M-row database costs seconds (every inbox row joined to its session and derived).
+The cursor keeps the tripwires' inputs (canary.inbox.TripwireInputs) with a fingerprint of what they were
+computed from. The next check reads only the fingerprint:
+
+- nothing changed: the kept inputs are the answer;
+- rows were only appended (every row the cursor counted is still unacked, nothing else moved): only the
+  rows after the cursor's high-water seq are read and added;
+- anything else (acks, enrollments, another alias map or key map, a cwd that
+  appeared or vanished, a cursor older than MAX_AGE_SECONDS, another canary version): a full read.
+
+A test compares every path with a full recomputation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import time
+from dataclasses import asdict
+from datetime import UTC, datetime
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from canary.aliases import load_aliases
+from canary.config import state_file_for
+from canary.db import Schema, enrolled_projects, read_transaction
+from canary.derive import AliasMap
+from canary.findings import Finding
+from canary.inbox import (
+    GitRepoResolver,
+    InboxSnapshot,
+    KeySummary,
+    KeyTotals,
+    TripwireInputs,
+    findings_from,
+    inbox_settings_of,
+    read_key_entries,
+    remembered_keys_path,
+    select_inbox_rows,
+    select_unattributed,
+)
+from canary.targets import INBOX_TARGET
+from engram_contract import LEGACY_TARGET
+
+CURSOR_SCHEMA = "engram-canary/inbox-cursor/v1"
+CURSOR_KIND = "inbox-cursor"
+# A bound on what the fingerprint cannot see (a session's directory rewritten in place, a remote added,
+# a session row inserted after rows that name it).
+MAX_AGE_SECONDS = 3600.0
+
+
+class CursorMode(Enum):
+    CACHED = "cached"
+    APPENDED = "appended"
+    FULL = "full"
+
+
+class Fingerprint(BaseModel):
+    high_water: int
+    unacked: int  # unacked rows of the inbox lanes up to high_water
+    enrolled: list[str]
+    aliases: str
+    cwds: dict[str, list[str | None]]  # cwd -> [exists, repo root] as this machine answered
+
+
+class Cursor(BaseModel):
+    schema_: str = CURSOR_SCHEMA
+    fingerprint: Fingerprint
+    computed_at: float
+    inputs: dict[str, Any]
+
+
+def _inbox_unacked(connection: sqlite3.Connection, up_to: int) -> int:
+    row = connection.execute(
+        "SELECT count(*) FROM sync_mutations WHERE target_key IN (?, ?) AND acked_at IS NULL AND seq <= ?",
+        (LEGACY_TARGET, INBOX_TARGET, up_to),
+    ).fetchone()
+    return int(row[0])
+
+
+def _scalar(connection: sqlite3.Connection, sql: str) -> int:
+    row = connection.execute(sql).fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def _aliases_digest(aliases: AliasMap) -> str:
+    text = json.dumps(
+        [
+            sorted(aliases.keys.items()),
+            sorted(aliases.cwds.items()),
+            sorted(map(list, aliases.recorded.items())),
+        ],
+        default=list,
+    )
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _cwd_facts(cwds: set[str], resolver: GitRepoResolver) -> dict[str, list[str | None]]:
+    facts: dict[str, list[str | None]] = {}
+    for cwd in sorted(cwds):
+        root = resolver.repo_root(cwd)
+        facts[cwd] = ["1" if resolver.exists(cwd) else "0", str(root) if root is not None else None]
+    return facts
+
+
+def _fingerprint(
+    connection: sqlite3.Connection,
+    snapshot_high_water: int,
+    enrolled: frozenset[str],
+    aliases: AliasMap,
+    cwds: dict[str, list[str | None]],
+) -> Fingerprint:
+    return Fingerprint(
+        high_water=snapshot_high_water,
+        unacked=_inbox_unacked(connection, snapshot_high_water),
+        enrolled=sorted(enrolled),
+        aliases=_aliases_digest(aliases),
+        cwds=cwds,
+    )
+
+
+def _load(path: Path) -> Cursor | None:
+    try:
+        cursor = Cursor.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, ValidationError):
+        return None
+    return cursor if cursor.schema_ == CURSOR_SCHEMA else None
+
+
+def _save(path: Path, cursor: Cursor) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}")
+        temporary.write_text(cursor.model_dump_json(), encoding="utf-8")
+        os.replace(temporary, path)
+    except OSError:
+        pass  # the cursor only saves time; a read-only state dir means full reads, never a failed check
+
+
+def _inputs_to_json(inputs: TripwireInputs) -> dict[str, Any]:
+    return {
+        "keys": {key: asdict(totals) for key, totals in inputs.keys.items()},
+        "unsorted_memories": inputs.unsorted_memories,
+    }
+
+
+def _inputs_from_json(document: dict[str, Any]) -> TripwireInputs:
+    return TripwireInputs(
+        keys={key: KeyTotals(**totals) for key, totals in document["keys"].items()},
+        unsorted_memories=[(epoch, str(cwd)) for epoch, cwd in document["unsorted_memories"]],
+    )
+
+
+def _snapshot_cwds(snapshot: InboxSnapshot) -> set[str]:
+    return {row.cwd for row in snapshot.rows if row.cwd is not None}
+
+
+def tripwire_inputs(
+    connection: sqlite3.Connection,
+    schema: Schema,
+    aliases: AliasMap,
+    db_path: Path,
+    *,
+    use_cursor: bool = True,
+    now: datetime | None = None,
+) -> tuple[TripwireInputs, frozenset[str], KeySummary | None, CursorMode]:
+    """The tripwires' inputs, the enrolled set and the rows without a project, in one read transaction."""
+    path = state_file_for(db_path, CURSOR_KIND)
+    memory = remembered_keys_path(connection)
+    with read_transaction(connection):
+        high_water = _scalar(connection, "SELECT max(seq) FROM sync_mutations")
+        enrolled = enrolled_projects(connection, schema)
+        unattributed = select_unattributed(connection, now or datetime.now(UTC))
+        kept = _load(path) if use_cursor else None
+        if kept is not None and time.time() - kept.computed_at <= MAX_AGE_SECONDS:
+            resolver = GitRepoResolver(read_key_entries(memory) if memory is not None else None)
+            seen = kept.fingerprint
+            still = _fingerprint(
+                connection, seen.high_water, enrolled, aliases, _cwd_facts(set(seen.cwds), resolver)
+            )
+            if still == seen:
+                inputs = _inputs_from_json(kept.inputs)
+                if high_water == seen.high_water:
+                    return inputs, enrolled, unattributed, CursorMode.CACHED
+                later = select_inbox_rows(connection, schema, aliases, after_seq=seen.high_water)
+                inputs.add(TripwireInputs.from_rows(later.rows))
+                cwds = {**seen.cwds, **_cwd_facts(_snapshot_cwds(later), resolver)}
+                _save(path, _cursor(connection, high_water, enrolled, aliases, cwds, inputs))
+                return inputs, enrolled, unattributed, CursorMode.APPENDED
+        snapshot = select_inbox_rows(connection, schema, aliases)
+        inputs = TripwireInputs.from_rows(snapshot.rows)
+        if use_cursor:
+            cwds = _cwd_facts(_snapshot_cwds(snapshot), GitRepoResolver())
+            _save(path, _cursor(connection, snapshot.high_water, enrolled, aliases, cwds, inputs))
+    return inputs, enrolled, unattributed, CursorMode.FULL
+
+
+def _cursor(
+    connection: sqlite3.Connection,
+    high_water: int,
+    enrolled: frozenset[str],
+    aliases: AliasMap,
+    cwds: dict[str, list[str | None]],
+    inputs: TripwireInputs,
+) -> Cursor:
+    return Cursor(
+        fingerprint=_fingerprint(connection, high_water, enrolled, aliases, cwds),
+        computed_at=time.time(),
+        inputs=_inputs_to_json(inputs),
+    )
+
+
+def cursor_tripwire_findings(
+    connection: sqlite3.Connection,
+    schema: Schema,
+    config: object,
+    db_path: Path,
+    *,
+    use_cursor: bool = True,
+    now: datetime | None = None,
+) -> list[Finding]:
+    """The inbox tripwires of `check`, through the cursor (equal to canary.inbox.tripwire_findings)."""
+    settings = inbox_settings_of(config)
+    if not schema.has_column("sync_mutations", "project"):
+        return []
+    aliases, _ = load_aliases(settings.aliases)
+    inputs, enrolled, unattributed, _ = tripwire_inputs(
+        connection, schema, aliases, db_path, use_cursor=use_cursor
+    )
+    return findings_from(inputs, enrolled, unattributed, now or datetime.now(UTC), settings)

@@ -1,0 +1,93 @@
+"""The inbox tripwires' cursor (canary.inbox_cursor) equals a full recomputation on every path."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from inbox_support import canary, engram_ok
+
+from canary.db import discover_schema, open_read_only
+from canary.derive import AliasMap
+from canary.findings import Finding
+from canary.inbox import findings_from, tripwire_findings
+from canary.inbox_cursor import CursorMode, tripwire_inputs
+from canary.inbox_settings import InboxSettings
+from harness.engram_env import EngramEnvironment
+
+pytestmark = pytest.mark.engram
+SETTINGS = InboxSettings(age_days=0.5, unsorted_growth_rows=1)
+
+
+def both(db: Path, now: datetime) -> tuple[list[Finding], list[Finding], CursorMode]:
+    connection = open_read_only(db)
+    try:
+        schema = discover_schema(connection, db)
+        full = tripwire_findings(connection, schema, SETTINGS, aliases=AliasMap(), now=now)
+        inputs, enrolled, unattributed, mode = tripwire_inputs(connection, schema, AliasMap(), db, now=now)
+        return full, findings_from(inputs, enrolled, unattributed, now, SETTINGS), mode
+    finally:
+        connection.close()
+
+
+def dumped(findings: list[Finding]) -> list[dict[str, object]]:
+    return [finding.model_dump() for finding in findings]
+
+
+def test_every_cursor_path_equals_a_full_recomputation(
+    engram_world: EngramEnvironment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ENGRAM_CANARY_STATE_DIR", str(tmp_path / "state"))
+    world = engram_world
+    for title in ("one", "two"):
+        engram_ok(world, "save", title, "c", "--project", "side")
+        engram_ok(world, "save", title, "c", "--project", "other")
+    for title in ("h1", "h2"):
+        engram_ok(world, "save", title, "c", "--project", world.home.name, cwd=world.home)
+    later = datetime.now(UTC) + timedelta(days=1)
+    steps: list[CursorMode] = []
+
+    def compare() -> list[Finding]:
+        full, incremental, mode = both(world.db_path, later)
+        steps.append(mode)
+        assert dumped(incremental) == dumped(full), mode
+        return full
+
+    found = compare()  # no cursor yet: a full read, kept
+    assert sorted((f.check, f.key) for f in found) == [
+        ("inbox_age", "other"),
+        ("inbox_age", "side"),
+        ("unsorted_growth", "unsorted"),
+    ]
+    compare()  # unchanged: the kept inputs
+    engram_ok(world, "save", "three", "more", "--project", "side")
+    engram_ok(world, "save", "h3", "c", "--project", world.home.name, cwd=world.home)
+    compare()  # rows appended: only the new ones are read
+    assert [f.size for f in compare() if f.key == "side"] == [3]  # and kept again
+    world.run(["cloud", "enroll", "other"])
+    assert [f.key for f in compare() if f.check == "inbox_age"] == ["side"]  # enrolled: full
+    dropped = canary(world, "inbox", "drop", "--project", "side", "--apply")
+    assert dropped.returncode == 0, dropped.stderr
+    assert [f.key for f in compare() if f.check == "inbox_age"] == []  # acked: full
+    assert steps == [
+        CursorMode.FULL,
+        CursorMode.CACHED,
+        CursorMode.APPENDED,
+        CursorMode.CACHED,
+        CursorMode.FULL,
+        CursorMode.FULL,
+    ]
+
+
+def test_an_unwritable_state_dir_only_costs_time(
+    engram_world: EngramEnvironment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    monkeypatch.setenv("ENGRAM_CANARY_STATE_DIR", str(blocker / "state"))
+    engram_ok(engram_world, "save", "t", "c", "--project", "side")
+    later = datetime.now(UTC) + timedelta(days=1)
+    for expected in (CursorMode.FULL, CursorMode.FULL):
+        full, incremental, mode = both(engram_world.db_path, later)
+        assert (dumped(incremental), mode) == (dumped(full), expected)
