@@ -19,18 +19,13 @@ from collections import deque
 from collections.abc import Coroutine
 from typing import Any
 
+from engram_contract import payload_digest
 from engram_contract.errors import ContractError
 from engram_contract.gojson import go_loads, has_lone_surrogate, replace_surrogates
-from fake_cloud import control, routes
+from fake_cloud import control, protocol, routes
+from fake_cloud.faults import Fault, FaultAction
 from fake_cloud.httpserver import DROP, Drop, Request, RequestHead, Response, warn
-from fake_cloud.models import (
-    FakeCloudState,
-    Fault,
-    FaultAction,
-    JournalItem,
-    Transport,
-    payload_digest,
-)
+from fake_cloud.state import FakeCloudState, JournalItem, Transport
 from fake_cloud.wire import (
     NOT_FOUND,
     Reply,
@@ -212,11 +207,13 @@ class FakeCloudApp:
         if early is not None:
             return early
         if route is routes.MUTATIONS_PULL:
-            reply = self.state.pull_mutations(request.query.get("since_seq"), request.query.get("limit"))
+            reply = protocol.pull_mutations(
+                self.state, request.query.get("since_seq"), request.query.get("limit")
+            )
         elif route is routes.MANIFEST:
-            reply = self.state.manifest(project)
+            reply = protocol.manifest(self.state, project)
         else:
-            reply = self.state.read_chunk(project, request.path.rsplit("/", 1)[1])
+            reply = protocol.read_chunk(self.state, project, request.path.rsplit("/", 1)[1])
         return await self._finish(request, request_id, epoch, route.transport, reply, items, fault)
 
     async def _finish(
@@ -311,7 +308,7 @@ class FakeCloudApp:
         elif problem:
             reply = Reply(400, f"invalid request body: {problem}")
         else:
-            reply, parsed_items = self.state.push_mutations(body, store=_stores(fault))
+            reply, parsed_items = protocol.push_mutations(self.state, body, store=_stores(fault))
             items = parsed_items or items
         if not items and reply.status != 200:
             items = _mutation_items(body)
@@ -334,8 +331,8 @@ class FakeCloudApp:
         elif problem:
             reply = payload_invalid(f"invalid push payload: {problem}")
         else:
-            reply, parsed_items = self.state.push_chunk(
-                body, request.query.get("project"), store=_stores(fault)
+            reply, parsed_items = protocol.push_chunk(
+                self.state, body, request.query.get("project"), store=_stores(fault)
             )
             items = parsed_items or items
         return await self._finish(request, request_id, epoch, "chunk", reply, items, fault)

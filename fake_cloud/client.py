@@ -10,7 +10,8 @@ from typing import Any
 import httpx
 
 from fake_cloud.errors import FakeCloudError
-from fake_cloud.models import Fault, FaultAction, JournalEntry, ReceivedMutation, Route
+from fake_cloud.faults import Fault, FaultAction, Route
+from fake_cloud.state import JournalEntry, ReceivedMutation
 
 
 class FakeCloudWaitTimeout(FakeCloudError):

@@ -17,8 +17,9 @@ from typing import Any, Protocol
 
 from engram_contract.errors import ContractError
 from engram_contract.gojson import go_loads
+from fake_cloud.faults import Fault, InvalidControlRequest
 from fake_cloud.httpserver import Request, RequestHead, Response
-from fake_cloud.models import MATCH_FIELDS, FakeCloudState, Fault, InvalidControlRequest, JournalEntry
+from fake_cloud.state import MATCH_FIELDS, FakeCloudState, JournalEntry
 
 PREFIX = "/_fake/"
 MAX_WAIT_SECONDS = 600.0

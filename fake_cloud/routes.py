@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fake_cloud.models import Route, Transport
+from fake_cloud.faults import Route
+from fake_cloud.state import Transport
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from fake_cloud.app import FakeCloudApp
 from fake_cloud.errors import FakeCloudError
 from fake_cloud.httpserver import BODY_TIMEOUT, HEADER_TIMEOUT, IDLE_TIMEOUT, HttpServer
-from fake_cloud.models import (
+from fake_cloud.state import (
     DEFAULT_JOURNAL_LIMIT,
     DEFAULT_MAX_PUSH_BYTES,
     DEFAULT_STORE_LIMIT,

@@ -18,8 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
+from fake_cloud import protocol
 from fake_cloud.client import FakeCloudClient, FakeCloudInternalError
-from fake_cloud.models import FakeCloudState, Fault, FaultAction, Route
+from fake_cloud.faults import Fault, FaultAction, Route
 from fake_cloud.process import FakeCloudProcess, command
 from fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
 
@@ -339,7 +340,7 @@ def test_an_internal_error_is_recorded_answered_and_raised_by_check(
         raise KeyError("planted bug")
 
     with start_fake_cloud(FakeCloudConfig(token=TOKEN)) as cloud:
-        monkeypatch.setattr(FakeCloudState, "manifest", broken)
+        monkeypatch.setattr(protocol, "manifest", broken)
         with httpx.Client(base_url=cloud.base_url, trust_env=False, headers=AUTH) as http:
             response = http.get("/sync/pull", params={"project": "p"})
         assert response.status_code == 500
@@ -356,7 +357,7 @@ def test_an_internal_error_is_recorded_answered_and_raised_by_check(
             cloud,
             httpx.Client(base_url=cloud.base_url, trust_env=False, headers=AUTH) as http,
         ):
-            monkeypatch.setattr(FakeCloudState, "manifest", broken)
+            monkeypatch.setattr(protocol, "manifest", broken)
             http.get("/sync/pull", params={"project": "p"})
     err = capfd.readouterr().err
     assert "Traceback" not in err
