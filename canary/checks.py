@@ -42,6 +42,7 @@ from canary.findings import (
 from canary.inbox_cursor import cursor_tripwire_findings
 from canary.lane_health import lane_findings
 from canary.schema_support import identify, waiting_filter
+from canary.stage_a import stage_a_findings
 from canary.targets import INBOX_TARGET, LOCAL_TARGET, allowed_targets, project_target
 from engram_contract import LEGACY_TARGET
 
@@ -368,6 +369,9 @@ def check_snapshot(
         findings.extend(cursor_tripwire_findings(connection, schema, config, db_path, use_cursor=use_cursor))
     # Lane health (canary.lane_health) takes its own short read transaction as well.
     findings.extend(lane_findings(connection, schema, db_path))
+    # Stage A's assumption (design §4): no session spans two directories. Its own read transaction.
+    stage_a, summary["stage_a"] = stage_a_findings(connection, schema)
+    findings.extend(stage_a)
     return finish(findings, summary, db_path, config, baseline, sorted(space.allowed)), space
 
 
