@@ -19,7 +19,7 @@ from rich.console import Console
 
 from harness.cloud_image import ensure_image
 from harness.engram_install import DEFAULT_VERSION, find_engram
-from harness.errors import HarnessError, ScenarioError
+from harness.errors import ScenarioError
 from harness.loader import SCENARIO_SUFFIX, Scenario, load_scenario
 from harness.report import print_result
 from harness.runner import ExpectMode, ScenarioResult, judge, run_scenario
@@ -68,24 +68,28 @@ def _cloud_modes(text: str) -> tuple[CloudMode, ...]:
 class _Prefetch:
     """All scenario items of this process, started together; each item then waits for its own result.
 
-    A mode's items run `jobs` at a time, and the modes side by side. The docker image is resolved once
-    before any item starts; when that fails, the docker items report the one-line reason.
+    The pool runs `jobs` items per cloud mode. The docker image is resolved once, in the pool, while the
+    other modes' items already play; the docker items wait for it, and report its one-line error when
+    there is no image to be had.
     """
 
     def __init__(self, items: list[ScenarioItem], jobs: int) -> None:
         modes = {item.cloud_mode for item in items}
-        self.image_error = ""
-        if "docker" in modes:
-            try:
-                ensure_image()
-            except HarnessError as error:
-                self.image_error = str(error)
-        self.pool = ThreadPoolExecutor(max_workers=jobs * len(modes), thread_name_prefix="scenario")
+        self.pool = ThreadPoolExecutor(max_workers=jobs * len(modes) + 1, thread_name_prefix="scenario")
+        self.image: Future[str] | None = self.pool.submit(ensure_image) if "docker" in modes else None
         self.futures: dict[str, Future[ScenarioResult]] = {
-            item.nodeid: self.pool.submit(item.play)
-            for item in items
-            if not (item.cloud_mode == "docker" and self.image_error)
+            item.nodeid: self.pool.submit(self._play, item) for item in items
         }
+
+    def _play(self, item: ScenarioItem) -> ScenarioResult:
+        if item.cloud_mode == "docker" and self.image is not None:
+            self.image.result()
+        return item.play()
+
+    def image_error(self) -> str:
+        """Why no docker image could be had ("" when there is one); waits for the answer."""
+        error = self.image.exception() if self.image is not None else None
+        return str(error) if error is not None else ""
 
 
 PREFETCH = pytest.StashKey["_Prefetch"]()
@@ -230,8 +234,9 @@ class ScenarioItem(pytest.Item):
 
     def runtest(self) -> None:
         prefetch = self._prefetch()
-        if prefetch is not None and prefetch.image_error and self.cloud_mode == "docker":
-            reason = f"the fake cloud image is not available: {prefetch.image_error}"
+        image_error = prefetch.image_error() if prefetch is not None and self.cloud_mode == "docker" else ""
+        if image_error:
+            reason = f"the fake cloud image is not available: {image_error}"
             if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
                 pytest.fail(f"CI=true and {reason}", pytrace=False)
             pytest.skip(reason)
