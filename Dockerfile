@@ -12,7 +12,9 @@ FROM ${BASE_IMAGE}
 # Settings and metadata first: they never change, so their layers stay cached.
 # ENGRAM_FAKE_CLOUD_TLS=1 serves HTTPS with a throwaway CA written to ENGRAM_FAKE_CLOUD_CA_OUT.
 # ENGRAM_CLOUD_TOKEN, ENGRAM_CLOUD_ALLOWED_PROJECTS and ENGRAM_CLOUD_INSECURE_NO_AUTH configure the fake
-# like the real server.
+# like the real server. The server binds 0.0.0.0 here, so it needs ENGRAM_FAKE_CLOUD_CONTROL_TOKEN (the
+# bearer of its /_fake/ control API); without one it refuses to start. The harness's --cloud docker runs
+# the image on the host network bound to 127.0.0.1 instead, which needs none.
 ENV PATH=/opt/engram-kit/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     ENGRAM_FAKE_CLOUD_PORT=8080 \
