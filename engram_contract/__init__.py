@@ -5,7 +5,7 @@ One home for facts that canary, fake_cloud and harness all depend on, so they ca
 
 from engram_contract.digest import payload_digest
 from engram_contract.errors import ContractError
-from engram_contract.gojson import go_json
+from engram_contract.gojson import go_escape, go_json
 from engram_contract.names import LEGACY_TARGET, MEMORY_ENTITIES, TELEMETRY_ENTITIES, normalize_project
 from engram_contract.push_rules import PushRefusal, refusal_for_entry
 
@@ -15,6 +15,7 @@ __all__ = [
     "TELEMETRY_ENTITIES",
     "ContractError",
     "PushRefusal",
+    "go_escape",
     "go_json",
     "normalize_project",
     "payload_digest",

@@ -14,12 +14,16 @@ _GO_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u202
 
 def go_json(value: Any, *, sort_keys: bool = True) -> str:
     """Compact JSON with Go's HTML-safe escapes; map keys sorted unless the value mirrors a struct."""
-    text = json.dumps(value, sort_keys=sort_keys, separators=(",", ":"), ensure_ascii=False)
+    return go_escape(json.dumps(value, sort_keys=sort_keys, separators=(",", ":"), ensure_ascii=False))
+
+
+def go_escape(encoded: str) -> str:
+    """Go's HTML-safe escapes applied to compact JSON text that Python's encoder wrote."""
     # Structural JSON never contains these characters, so replacing them escapes string contents only.
     for raw, escaped in _GO_ESCAPES.items():
-        if raw in text:
-            text = text.replace(raw, escaped)
-    return text
+        if raw in encoded:
+            encoded = encoded.replace(raw, escaped)
+    return encoded
 
 
 MAX_JSON_DEPTH = 500  # Go allows 10000; Python's recursion limit (1000) must still serialize it back

@@ -1,0 +1,122 @@
+"""The journal in engram's order: seqs follow time (with the measured permanent gaps), acks and
+sync_state follow v1.20's rules (refreshProjectSyncStateTx)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from engram_contract import LEGACY_TARGET
+from harness.deployment.history import History
+from harness.deployment.records import stamp
+
+FORBIDDEN_MESSAGE = "push mutations: http 403: forbidden: project is not allowed"
+
+
+class MutationRow(NamedTuple):
+    """One sync_mutations row; the field names are the column names the fill inserts into."""
+
+    seq: int
+    target_key: str
+    entity: str
+    entity_key: str
+    op: str
+    payload: str
+    source: str
+    occurred_at: str
+    acked_at: str | None
+    project: str
+
+
+class SyncStateRow(NamedTuple):
+    """One sync_state row; the field names are the column names the fill inserts into."""
+
+    target_key: str
+    lifecycle: str
+    last_enqueued_seq: int
+    last_acked_seq: int
+    last_pulled_seq: int = 0
+    consecutive_failures: int = 0
+    backoff_until: str | None = None
+    lease_owner: str | None = None
+    lease_until: str | None = None
+    last_error: str | None = None
+    updated_at: str | None = None
+    reason_code: str | None = None
+    reason_message: str | None = None
+
+
+@dataclass(frozen=True)
+class SequencedRows:
+    mutations: list[MutationRow]
+    states: list[SyncStateRow]
+
+
+@dataclass
+class _LaneCursor:
+    max_seq: int = 0
+    max_acked: int = 0
+    pending: int = 0
+    last: int = 0
+
+
+def sequence(history: History) -> SequencedRows:
+    """Seqs follow time, with the measured permanent gaps; acks and sync_state follow engram's rules."""
+    spec = history.spec
+    events = sorted(history.journal.events)
+    total = len(events)
+    gaps = set(history.rng.sample(range(1, total), min(spec.seq_gaps, max(0, total - 1))))
+    rows: list[MutationRow] = []
+    seq = 0
+    legacy_enqueued = legacy_acked = 0
+    per_project: dict[str, _LaneCursor] = {}
+    random_number = history.rng.random
+    for index, (when, _order, target, entity, key, op, payload, project, acked) in enumerate(events):
+        seq += 2 if index in gaps else 1
+        acked_at = stamp(min(history.end, when + 2 + int(random_number() * 39))) if acked else None
+        rows.append(
+            MutationRow(seq, target, entity, key, op, payload, "local", stamp(when), acked_at, project)
+        )
+        if target != LEGACY_TARGET:
+            continue
+        legacy_enqueued = seq
+        if acked:
+            legacy_acked = seq
+        cursor = per_project.get(project)
+        if cursor is None:
+            cursor = per_project[project] = _LaneCursor()
+        cursor.max_seq = seq
+        cursor.last = when
+        if acked:
+            cursor.max_acked = seq
+        else:
+            cursor.pending += 1
+
+    states: list[SyncStateRow] = [
+        SyncStateRow(LEGACY_TARGET, "pending", legacy_enqueued, legacy_acked, updated_at=stamp(history.end))
+    ]
+    for project in [*history.enrolled, *(plan.key for plan in history.plans)]:
+        cursor = per_project[project]
+        states.append(
+            SyncStateRow(
+                f"{LEGACY_TARGET}:{project}",
+                "pending" if cursor.pending else "healthy",
+                cursor.max_seq,
+                cursor.max_acked,
+                updated_at=stamp(cursor.last),
+            )
+        )
+    forbidden = per_project[history.forbidden_key]
+    states.append(
+        SyncStateRow(
+            f"{LEGACY_TARGET}:{history.forbidden_key}",
+            "degraded",
+            forbidden.max_seq,
+            forbidden.max_acked,
+            last_error=FORBIDDEN_MESSAGE,
+            updated_at=stamp(history.forbidden_at),
+            reason_code="policy_forbidden",
+            reason_message=FORBIDDEN_MESSAGE,
+        )
+    )
+    return SequencedRows(mutations=rows, states=states)
