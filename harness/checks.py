@@ -5,9 +5,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from harness import schema as s
+from harness.design_checks import evaluate_design_check
+from harness.design_schema import DESIGN_CHECK_KEYS
 from harness.lanes import LaneTable
 from harness.localdata import local_key
 from harness.steps import StepMarks, matches
@@ -62,6 +65,7 @@ class Observed:
     sync_state: Sequence[Mapping[str, Any]] = ()
     snapshots: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     count_local: Callable[[s.LocalCheck], int | None] | None = None
+    db_path: Path | None = None
 
 
 @dataclass
@@ -370,6 +374,8 @@ def evaluate(expectation: s.Expectation, observed: Observed) -> tuple[str, str]:
             problems = _journal(expectation.journal, observed)
         elif expectation.command is not None:
             problems = _command(expectation.command, observed)
+        elif expectation.kind in DESIGN_CHECK_KEYS:
+            problems = evaluate_design_check(expectation, observed.results, observed.db_path)
         else:
             assert expectation.received is not None
             problems = _received(expectation.received, observed)

@@ -347,6 +347,7 @@ def _observe(
         sync_state=result.sync_state,
         snapshots=world.evidence.snapshots,
         count_local=lambda check: count_local_rows(db_path, check),
+        db_path=db_path,
     )
     for at in result.scenario.expectations:
         expectation = at.expectation

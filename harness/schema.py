@@ -13,6 +13,15 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
+from harness.design_schema import (
+    DESIGN_CHECK_KEYS,
+    DESIGN_STEP_MODELS,
+    CloudStatusCheck,
+    DoctorVerdictCheck,
+    EnrollHintCheck,
+    InboxRowCheck,
+    SaveAnswerCheck,
+)
 from harness.design_sections import SECTION_PATTERN, section_problem
 
 SCHEMA_ID = "engram-harness/scenario/v1"
@@ -170,6 +179,10 @@ class PromptStep(StepBase):
 class EnrollStep(StepBase, Shorthand):
     shorthand: ClassVar[str] = "project"
     project: str
+    as_: str | None = Field(
+        None, alias="as", description="Keep exit code and output (`enroll_hint`, `command` checks)."
+    )
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
 class UnenrollStep(EnrollStep):
@@ -410,6 +423,7 @@ STEP_MODELS: dict[str, type[BaseModel]] = {
     "http": HttpStep,
     "device": DeviceStep,
     "repeat": RepeatStep,
+    **DESIGN_STEP_MODELS,
 }
 NESTING_STEPS = ("repeat", "device")
 
@@ -661,6 +675,7 @@ CHECK_KEYS = (
     "journal",
     "sync_state",
     "local",
+    *DESIGN_CHECK_KEYS,
 )
 
 
@@ -695,6 +710,11 @@ class Expectation(Strict):
     journal: JournalCheck | None = None
     sync_state: SyncStateCheck | None = None
     local: LocalCheck | None = None
+    save_answer: SaveAnswerCheck | None = None
+    enroll_hint: EnrollHintCheck | None = None
+    cloud_status: CloudStatusCheck | None = None
+    doctor_check: DoctorVerdictCheck | None = None
+    inbox_row: InboxRowCheck | None = None
 
     @field_validator("engram")
     @classmethod

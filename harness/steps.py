@@ -43,7 +43,9 @@ import httpx
 import yaml
 from pydantic import BaseModel
 
+from harness import design_schema as ds
 from harness import schema as s
+from harness.design_checks import parse_status_inbox_line, save_result_name
 from harness.engram_env import meaningful_stderr
 from harness.errors import StepFailed, StepUnsupported
 from harness.loader import Step
@@ -170,6 +172,7 @@ def do_end_session(world: World, step: s.EndSessionStep) -> None:
 
 def do_save(world: World, step: s.SaveStep) -> None:
     cwd = _cwd(world, step.in_)
+    said: dict[str, Any] = {"via": step.via, "cwd": str(cwd)}  # the answer, for `save_answer` checks
     if step.via == "mcp":
         arguments: dict[str, Any] = {"title": step.title, "content": step.content, "type": step.type}
         for key, value in (
@@ -180,6 +183,7 @@ def do_save(world: World, step: s.SaveStep) -> None:
             if value is not None:
                 arguments[key] = value
         answer = world.mcp(cwd).call_tool("mem_save", arguments)
+        said["answer"] = answer
         if "id" not in answer:
             raise StepFailed(f"mem_save answered without an id: {answer}")
         observation_id = int(answer["id"])
@@ -190,6 +194,7 @@ def do_save(world: World, step: s.SaveStep) -> None:
         if step.topic_key is not None:
             args += ["--topic", step.topic_key]
         result = _check(world.run(args, cwd=cwd), "engram save")
+        said.update(exit=result.returncode, stdout=result.stdout, stderr=meaningful_stderr(result.stderr))
         match = re.search(r"#(\d+)", result.stdout)
         if match is None:
             raise StepFailed(f"engram save printed no observation id: {result.stdout.strip()!r}")
@@ -207,9 +212,12 @@ def do_save(world: World, step: s.SaveStep) -> None:
             body["project"] = step.project
         if step.topic_key is not None:
             body["topic_key"] = step.topic_key
-        observation_id = int(_http(world, "POST", "/observations", body)["id"])
+        said["answer"] = _http(world, "POST", "/observations", body)
+        observation_id = int(said["answer"]["id"])
     if step.as_:
         world.observations[step.as_] = _observation_row(world, observation_id)
+        said["sync_id"] = world.observations[step.as_].sync_id
+        world.results[save_result_name(step.as_)] = said
 
 
 def do_prompt(world: World, step: s.PromptStep) -> None:
@@ -225,7 +233,41 @@ def do_prompt(world: World, step: s.PromptStep) -> None:
 
 
 def do_enroll(world: World, step: s.EnrollStep) -> None:
-    _check(world.run(["cloud", "enroll", step.project]), f"engram cloud enroll {step.project}")
+    result = world.run(["cloud", "enroll", step.project])
+    if step.as_:
+        world.results[step.as_] = _command_result(result)
+    _check(result, f"engram cloud enroll {step.project}")
+
+
+def _command_result(result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    return {"exit": result.returncode, "stdout": result.stdout, "stderr": meaningful_stderr(result.stderr)}
+
+
+def do_cloud_status(world: World, step: ds.CloudStatusStep) -> None:
+    result = world.run(["cloud", "status"], cwd=_cwd(world, step.in_))
+    line = parse_status_inbox_line(result.stdout)
+    world.results[step.as_] = {**_command_result(result), "inbox": None if line is None else vars(line)}
+    _check(result, "engram cloud status")
+
+
+def do_engram_inbox(world: World, step: ds.EngramInboxStep) -> None:
+    _require_cloud_subcommand(world, "inbox", "`engram cloud inbox` (design §3)")
+    args = ["cloud", "inbox", step.action]
+    if step.project is not None:
+        args += ["--project", step.project]
+    if step.claim_as is not None:
+        args += ["--as", step.claim_as]
+    if step.cwd is not None:
+        args += ["--cwd", str(_cwd(world, step.cwd))]
+    if step.noise:
+        args.append("--noise")
+    result = world.run(args)
+    world.results[step.as_] = _command_result(result)
+    if step.exit is not None and result.returncode != step.exit:
+        detail = " | ".join(meaningful_stderr(result.stderr).splitlines())[-300:]
+        raise StepFailed(
+            f"engram {' '.join(args)} exited {result.returncode}, expected {step.exit}: {detail}"
+        )
 
 
 def _require_cloud_subcommand(world: World, name: str, what: str) -> None:
@@ -654,6 +696,8 @@ HANDLERS: dict[str, Callable[[World, Any], None]] = {
     "legacy_rows": do_legacy_rows,
     "http": do_http,
     "observe": do_observe,
+    "cloud_status": do_cloud_status,
+    "engram_inbox": do_engram_inbox,
 }
 assert set(HANDLERS) | set(s.NESTING_STEPS) == set(s.STEP_MODELS)
 
