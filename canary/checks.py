@@ -366,7 +366,10 @@ def check_snapshot(
     # The inbox view takes its own short read transaction.
     if include_inbox:
         # Through the cursor in the canary's state dir: an unchanged inbox is not read again.
-        findings.extend(cursor_tripwire_findings(connection, schema, config, db_path, use_cursor=use_cursor))
+        tripwires, summary["inbox_keys"] = cursor_tripwire_findings(
+            connection, schema, config, db_path, use_cursor=use_cursor
+        )
+        findings.extend(tripwires)
     # Lane health (canary.lane_health) takes its own short read transaction as well.
     findings.extend(lane_findings(connection, schema, db_path))
     # Stage A's assumption (design §4): no session spans two directories. Its own read transaction.

@@ -225,13 +225,27 @@ def cursor_tripwire_findings(
     *,
     use_cursor: bool = True,
     now: datetime | None = None,
-) -> list[Finding]:
-    """The inbox tripwires of `check`, through the cursor (equal to canary.inbox.tripwire_findings)."""
+) -> tuple[list[Finding], dict[str, dict[str, Any]]]:
+    """The inbox tripwires of `check`, through the cursor (equal to canary.inbox.tripwire_findings), and
+    per inbox key its memories, telemetry rows and oldest memory's age (the fleet view's gauges)."""
     settings = inbox_settings_of(config)
     if not schema.has_column("sync_mutations", "project"):
-        return []
+        return [], {}
     aliases, _ = load_aliases(settings.aliases)
+    moment = now or datetime.now(UTC)
     inputs, enrolled, unattributed, _ = tripwire_inputs(
-        connection, schema, aliases, db_path, use_cursor=use_cursor
+        connection, schema, aliases, db_path, use_cursor=use_cursor, now=moment
     )
-    return findings_from(inputs, enrolled, unattributed, now or datetime.now(UTC), settings)
+    keys = {
+        key: {
+            "memories": totals.count,
+            "telemetry": totals.telemetry,
+            "oldest_memory_age_days": (
+                round(max(0.0, (moment.timestamp() - totals.oldest_memory) / 86400), 3)
+                if totals.oldest_memory is not None
+                else None
+            ),
+        }
+        for key, totals in sorted(inputs.keys.items())
+    }
+    return findings_from(inputs, enrolled, unattributed, moment, settings), keys

@@ -182,6 +182,37 @@ def write_textfile(result: CheckResult, directory: Path) -> Path:
                 lane_rows.labels(db, finding.target_key, "held_back").set(
                     finding.evidence.get("held_back_rows") or 0
                 )
+        per_finding = Gauge(
+            "engram_canary_finding_rows",
+            "Rows each finding is about (what an acknowledgement compares); acknowledged ones labelled",
+            ["db", "check", "target_key", "key", "acknowledged"],
+            registry=registry,
+        )
+        for finding in result.findings:
+            per_finding.labels(
+                db,
+                finding.check,
+                finding.target_key or "",
+                finding.key or "",
+                str(finding.acknowledged).lower(),
+            ).set(finding.measure())
+        inbox_rows = Gauge(
+            "engram_canary_inbox_rows",
+            "Unacked rows waiting per inbox key (kind: memories or telemetry)",
+            ["db", "key", "kind"],
+            registry=registry,
+        )
+        inbox_age = Gauge(
+            "engram_canary_inbox_oldest_memory_age_days",
+            "Age of the oldest waiting memory per inbox key",
+            ["db", "key"],
+            registry=registry,
+        )
+        for key, totals in summary.get("inbox_keys", {}).items():
+            inbox_rows.labels(db, key, "memories").set(totals["memories"])
+            inbox_rows.labels(db, key, "telemetry").set(totals["telemetry"])
+            if totals.get("oldest_memory_age_days") is not None:
+                inbox_age.labels(db, key).set(totals["oldest_memory_age_days"])
         counts: dict[tuple[str, str, str], int] = {}
         for finding in result.findings:
             labels = (finding.check, finding.severity, str(finding.acknowledged).lower())

@@ -53,7 +53,17 @@ fi
 bash scripts/chromium.sh >/dev/null \
   || echo "test.sh: no chromium; the validate HTML browser check will skip (fail under CI=true)" >&2
 
+# Debian's Prometheus, promtool and node_exporter for the canary's fleet-view tests (installs them when root;
+# the tests start their own processes on loopback and stop them).
+if prometheus_tools=$(bash scripts/prometheus.sh); then
+  export ENGRAM_KIT_PROMETHEUS="$prometheus_tools"
+else
+  echo "test.sh: no prometheus; the fleet-view tests will skip (fail under CI=true)" >&2
+fi
+
 export TESTCONTAINERS_RYUK_DISABLED=true
 export TESTCONTAINERS_CONNECTION_MODE=docker_host
 export TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1
-"$BIN/pytest" -n 2 --dist loadgroup "${tier_filter[@]}" "$@"
+# The scenario library plays twice, side by side: process clouds, and docker clouds (items named
+# scenario[docker], held to the process run's baseline results; they skip, or fail under CI, without an image).
+"$BIN/pytest" -n 2 --dist loadgroup --scenario-cloud process,docker "${tier_filter[@]}" "$@"
