@@ -290,12 +290,13 @@ class FakeCloudApp:
 
     async def _mutation_push(self, request: Request, request_id: str, epoch: int) -> Response | Drop:
         body, problem, over = self._read_json(request, keep_surrogates=True)
-        if (
+        surrogates = (
             problem is None
             and not over
-            and SURROGATE_ESCAPE.search(request.body)
+            and bool(SURROGATE_ESCAPE.search(request.body))
             and has_lone_surrogate(body)
-        ):
+        )
+        if surrogates:
             body = _surrogates_left_in_payloads(body)
         # Only a scheduled fault needs these before validation.
         projects = _pushed_projects(body) if self.state.faults else []
@@ -308,7 +309,9 @@ class FakeCloudApp:
         elif problem:
             reply = Reply(400, f"invalid request body: {problem}")
         else:
-            reply, parsed_items = protocol.push_mutations(self.state, body, store=_stores(fault))
+            reply, parsed_items = protocol.push_mutations(
+                self.state, body, store=_stores(fault), payloads_may_hold_surrogates=surrogates
+            )
             items = parsed_items or items
         if not items and reply.status != 200:
             items = _mutation_items(body)

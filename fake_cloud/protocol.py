@@ -34,7 +34,7 @@ DEFAULT_PULL_LIMIT = 100
 
 
 def push_mutations(
-    state: FakeCloudState, body: Any, *, store: bool = True
+    state: FakeCloudState, body: Any, *, store: bool = True, payloads_may_hold_surrogates: bool = False
 ) -> tuple[Reply, list[JournalItem]]:
     """POST /sync/mutations/push after auth and the size check, in the real server's order.
 
@@ -90,10 +90,18 @@ def push_mutations(
             "reason_code": "validation_error",
         }
         return Reply(400, reply_body), items
-    refused = _materialize_refusal(parsed)
+    # The fast path materializes once; only a batch that fails asks push_rules entry by entry for the
+    # real server's answer (the codec and push_rules share the rules, so they agree).
+    refused = _materialize_refusal(parsed) if payloads_may_hold_surrogates else None
     if refused is not None:
         return refused, items
-    chunks = _materialize_mutation_batch(parsed)
+    try:
+        chunks = _materialize_mutation_batch(parsed)
+    except ChunkError:
+        refused = _materialize_refusal(parsed)
+        if refused is None:
+            raise
+        return refused, items
     if not store:
         # The seqs a stored batch would have had; the next real push is given them again.
         first = state.next_seq
@@ -375,7 +383,10 @@ def _materialize_mutation_batch(entries: Sequence[Mapping[str, Any]]) -> list[tu
             )
             if entry["op"].strip() != "upsert" or entity == "relation":
                 continue
-            row = dict(entry["payload"] or {})  # push_rules refused every other non-object
+            payload = entry["payload"]
+            if payload is not None and not isinstance(payload, dict):
+                raise ChunkError(f"materialize mutation batch {entity}: payload is not an object")
+            row = dict(payload or {})
             id_field = "id" if entity == "session" else "sync_id"
             if not str(row.get(id_field) or "").strip():
                 row[id_field] = entry["entity_key"].strip()
