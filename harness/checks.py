@@ -232,6 +232,8 @@ def _text(check: s.TextCheck, observed: Observed) -> list[str]:
 
 def _command(check: s.CommandCheck, observed: Observed) -> list[str]:
     ran = _result(observed, check.of, "run")
+    if "unsupported" in ran:
+        raise LookupError(f"{check.of}: the step did not run: {ran['unsupported']}")
     if "exit" not in ran:
         raise LookupError(f"{check.of!r} is not the result of a `run` step (it has no exit code)")
     problems: list[str] = []

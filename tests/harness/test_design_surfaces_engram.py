@@ -47,6 +47,10 @@ def test_the_surfaces_scenario_pins_v120_and_maps_what_is_missing(tmp_path: Path
     assert any(
         d.startswith('enroll enrolled: no `-> N memories of "P" waiting in the inbox.` line') for d in details
     )
+    assert any(
+        d.startswith("inbox-list: the step did not run: engram 1.20.0 has no `engram cloud inbox`")
+        for d in details
+    )
     assert any(d.startswith('save cli-noise: no row on cloud:inbox (its rows: cloud/"")') for d in details)
     assert any(
         d.startswith("doctor has no inbox_depth check (checks: manual_session_name_project_mismatch")
