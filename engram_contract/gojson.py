@@ -46,7 +46,7 @@ def go_loads(text: str, *, keep_surrogates: bool = False) -> Any:
     except RecursionError:
         raise ContractError(DEPTH_ERROR) from None
     _check_depth(text)  # after parsing: the text is valid JSON, so the string pattern scans it linearly
-    if not keep_surrogates and _SURROGATE_ESCAPE.search(text):
+    if not keep_surrogates and ("\\ud" in text or "\\uD" in text) and _SURROGATE_ESCAPE.search(text):
         value = replace_surrogates(value)
     return value
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
 import traceback
 import zlib
@@ -39,7 +38,6 @@ from fake_cloud.wire import (
 
 MAX_RECORDED_ERRORS = 1000
 CONTROL_BODY_LIMIT = 1024 * 1024
-SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")  # gates the scan for lone surrogates
 
 
 class FakeCloudApp:
@@ -293,7 +291,7 @@ class FakeCloudApp:
         surrogates = (
             problem is None
             and not over
-            and bool(SURROGATE_ESCAPE.search(request.body))
+            and (b"\\ud" in request.body or b"\\uD" in request.body)
             and has_lone_surrogate(body)
         )
         if surrogates:
