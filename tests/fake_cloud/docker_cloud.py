@@ -22,6 +22,7 @@ from fake_cloud_support import TOKEN, CloudUnderTest
 from fake_cloud.client import FakeCloudClient
 from fake_cloud.server import FakeCloudConfig
 from harness.cloud_image import ensure_image
+from harness.world import CloudHandle
 
 REPO = Path(__file__).resolve().parents[2]
 CONTAINER_PORT = 8080
@@ -167,6 +168,10 @@ DOCKER_MODE = pytest.param("docker", marks=pytest.mark.docker, id="docker")
 
 @contextlib.contextmanager
 def start_docker(tmp: Path) -> Iterator[CloudUnderTest]:
-    """The ``docker`` mode of the ``cloud`` fixture; the image must be built (``fake_cloud_image``)."""
-    with start_docker_fake_cloud(FakeCloudConfig(token=TOKEN), ensure_image()) as cloud:
+    """The ``docker`` mode of the ``cloud`` fixture: the container exactly as `--cloud docker` runs it
+    (host network, bound to loopback, so /_fake/ needs no control token, as in the other modes)."""
+    cloud = CloudHandle("docker", TOKEN, ["*"], tmp / "fake-cloud.log")
+    try:
         yield CloudUnderTest("docker", cloud.base_url, cloud.ca_file, cloud.client)
+    finally:
+        cloud.close()
