@@ -14,8 +14,6 @@ A missing default file is an empty map. Errors are one line with file:line.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import yaml
@@ -23,7 +21,8 @@ import yaml
 from canary.derive import AliasMap, normalize_cwd
 from canary.errors import CanaryError
 from canary.targets import RESERVED_INBOX_PROJECT, normalize_project
-from canary.yaml_source import YamlSyntaxError, compose_yaml
+from engram_contract.files import atomic_write, xdg_config_home
+from engram_contract.yaml_source import YamlSyntaxError, compose_yaml
 
 ALIASES_FILE_NAME = "aliases.yaml"
 SECTIONS = ("keys", "cwds")
@@ -35,9 +34,7 @@ class AliasError(CanaryError):
 
 def default_aliases_path() -> Path:
     """Next to the canary's config.yaml (canary.config uses the same directory)."""
-    xdg = os.environ.get("XDG_CONFIG_HOME", "").strip()
-    base = Path(xdg) if xdg else Path.home() / ".config"
-    return base / "engram-canary" / ALIASES_FILE_NAME
+    return xdg_config_home() / "engram-canary" / ALIASES_FILE_NAME
 
 
 def load_aliases(path: Path | None) -> tuple[AliasMap, Path]:
@@ -140,7 +137,7 @@ def register_alias(path: Path, section: str, alias: str, project: str) -> bool:
             f"{path}: cannot add {section} alias {alias!r} safely (the section is not a block mapping); "
             "add it by hand"
         )
-    _write_atomically(path, updated)
+    atomic_write(path, updated)
     return True
 
 
@@ -165,18 +162,6 @@ def _entry_indent(following: list[str]) -> str:
         indent = line[: len(line) - len(line.lstrip(" "))]
         return indent if indent else "  "
     return "  "
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def check_alias_free(current: AliasMap, path: Path, section: str, alias: str, project: str) -> None:

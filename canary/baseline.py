@@ -13,9 +13,7 @@ of foreign targets per database) still load: each target is acknowledged at any 
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -23,6 +21,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from canary.errors import CanaryError
 from canary.findings import FOREIGN_CHECKS, Acknowledgement, Finding
+from engram_contract.files import atomic_write
 
 BASELINE_FILE_NAME = "baseline.json"
 BASELINE_SCHEMA = "engram-canary/baseline/v2"
@@ -149,12 +148,6 @@ def record_baseline(
 
 def write_atomically(path: Path, text: str) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
+        atomic_write(path, text)
     except OSError as error:
         raise BaselineError(f"{path}: cannot write ({error.strerror or error})") from error

@@ -27,7 +27,6 @@ from canary.db import default_db_path
 from canary.errors import CanaryError
 from canary.findings import Status
 from canary.inbox_cli import cleanup_phantoms_command, inbox, repair_command
-from canary.one_line_cli import OneLineErrorGroup
 from canary.report import render_json, render_text, write_textfile
 from canary.systemd import (
     UnitOptions,
@@ -38,6 +37,7 @@ from canary.systemd import (
     write_units,
 )
 from canary.watch import WatchOptions, watch
+from engram_contract.one_line_cli import OneLineErrorGroup
 
 PROG = "engram-canary"
 

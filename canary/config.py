@@ -15,7 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from canary.errors import CanaryError
 from canary.inbox_settings import InboxSettings
-from canary.yaml_source import YamlSyntaxError, load_yaml
+from engram_contract.files import xdg_config_home
+from engram_contract.yaml_source import YamlSyntaxError, load_yaml
 
 CONFIG_DIR_NAME = "engram-canary"
 CONFIG_FILE_NAME = "config.yaml"
@@ -71,9 +72,7 @@ class CanaryConfig(BaseModel):
 
 
 def default_config_dir() -> Path:
-    xdg = os.environ.get("XDG_CONFIG_HOME", "").strip()
-    base = Path(xdg) if xdg else Path.home() / ".config"
-    return base / CONFIG_DIR_NAME
+    return xdg_config_home() / CONFIG_DIR_NAME
 
 
 def default_state_dir() -> Path:

@@ -8,6 +8,7 @@ deliver. Each row gets the design's inbox key from canary.derive.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -40,6 +41,7 @@ from canary.inbox_settings import InboxSettings
 from canary.schema_support import LaneModel, identify, waiting_filter
 from canary.targets import INBOX_TARGET, normalize_project
 from engram_contract import LEGACY_TARGET, TELEMETRY_ENTITIES
+from engram_contract.files import atomic_write
 
 # Rows of the legacy lane that the v1.20 worker skips: unacked, non-empty project, not enrolled.
 _INBOX_ROWS_SQL = f"""
@@ -794,13 +796,9 @@ def write_key_entries(path: Path, entries: Mapping[tuple[str, str], tuple[str | 
             for (cwd, project), (key, source) in sorted(entries.items())
         ],
     }
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}")
-        temporary.write_text(json.dumps(document, indent=1, ensure_ascii=False), encoding="utf-8")
-        os.replace(temporary, path)
-    except OSError:
-        pass  # the state dir is a cache of hints: a read-only home must not break a check
+    # The state dir is a cache of hints: a read-only home must not break a check.
+    with contextlib.suppress(OSError):
+        atomic_write(path, json.dumps(document, indent=1, ensure_ascii=False))
 
 
 def load_key_map(path: Path) -> dict[tuple[str, str], tuple[str | None, str]]:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from canary.errors import CanaryError
+from engram_contract.files import atomic_write, xdg_config_home
 
 WATCH_UNIT = "engram-canary-watch.service"
 CHECK_UNIT = "engram-canary-check.service"
@@ -62,8 +62,7 @@ def default_executable() -> Path:
 def default_unit_dir(system: bool) -> Path:
     if system:
         return Path("/etc/systemd/system")
-    xdg = os.environ.get("XDG_CONFIG_HOME", "").strip()
-    return (Path(xdg) if xdg else Path.home() / ".config") / "systemd" / "user"
+    return xdg_config_home() / "systemd" / "user"
 
 
 def quote_argument(argument: str) -> str:
@@ -171,9 +170,7 @@ def write_units(units: dict[str, str], directory: Path) -> list[Path]:
         directory.mkdir(parents=True, exist_ok=True)
         for name, text in units.items():
             path = directory / name
-            temporary = directory / f".{name}.tmp"
-            temporary.write_text(text, encoding="utf-8")
-            os.replace(temporary, path)
+            atomic_write(path, text)
             written.append(path)
     except OSError as error:
         raise SystemdError(f"{directory}: cannot write units ({error.strerror or error})") from error

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from canary.one_line_cli import OneLineErrorGroup
+from engram_contract.one_line_cli import OneLineErrorGroup
 from harness import __version__
 from harness.cloud_cli import cloud_group
 from harness.deployment_cli import make_deployment

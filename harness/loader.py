@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from canary.yaml_source import Loc, YamlSource, YamlSyntaxError, load_yaml
+from engram_contract.yaml_source import Loc, YamlSource, YamlSyntaxError, load_yaml
 from harness.errors import ScenarioError
 from harness.schema import (
     STEP_MODELS,

@@ -1,4 +1,7 @@
-"""YAML with the line of every key, for one-line file:line errors (the canary's files and harness scenarios)."""
+"""YAML with the line of every key, for one-line file:line errors (the canary's files and harness scenarios).
+
+Each package catches YamlSyntaxError and raises its own error with the file name and its own wording.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +10,12 @@ from typing import Any
 
 import yaml
 
-from canary.errors import CanaryError
+from engram_contract.errors import ContractError
 
 Loc = tuple[str | int, ...]
 
 
-class YamlSyntaxError(CanaryError):
+class YamlSyntaxError(ContractError):
     """The text is not YAML; callers add the file name and their own wording."""
 
     def __init__(self, line: int, problem: str) -> None:
