@@ -4,6 +4,9 @@ fail), and the loader's one-line refusals of the new steps and checks."""
 
 from __future__ import annotations
 
+import json
+import sqlite3
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +16,7 @@ from harness.design_checks import (
     check_cloud_status,
     check_doctor_verdict,
     check_enroll_hint,
+    check_inbox_row,
     check_save_answer,
     parse_enroll_hint,
     parse_save_warning,
@@ -22,6 +26,7 @@ from harness.design_schema import (
     CloudStatusCheck,
     DoctorVerdictCheck,
     EnrollHintCheck,
+    InboxRowCheck,
     SaveAnswerCheck,
 )
 from harness.errors import ScenarioError
@@ -238,3 +243,48 @@ def test_new_steps_and_checks_refuse_bad_input_in_one_line(
     with pytest.raises(ScenarioError) as refused:
         parse_scenario(scenario_text(step, check), tmp_path / "s.scenario.yaml")
     assert error in str(refused.value) and "\n" not in str(refused.value)
+
+
+def journal_db(tmp_path: Path, *rows: tuple[str, str, str, str | None]) -> Path:
+    """A sync_mutations table of the design's shape (engram's own columns), for the inbox_row reader."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    db = tmp_path / "engram.db"
+    connection = sqlite3.connect(db)
+    connection.execute(
+        "CREATE TABLE sync_mutations (seq INTEGER PRIMARY KEY, target_key TEXT, entity TEXT, entity_key TEXT, "
+        "op TEXT, payload TEXT, project TEXT, acked_at TEXT)"
+    )
+    for target, project, payload, acked_at in rows:
+        connection.execute(
+            "INSERT INTO sync_mutations (target_key, entity, entity_key, op, payload, project, acked_at) "
+            "VALUES (?, 'observation', 'obs-1', 'upsert', ?, ?, ?)",
+            (target, payload, project, acked_at),
+        )
+    connection.commit()
+    connection.close()
+    return db
+
+
+CWD = "/home/me/código/Client Portal"  # NFC
+
+
+def test_inbox_row_keeps_the_raw_project_and_cwd_byte_for_byte(tmp_path: Path) -> None:
+    results = {"save:p": {"via": "mcp", "cwd": CWD, "sync_id": "obs-1"}}
+    raw = json.dumps({"project": "Client_Portal", "cwd": CWD})
+    db = journal_db(tmp_path, ("cloud:inbox", "client-portal", raw, None))
+    check = InboxRowCheck(of="p", key="client-portal", payload_project="Client_Portal")
+    assert check_inbox_row(check, results, db) == []
+    assert check_inbox_row(InboxRowCheck(of="p", acked=True), results, db) == [
+        "save p on cloud:inbox: acked_at None, expected set"
+    ]
+    nfd = unicodedata.normalize("NFD", CWD)
+    slugged = json.dumps({"project": "client-portal", "cwd": nfd})
+    lossy = journal_db(tmp_path / "lossy", ("cloud:inbox", "client-portal", slugged, None))
+    assert check_inbox_row(check, results, lossy) == [
+        "save p on cloud:inbox: payload project 'client-portal', expected the raw 'Client_Portal'",
+        f"save p on cloud:inbox: payload cwd {nfd!r}, expected {CWD!r}",
+    ]
+    legacy = journal_db(tmp_path / "legacy", ("cloud", "client_portal", raw, None))
+    assert check_inbox_row(check, results, legacy) == [
+        "save p: no row on cloud:inbox (its rows: cloud/client_portal)"
+    ]
