@@ -42,7 +42,7 @@ def go_loads(text: str, *, keep_surrogates: bool = False) -> Any:
     a caller that must know: Postgres refuses them in a json column). json.JSONDecodeError for plain
     syntax errors."""
     try:
-        value = json.loads(text, parse_constant=_constant, parse_float=_float, parse_int=_int)
+        value = _DECODER.decode(text)
     except RecursionError:
         raise ContractError(DEPTH_ERROR) from None
     _check_depth(text)  # after parsing: the text is valid JSON, so the string pattern scans it linearly
@@ -79,7 +79,7 @@ def _int(text: str) -> int:
 
 
 def _check_depth(text: str) -> None:
-    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
+    if len(text) <= 2 * MAX_JSON_DEPTH or text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
         return
     brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
     depth = 0
@@ -100,3 +100,7 @@ def replace_surrogates(value: Any) -> Any:
     if isinstance(value, dict):
         return {replace_surrogates(key): replace_surrogates(item) for key, item in value.items()}
     return value
+
+
+# One decoder, built once: json.loads with hooks would build a decoder and its scanner on every call.
+_DECODER = json.JSONDecoder(parse_constant=_constant, parse_float=_float, parse_int=_int)
