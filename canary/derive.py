@@ -16,6 +16,7 @@ from functools import lru_cache
 from pathlib import PurePosixPath
 
 from canary.targets import normalize_project
+from engram_contract import enrolled_name
 
 UNSORTED = "unsorted"
 _SEPARATORS = re.compile(r"[\s_]+")
@@ -181,8 +182,7 @@ def derive(context: RowContext, aliases: AliasMap, enrolled: Collection[str]) ->
         project = aliases.project_for_key(candidate)
         if project is not None:
             return Derivation(candidate, source, inbox_key, Resolution.ALIAS_KEY, project)
-        enrolled_by_name = {normalize_project(name): name for name in enrolled}
-        match = enrolled_by_name.get(normalize_project(candidate))
+        match = enrolled_name(candidate, enrolled)
         if match is not None:
             return Derivation(candidate, source, inbox_key, Resolution.ENROLLED, match)
     return Derivation(candidate, source, inbox_key, Resolution.INBOX, None)

@@ -48,7 +48,7 @@ from canary.targets import (
     normalize_project,
     project_target,
 )
-from engram_contract import LEGACY_TARGET, PushRefusal, refusal_for_entry
+from engram_contract import LEGACY_TARGET, PushRefusal, enrolled_name, refusal_for_entry
 
 PAUSE_HOOK_VARIABLE = "ENGRAM_CANARY_TEST_PAUSE_MIDWAY"
 PAUSE_HOOK_LIMIT_SECONDS = 300.0
@@ -233,11 +233,7 @@ def select_rows(snapshot: InboxSnapshot, selection: Selection) -> list[InboxRow]
 
 
 def _enrolled_name(snapshot: InboxSnapshot, project: str) -> str | None:
-    wanted = normalize_project(project)
-    for name in snapshot.enrolled:
-        if normalize_project(name) == wanted:
-            return name
-    return None
+    return enrolled_name(project, snapshot.enrolled)
 
 
 def _refuse_reserved(project: str) -> None:

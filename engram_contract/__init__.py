@@ -6,15 +6,24 @@ One home for facts that canary, fake_cloud and harness all depend on, so they ca
 from engram_contract.digest import payload_digest
 from engram_contract.errors import ContractError
 from engram_contract.gojson import go_escape, go_json
-from engram_contract.names import LEGACY_TARGET, MEMORY_ENTITIES, TELEMETRY_ENTITIES, normalize_project
+from engram_contract.names import (
+    LANE_COUNTS,
+    LEGACY_TARGET,
+    MEMORY_ENTITIES,
+    TELEMETRY_ENTITIES,
+    enrolled_name,
+    normalize_project,
+)
 from engram_contract.push_rules import PushRefusal, refusal_for_entry
 
 __all__ = [
+    "LANE_COUNTS",
     "LEGACY_TARGET",
     "MEMORY_ENTITIES",
     "TELEMETRY_ENTITIES",
     "ContractError",
     "PushRefusal",
+    "enrolled_name",
     "go_escape",
     "go_json",
     "normalize_project",

@@ -1,5 +1,6 @@
 """Names fixed by engram's schema and sync protocol."""
 
+from collections.abc import Iterable
 from typing import Final
 
 # The target_key of the legacy lane: the only lane v1.20's autosync worker reads.
@@ -7,6 +8,8 @@ LEGACY_TARGET: Final = "cloud"
 # Session and prompt rows are telemetry: the design keeps them out of the inbox (§1).
 TELEMETRY_ENTITIES: Final = frozenset({"session", "prompt"})
 MEMORY_ENTITIES: Final = frozenset({"observation", "relation"})
+# What the harness counts per lane and project, in its report's column order.
+LANE_COUNTS: Final = ("enqueued", "acked", "delivered", "stranded", "lost", "duplicated")
 
 
 def normalize_project(project: str) -> str:
@@ -20,3 +23,9 @@ def normalize_project(project: str) -> str:
     while "__" in normalized:
         normalized = normalized.replace("__", "_")
     return normalized
+
+
+def enrolled_name(project: str, enrolled: Iterable[str]) -> str | None:
+    """The enrolled name PROJECT stands for: the stored name equal to it once both are normalized."""
+    wanted = normalize_project(project)
+    return next((name for name in enrolled if normalize_project(name) == wanted), None)

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from engram_contract import payload_digest
+from engram_contract.journal_match import mismatched_fields
 from fake_cloud import chunkcodec
 from fake_cloud.chunkcodec import ChunkError
 from fake_cloud.errors import FakeCloudError
@@ -391,11 +392,7 @@ class FakeCloudState:
 
 def _mismatches(entry: JournalEntry, match: Mapping[str, Any]) -> list[str]:
     # Attribute reads, not to_dict(): /_fake/wait runs this for every new entry while a test waits.
-    return sorted(
-        name
-        for name, wanted in match.items()
-        if (getattr(entry, name) if name in MATCH_FIELDS else None) != wanted
-    )
+    return mismatched_fields(entry, match, MATCH_FIELDS)
 
 
 def as_object(payload: Any) -> dict[str, Any]:

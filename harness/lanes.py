@@ -19,11 +19,10 @@ from typing import Any, Protocol, TypeVar
 
 from canary.db import open_read_only
 from canary.errors import CanaryError
-from engram_contract import payload_digest
+from engram_contract import LANE_COUNTS, payload_digest
 
 MatchKey = tuple[str, str, str, str]
 T = TypeVar("T")
-LANE_COUNTS = ("enqueued", "acked", "delivered", "stranded", "lost", "duplicated")
 
 
 def _decoded(payload: Any) -> Any:

@@ -13,6 +13,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
+from engram_contract import LANE_COUNTS as LANE_COUNTS  # the scenario schema names them too
 from harness.design_schema import (
     DESIGN_CHECK_KEYS,
     DESIGN_STEP_MODELS,
@@ -25,7 +26,6 @@ from harness.design_schema import (
 from harness.design_sections import SECTION_PATTERN, section_problem
 
 SCHEMA_ID = "engram-harness/scenario/v1"
-LANE_COUNTS = ("enqueued", "acked", "delivered", "stranded", "lost", "duplicated")
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 

@@ -35,7 +35,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +42,8 @@ import httpx
 import yaml
 from pydantic import BaseModel
 
+from engram_contract.journal_match import field_text
+from engram_contract.journal_match import matches as journal_matches
 from harness import design_schema as ds
 from harness import schema as s
 from harness.design_checks import parse_status_inbox_line, save_result_name
@@ -473,20 +474,11 @@ def do_sync(world: World, step: s.SyncStep) -> None:
             raise StepFailed(f"{error} (worker status: {json.dumps(status, default=str)})") from None
 
 
-def plain(value: Any) -> str:
-    """A field as text for matching: an enum's value, booleans as JSON spells them, null as "" (the one
-    spelling of the empty project)."""
-    if isinstance(value, Enum):
-        value = value.value
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+plain = field_text  # a field as text for matching (engram_contract.journal_match)
 
 
 def matches(item: Any, match: Mapping[str, s.MatchValue]) -> bool:
-    return all(plain(getattr(item, key, None)) == plain(value) for key, value in match.items())
+    return journal_matches(item, match)
 
 
 def _journal_mark(world: World) -> int:
