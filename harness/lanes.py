@@ -20,6 +20,7 @@ from typing import Any, Protocol, TypeVar
 from canary.db import open_read_only
 from canary.errors import CanaryError
 from engram_contract import LANE_COUNTS, payload_digest
+from harness.errors import HarnessError
 
 MatchKey = tuple[str, str, str, str]
 T = TypeVar("T")
@@ -113,9 +114,29 @@ def read_with(db_path: Path, read: Callable[[sqlite3.Connection], T], empty: T) 
         connection.close()
 
 
+class LaneReadError(HarnessError):
+    """The lane table's inputs cannot be read: an empty table would pass "nothing lost" unchecked."""
+
+
+def read_for_lanes(db_path: Path, read: Callable[[sqlite3.Connection], T], empty: T) -> T:
+    """READ on a read-only connection; EMPTY only when engram never created the database."""
+    if not db_path.exists():
+        return empty
+    try:
+        connection = open_read_only(db_path)
+    except CanaryError as error:
+        raise LaneReadError(f"cannot count the lanes: {error}") from error
+    try:
+        return read(connection)
+    except sqlite3.Error as error:
+        raise LaneReadError(f"cannot count the lanes: {db_path}: {error}") from error
+    finally:
+        connection.close()
+
+
 def read_local_mutations(db_path: Path) -> list[LocalMutation]:
     """Every locally enqueued sync_mutations row, read-only."""
-    return read_with(db_path, _local_mutations, [])
+    return read_for_lanes(db_path, _local_mutations, [])
 
 
 def _local_mutations(connection: sqlite3.Connection) -> list[LocalMutation]:
@@ -162,7 +183,7 @@ def _transport(item: Received) -> str:
 def read_acked_seqs(db_path: Path) -> frozenset[int]:
     """Rows already acked when a run starts (a copied database): delivered to some earlier cloud, not lost."""
     sql = "SELECT seq FROM sync_mutations WHERE acked_at IS NOT NULL"
-    return read_with(
+    return read_for_lanes(
         db_path, lambda connection: frozenset(int(row[0]) for row in connection.execute(sql)), frozenset()
     )
 

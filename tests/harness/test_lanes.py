@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
+import sqlite3
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import pytest
+
 from fake_cloud.models import payload_digest as cloud_digest
-from harness.lanes import LocalMutation, compute_lanes, payload_digest
+from harness.errors import HarnessError
+from harness.lanes import LocalMutation, compute_lanes, payload_digest, read_acked_seqs, read_local_mutations
 
 PAYLOAD = {"sync_id": "obs-1", "title": "t", "content": "ü", "project": "app"}
 
@@ -30,11 +36,39 @@ def row(seq: int, *, lane: str = "cloud", project: str = "app", key: str = "obs-
     return LocalMutation(seq, lane, project, "observation", key, "upsert", payload_digest(body), acked, body)
 
 
-def test_the_digest_is_the_fake_clouds_digest_for_objects_and_json_strings() -> None:
-    assert payload_digest(PAYLOAD) == cloud_digest(PAYLOAD)
-    assert payload_digest(
-        '{"title": "t", "sync_id": "obs-1", "content": "ü", "project": "app"}'
-    ) == cloud_digest(PAYLOAD)
+# sha256 of the sorted, compact, UTF-8 JSON text, worked out by hand (not by the function under test).
+PAYLOAD_DIGEST = hashlib.sha256(
+    '{"content":"ü","project":"app","sync_id":"obs-1","title":"t"}'.encode()
+).hexdigest()
+
+
+def test_the_digest_is_sha256_of_sorted_compact_json_for_objects_and_json_strings() -> None:
+    assert PAYLOAD_DIGEST == "bf23494fa273b2706fcdb3f9b5bde45817a3eb19a055d31d187b9b82a03530cf"
+    assert payload_digest(PAYLOAD) == PAYLOAD_DIGEST
+    assert (
+        payload_digest('{"title": "t", "sync_id": "obs-1", "content": "ü", "project": "app"}')
+        == PAYLOAD_DIGEST
+    )
+    assert cloud_digest(PAYLOAD) == PAYLOAD_DIGEST  # the fake cloud stores the same digest
+    assert payload_digest({**PAYLOAD, "title": "T"}) != PAYLOAD_DIGEST
+
+
+def test_an_unreadable_database_is_an_error_not_an_empty_table(tmp_path: Path) -> None:
+    garbage = tmp_path / "engram.db"
+    garbage.write_bytes(b"this is not an SQLite database" * 100)
+    with pytest.raises(HarnessError, match="engram.db"):
+        read_local_mutations(garbage)
+    with pytest.raises(HarnessError, match="engram.db"):
+        read_acked_seqs(garbage)
+    no_journal = tmp_path / "no-journal.db"
+    sqlite3.connect(no_journal).execute("CREATE TABLE sync_mutations (seq INTEGER)").connection.close()
+    with pytest.raises(HarnessError, match="no-journal.db"):
+        read_local_mutations(no_journal)
+
+
+def test_a_database_engram_never_created_has_no_local_rows(tmp_path: Path) -> None:
+    assert read_local_mutations(tmp_path / "absent.db") == []
+    assert read_acked_seqs(tmp_path / "absent.db") == frozenset()
 
 
 def test_delivered_stranded_and_lost_are_told_apart() -> None:
