@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import traceback
 import zlib
 from collections import deque
 from collections.abc import Coroutine
@@ -60,6 +59,8 @@ class FakeCloudApp:
 
     def record_error(self, where: str, error: BaseException) -> None:
         """A bug in the fake: kept for /_fake/errors (and check()), one line on stderr, never a traceback."""
+        import traceback  # only on a bug: not worth its start-up cost
+
         self.errors_total += 1
         self.errors.append(
             {

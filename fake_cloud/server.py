@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import shutil
 import tempfile
 import threading
@@ -99,12 +98,12 @@ class FakeCloudConfig:
 
 
 def is_loopback(host: str) -> bool:
-    if host == "localhost":
+    # By spelling, not via ipaddress: importing it costs start-up time the fake does not have.
+    host = host.strip("[]").lower()
+    if host in ("localhost", "::1", "0:0:0:0:0:0:0:1"):
         return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+    parts = host.split(".")
+    return len(parts) == 4 and parts[0] == "127" and all(part.isdigit() and int(part) < 256 for part in parts)
 
 
 def _url_host(host: str) -> str:
