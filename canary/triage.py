@@ -6,9 +6,8 @@ concurrent engram write is never lost or double-counted. The mutation log is app
 retired by setting acked_at (engram's ack), never deleted or rewritten. The sync_state bookkeeping
 mirrors engram v1.20's enqueueSyncMutationTx and AckSyncMutationSeqs (internal/store/store.go).
 
-Test hook: ENGRAM_CANARY_TEST_PAUSE_MIDWAY=<file> makes --apply stop halfway through its transaction,
-write its pid to <file> and wait until <file> is removed (at most 300 s). The crash-safety test uses it to
-SIGKILL the process at a known point; nothing else should set it.
+pause_midway() marks the halfway point of an --apply transaction and does nothing. The crash-safety test
+runs the CLI through a launcher that replaces it, to SIGKILL the process at a known point.
 """
 
 from __future__ import annotations
@@ -50,8 +49,6 @@ from canary.targets import (
 )
 from engram_contract import LEGACY_TARGET, PushRefusal, enrolled_name, refusal_for_entry
 
-PAUSE_HOOK_VARIABLE = "ENGRAM_CANARY_TEST_PAUSE_MIDWAY"
-PAUSE_HOOK_LIMIT_SECONDS = 300.0
 _CHUNK = 500
 BACKUP_DIR_NAME = "engram-canary-backups"
 TRIAGE_LOG_NAME = "triage-log.jsonl"
@@ -657,17 +654,8 @@ def immediate_transaction(connection: sqlite3.Connection) -> Iterator[sqlite3.Co
     connection.execute("COMMIT")
 
 
-def _pause_midway() -> None:
-    marker = os.environ.get(PAUSE_HOOK_VARIABLE, "").strip()
-    if not marker:
-        return
-    path = Path(marker)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(str(os.getpid()), encoding="utf-8")
-    os.replace(partial, path)
-    deadline = time.monotonic() + PAUSE_HOOK_LIMIT_SECONDS
-    while path.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+def pause_midway() -> None:
+    """The halfway point of an --apply transaction (a seam for the crash-safety test; no-op here)."""
 
 
 class _SyncState:
@@ -845,15 +833,16 @@ def execute_plan(connection: sqlite3.Connection, schema: Schema, plan: Plan) -> 
     """Every change of `plan`, inside the caller's open transaction."""
     state = _SyncState(connection, schema)
     new_seqs = state.enqueue_all(plan.copies)
+    # Looked up at call time, so the crash-safety test's launcher can replace it.
     if plan.copies:
-        _pause_midway()
+        pause_midway()
         state.ack(plan.acks)
     elif plan.acks:
-        state.ack(plan.acks, on_half=_pause_midway)
+        state.ack(plan.acks, on_half=pause_midway)
     for index, phantom in enumerate(plan.phantoms):
         connection.execute("DELETE FROM sync_state WHERE target_key = ?", (phantom.target_key,))
         if index == len(plan.phantoms) // 2:
-            _pause_midway()
+            pause_midway()
     return new_seqs
 
 

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import pytest
 from inbox_support import (
-    CANARY,
     canary,
     canary_env,
     db_digest,
@@ -129,10 +128,10 @@ def test_sigkill_in_the_middle_of_apply_leaves_the_database_untouched(
     db = world.db_path
     before = db_digest(db)
     marker = world.root / "paused"
-    # ENGRAM_CANARY_TEST_PAUSE_MIDWAY is the documented test hook of canary.triage.
+    # The launcher replaces canary.triage.pause_midway: the process waits there while marker exists.
     process = subprocess.Popen(
-        [str(CANARY), *args],
-        env=canary_env(world, ENGRAM_CANARY_TEST_PAUSE_MIDWAY=str(marker)),
+        [sys.executable, str(Path(__file__).with_name("pause_midway_launcher.py")), str(marker), *args],
+        env=canary_env(world),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -170,4 +169,3 @@ def test_sigkill_in_the_middle_of_apply_leaves_the_database_untouched(
     assert again.returncode == 0, again.stderr
     assert db_digest(db) != before
     assert integrity(db) == "ok"
-    os.environ.pop("ENGRAM_CANARY_TEST_PAUSE_MIDWAY", None)

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import sqlite3
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from canary.triage import TriageError, near_enrolled_name, parse_seqs
+from canary.db import discover_schema
+from canary.triage import PhantomTarget, Plan, TriageError, execute_plan, near_enrolled_name, parse_seqs
+
+V120_SCHEMA = Path(__file__).parents[1] / "fixtures" / "engram_schemas" / "v1.20.0.sql"
 
 
 def test_a_pasted_list_of_100k_seqs_parses_quickly_in_order_without_duplicates() -> None:
@@ -60,3 +65,22 @@ def test_any_text_parses_or_is_refused_in_one_line(text: str) -> None:
 )
 def test_near_miss_names(typed: str, expected: str | None) -> None:
     assert near_enrolled_name(typed, frozenset({"client_portal", "main-proj"})) == expected
+
+
+def test_production_code_reads_no_test_hook_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before the fix, this variable made execute_plan write a marker and wait (here: fail on a missing dir).
+    monkeypatch.setenv("ENGRAM_CANARY_TEST_PAUSE_MIDWAY", str(tmp_path / "no-such-dir" / "marker"))
+    db = tmp_path / "engram.db"
+    connection = sqlite3.connect(db, isolation_level=None)
+    connection.executescript(V120_SCHEMA.read_text(encoding="utf-8"))
+    connection.execute("INSERT INTO sync_state (target_key, lifecycle) VALUES ('cloud:phantom', 'idle')")
+    schema = discover_schema(connection, db)
+    plan = Plan("cleanup-phantoms", phantoms=[PhantomTarget("cloud:phantom", "idle")])
+    connection.execute("BEGIN IMMEDIATE")
+    assert execute_plan(connection, schema, plan) == ()
+    connection.execute("COMMIT")
+    assert connection.execute("SELECT target_key FROM sync_state ORDER BY 1").fetchall() == [("cloud",)]
+    assert not (tmp_path / "no-such-dir").exists()
+    connection.close()
