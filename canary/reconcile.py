@@ -162,20 +162,16 @@ def _journal(connection: sqlite3.Connection, db_path: Path, acked_since: datetim
         lane = shared.setdefault(str(lane), str(lane))
         if proj not in expected_project:
             expected_project[proj] = normalize_project(proj) in enrolled
-        key = (
-            shared.setdefault(entity, entity),
-            str(entity_key),
-            shared.setdefault(op, op),
-            _digest(payload),
-        )
-        written.add(key[1])
+        entity_key = str(entity_key)
+        written.add(entity_key)
         tally = tallies[(lane, proj)]
         if not (live and expected_project[proj]):
             tally["not_expected"] += 1
         elif acked_at is None:
             tally["pending"] += 1
-        else:
+        else:  # only rows that must be in the cloud need their digest
             tally["acked"] += 1
+            key = (shared.setdefault(entity, entity), entity_key, shared.setdefault(op, op), _digest(payload))
             rows.append(LocalRow(int(seq), lane, proj, key, shared.setdefault(acked_at, acked_at)))
     return Journal(rows, dict(tallies), written, enrolled, acked_before)
 
