@@ -11,9 +11,16 @@ A refusal carries the status the REAL v1.20 server answers (observed by the diff
 - a relation upsert missing a required field: 400 "invalid relation payload" (``invalid[]``);
 - a session/observation/prompt/relation payload the server's chunk codec cannot materialize (a session
   upsert without ``directory``, an observation without ``title``, a key that does not match the
-  payload, ...): v1.20 passes the handler's checks and fails inside its batch insert with
-  500 ``insert mutations: ...``, storing nothing. The refusal says 500; the client retries such a
-  batch forever, so for triage it is a poison entry, not a transient error.
+  payload, an upsert payload that is not an object, a number Go's int cannot hold): v1.20 passes the
+  handler's checks and fails inside its batch insert with 500 ``insert mutations: ...``, storing
+  nothing;
+- a payload holding a lone UTF-16 surrogate escape: Postgres refuses it in the json column, 500
+  "insert mutation: ERROR: invalid input syntax for type json (SQLSTATE 22P02)".
+
+A 500 here is not transient: the same batch is refused on every retry, so for triage it is a poison
+entry. The reason is the innermost text; on the wire the server prefixes it
+(``insert mutations: cloudstore: canonicalize materialized mutation batch chunk: mutations[i]: ``, where
+i counts the batch's entries of that project with a known entity), which the fake reproduces.
 """
 
 from __future__ import annotations
@@ -74,9 +81,11 @@ def refusal_for_entry(
     None means the entry passes every contract rule that does not depend on cloud state
     (allowlist and pause are cloud state, not contract).
 
-    For triage: a refusal with status 500 is what v1.20 answers for a payload its chunk codec
-    cannot materialize (reason is the codec's wording, e.g. "session payload directory is required
-    for upsert"); the real client treats it as transient and retries the batch forever."""
+    For triage: status 500 is what v1.20 answers for a payload its batch insert cannot materialize
+    (reason is the codec's wording, e.g. "session payload directory is required for upsert", field
+    "directory") or that Postgres refuses (a lone surrogate); it is refused again on every retry.
+    Status 400 with reason "invalid request body: payload is not valid JSON" means the stored text
+    is not JSON at all, which the client cannot even send."""
     if isinstance(payload, bytes | str):
         text = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else payload
         try:
