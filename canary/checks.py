@@ -373,7 +373,7 @@ def check_snapshot(
     # Lane health (canary.lane_health) takes its own short read transaction as well.
     findings.extend(lane_findings(connection, schema, db_path))
     # Stage A's assumption (design §4): no session spans two directories. Its own read transaction.
-    stage_a, summary["stage_a"] = stage_a_findings(connection, schema)
+    stage_a, summary["stage_a"] = stage_a_findings(connection, schema, db_path, use_cursor=use_cursor)
     findings.extend(stage_a)
     return finish(findings, summary, db_path, config, baseline, sorted(space.allowed)), space
 

@@ -17,12 +17,18 @@ the summary, not reported as findings.
 
 from __future__ import annotations
 
+import json
+import os
 import posixpath
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ValidationError
+
+from canary.config import state_file_for
 from canary.db import Schema, read_transaction
 from canary.findings import Finding
 
@@ -31,10 +37,28 @@ BUCKET_SESSION = "manual-save"
 EVIDENCE_DIRECTORIES = 20  # directories listed per finding; the count is always whole
 
 _SESSION_UPSERTS = """
-SELECT entity_key, json_extract(payload, '$.directory'), project, seq, occurred_at
+SELECT json_extract(payload, '$.directory'), {project}, seq, occurred_at
   FROM sync_mutations
- WHERE target_key = ? AND entity = 'session' AND json_valid(payload)
+ WHERE target_key = ? AND entity = 'session' AND entity_key = ?
 """
+# Candidates in one pass inside SQLite: sessions with more than one distinct raw directory (journal and
+# sessions table). Raw spellings are at least as distinct as normalized ones, so no session is missed;
+# the candidates are then read one by one and normalized.
+_CANDIDATES = """
+SELECT id FROM (
+    SELECT entity_key AS id, json_extract(payload, '$.directory') AS dir
+      FROM sync_mutations WHERE entity = 'session' {valid}
+    UNION ALL
+    SELECT id, directory FROM sessions
+)
+ WHERE dir IS NOT NULL AND trim(dir) != ''
+ GROUP BY id
+HAVING count(DISTINCT dir) > 1
+"""
+_NEW_SESSIONS = "SELECT DISTINCT entity_key FROM sync_mutations WHERE entity = 'session' AND seq > ?"
+CURSOR_KIND = "stage-a-cursor"
+CURSOR_SCHEMA = "engram-canary/stage-a-cursor/v1"
+INCREMENTAL_LIMIT = 5000  # more new session ids than this: one pass in SQLite is cheaper
 
 
 @dataclass
@@ -92,30 +116,98 @@ def _targets(connection: sqlite3.Connection) -> Iterator[str]:
         ).fetchone()
 
 
+def _high_seq(connection: sqlite3.Connection) -> int:
+    row = connection.execute("SELECT max(seq) FROM sync_mutations").fetchone()
+    return int(row[0] or 0)
+
+
+def _candidates_in_sql(connection: sqlite3.Connection) -> set[str]:
+    try:
+        rows = connection.execute(_CANDIDATES.format(valid="")).fetchall()
+    except sqlite3.OperationalError as error:  # a malformed payload somewhere: skip such rows instead
+        if "JSON" not in str(error):
+            raise
+        rows = connection.execute(_CANDIDATES.format(valid="AND json_valid(payload)")).fetchall()
+    return {str(row[0]) for row in rows}
+
+
 def read_session_directories(
-    connection: sqlite3.Connection, schema: Schema
+    connection: sqlite3.Connection, schema: Schema, session_ids: Iterable[str]
 ) -> dict[str, dict[str, DirectorySeen]]:
-    """session id -> normalized directory -> where it was seen (journal and sessions table)."""
+    """session id -> normalized directory -> where it was seen (its journal upserts and sessions row)."""
     sessions: dict[str, dict[str, DirectorySeen]] = {}
-
-    def seen(session_id: str, directory: str) -> DirectorySeen:
-        per_session = sessions.setdefault(session_id, {})
-        return per_session.setdefault(directory, DirectorySeen(directory))
-
-    if schema.has_table("sync_mutations") and schema.has_column("sync_mutations", "payload"):
-        has_project = schema.has_column("sync_mutations", "project")
-        query = _SESSION_UPSERTS if has_project else _SESSION_UPSERTS.replace(", project,", ", '',")
-        for target in list(_targets(connection)):
-            for session_id, directory, project, seq, occurred_at in connection.execute(query, (target,)):
+    wanted = sorted(set(session_ids))
+    project = "project" if schema.has_column("sync_mutations", "project") else "''"
+    query = _SESSION_UPSERTS.format(project=project)
+    targets = list(_targets(connection))
+    for session_id in wanted:
+        per_session: dict[str, DirectorySeen] = {}
+        for target in targets:
+            for directory, row_project, seq, occurred_at in connection.execute(query, (target, session_id)):
                 normalized = normalize_directory(directory)
                 if normalized:
-                    seen(str(session_id), normalized).add(int(seq), occurred_at, str(project or ""))
-    if schema.has_column("sessions", "directory"):
-        for session_id, directory in connection.execute("SELECT id, directory FROM sessions"):
-            normalized = normalize_directory(directory)
+                    seen = per_session.setdefault(normalized, DirectorySeen(normalized))
+                    seen.add(int(seq), occurred_at, str(row_project or ""))
+        if schema.has_column("sessions", "directory"):
+            row = connection.execute("SELECT directory FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            normalized = normalize_directory(row[0]) if row else ""
             if normalized:
-                seen(str(session_id), normalized).in_sessions_table = True
+                per_session.setdefault(normalized, DirectorySeen(normalized)).in_sessions_table = True
+        sessions[session_id] = per_session
     return sessions
+
+
+class StageACursor(BaseModel):
+    """What the last check saw: the journal's high-water seq and the sessions that spanned directories."""
+
+    format: str = CURSOR_SCHEMA
+    high_seq: int
+    spanning: list[str]
+
+
+def _load_cursor(path: Path) -> StageACursor | None:
+    try:
+        cursor = StageACursor.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, ValidationError):
+        return None
+    return cursor if cursor.format == CURSOR_SCHEMA else None
+
+
+def _save_cursor(path: Path, cursor: StageACursor) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}")
+        temporary.write_text(cursor.model_dump_json(), encoding="utf-8")
+        os.replace(temporary, path)
+    except OSError:
+        pass  # the cursor only saves time; a read-only state dir means full passes, never a failed check
+
+
+def spanning_sessions(
+    connection: sqlite3.Connection, schema: Schema, db_path: Path | None, *, use_cursor: bool
+) -> tuple[dict[str, dict[str, DirectorySeen]], str]:
+    """Sessions with more than one directory, and how they were found (full | incremental | cached).
+
+    A session can only start to span when one of its upserts is journaled, so after a full pass only
+    the sessions of rows past the cursor's high-water seq are read again (with the ones already found).
+    """
+    if not (schema.has_table("sync_mutations") and schema.has_column("sync_mutations", "payload")):
+        return {}, "none"
+    high = _high_seq(connection)
+    path = state_file_for(db_path, CURSOR_KIND) if use_cursor and db_path is not None else None
+    cursor = _load_cursor(path) if path is not None else None
+    mode = "full"
+    if cursor is not None and cursor.high_seq <= high:
+        new = {str(row[0]) for row in connection.execute(_NEW_SESSIONS, (cursor.high_seq,))}
+        if len(new) <= INCREMENTAL_LIMIT:
+            candidates, mode = new | set(cursor.spanning), ("cached" if not new else "incremental")
+    if mode == "full":
+        candidates = _candidates_in_sql(connection)
+    directories = read_session_directories(connection, schema, candidates)
+    spanning = {sid: dirs for sid, dirs in directories.items() if len(dirs) > 1}
+    if path is not None:
+        _save_cursor(path, StageACursor(high_seq=high, spanning=sorted(spanning)))
+    return spanning, mode
 
 
 def _observations_of(connection: sqlite3.Connection, schema: Schema, session_id: str) -> int | None:
@@ -127,11 +219,12 @@ def _observations_of(connection: sqlite3.Connection, schema: Schema, session_id:
     return int(row[0])
 
 
-def stage_a_findings(connection: sqlite3.Connection, schema: Schema) -> tuple[list[Finding], dict[str, Any]]:
+def stage_a_findings(
+    connection: sqlite3.Connection, schema: Schema, db_path: Path | None = None, *, use_cursor: bool = True
+) -> tuple[list[Finding], dict[str, Any]]:
     """Sessions whose lifetime spans more than one directory, and a summary for the check's JSON."""
     with read_transaction(connection):
-        sessions = read_session_directories(connection, schema)
-        spanning = {sid: dirs for sid, dirs in sessions.items() if len(dirs) > 1}
+        spanning, mode = spanning_sessions(connection, schema, db_path, use_cursor=use_cursor)
         buckets = sorted(sid for sid in spanning if is_bucket_session(sid))
         findings: list[Finding] = []
         for session_id in sorted(set(spanning) - set(buckets)):
@@ -161,8 +254,8 @@ def stage_a_findings(connection: sqlite3.Connection, schema: Schema) -> tuple[li
                 )
             )
     summary = {
-        "sessions_with_directories": len(sessions),
         "sessions_spanning_directories": len(spanning) - len(buckets),
         "bucket_sessions_spanning_directories": buckets,
+        "read": mode,
     }
     return findings, summary

@@ -89,9 +89,9 @@ def test_sessions_that_span_directories_are_warned_with_evidence(messy: EngramEn
     assert evidence["observations"] == 2
     assert crossing["message"].startswith(f"session crossing ran in 2 directories ({repo}, {scratch})")
     assert report["summary"]["stage_a"] == {
-        "sessions_with_directories": 4,
         "sessions_spanning_directories": 2,
         "bucket_sessions_spanning_directories": ["manual-save"],
+        "read": "full",
     }
     assert report["status"] in ("warning", "critical") and code != 0
     text = canary(messy, "check", "--no-baseline").stdout
@@ -122,3 +122,28 @@ def test_a_home_without_crossing_sessions_has_no_stage_a_finding(engram_world: E
 )
 def test_directories_are_compared_without_trailing_slashes(raw: object, normalized: str) -> None:
     assert normalize_directory(raw) == normalized
+
+
+def test_later_checks_read_only_new_session_rows_and_find_a_new_crossing(messy: EngramEnvironment) -> None:
+    """The cursor in the canary's state dir: a full pass once, then only sessions of new journal rows."""
+    _, first = findings(messy)
+    _, again = findings(messy)
+    assert (first["summary"]["stage_a"]["read"], again["summary"]["stage_a"]["read"]) == ("full", "cached")
+    assert [f["key"] for f in again["findings"] if f["check"] == SESSION_SPANS_DIRECTORIES] == [
+        "crossing",
+        "renamed",
+    ]
+    in_session(messy, messy.home, "stays-put", "from home now")
+    _, later = findings(messy)
+    assert later["summary"]["stage_a"]["read"] == "incremental"
+    spanning = {f["key"]: f for f in later["findings"] if f["check"] == SESSION_SPANS_DIRECTORIES}
+    assert sorted(spanning) == ["crossing", "renamed", "stays-put"]
+    assert spanning["stays-put"]["evidence"]["directories"][-1]["directory"] == str(messy.home)
+    full = canary(
+        messy, "check", "--format", "json", "--no-baseline", ENGRAM_CANARY_STATE_DIR=str(messy.root / "fresh")
+    )
+    recomputed = json.loads(full.stdout)
+    assert recomputed["summary"]["stage_a"]["read"] == "full"
+    assert [f for f in recomputed["findings"] if f["check"] == SESSION_SPANS_DIRECTORIES] == list(
+        spanning.values()
+    )
