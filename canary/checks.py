@@ -8,7 +8,10 @@ distinct keys come from index skip-scans, unacked counts from idx_sync_mutations
 
 from __future__ import annotations
 
+import json
+import os
 import sqlite3
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -18,7 +21,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from canary.baseline import Baseline
-from canary.config import CanaryConfig
+from canary.config import CanaryConfig, state_file_for
 from canary.db import (
     DatabaseUnavailable,
     Schema,
@@ -166,12 +169,20 @@ def read_target_space(
 class EvidenceReader:
     """Unacked-row counts for foreign targets, computed lazily and cached within one snapshot."""
 
-    def __init__(self, connection: sqlite3.Connection, schema: Schema) -> None:
+    def __init__(
+        self,
+        connection: sqlite3.Connection,
+        schema: Schema,
+        kept: dict[str, dict[str, int]] | None = None,
+    ) -> None:
         self.connection = connection
         self.has_acked = schema.has_column("sync_mutations", "acked_at")
         self.has_project = schema.has_column("sync_mutations", "project")
         self.waiting = waiting_filter(schema)  # v2/v3: a quarantined row is not waiting for delivery
         self._projects: set[str] | None = None
+        # project_unacked answers kept from an earlier check of the same unchanged rows (the state dir)
+        self.kept = kept or {}
+        self.answered: dict[str, dict[str, int]] = {}
 
     def unacked_on_target(self, target_key: str) -> int | None:
         if not self.has_acked:
@@ -199,6 +210,10 @@ class EvidenceReader:
         """Unacked rows of these projects, per lane (on v1.20 that is the legacy 'cloud' lane)."""
         if not self.has_acked or not projects:
             return {}
+        memo = "\x1f".join(projects)
+        if memo in self.kept:
+            self.answered[memo] = dict(self.kept[memo])
+            return dict(self.kept[memo])
         marks = ", ".join("?" for _ in projects)
         by_lane: dict[str, int] = {}
         for lane, count in self.connection.execute(
@@ -207,6 +222,7 @@ class EvidenceReader:
             projects,
         ):
             by_lane[str(lane)] = int(count)
+        self.answered[memo] = dict(by_lane)
         return by_lane
 
     def sync_target_evidence(self, row: SyncStateRow) -> dict[str, Any]:
@@ -296,9 +312,15 @@ def undelivered_lane_findings(space: TargetSpace, reader: EvidenceReader) -> lis
     return findings
 
 
-def summarize(space: TargetSpace, reader: EvidenceReader) -> dict[str, Any]:
+def unacked_by_target(space: TargetSpace, reader: EvidenceReader) -> dict[str, int | None]:
+    return {key: reader.unacked_on_target(key) for key in sorted(space.mutation_targets)}
+
+
+def summarize(
+    space: TargetSpace, reader: EvidenceReader, unacked: dict[str, int | None] | None = None
+) -> dict[str, Any]:
     """What the snapshot holds, independent of findings and acknowledgements."""
-    unacked = {key: reader.unacked_on_target(key) for key in sorted(space.mutation_targets)}
+    unacked = unacked if unacked is not None else unacked_by_target(space, reader)
     return {
         "foreign_sync_targets": len(space.foreign_sync_targets()),
         "foreign_mutation_targets": len(space.foreign_mutation_targets()),
@@ -329,6 +351,37 @@ def count_findings(findings: list[Finding]) -> dict[str, int]:
     }
 
 
+EVIDENCE_KIND = "evidence"
+EVIDENCE_MAX_AGE_SECONDS = 3600.0
+
+
+def load_evidence(db_path: Path, fingerprint: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """Kept per-project counts, when they were taken from the same rows less than an hour ago."""
+    try:
+        kept = json.loads(state_file_for(db_path, EVIDENCE_KIND).read_text(encoding="utf-8"))
+        fresh = time.time() - float(kept["computed_at"]) <= EVIDENCE_MAX_AGE_SECONDS
+        if fresh and kept["fingerprint"] == json.loads(json.dumps(fingerprint)):
+            answers = kept["answers"]
+            return {
+                str(key): {str(lane): int(n) for lane, n in lanes.items()} for key, lanes in answers.items()
+            }
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    return {}
+
+
+def save_evidence(db_path: Path, fingerprint: dict[str, Any], answers: dict[str, dict[str, int]]) -> None:
+    path = state_file_for(db_path, EVIDENCE_KIND)
+    document = {"fingerprint": fingerprint, "computed_at": time.time(), "answers": answers}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}")
+        temporary.write_text(json.dumps(document), encoding="utf-8")
+        os.replace(temporary, path)
+    except OSError:
+        pass  # a cache of answers: an unwritable state dir only costs time
+
+
 def check_connection(
     connection: sqlite3.Connection,
     schema: Schema,
@@ -356,11 +409,18 @@ def check_snapshot(
     with read_transaction(connection):
         space = read_target_space(connection, schema, config.allowed_targets)
         reader = EvidenceReader(connection, schema)
+        unacked = unacked_by_target(space, reader)
+        # The per-project counts of foreign targets read every row of those projects; while no row was
+        # added or acked (same last seq, same unacked count per target) the last check's answers hold.
+        fingerprint = {"last_seq": space.last_seq, "unacked": unacked, "waiting": reader.waiting}
+        reader.kept = load_evidence(db_path, fingerprint) if use_cursor else {}
         findings = foreign_target_findings(space, reader, config)
         kind = identify(connection, schema)
         if not kind.per_project_lanes_live:
             findings.extend(undelivered_lane_findings(space, reader))
-        summary = summarize(space, reader)
+        summary = summarize(space, reader, unacked)
+        if use_cursor and reader.answered != reader.kept:
+            save_evidence(db_path, fingerprint, reader.answered)
         summary["engram_schema"] = kind.version
         summary["lane_model"] = str(kind.lane_model)
     # The inbox view takes its own short read transaction.

@@ -91,3 +91,32 @@ def test_an_unwritable_state_dir_only_costs_time(
     for expected in (CursorMode.FULL, CursorMode.FULL):
         full, incremental, mode = both(engram_world.db_path, later)
         assert (dumped(incremental), mode) == (dumped(full), expected)
+
+
+def test_check_through_its_state_equals_check_full(
+    engram_world: EngramEnvironment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole check (foreign-target evidence kept too) prints what `check --full` prints, before and
+    after the database changes."""
+    from canary.checks import run_check
+    from canary.config import CanaryConfig
+
+    monkeypatch.setenv("ENGRAM_CANARY_STATE_DIR", str(tmp_path / "state"))
+    config = CanaryConfig()
+
+    def same() -> dict[str, object]:
+        kept = run_check(engram_world.db_path, config, None).model_dump(exclude={"checked_at"})
+        full = run_check(engram_world.db_path, config, None, use_cursor=False).model_dump(
+            exclude={"checked_at"}
+        )
+        assert kept == full
+        return kept
+
+    engram_ok(engram_world, "save", "a", "c", "--project", "scratch")
+    first = same()
+    assert same() == first  # unchanged: from the state dir
+    assert (tmp_path / "state").is_dir() and len(list((tmp_path / "state").glob("evidence-*.json"))) == 1
+    engram_ok(engram_world, "save", "b", "c", "--project", "scratch")
+    grown = same()
+    sizes = [f["size"] for f in grown["findings"] if f["check"] == "foreign_sync_target"]  # type: ignore[index, union-attr]
+    assert sizes == [4]
