@@ -13,6 +13,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -419,3 +420,21 @@ def test_python_refuses_a_non_loopback_bind_without_a_control_token() -> None:
 
     with pytest.raises(FakeCloudError, match="refusing to bind '0.0.0.0' without a control token"):
         FakeCloudConfig(token="t", host="0.0.0.0").validate()
+
+
+def test_the_harness_closing_its_cloud_raises_the_fakes_own_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from harness.world import CloudHandle
+
+    def broken(*_: Any) -> Any:
+        raise KeyError("planted bug")
+
+    handle = CloudHandle("inprocess", TOKEN, ["*"], tmp_path / "cloud.log")
+    monkeypatch.setattr(protocol, "manifest", broken)
+    with httpx.Client(base_url=handle.base_url, trust_env=False, headers=AUTH) as http:
+        assert http.get("/sync/pull", params={"project": "p"}).status_code == 500
+    with pytest.raises(FakeCloudInternalError, match="not an engram delivery failure"):
+        handle.close()
+    with pytest.raises(httpx.TransportError):  # and the cloud is stopped all the same
+        httpx.get(f"{handle.base_url}/health", trust_env=False, timeout=2)
