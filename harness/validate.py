@@ -20,6 +20,7 @@ import shutil
 import sqlite3
 import subprocess
 import tempfile
+import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
@@ -58,6 +59,7 @@ PLAN_RESERVED_OPTIONS = ("--db", "--apply", "--backup-dir", "--aliases", "--keep
 STATUS_RANK = {"ok": 0, "warning": 1, "critical": 2, "unknown": 3}
 
 Progress = Callable[[str], None]
+_LANES_LOCK = threading.Lock()
 
 
 class ValidateError(HarnessError):
@@ -380,16 +382,22 @@ class Rehearsal:
         doctor_after = doctor(self.env)
         timings["doctor_after"] = time.monotonic() - mark
         mark = time.monotonic()
-        local = read_local_mutations(db)
-        lanes = compute_lanes(local, received, acked_before)
-        refused = refused_rows(journal.entries, ticks, local)
+        # One run at a time holds every row in memory (the two runs would double the peak for no gain:
+        # this is CPU work under one interpreter lock).
+        with _LANES_LOCK:
+            local = read_local_mutations(db)
+            lanes = compute_lanes(local, received, acked_before)
+            refused = refused_rows(journal.entries, ticks, local)
+            lane_rows = _lane_rows(lanes, local, refused)
+            unmatched = lanes.unmatched_received
+            del local, lanes, received
         timings["lanes"] = time.monotonic() - mark
         self.result = {
             "ticks": ticks,
             "ended": self.ended,
-            "lanes": _lane_rows(lanes, local, refused),
+            "lanes": lane_rows,
             "refused": refused["by_project"],
-            "unmatched_received": lanes.unmatched_received,
+            "unmatched_received": unmatched,
             "journal_overflow": journal.overflow,
             "doctor_before": doctor_before,
             "doctor_after": doctor_after,
@@ -585,20 +593,29 @@ def _triage_log(backup_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def _rows_by_seq(db: Path, seqs: Sequence[int]) -> dict[int, tuple[str, str, str, str]]:
-    """seq -> (project, entity, target_key, occurred_at) for the rows the plan touched."""
-    wanted = set(seqs)
+def _rows_by_seq(db: Path, seqs: Sequence[int]) -> dict[int, tuple[str, str, bool]]:
+    """seq -> (project, entity, acked) for the rows the plan touched, by primary key."""
+    wanted = sorted(set(seqs))
 
-    def read(connection: sqlite3.Connection) -> dict[int, tuple[str, str, str, str]]:
+    def read(connection: sqlite3.Connection) -> dict[int, tuple[str, str, bool]]:
         found = {}
-        for seq, project, entity, target, occurred in connection.execute(
-            "SELECT seq, project, entity, target_key, occurred_at FROM sync_mutations"
-        ):
-            if int(seq) in wanted:
-                found[int(seq)] = (str(project), str(entity), str(target), str(occurred))
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            sql = f"SELECT seq, project, entity, acked_at IS NOT NULL FROM sync_mutations WHERE seq IN ({marks})"
+            for seq, project, entity, acked in connection.execute(sql, chunk):
+                found[int(seq)] = (str(project), str(entity), bool(acked))
         return found
 
-    result: dict[int, tuple[str, str, str, str]] = _read(db, read)
+    result: dict[int, tuple[str, str, bool]] = _read(db, read)
+    return result
+
+
+def _seqs_between(db: Path, low: int, high: int) -> list[int]:
+    sql = "SELECT seq FROM sync_mutations WHERE seq > ? AND seq <= ? ORDER BY seq"
+    result: list[int] = _read(
+        db, lambda connection: [int(row[0]) for row in connection.execute(sql, (low, high))]
+    )
     return result
 
 
@@ -613,9 +630,7 @@ def _max_seq(db: Path) -> int:
     )
 
 
-def plan_effect(
-    db: Path, log: Sequence[dict[str, Any]], high_water: tuple[int, int], local_after: Sequence[LocalMutation]
-) -> dict[str, Any]:
+def plan_effect(db: Path, log: Sequence[dict[str, Any]], high_water: tuple[int, int]) -> dict[str, Any]:
     """Which rows the applied plan discards and which it hands to the worker, per project and entity.
 
     Discards and claims come from the canary's triage log; the rows handed to the worker are every row
@@ -623,15 +638,14 @@ def plan_effect(
     """
     discarded = [seq for entry in log if entry.get("discarded") for seq in entry.get("acked_seqs", [])]
     claimed = [seq for entry in log if not entry.get("discarded") for seq in entry.get("acked_seqs", [])]
-    added = [m.seq for m in local_after if high_water[0] < m.seq <= high_water[1]]
+    added = _seqs_between(db, *high_water)
     rows = _rows_by_seq(db, [*discarded, *claimed, *added])
-    acked = {mutation.seq for mutation in local_after if mutation.acked}
 
     def grouped(seqs: Sequence[int]) -> list[dict[str, Any]]:
         counts: Counter[tuple[str, str]] = Counter((rows[s][0], rows[s][1]) for s in seqs if s in rows)
         return [{"project": p, "entity": e, "rows": n} for (p, e), n in sorted(counts.items())]
 
-    delivered = [seq for seq in added if seq in acked]
+    delivered = [seq for seq in added if seq in rows and rows[seq][2]]
     kept = sum(len(entry.get("refused") or []) for entry in log)
     return {
         "kept_by_preflight": kept,
@@ -831,7 +845,6 @@ def validate(options: ValidateOptions, progress: Progress = lambda _message: Non
                 what_if_env.db_path,
                 _triage_log(base / "what-if-backups"),
                 high_water,
-                read_local_mutations(what_if_env.db_path),
             )
             report["what_if"] = {
                 "plan_source": options.plan.name if options.plan else "suggested",
