@@ -156,7 +156,7 @@ def _real_500(response: httpx.Response) -> bool:
     return response.status_code == 500 and response.text.startswith("insert mutations: cloudstore: ")
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(route=st.sampled_from(EVERY_ROUTE), data=st.data(), authorized=st.sampled_from([True, True, False]))
 def test_every_route_answers_every_body_with_a_4xx_or_better(
     fuzz_cloud: RunningFakeCloud, route: tuple[str, str], data: st.DataObject, authorized: bool
