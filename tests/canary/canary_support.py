@@ -20,6 +20,7 @@ CANARY = Path(sys.executable).parent / "engram-canary"
 def canary_env(config_home: Path, **extra: str) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("ENGRAM_")}
     env["XDG_CONFIG_HOME"] = str(config_home)
+    env["ENGRAM_CANARY_STATE_DIR"] = str(config_home / "engram-canary-state")  # never the real home's
     env.update(extra)
     return env
 

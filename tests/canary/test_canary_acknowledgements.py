@@ -129,10 +129,12 @@ def save(world: EngramEnvironment, cwd: Path, project: str, title: str = "note")
     assert result.returncode == 0, result.stderr
 
 
-def check(world: EngramEnvironment, config_home: Path, *extra: str) -> tuple[int, dict[str, Any], str]:
-    text = run_canary(["check", "--db", str(world.db_path), *extra], config_home)
-    done = run_canary(["check", "--db", str(world.db_path), "--format", "json", *extra], config_home)
-    return done.returncode, json.loads(done.stdout), text.stdout
+def check(
+    world: EngramEnvironment, config_home: Path, *, text: bool = False
+) -> tuple[int, dict[str, Any], str]:
+    done = run_canary(["check", "--db", str(world.db_path), "--format", "json"], config_home)
+    shown = run_canary(["check", "--db", str(world.db_path)], config_home).stdout if text else ""
+    return done.returncode, json.loads(done.stdout), shown
 
 
 @pytest.mark.engram
@@ -171,7 +173,7 @@ def test_every_kind_of_finding_is_acknowledged_and_realarms_when_worse(
     assert recorded.returncode == 0, recorded.stderr
     assert recorded.stdout.startswith("acknowledged 4 findings for ")
 
-    code, document, text = check(engram_world, config_home)
+    code, document, text = check(engram_world, config_home, text=True)
     assert code == 0, text
     assert document["status"] == "ok"
     assert document["summary"]["acknowledged_findings"] == 4
@@ -187,7 +189,7 @@ def test_every_kind_of_finding_is_acknowledged_and_realarms_when_worse(
     assert "reason: old debt, ticket 42" in text
 
     save(engram_world, scratch, "side", "second")  # the same target and key grow
-    code, document, text = check(engram_world, config_home)
+    code, document, text = check(engram_world, config_home, text=True)
     assert code == 1
     worse = {f["check"]: f["realarm"] for f in document["findings"] if f["new"]}
     assert worse == {
@@ -235,3 +237,40 @@ def test_status_is_one_policy_for_check_and_watch(engram_world: EngramEnvironmen
     finally:
         assert watcher.connection is not None
         watcher.connection.close()
+
+
+@pytest.mark.engram
+def test_watch_keeps_an_acknowledged_target_silent_until_a_full_check_sees_it_grow(
+    engram_world: EngramEnvironment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from canary.baseline import load_baseline
+    from canary.config import CanaryConfig
+    from canary.watch import Watcher, WatchOptions
+
+    monkeypatch.setenv("ENGRAM_CANARY_STATE_DIR", str(tmp_path / "state"))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    save(engram_world, scratch, "known")
+    config_home = tmp_path / "xdg"
+    assert run_canary(["baseline", "--db", str(engram_world.db_path)], config_home).returncode == 0
+    baseline = load_baseline(config_home / "engram-canary" / "baseline.json")
+    stream = io.StringIO()
+    watcher = Watcher(
+        WatchOptions(db_path=engram_world.db_path, config=CanaryConfig(), baseline=baseline, stream=stream)
+    )
+    watcher._open()
+    try:
+        watcher._full_check(initial=True)
+        assert (watcher.alerted, watcher.status) == ({}, Status.OK)
+        save(engram_world, scratch, "known", "more rows on the acknowledged target")
+        assert watcher._changed()
+        watcher._incremental_check()
+        assert watcher.alerted == {}  # between full checks an acknowledged target stays silent
+        watcher._full_check(initial=False)
+        assert set(watcher.alerted) == {"cloud:known"}
+        assert watcher.status is Status.WARNING
+    finally:
+        assert watcher.connection is not None
+        watcher.connection.close()
+    line = next(text for text in stream.getvalue().splitlines() if "cloud:known" in text)
+    assert "acknowledged, alarms again: grew from 2 to 4 rows since acknowledged" in line
