@@ -102,18 +102,10 @@ class Relation(NamedTuple):
     created: int
 
 
-class JournalEvent(NamedTuple):
-    """One mutation before it gets its seq; events sort by (when, order): time, then creation order."""
-
-    when: int
-    order: int
-    target: str
-    entity: str
-    key: str
-    op: str
-    payload: str
-    project: str
-    acked: bool
+# One mutation before it gets its seq: (when, order, target, entity, key, op, payload, project, acked).
+# A plain tuple typed position by position: a million are built, and a named tuple costs about a
+# tenth more time per deployment. Events sort by (when, order): time, then creation order.
+JournalEvent = tuple[int, int, str, str, str, str, str, str, bool]
 
 
 @dataclass
@@ -123,6 +115,4 @@ class Journal:
     def add(
         self, when: int, target: str, entity: str, key: str, op: str, payload: str, project: str, acked: bool
     ) -> None:
-        self.events.append(
-            JournalEvent(when, len(self.events), target, entity, key, op, payload, project, acked)
-        )
+        self.events.append((when, len(self.events), target, entity, key, op, payload, project, acked))

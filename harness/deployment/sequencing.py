@@ -4,6 +4,7 @@ sync_state follow v1.20's rules (refreshProjectSyncStateTx)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import NamedTuple
 
 from engram_contract import LEGACY_TARGET
@@ -52,7 +53,7 @@ class SequencedRows:
     states: list[SyncStateRow]
 
 
-@dataclass
+@dataclass(slots=True)
 class _LaneCursor:
     max_seq: int = 0
     max_acked: int = 0
@@ -63,7 +64,8 @@ class _LaneCursor:
 def sequence(history: History) -> SequencedRows:
     """Seqs follow time, with the measured permanent gaps; acks and sync_state follow engram's rules."""
     spec = history.spec
-    events = sorted(history.journal.events)
+    # By time, then creation order: a stable sort on the time alone keeps creation order for ties.
+    events = sorted(history.journal.events, key=itemgetter(0))
     total = len(events)
     gaps = set(history.rng.sample(range(1, total), min(spec.seq_gaps, max(0, total - 1))))
     rows: list[MutationRow] = []
@@ -71,11 +73,14 @@ def sequence(history: History) -> SequencedRows:
     legacy_enqueued = legacy_acked = 0
     per_project: dict[str, _LaneCursor] = {}
     random_number = history.rng.random
+    new_row = tuple.__new__  # a million rows: skip the named tuple's Python-level __new__
     for index, (when, _order, target, entity, key, op, payload, project, acked) in enumerate(events):
         seq += 2 if index in gaps else 1
         acked_at = stamp(min(history.end, when + 2 + int(random_number() * 39))) if acked else None
         rows.append(
-            MutationRow(seq, target, entity, key, op, payload, "local", stamp(when), acked_at, project)
+            new_row(
+                MutationRow, (seq, target, entity, key, op, payload, "local", stamp(when), acked_at, project)
+            )
         )
         if target != LEGACY_TARGET:
             continue
