@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import click
+from pydantic import ValidationError
 
 from canary import __version__
 from canary.baseline import (
@@ -22,7 +23,7 @@ from canary.baseline import (
     record_baseline,
 )
 from canary.checks import CheckResult, now_iso, run_check, unknown_result
-from canary.config import CanaryConfig, default_config_path, load_config
+from canary.config import CanaryConfig, WatchSettings, default_config_path, load_config
 from canary.db import default_db_path
 from canary.errors import CanaryError
 from canary.findings import Status
@@ -208,13 +209,10 @@ def watch_command(
 ) -> None:
     """Real-time watch: one stderr line per foreign target when it appears and when it goes away."""
     config, _, baseline_path = _load(config_file, baseline_file)
-    settings = config.watch
-    if poll_interval is not None:
-        settings.poll_interval_seconds = poll_interval
-    if debounce_ms is not None:
-        settings.debounce_ms = debounce_ms
-    if full_every is not None:
-        settings.full_recheck_seconds = full_every
+    config.watch = _watch_settings(
+        config.watch,
+        {"--poll-interval": poll_interval, "--debounce-ms": debounce_ms, "--full-every": full_every},
+    )
     if ping_url is not None and not ping_url.startswith(("http://", "https://")):
         raise click.BadParameter(f"{ping_url!r} is not an http(s) URL", param_hint="--ping-url")
     options = WatchOptions(
@@ -227,6 +225,24 @@ def watch_command(
         verbose=verbose,
     )
     sys.exit(watch(options))
+
+
+_WATCH_FIELDS = {
+    "--poll-interval": "poll_interval_seconds",
+    "--debounce-ms": "debounce_ms",
+    "--full-every": "full_recheck_seconds",
+}
+
+
+def _watch_settings(settings: WatchSettings, options: dict[str, float | None]) -> WatchSettings:
+    """SETTINGS with the given options applied, validated by the same model as the config file."""
+    overrides = {_WATCH_FIELDS[option]: value for option, value in options.items() if value is not None}
+    try:
+        return WatchSettings.model_validate(settings.model_dump() | overrides)
+    except ValidationError as error:
+        problem = error.errors()[0]
+        option = next(option for option, name in _WATCH_FIELDS.items() if name == problem["loc"][0])
+        raise click.BadParameter(f"{options[option]:g}: {problem['msg']}", param_hint=f"'{option}'") from None
 
 
 @cli.command("install-systemd")
