@@ -449,7 +449,7 @@ def finish(
     """Acknowledgements, counts and the status: the same policy whoever collected the findings."""
     checked_at = datetime.now(UTC)
     if baseline is not None:
-        apply_acknowledgements(findings, baseline.acknowledgements_for(db_path), checked_at)
+        findings = apply_acknowledgements(findings, baseline.acknowledgements_for(db_path), checked_at)
     summary.update(count_findings(findings))
     return CheckResult(
         status=overall_status(findings, config.thresholds.critical_new_foreign_targets).label,

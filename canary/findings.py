@@ -11,7 +11,7 @@ from datetime import datetime
 from enum import IntEnum
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 FOREIGN_SYNC_TARGET = "foreign_sync_target"
 FOREIGN_MUTATION_TARGET = "foreign_mutation_target"
@@ -59,6 +59,10 @@ class Acknowledgement(BaseModel):
 
 
 class Finding(BaseModel):
+    """One finding, a value: acknowledging it makes a new Finding (apply_acknowledgements)."""
+
+    model_config = ConfigDict(frozen=True)
+
     check: str
     severity: str = Field(description="warning | critical")
     message: str
@@ -95,22 +99,21 @@ class Finding(BaseModel):
 
 def apply_acknowledgements(
     findings: Iterable[Finding], acknowledgements: Mapping[str, Acknowledgement], now: datetime
-) -> None:
-    """Silence each finding its acknowledgement covers; mark why the others alarm again."""
-    for finding in findings:
-        acknowledgement = acknowledgements.get(finding.identity)
-        finding.acknowledgement = acknowledgement
-        finding.realarm = None
-        finding.new = True
-        if acknowledgement is None:
-            continue
+) -> list[Finding]:
+    """The findings with each one its acknowledgement covers silenced, and why the others alarm again."""
+    return [_acknowledged(finding, acknowledgements.get(finding.identity), now) for finding in findings]
+
+
+def _acknowledged(finding: Finding, acknowledgement: Acknowledgement | None, now: datetime) -> Finding:
+    realarm: str | None = None
+    if acknowledgement is not None:
         size = finding.measure()
         if acknowledgement.expired(now):
-            finding.realarm = f"acknowledgement expired at {acknowledgement.expires}"
+            realarm = f"acknowledgement expired at {acknowledgement.expires}"
         elif acknowledgement.size is not None and size > acknowledgement.size:
-            finding.realarm = f"grew from {acknowledgement.size} to {size} rows since acknowledged"
-        else:
-            finding.new = False
+            realarm = f"grew from {acknowledgement.size} to {size} rows since acknowledged"
+    new = acknowledgement is None or realarm is not None
+    return finding.model_copy(update={"acknowledgement": acknowledgement, "realarm": realarm, "new": new})
 
 
 def alarming(findings: Iterable[Finding]) -> list[Finding]:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from canary_support import run_canary
+from pydantic import ValidationError
 
 from canary.baseline import Baseline, BaselineEntry, BaselineError, acknowledge, parse_expiry
 from canary.findings import Acknowledgement, Finding, Status, apply_acknowledgements, overall_status
@@ -28,7 +29,7 @@ def test_an_acknowledged_finding_is_silent_until_it_grows() -> None:
         for a in acknowledge([finding("inbox_age", 5, key="side")], "t", reason="r", expires=None)
     }
     same, smaller, bigger = (finding("inbox_age", n, key="side") for n in (5, 3, 6))
-    apply_acknowledgements([same, smaller, bigger], acks, NOW)
+    same, smaller, bigger = apply_acknowledgements([same, smaller, bigger], acks, NOW)
     assert (same.new, smaller.new, bigger.new) == (False, False, True)
     assert bigger.realarm == "grew from 5 to 6 rows since acknowledged"
     assert overall_status([same, smaller], 10) is Status.OK
@@ -42,7 +43,7 @@ def test_a_new_key_or_another_check_on_the_same_key_alarms() -> None:
     }
     other_key = finding("inbox_age", 1, key="other")
     other_check = finding("unsorted_growth", 1, key="side")
-    apply_acknowledgements([other_key, other_check], acks, NOW)
+    other_key, other_check = apply_acknowledgements([other_key, other_check], acks, NOW)
     assert other_key.new and other_check.new
     assert other_key.acknowledgement is None and other_check.realarm is None
 
@@ -55,8 +56,8 @@ def test_an_expired_acknowledgement_alarms_again() -> None:
         for a in acknowledge([finding("undelivered_project_lane", 3)], "t", reason=None, expires=expires)
     }
     before, after = finding("undelivered_project_lane", 3), finding("undelivered_project_lane", 3)
-    apply_acknowledgements([before], acks, NOW + timedelta(hours=23))
-    apply_acknowledgements([after], acks, NOW + timedelta(days=1))
+    [before] = apply_acknowledgements([before], acks, NOW + timedelta(hours=23))
+    [after] = apply_acknowledgements([after], acks, NOW + timedelta(days=1))
     assert before.new is False
     assert after.new is True and after.realarm == "acknowledgement expired at 2026-12-01T12:00:00Z"
 
@@ -73,7 +74,7 @@ def test_any_finding_is_acknowledgeable_by_its_identity_even_one_added_later() -
     acks = {a.identity: a for a in acknowledge([lane], "t", reason=None, expires=None)}
     assert [a.size for a in acks.values()] == [7]
     again = lane.model_copy(update={"evidence": {"unacked_rows": 8}})
-    apply_acknowledgements([lane, again], acks, NOW)
+    lane, again = apply_acknowledgements([lane, again], acks, NOW)
     assert (lane.new, again.new) == (False, True)
     assert overall_status([lane], 10) is Status.OK
 
@@ -107,7 +108,7 @@ def test_a_version_1_baseline_still_silences_its_targets_at_any_size() -> None:
     assert isinstance(old.databases["/x/engram.db"], BaselineEntry)
     acks = old.acknowledgements_for(Path("/x/engram.db"))
     grown = finding("foreign_sync_target", 10_000, target="cloud:scratch")
-    apply_acknowledgements([grown], acks, NOW)
+    [grown] = apply_acknowledgements([grown], acks, NOW)
     assert grown.new is False
 
 
@@ -274,3 +275,16 @@ def test_watch_keeps_an_acknowledged_target_silent_until_a_full_check_sees_it_gr
         watcher.connection.close()
     line = next(text for text in stream.getvalue().splitlines() if "cloud:known" in text)
     assert "acknowledged, alarms again: grew from 2 to 4 rows since acknowledged" in line
+
+
+def test_findings_are_values_acknowledging_returns_new_ones() -> None:
+    acks = {
+        a.identity: a
+        for a in acknowledge([finding("inbox_age", 5, key="side")], "t", reason="r", expires=None)
+    }
+    original = finding("inbox_age", 5, key="side")
+    [silenced] = apply_acknowledgements([original], acks, NOW)
+    assert (original.new, original.acknowledgement) == (True, None)
+    assert (silenced.new, silenced.acknowledgement) == (False, acks[original.identity])
+    with pytest.raises(ValidationError):
+        original.new = False  # type: ignore[misc]
