@@ -118,6 +118,13 @@ def _load(config_file: Path | None, baseline_file: Path | None) -> tuple[CanaryC
 @click.option(
     "--full", is_flag=True, help="Read every inbox row again instead of the cursor in the canary's state dir."
 )
+@click.option(
+    "--key-map",
+    "key_map",
+    type=click.Path(path_type=Path, dir_okay=False),
+    envvar="ENGRAM_CANARY_KEY_MAP",
+    help="`inbox export-keys` of the database's own machine (a copied database); else config `key_map`.",
+)
 def check(
     db: Path | None,
     config_file: Path | None,
@@ -126,6 +133,7 @@ def check(
     no_baseline: bool,
     textfile_dir: Path | None,
     full: bool,
+    key_map: Path | None,
 ) -> None:
     """One-shot check, for cron and systemd timers. Exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN."""
     config = CanaryConfig()
@@ -133,6 +141,8 @@ def check(
     try:
         config, _, baseline_path = _load(config_file, baseline_file)
         db_path = resolve_db(db, config)
+        if key_map is not None:
+            config = config.model_copy(update={"key_map": key_map})
         baseline: Baseline | None = None if no_baseline else load_baseline(baseline_path)
         result = run_check(db_path, config, baseline, use_cursor=not full)
     except CanaryError as error:

@@ -58,6 +58,10 @@ class CanaryConfig(BaseModel):
     allowed_targets: list[str] = Field(
         default_factory=list, description="extra sync target keys that are not findings"
     )
+    key_map: Path | None = Field(
+        default=None,
+        description="`inbox export-keys` output of the database's own machine, for a copied database",
+    )
     thresholds: Thresholds = Field(default_factory=Thresholds)
     inbox: InboxSettings = Field(default_factory=InboxSettings)
     watch: WatchSettings = Field(default_factory=WatchSettings)

@@ -20,7 +20,7 @@ import json
 import os
 import sqlite3
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
@@ -41,6 +41,7 @@ from canary.inbox import (
     TripwireInputs,
     findings_from,
     inbox_settings_of,
+    load_key_map,
     read_key_entries,
     remembered_keys_path,
     select_inbox_rows,
@@ -232,6 +233,9 @@ def cursor_tripwire_findings(
     if not schema.has_column("sync_mutations", "project"):
         return [], {}
     aliases, _ = load_aliases(settings.aliases)
+    key_map = getattr(config, "key_map", None)
+    if isinstance(key_map, Path):
+        aliases = replace(aliases, recorded=load_key_map(key_map.expanduser()))
     moment = now or datetime.now(UTC)
     inputs, enrolled, unattributed, _ = tripwire_inputs(
         connection, schema, aliases, db_path, use_cursor=use_cursor, now=moment

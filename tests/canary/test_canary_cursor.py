@@ -109,6 +109,8 @@ def test_check_through_its_state_equals_check_full(
         full = run_check(engram_world.db_path, config, None, use_cursor=False).model_dump(
             exclude={"checked_at"}
         )
+        for document in (kept, full):  # the session-span check reports which way its own cursor went
+            document["summary"].pop("stage_a", None)
         assert kept == full
         return kept
 

@@ -119,6 +119,14 @@ def test_a_copied_database_gets_its_own_machines_keys(messy: EngramEnvironment, 
     with_map = listing(messy, "--key-map", str(keys), **other_machine)
     assert {key: entry["count"] for key, entry in with_map.items()} == before
     assert all(entry["missing_cwds"] for entry in with_map.values())
+    # check's tripwires take the same map (--key-map, ENGRAM_CANARY_KEY_MAP or config key_map)
+    config = tmp_path / "canary.yaml"
+    config.write_text("inbox:\n  age_days: 0.000001\n")
+    checked = canary(
+        messy, "check", "--format", "json", "--config", str(config), "--key-map", str(keys), **other_machine
+    )
+    aged = sorted(f["key"] for f in json.loads(checked.stdout)["findings"] if f["check"] == "inbox_age")
+    assert aged == sorted(key for key in before if key != "unsorted")
 
 
 def test_a_bad_key_map_is_one_line(messy: EngramEnvironment, tmp_path: Path) -> None:
