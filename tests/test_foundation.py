@@ -1,15 +1,16 @@
-"""One real test per tier: the CLIs, the real engram's journal, and a container on a real engine."""
+"""One real test per tier: the CLIs and the real engram's journal.
+
+The docker tier tests the project's own image (tests/fake_cloud/test_fake_cloud_container.py: the fake
+cloud in a container, its health check and the contract through it), not the engine itself.
+"""
 
 from __future__ import annotations
 
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
 from harness.engram_env import EngramEnvironment, meaningful_stderr
@@ -71,39 +72,3 @@ def test_engram_save_journals_a_mutation_that_python_reads_back(engram_world: En
         ("cloud", "session", "upsert", "demo", None),
         ("cloud", "observation", "upsert", "demo", None),
     ]
-
-
-@pytest.mark.docker
-def test_a_container_from_the_local_base_image_publishes_a_port(
-    docker_client: Any, base_image: str, tmp_path: Path
-) -> None:
-    (tmp_path / "Dockerfile").write_text(
-        "ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nRUN mkdir /site && echo tier-docker-ok > /site/index.txt\n"
-        'CMD ["python3", "-m", "http.server", "8000", "--directory", "/site"]\n'
-    )
-    image, _ = docker_client.images.build(
-        path=str(tmp_path),
-        tag="engram-sync-kit/tier-probe:test",
-        buildargs={"BASE_IMAGE": base_image},
-        rm=True,
-    )
-    container = docker_client.containers.run(
-        image.id, detach=True, ports={"8000/tcp": ("127.0.0.1", None)}, remove=False
-    )
-    try:
-        deadline = time.monotonic() + 30
-        body = ""
-        while time.monotonic() < deadline:
-            container.reload()
-            bindings = container.attrs["NetworkSettings"]["Ports"].get("8000/tcp") or []
-            if bindings:
-                try:
-                    body = httpx.get(f"http://127.0.0.1:{bindings[0]['HostPort']}/index.txt", timeout=2).text
-                    break
-                except httpx.TransportError:
-                    pass
-            time.sleep(0.2)
-        assert bindings[0]["HostIp"] == "127.0.0.1"
-        assert body.strip() == "tier-docker-ok"
-    finally:
-        container.remove(force=True)
