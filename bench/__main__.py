@@ -5,7 +5,16 @@ from __future__ import annotations
 import runpy
 import sys
 
-BENCHMARKS = ("fake_cloud", "fake_cloud_vs_real", "canary", "inbox", "deployment", "harness", "validate")
+BENCHMARKS = (
+    "fake_cloud",
+    "fake_cloud_vs_real",
+    "canary",
+    "inbox",
+    "deployment",
+    "harness",
+    "validate",
+    "reconcile",
+)
 
 if __name__ == "__main__":
     selected = sys.argv[1:] or list(BENCHMARKS)
