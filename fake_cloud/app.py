@@ -49,6 +49,7 @@ class FakeCloudApp:
         self.background: set[asyncio.Task[None]] = set()
         self.errors: deque[dict[str, Any]] = deque(maxlen=MAX_RECORDED_ERRORS)
         self.errors_total = 0
+        self.parked_waits = 0  # /_fake/wait calls asleep until the journal grows (stats: waiting)
 
     # ----- what control needs (control.ControlHost) -----
 

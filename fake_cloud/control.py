@@ -45,6 +45,7 @@ class ControlHost(Protocol):
     journal_grew: asyncio.Condition
     errors: deque[dict[str, Any]]
     errors_total: int
+    parked_waits: int
 
     def spawn(self, work: Coroutine[Any, Any, None]) -> None: ...
 
@@ -132,7 +133,7 @@ async def _dispatch(host: ControlHost, name: str, request: Request) -> Response:
             },
         )
     if name == "stats":
-        return _json(200, {**state.stats(), "errors": host.errors_total})
+        return _json(200, {**state.stats(), "errors": host.errors_total, "waiting": host.parked_waits})
     if name == "errors":
         if request.method == "DELETE":
             host.clear_errors()
@@ -226,10 +227,14 @@ async def _wait(host: ControlHost, body: dict[str, Any]) -> Response:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
+            # Counted while parked, so a test can push only once the waiter is asleep (stats: waiting).
+            host.parked_waits += 1
             try:
                 await asyncio.wait_for(host.journal_grew.wait(), remaining)
             except TimeoutError:
                 break
+            finally:
+                host.parked_waits -= 1
     found = state.matching(match, since_id)
     return _json(
         408,

@@ -70,9 +70,17 @@ def test_journal_records_every_request_with_monotonic_ids(cloud: CloudUnderTest,
     assert all(e.time > time.time() - 60 for e in journal.entries)
 
 
+def wait_until_parked(cloud: CloudUnderTest) -> None:
+    """Until a /_fake/wait call sleeps on the journal (stats: waiting), instead of guessing with a sleep."""
+    deadline = time.monotonic() + 20
+    while cloud.client.stats()["waiting"] != 1:
+        assert time.monotonic() < deadline, "the /_fake/wait call never parked"
+        time.sleep(0.01)
+
+
 def test_wait_returns_as_soon_as_entries_arrive(cloud: CloudUnderTest, http: httpx.Client) -> None:
     def push_later() -> None:
-        time.sleep(0.2)  # the waiter must already be blocked when the push lands
+        wait_until_parked(cloud)  # the waiter must already be asleep when the push lands
         push(http, key="late")
 
     pusher = threading.Thread(target=push_later)
@@ -245,7 +253,7 @@ def test_wait_keeps_counting_across_a_reset(cloud: CloudUnderTest, http: httpx.C
         push(http, key=key)
 
     def reset_then_push() -> None:
-        time.sleep(0.2)  # the waiter must already be blocked, having scanned ids 1-3
+        wait_until_parked(cloud)  # the waiter must already be asleep, having scanned ids 1-3
         cloud.client.reset()
         push(http, key="after")
 
