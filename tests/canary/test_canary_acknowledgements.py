@@ -79,6 +79,30 @@ def test_any_finding_is_acknowledgeable_by_its_identity_even_one_added_later() -
     assert overall_status([lane], 10) is Status.OK
 
 
+def test_watch_and_check_share_one_status_policy() -> None:
+    """Unit: the watcher's status between full checks is overall_status over what the full check saw."""
+    from canary.config import CanaryConfig
+    from canary.watch import Watcher, WatchOptions
+
+    config = CanaryConfig.model_validate({"thresholds": {"critical_new_foreign_targets": 2}})
+    watcher = Watcher(WatchOptions(db_path=Path("/nonexistent/engram.db"), config=config, baseline=None))
+    inbox = finding("inbox_age", 3, key="side")
+    acknowledged_lane = finding("undelivered_project_lane", 2, target="cloud:acme").model_copy(
+        update={"new": False}
+    )
+    watcher.standing = [inbox, acknowledged_lane]
+    assert watcher.current_status() is Status.WARNING  # a commit without a new target keeps WARNING
+    watcher.alerted = {
+        "cloud:a": [finding("foreign_sync_target", 1, target="cloud:a")],
+        "cloud:b": [finding("foreign_mutation_target", 1, target="cloud:b")],
+    }
+    everything = [*watcher.standing, *(f for found in watcher.alerted.values() for f in found)]
+    assert watcher.current_status() is overall_status(everything, 2) is Status.CRITICAL
+    watcher.standing = []
+    watcher.alerted = {}
+    assert watcher.current_status() is Status.OK
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
