@@ -211,7 +211,7 @@ def fuzz_cloud() -> object:
         yield cloud
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=push_bodies, path=st.sampled_from(["/sync/mutations/push", "/sync/push"]))
 def test_no_request_body_makes_the_fake_answer_500(fuzz_cloud: object, body: object, path: str) -> None:
     base_url = fuzz_cloud.base_url  # type: ignore[attr-defined]
