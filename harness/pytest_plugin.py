@@ -155,15 +155,23 @@ class ScenarioFile(pytest.File):
         except ScenarioError as error:
             return [InvalidScenarioItem.from_parent(self, name=self.path.name, message=str(error))]
         modes: tuple[CloudMode, ...] = self.config.getoption("--scenario-cloud")
+        # Tags are markers the project declares (the markers ini option); pytest's own lookup refuses an
+        # undeclared one under --strict-markers, and that refusal makes the scenario invalid.
+        tag_marks: list[pytest.MarkDecorator] = []
+        for tag in scenario.header.tags:
+            try:
+                tag_marks.append(getattr(pytest.mark, tag))
+            except pytest.fail.Exception:
+                message = f"{self.path}: tag {tag!r} is not a declared marker (add it to the markers option)"
+                return [InvalidScenarioItem.from_parent(self, name=self.path.name, message=message)]
         items: list[pytest.Item] = []
         for index, cloud_mode in enumerate(modes):
             name = scenario.id if index == 0 else f"{scenario.id}[{cloud_mode}]"
             item = ScenarioItem.from_parent(self, name=name, scenario=scenario, cloud_mode=cloud_mode)
             if index > 0:
                 item.reference = scenario.id
-            for tag in scenario.header.tags:
-                self.config.addinivalue_line("markers", f"{tag}: scenario tag")
-                item.add_marker(getattr(pytest.mark, tag))
+            for mark in tag_marks:
+                item.add_marker(mark)
             item.add_marker(pytest.mark.scenario)
             item.add_marker(pytest.mark.engram)
             if cloud_mode == "docker":

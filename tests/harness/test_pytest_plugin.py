@@ -67,3 +67,17 @@ def test_items_played_side_by_side_keep_their_own_results(
     )
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["FAILED *other.scenario.yaml::other"])
+
+
+def test_under_strict_markers_an_undeclared_tag_is_an_invalid_scenario(pytester: pytest.Pytester) -> None:
+    # Before the fix, the plugin registered every tag it met, so --strict-markers never refused one.
+    pytester.makefile(".scenario.yaml", plugin=SCENARIO)
+    pytester.makeini("[pytest]\nmarkers =\n    smoke: declared\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--strict-markers")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*plugin.scenario.yaml: tag 'lanes' is not a declared marker (add it to the markers option)*"]
+    )
+    pytester.makeini("[pytest]\nmarkers =\n    smoke: declared\n    lanes: declared\n")
+    items, _ = pytester.inline_genitems("-p", "no:cacheprovider", "--strict-markers")
+    assert [type(item).__name__ for item in items] == ["ScenarioItem"]
