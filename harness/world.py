@@ -421,7 +421,8 @@ class CloudHandle:
                 None, [*serve_args, *tls_args, "--allowed-projects", allowed_text], log_path
             )
         image = ensure_image()
-        launcher = ["docker", "run", "--rm", "-i", "--network", "host"]
+        # The image's HEALTHCHECK probes its fixed port 8080; this server picks a free one instead.
+        launcher = ["docker", "run", "--rm", "-i", "--network", "host", "--no-healthcheck"]
         tls_args = []
         if ca_file is not None:  # the container writes its CA into a directory of this scenario
             launcher += ["-v", f"{ca_file.parent.absolute()}:/run/engram-fake-cloud-ca"]
