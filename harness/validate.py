@@ -665,12 +665,12 @@ def blocked_proof(current: dict[str, Any], what_if: dict[str, Any], effect: dict
     now = {(row["lane"], row["project"]): row for row in current["lanes"]}
     then = {(row["lane"], row["project"]): row for row in what_if["lanes"]}
     fewer = [
-        f"{lane} / {project}: {row['delivered']} -> {then.get((lane, project), {}).get('delivered', 0)}"
+        f"lane {lane} project {project or '(none)'}: {row['delivered']} -> {then.get((lane, project), {}).get('delivered', 0)}"
         for (lane, project), row in now.items()
         if then.get((lane, project), {}).get("delivered", 0) < row["delivered"]
     ]
     more_refused = [
-        f"{lane} / {project or '(none)'}: {now.get((lane, project), {}).get('refused', 0)} -> {row['refused']}"
+        f"lane {lane} project {project or '(none)'}: {now.get((lane, project), {}).get('refused', 0)} -> {row['refused']}"
         for (lane, project), row in then.items()
         if row["refused"] > now.get((lane, project), {}).get("refused", 0)
     ]

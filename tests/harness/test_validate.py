@@ -24,6 +24,7 @@ from harness.validate import (
     PUSH_PATH,
     ValidateError,
     ValidateOptions,
+    blocked_proof,
     parse_plan,
     refused_projects,
     refused_rows,
@@ -385,3 +386,22 @@ def test_a_plan_that_is_not_utf8_and_a_binary_that_is_not_engram_are_one_line(tm
     assert _one_line_error(tmp_path, db, "--plan", str(plan)).startswith(f"Error: --plan {plan}: cannot read")
     not_engram = _fake_engram(tmp_path, "hello")
     assert "printed no version" in _one_line_error(tmp_path, db, binary=not_engram)
+
+
+def test_a_project_named_slash_does_not_eat_the_kits_own_text() -> None:
+    def lane(project: str, refused: int) -> dict[str, Any]:
+        return {"lane": "cloud", "project": project, "delivered": 0, "refused": refused, "lost": 0}
+
+    current = {"lanes": [lane("/", 0), lane("my-app", 0)], "canary_after": {"status": "ok"}}
+    what_if = {
+        "lanes": [lane("/", 0), lane("my-app", 1)],
+        "canary_after": {"status": "ok"},
+        "worker_pending_after": 1,
+        "ended": "stalled",
+    }
+    proof = blocked_proof(current, what_if, {"still_waiting": 0, "delivered_in_run": 0})
+    hidden = anonymized({"current": current, "what_if": {"run": what_if, "proof": proof}})
+    (refusals,) = (
+        check for check in hidden["what_if"]["proof"]["checks"] if check["check"] == "no new refusals"
+    )
+    assert refusals["detail"] == f"lane cloud project {stable_hash('my-app')}: 0 -> 1"
