@@ -439,7 +439,9 @@ class CloudHandle:
         try:
             process.start()
         except FakeCloudError as error:
-            raise HarnessError(f"the fake cloud did not start: {error}") from error
+            # docker run's own error spans lines ("See 'docker run --help'."): the first one, and the log.
+            first = next((line.strip() for line in str(error).splitlines() if line.strip()), "no output")
+            raise HarnessError(f"the fake cloud did not start: {first} (its stderr: {log_path})") from error
         self._stop = process.stop
         return process.base_url
 

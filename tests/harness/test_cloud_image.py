@@ -20,6 +20,8 @@ from typing import Any, ClassVar
 import pytest
 
 from harness.cloud_image import IMAGE_NAME, CloudImageError, Engine, content_digest, ensure_image
+from harness.errors import HarnessError
+from harness.world import CloudHandle
 
 HARNESS = str(Path(sys.executable).parent / "engram-harness")
 REPO = Path(__file__).resolve().parents[2]
@@ -166,4 +168,22 @@ def test_no_engine_is_one_line_that_says_what_to_run(args: list[str], tmp_path: 
     assert (done.returncode, done.stdout) == (1, ""), done
     assert done.stderr == (
         f"Error: no Docker engine answers at unix://{socket}; start one (as root): scripts/docker-engine.sh up\n"
+    )
+
+
+def test_a_cloud_that_does_not_start_is_one_line_naming_its_log(tmp_path: Path) -> None:
+    failing_docker = [
+        "sh",
+        "-c",
+        "echo 'docker: Error response from daemon: pull access denied.' >&2; "
+        "echo \"See 'docker run --help'.\" >&2; exit 125",
+        "docker",
+    ]
+    handle = CloudHandle.__new__(CloudHandle)
+    log = tmp_path / "fake-cloud.log"
+    with pytest.raises(HarnessError) as raised:
+        handle._start_process(failing_docker, ["--port", "0"], log)
+    assert str(raised.value) == (
+        "the fake cloud did not start: engram-fake-cloud serve did not start (exit 125): "
+        f"docker: Error response from daemon: pull access denied. (its stderr: {log})"
     )
