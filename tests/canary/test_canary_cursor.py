@@ -122,3 +122,31 @@ def test_check_through_its_state_equals_check_full(
     grown = same()
     sizes = [f["size"] for f in grown["findings"] if f["check"] == "foreign_sync_target"]  # type: ignore[index, union-attr]
     assert sizes == [4]
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"",
+        b"{",
+        b"[]",
+        b'{"schema_": "engram-canary/inbox-cursor/v1"}',
+        b"\xff\xfe\x00",
+        b"null",
+        b"1e999999",
+    ],
+)
+def test_a_damaged_state_file_means_a_full_read_never_an_error(
+    engram_world: EngramEnvironment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, garbage: bytes
+) -> None:
+    state = tmp_path / "state"
+    monkeypatch.setenv("ENGRAM_CANARY_STATE_DIR", str(state))
+    engram_ok(engram_world, "save", "t", "c", "--project", "side")
+    later = datetime.now(UTC) + timedelta(days=1)
+    both(engram_world.db_path, later)
+    files = sorted(state.glob("*.json"))
+    assert files
+    for path in files:
+        path.write_bytes(garbage)
+    full, incremental, mode = both(engram_world.db_path, later)
+    assert (dumped(incremental), mode) == (dumped(full), CursorMode.FULL)
