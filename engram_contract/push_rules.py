@@ -15,7 +15,10 @@ A refusal carries the status the REAL v1.20 server answers (observed by the diff
   handler's checks and fails inside its batch insert with 500 ``insert mutations: ...``, storing
   nothing;
 - a payload holding a lone UTF-16 surrogate escape: Postgres refuses it in the json column, 500
-  "insert mutation: ERROR: invalid input syntax for type json (SQLSTATE 22P02)".
+  "insert mutation: ERROR: invalid input syntax for type json (SQLSTATE 22P02)";
+- an entry whose encoded size alone exceeds the push body limit (8 MiB unless the server sets
+  ENGRAM_CLOUD_MAX_PUSH_BYTES): the smallest push that carries it is over the limit, so every push of it
+  is 413 ``upgrade_repairable_payload_too_large`` "push payload too large (max N bytes)".
 
 A 500 here is not transient: the same batch is refused on every retry, so for triage it is a poison
 entry. The reason is the innermost text; on the wire the server prefixes it
@@ -60,6 +63,9 @@ EMPTY_PROJECT_REASON: Final = "mutation entries must specify a project"
 INVALID_RELATION_REASON: Final = "invalid relation payload"
 # v1.20 validates session/observation/prompt payloads only inside its batch insert, which fails whole.
 MATERIALIZE_STATUS: Final = 500
+# v1.20's defaultMaxPushBodyBytes; the server reads no more of a push body than this.
+MAX_PUSH_BYTES: Final = 8 * 1024 * 1024
+TOO_LARGE_STATUS: Final = 413
 
 POSTGRES_JSON_REASON: Final = "insert mutation: ERROR: invalid input syntax for type json (SQLSTATE 22P02)"
 
@@ -73,8 +79,19 @@ class PushRefusal:
     field: str | None  # the payload field at fault when there is one (e.g. "directory"), else None
 
 
+def too_large_reason(limit: int) -> str:
+    """The error text of v1.20's 413 for a push body over ``limit`` bytes."""
+    return f"push payload too large (max {limit} bytes)"
+
+
 def refusal_for_entry(
-    *, project: str, entity: str, entity_key: str, op: str, payload: object
+    *,
+    project: str,
+    entity: str,
+    entity_key: str,
+    op: str,
+    payload: object,
+    max_push_bytes: int = MAX_PUSH_BYTES,
 ) -> PushRefusal | None:
     """Would engram v1.20's cloud refuse a POST /sync/mutations/push that carries this entry?
     payload is the row's payload as stored in sync_mutations (JSON text) or already decoded.
@@ -85,7 +102,10 @@ def refusal_for_entry(
     (reason is the codec's wording, e.g. "session payload directory is required for upsert", field
     "directory") or that Postgres refuses (a lone surrogate); it is refused again on every retry.
     Status 400 with reason "invalid request body: payload is not valid JSON" means the stored text
-    is not JSON at all, which the client cannot even send."""
+    is not JSON at all, which the client cannot even send. Status 413 means the entry alone does not
+    fit in a push body of ``max_push_bytes`` (the server's limit), so no push can ever carry it."""
+    if entry_push_bytes(project, entity, entity_key, op, payload) > max_push_bytes:
+        return PushRefusal(TOO_LARGE_STATUS, too_large_reason(max_push_bytes), "payload")
     if isinstance(payload, bytes | str):
         text = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else payload
         try:
@@ -98,6 +118,23 @@ def refusal_for_entry(
         or relation_refusal(entity, op, payload)
         or payload_refusal(project=project, entity=entity, entity_key=entity_key, op=op, payload=payload)
     )
+
+
+def entry_push_bytes(project: str, entity: str, entity_key: str, op: str, payload: object) -> int:
+    """The size of the smallest push body that carries this entry: {"entries":[entry]}, the payload
+    sent as its stored text (the client forwards it as raw JSON), the other fields as Go encodes them."""
+    if isinstance(payload, bytes):
+        payload_bytes = len(payload)
+    elif isinstance(payload, str):
+        payload_bytes = len(payload.encode("utf-8", "surrogatepass"))
+    else:
+        payload_bytes = len(go_json(payload).encode("utf-8", "surrogatepass"))
+    frame = {
+        "entries": [
+            {"entity": entity, "entity_key": entity_key, "op": op, "payload": None, "project": project}
+        ]
+    }
+    return len(go_json(frame).encode("utf-8", "surrogatepass")) - len("null") + payload_bytes
 
 
 def project_refusal(project: str) -> PushRefusal | None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engram_contract.gojson import go_json
+from engram_contract.push_rules import too_large_reason
 from fake_cloud.httpserver import Response
 
 TEXT = "text/plain; charset=utf-8"
@@ -54,7 +55,7 @@ def too_large(limit: int) -> Reply:
         413,
         "repairable",
         "upgrade_repairable_payload_too_large",
-        f"push payload too large (max {limit} bytes)",
+        too_large_reason(limit),
     )
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from engram_contract import PushRefusal, refusal_for_entry
+from engram_contract import PushRefusal, push_rules, refusal_for_entry
 from engram_contract.push_rules import MATERIALIZE_STATUS
 
 
@@ -124,4 +124,39 @@ def test_numbers_go_cannot_hold_are_refused() -> None:
 def test_stored_text_that_is_not_json() -> None:
     assert refusal("session", "{not json") == PushRefusal(
         400, "invalid request body: payload is not valid JSON", "payload"
+    )
+
+
+def test_an_entry_larger_than_the_push_limit_alone_is_refused_413_like_v120() -> None:
+    # v1.20's handler reads at most 8 MiB of a push body; {"entries":[entry]} is the smallest push.
+    limit = push_rules.MAX_PUSH_BYTES
+    framing = push_rules.entry_push_bytes("p", "observation", "o1", "upsert", "{}") - len("{}")
+    filler = limit - framing - len(json.dumps({**OBSERVATION, "content": ""}))
+    fits = json.dumps({**OBSERVATION, "content": "x" * filler})
+    assert push_rules.entry_push_bytes("p", "observation", "o1", "upsert", fits) == limit
+    assert refusal("observation", fits, key="o1") is None
+    over = json.dumps({**OBSERVATION, "content": "x" * (filler + 1)})
+    refused = refusal("observation", over, key="o1")
+    assert refused == PushRefusal(413, "push payload too large (max 8388608 bytes)", "payload")
+
+
+def test_the_size_rule_follows_the_servers_configured_limit() -> None:
+    payload = json.dumps({**OBSERVATION, "content": "x" * 300})
+    assert refusal("observation", payload, key="o1") is None
+    refused = refusal_for_entry(
+        project="p", entity="observation", entity_key="o1", op="upsert", payload=payload, max_push_bytes=256
+    )
+    assert refused == PushRefusal(413, "push payload too large (max 256 bytes)", "payload")
+    # A decoded payload is measured as Go would encode it.
+    decoded = {**OBSERVATION, "content": "x" * 300}
+    assert (
+        refusal_for_entry(
+            project="p",
+            entity="observation",
+            entity_key="o1",
+            op="upsert",
+            payload=decoded,
+            max_push_bytes=256,
+        )
+        == refused
     )
