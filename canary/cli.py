@@ -37,7 +37,6 @@ from canary.systemd import (
     render_units,
     write_units,
 )
-from canary.watch import WatchOptions, watch
 from engram_contract.one_line_cli import OneLineErrorGroup
 
 PROG = "engram-canary"
@@ -218,6 +217,9 @@ def watch_command(
     verbose: bool,
 ) -> None:
     """Real-time watch: one stderr line per foreign target when it appears and when it goes away."""
+    # Imported here: watchdog and httpx cost a one-shot `check` about 0.1 s of start-up.
+    from canary.watch import WatchOptions, watch
+
     config, _, baseline_path = _load(config_file, baseline_file)
     config.watch = _watch_settings(
         config.watch,
