@@ -32,8 +32,17 @@ def test_atomic_write_fsyncs_before_the_rename_and_leaves_no_temporary(
 ) -> None:
     events: list[str] = []
     real_fsync, real_replace = os.fsync, os.replace
-    monkeypatch.setattr(os, "fsync", lambda fd: (events.append("fsync"), real_fsync(fd))[1])
-    monkeypatch.setattr(os, "replace", lambda a, b: (events.append("replace"), real_replace(a, b))[1])
+
+    def fsync(descriptor: int) -> None:
+        events.append("fsync")
+        real_fsync(descriptor)
+
+    def replace(source: str, target: Path) -> None:
+        events.append("replace")
+        real_replace(source, target)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
     target = tmp_path / "deep" / "file.yaml"
     atomic_write(target, "new: text\n")
     assert target.read_text(encoding="utf-8") == "new: text\n"
