@@ -44,7 +44,7 @@ def run(rounds: int = ROUNDS, seconds: float = SECONDS_PER_ROUND) -> dict[str, A
     with (
         throwaway_postgres() as postgres_url,
         real_cloud_server(engram_bin, postgres_url, token=TOKEN, allowed_projects=[PROJECT]) as real,
-        FakeCloudProcess(["--port", "0", "--token", TOKEN], env=env) as fake,
+        FakeCloudProcess(["--port", "0", "--token", TOKEN], env=env, server_version="v1.20") as fake,
     ):
         for _ in range(rounds):
             fake_rates.append(measure_push_throughput(fake.base_url, TOKEN, seconds, project=PROJECT))

@@ -164,6 +164,7 @@ def run(rounds: int = ROUNDS) -> dict[str, Any]:
                 ["--port", "0", "--token", TOKEN, "--tls", "--ca-out", str(workdir / "fake-ca.pem")],
                 env=server_env(),
                 ca_file=workdir / "fake-ca.pem",
+                server_version="v1.20",
             ) as fake,
         ):
             fake_push = push_all(fake.base_url, rows, workdir / "fake-ca.pem")

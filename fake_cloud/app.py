@@ -20,7 +20,7 @@ from typing import Any
 from engram_contract import payload_digest
 from engram_contract.errors import ContractError
 from engram_contract.gojson import go_loads, has_lone_surrogate, replace_surrogates
-from fake_cloud import control, protocol, routes
+from fake_cloud import control, protocol, provenance, routes
 from fake_cloud.faults import Fault, FaultAction
 from fake_cloud.httpserver import DROP, Drop, Request, RequestHead, Response, warn
 from fake_cloud.state import FakeCloudState, JournalItem, Transport
@@ -108,7 +108,7 @@ class FakeCloudApp:
         try:
             if head.path.startswith(control.PREFIX):
                 return control.refuse_unauthorized(self.control_token, head)
-            route = routes.match(head.path)
+            route = routes.match(head.path, self.state.server_version)
             if route is None:
                 await self.record(head, self.state.new_request_id(), self.state.epoch, "other", 404)
                 return render(NOT_FOUND)
@@ -116,7 +116,12 @@ class FakeCloudApp:
                 await self.record(head, self.state.new_request_id(), self.state.epoch, "other", 405)
                 return method_not_allowed(route.methods)
             refused = self._refused(head, route)
-            if refused is None and route.push and (head.content_length or 0) > self.state.max_push_bytes:
+            if (
+                refused is None
+                and route.push
+                and not route.provenance
+                and (head.content_length or 0) > self.state.max_push_bytes
+            ):
                 refused = too_large(self.state.max_push_bytes)
             if refused is None:
                 return None
@@ -129,7 +134,7 @@ class FakeCloudApp:
 
     def body_limit(self, head: RequestHead) -> int:
         """How much of a body to read: a push past max_push_bytes is answered 413 without the rest."""
-        route = routes.match(head.path)
+        route = routes.match(head.path, self.state.server_version)
         return self.state.max_push_bytes if route is not None and route.push else CONTROL_BODY_LIMIT
 
     async def handle(self, request: Request) -> Response | Drop:
@@ -148,7 +153,7 @@ class FakeCloudApp:
         return Reply(401, denied) if denied else None
 
     async def _sync(self, request: Request) -> Response | Drop:
-        route = routes.match(request.path)
+        route = routes.match(request.path, self.state.server_version)
         epoch = self.state.epoch
         request_id = self.state.new_request_id()
         if route is None:
@@ -164,12 +169,24 @@ class FakeCloudApp:
         if route is routes.HEALTH:
             await self.record(request, request_id, epoch, "other", 200)
             return json_response(200, {"service": "engram-cloud", "status": "ok"})
+        if route.provenance:
+            return await self._provenance(request, request_id, epoch, route)
         if route is routes.MUTATIONS_PUSH:
             return await self._mutation_push(request, request_id, epoch)
         if route is routes.CHUNK_PUSH:
             return await self._chunk_push(request, request_id, epoch)
         project = request.query.get("project") if route.transport == "chunk" else None
         return await self._simple(request, request_id, epoch, route, project)
+
+    async def _provenance(
+        self, request: Request, request_id: str, epoch: int, route: routes.SyncRoute
+    ) -> Response | Drop:
+        # Go's decoder reads the body as sent: no gzip here, and a read error is a decode error.
+        too_large = request.body_too_large or len(request.body) > self.state.max_push_bytes
+        body = b"\x00" if request.body_error is not None else request.body
+        reply, project = provenance.HANDLERS[route.name](self.state, body, too_large)
+        items = [JournalItem(project=project)] if project else []
+        return await self._finish(request, request_id, epoch, route.transport, reply, items, None)
 
     async def _fault(
         self,

@@ -7,10 +7,14 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from fake_cloud.errors import FakeCloudError
+
+if TYPE_CHECKING:
+    from fake_cloud.state import ServerVersion
 
 
 def _env_bool(name: str) -> bool:
@@ -82,6 +86,15 @@ def cli() -> None:
     default=8 * 1024 * 1024,
     show_default=True,
 )
+@click.option(
+    "--server-version",
+    type=click.Choice(["v1.20", "v2", "v3"]),
+    envvar="ENGRAM_FAKE_CLOUD_SERVER_VERSION",
+    default="v3",
+    show_default=True,
+    help="Which real server to answer as: v1.20 (observed), v2 or v3 (predicted from engram's source; "
+    "v3 serves the prompt-provenance routes) [env ENGRAM_FAKE_CLOUD_SERVER_VERSION].",
+)
 def serve(
     host: str,
     control_token: str | None,
@@ -95,6 +108,7 @@ def serve(
     journal_limit: int,
     store_limit: int,
     max_push_bytes: int,
+    server_version: ServerVersion,
 ) -> None:
     """Serve until SIGTERM; the first stdout line is the base URL actually bound, printed once the
     server is ready."""
@@ -119,6 +133,7 @@ def serve(
         journal_limit=journal_limit,
         store_limit=store_limit,
         max_push_bytes=max_push_bytes,
+        server_version=server_version,
         ca_out=ca_out,
         control_token=control_token.strip() if control_token and control_token.strip() else None,
     )

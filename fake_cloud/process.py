@@ -38,10 +38,13 @@ class FakeCloudProcess:
         launcher: Sequence[str] | None = None,
         stderr_log: Path | None = None,
         control_token: str | None = None,
+        server_version: str | None = None,
     ) -> None:
         """`launcher` replaces the local console script (e.g. a `docker run ... engram-fake-cloud`
-        prefix); `stderr_log` keeps the server's stderr in a file instead of a pipe."""
-        self.args = [*(launcher or command()), "serve", *args]
+        prefix); `stderr_log` keeps the server's stderr in a file instead of a pipe; `server_version`
+        adds --server-version (the fake's default is the newest, v3)."""
+        version_args = ["--server-version", server_version] if server_version else []
+        self.args = [*(launcher or command()), "serve", *args, *version_args]
         if ca_file is None:
             ca_file = _option(args, "--ca-out", Path)
         if control_token is None:

@@ -1,13 +1,14 @@
-"""The client-facing routes of engram v1.20's cloud server, as data: what the HTTP layer may answer from
-a request's head (Go's ServeMux 404/405, the bearer token's 401, a declared size's 413) and what the
-handlers need to know about each route."""
+"""The client-facing routes of engram's cloud server, as data: what the HTTP layer may answer from a
+request's head (Go's ServeMux 404/405, the bearer token's 401, a declared size's 413) and what the
+handlers need to know about each route. v1.20's routes are served by every server version; the
+provenance routes only by v3 (an older server's mux answers them 404)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from fake_cloud.faults import Route
-from fake_cloud.state import Transport
+from fake_cloud.state import ServerVersion, Transport
 
 
 @dataclass(frozen=True)
@@ -18,6 +19,9 @@ class SyncRoute:
     fault_route: Route | None  # which scheduled faults can hit it; None: none can
     needs_token: bool
     push: bool  # its body is capped by max_push_bytes (413)
+    # A v3 provenance route: its handler decides when an oversize body is 413 (some check auth first)
+    # and words it, so the head's 413 does not apply; older servers do not route it.
+    provenance: bool = False
 
 
 HEALTH = SyncRoute("health", ("GET", "HEAD"), "other", None, needs_token=False, push=False)
@@ -31,20 +35,35 @@ CHUNK_PUSH = SyncRoute("chunk_push", ("POST",), "chunk", Route.CHUNK_PUSH, needs
 MANIFEST = SyncRoute("manifest", ("GET", "HEAD"), "chunk", Route.CHUNK_PULL, needs_token=True, push=False)
 CHUNK_READ = SyncRoute("chunk_read", ("GET", "HEAD"), "chunk", Route.CHUNK_PULL, needs_token=True, push=False)
 
+
+def _provenance(name: str) -> SyncRoute:
+    return SyncRoute(name, ("POST",), "other", None, needs_token=True, push=True, provenance=True)
+
+
+SESSION_AUTHORITIES = _provenance("session_authorities")
+PROMPT_PAIR_CLAIMS = _provenance("prompt_pair_claims")
+PROMPT_SOURCE_ATTESTATIONS = _provenance("prompt_source_attestations")
+PROMPT_SOURCE_ATTESTATIONS_VERIFY = _provenance("prompt_source_attestations_verify")
+
 SYNC_ROUTES: dict[str, SyncRoute] = {
     "/health": HEALTH,
     "/sync/mutations/push": MUTATIONS_PUSH,
     "/sync/mutations/pull": MUTATIONS_PULL,
     "/sync/push": CHUNK_PUSH,
     "/sync/pull": MANIFEST,
+    "/sync/session-authorities": SESSION_AUTHORITIES,
+    "/sync/prompt-pair-claims": PROMPT_PAIR_CLAIMS,
+    "/sync/prompt-source-attestations": PROMPT_SOURCE_ATTESTATIONS,
+    "/sync/prompt-source-attestations/verify": PROMPT_SOURCE_ATTESTATIONS_VERIFY,
 }
 
 
-def match(path: str) -> SyncRoute | None:
-    """The route serving ``path``, like the real ServeMux ("/sync/pull/{chunkID}" is one segment)."""
+def match(path: str, version: ServerVersion) -> SyncRoute | None:
+    """The route serving ``path`` on that server version, like the real ServeMux
+    ("/sync/pull/{chunkID}" is one segment)."""
     route = SYNC_ROUTES.get(path)
     if route is not None:
-        return route
+        return None if route.provenance and version != "v3" else route
     if path.startswith("/sync/pull/") and path.count("/") == 3 and path != "/sync/pull/":
         return CHUNK_READ
     return None

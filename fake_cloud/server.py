@@ -19,7 +19,10 @@ from fake_cloud.state import (
     DEFAULT_JOURNAL_LIMIT,
     DEFAULT_MAX_PUSH_BYTES,
     DEFAULT_STORE_LIMIT,
+    NEWEST_SERVER_VERSION,
+    SERVER_VERSIONS,
     FakeCloudState,
+    ServerVersion,
 )
 
 if TYPE_CHECKING:
@@ -50,9 +53,15 @@ class FakeCloudConfig:
     header_timeout: float = HEADER_TIMEOUT
     body_timeout: float = BODY_TIMEOUT
     idle_timeout: float = IDLE_TIMEOUT
+    # Which real server to answer as: v1.20 (observed), v2 or v3 (predicted from source).
+    server_version: ServerVersion = NEWEST_SERVER_VERSION
 
     def validate(self) -> None:
         """The real server's start-up rules for auth, plus range checks; raises FakeCloudError."""
+        if self.server_version not in SERVER_VERSIONS:
+            raise FakeCloudError(
+                f"server_version must be one of {', '.join(SERVER_VERSIONS)}, got {self.server_version!r}"
+            )
         token = (self.token or "").strip()
         if self.insecure_no_auth and token:
             raise FakeCloudError(
@@ -94,6 +103,7 @@ class FakeCloudConfig:
             max_push_bytes=self.max_push_bytes,
             principal_required=self.insecure_no_auth and not self.insecure_permissive,
             store_limit=self.store_limit,
+            server_version=self.server_version,
         )
 
 

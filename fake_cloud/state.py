@@ -27,6 +27,11 @@ DEFAULT_JOURNAL_LIMIT = 100_000
 DEFAULT_STORE_LIMIT = 200_000
 
 Transport = Literal["mutation", "chunk", "other"]
+# Which real server the fake answers as (docs/fake-cloud.md, "Server versions"): v1.20 is observed,
+# v2 and v3 are predicted from engram's source.
+ServerVersion = Literal["v1.20", "v2", "v3"]
+SERVER_VERSIONS: tuple[ServerVersion, ...] = ("v1.20", "v2", "v3")
+NEWEST_SERVER_VERSION: ServerVersion = "v3"
 
 
 def _shallow_dict(record: JournalEntry | ReceivedMutation) -> dict[str, Any]:
@@ -130,7 +135,13 @@ class FakeCloudState:
         max_push_bytes: int = DEFAULT_MAX_PUSH_BYTES,
         principal_required: bool = False,
         store_limit: int = DEFAULT_STORE_LIMIT,
+        server_version: ServerVersion = NEWEST_SERVER_VERSION,
     ) -> None:
+        if server_version not in SERVER_VERSIONS:
+            raise FakeCloudError(
+                f"server_version must be one of {', '.join(SERVER_VERSIONS)}, got {server_version!r}"
+            )
+        self.server_version = server_version
         if journal_limit < 1:
             raise FakeCloudError(f"journal_limit must be at least 1, got {journal_limit}")
         if store_limit < 1:
@@ -156,7 +167,17 @@ class FakeCloudState:
         """Start over; returns the old containers so the caller can free them off the hot path."""
         garbage = [
             getattr(self, name, None)
-            for name in ("mutations", "chunks", "received", "journal", "sessions", "_chunk_order")
+            for name in (
+                "mutations",
+                "chunks",
+                "received",
+                "journal",
+                "sessions",
+                "_chunk_order",
+                "session_authorities",
+                "prompt_pair_claims",
+                "claimed_sync_ids",
+            )
         ]
         self.epoch += 1
         self.set_allowlist(self._initial_allowlist)
@@ -170,6 +191,11 @@ class FakeCloudState:
         self._chunk_order: deque[tuple[str, str]] = deque()
         self.chunks_dropped = 0
         self.sessions: dict[str, dict[str, None]] = {}  # per project, oldest first
+        # v3's provenance registry: session id -> owner project; (session, source inbox id) -> (sync id,
+        # project) and sync id -> (session, source inbox id). Bounded by store_limit, oldest first.
+        self.session_authorities: dict[str, str] = {}
+        self.prompt_pair_claims: dict[tuple[str, str], tuple[str, str]] = {}
+        self.claimed_sync_ids: dict[str, tuple[str, str]] = {}
         self.journal: deque[JournalEntry] = deque(maxlen=self.journal_limit)
         self.faults: list[Fault] = []
         self._next_journal_id = 1
@@ -230,7 +256,31 @@ class FakeCloudState:
         normalized = chunkcodec.normalize_project(project)
         if normalized and (self.allow_all or normalized in self.allowed):
             return None
+        if self.server_version == "v3":
+            # v3's writeProjectPolicyDenied names the project (cloudserver.go @d4397781).
+            return Reply(
+                403, {**FORBIDDEN.body, "error": f"forbidden: project {go_quote(normalized)} is not allowed"}
+            )
         return FORBIDDEN
+
+    def register_session_authority(self, session_id: str, project: str) -> None:
+        self.session_authorities[session_id] = project
+        _bound(self.session_authorities, self.store_limit)
+
+    def claim_prompt_pair(self, session_id: str, source_inbox_id: str, sync_id: str, project: str) -> bool:
+        """Bind (session, source inbox id) to (sync id, project); False when either side is already
+        bound otherwise (a replay of the same binding is True)."""
+        pair = (session_id, source_inbox_id)
+        bound = self.prompt_pair_claims.get(pair)
+        if bound is not None:
+            return bound == (sync_id, project)
+        if sync_id in self.claimed_sync_ids:
+            return False
+        self.prompt_pair_claims[pair] = (sync_id, project)
+        self.claimed_sync_ids[sync_id] = pair
+        _bound(self.prompt_pair_claims, self.store_limit)
+        _bound(self.claimed_sync_ids, self.store_limit)
+        return True
 
     def check_bearer(self, header: str | None) -> str | None:
         """The 401 text the real server answers with, or None when the request may pass."""
@@ -388,6 +438,16 @@ class FakeCloudState:
             )
         )
         self._trim("received")
+
+
+def go_quote(text: str) -> str:
+    """Go's %q for the printable text a project name is."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _bound(store: dict[Any, Any], limit: int) -> None:
+    while len(store) > limit:
+        del store[next(iter(store))]
 
 
 def _mismatches(entry: JournalEntry, match: Mapping[str, Any]) -> list[str]:

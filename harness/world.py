@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Any, Final, Literal
 
 import httpx
 
@@ -28,6 +28,9 @@ from harness.polling import free_port
 
 CloudMode = Literal["process", "docker", "inprocess"]
 Process = Literal["serve", "mcp", "cli"]
+
+# Which real cloud server the harness's fake answers as: the one the engram it runs (v1.20) talks to.
+CLOUD_SERVER_VERSION: Final = "v1.20"
 
 
 @dataclass(frozen=True)
@@ -398,7 +401,13 @@ class CloudHandle:
             raise HarnessError(f"--cloud-url {self.base_url}: {error}") from None
 
     def _start(self, mode: CloudMode, token: str | None, allowed: list[str], log_path: Path) -> str:
-        serve_args = ["--port", "0", *(["--token", token] if token else ["--insecure-no-auth"])]
+        serve_args = [
+            "--port",
+            "0",
+            *(["--token", token] if token else ["--insecure-no-auth"]),
+            # The fake answers as the newest server unless told; the harness drives engram v1.20.
+            *("--server-version", CLOUD_SERVER_VERSION),
+        ]
         allowed_text = ",".join(allowed) if allowed != ["*"] else "*"
         ca_file = self.ca_file
         if mode == "inprocess":
@@ -408,6 +417,7 @@ class CloudHandle:
                 token=token,
                 allowed_projects=tuple(allowed),
                 insecure_no_auth=token is None,
+                server_version=CLOUD_SERVER_VERSION,
                 tls=ca_file is not None,
                 ca_out=ca_file,
             )

@@ -102,7 +102,7 @@ def test_they_hold_back_an_enrolled_projects_rows(engram_world: EngramEnvironmen
     engram_ok(engram_world, "save", "loose", "no project given")
     engram_ok(engram_world, "cloud", "enroll", "main")
     save(engram_world, "main", "attributed")
-    config = FakeCloudConfig(token="unattributed-token", allowed_projects=("main",))
+    config = FakeCloudConfig(token="unattributed-token", allowed_projects=("main",), server_version="v1.20")
     with (
         start_fake_cloud(config) as cloud,
         engram_serve(

@@ -62,7 +62,7 @@ def synced(engram_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     save_memories(world, "alpha", 3)
     save_memories(world, "beta", 1)
     engram(world, "cloud", "enroll", "alpha")
-    with start_fake_cloud(FakeCloudConfig(token=TOKEN, tls=True)) as cloud:
+    with start_fake_cloud(FakeCloudConfig(token=TOKEN, tls=True, server_version="v1.20")) as cloud:
         env = cloud_env(cloud)
         engram(world, "sync", "--cloud", "--project", "alpha", env=env)
         yield Synced(world, cloud, env)
@@ -70,7 +70,7 @@ def synced(engram_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 @pytest.fixture
 def empty_cloud() -> Iterator[RunningFakeCloud]:
-    with start_fake_cloud(FakeCloudConfig(token=TOKEN, tls=True)) as cloud:
+    with start_fake_cloud(FakeCloudConfig(token=TOKEN, tls=True, server_version="v1.20")) as cloud:
         yield cloud
 
 

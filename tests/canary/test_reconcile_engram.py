@@ -100,7 +100,7 @@ def test_real_client_to_real_cloud_loses_nothing(engram_bin: Path, postgres_url:
 
 
 def test_ack_without_store_is_found_exactly(engram_bin: Path, tmp_path: Path) -> None:
-    with start_fake_cloud(FakeCloudConfig(token=TOKEN, tls=True)) as cloud:
+    with start_fake_cloud(FakeCloudConfig(token=TOKEN, tls=True, server_version="v1.20")) as cloud:
         env = {
             "ENGRAM_CLOUD_SERVER": cloud.base_url,
             "ENGRAM_CLOUD_TOKEN": TOKEN,

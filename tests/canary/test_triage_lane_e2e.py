@@ -162,7 +162,7 @@ def test_triage_clears_a_blocked_lane_and_never_inserts_what_the_cloud_refuses(
 
     # (2) engram's own worker is blocked by the refused rows of the lane
     held_back = pending_digests(world, ENROLLED)
-    config = FakeCloudConfig(token=TOKEN, allowed_projects=ENROLLED)
+    config = FakeCloudConfig(token=TOKEN, allowed_projects=ENROLLED, server_version="v1.20")
     with start_fake_cloud(config) as cloud:
         with autosync(world, cloud):
             eventually(

@@ -93,6 +93,7 @@ def _environment(config: FakeCloudConfig, control_token: str) -> dict[str, str]:
         "ENGRAM_CLOUD_ALLOWED_PROJECTS": ",".join(config.allowed_projects),
         "ENGRAM_CLOUD_MAX_PUSH_BYTES": str(config.max_push_bytes),
         "ENGRAM_FAKE_CLOUD_TLS": "1" if config.tls else "0",
+        "ENGRAM_FAKE_CLOUD_SERVER_VERSION": config.server_version,
     }
     if config.insecure_no_auth:
         env["ENGRAM_CLOUD_INSECURE_NO_AUTH"] = "1"

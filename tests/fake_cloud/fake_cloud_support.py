@@ -40,14 +40,14 @@ class CloudUnderTest:
 
 @contextlib.contextmanager
 def start_inprocess(tmp: Path) -> Iterator[CloudUnderTest]:
-    with start_fake_cloud(FakeCloudConfig(token=TOKEN)) as cloud:
+    with start_fake_cloud(FakeCloudConfig(token=TOKEN, server_version="v1.20")) as cloud:
         yield CloudUnderTest("inprocess", cloud.base_url, cloud.ca_file, cloud.client)
 
 
 @contextlib.contextmanager
 def start_subprocess(tmp: Path) -> Iterator[CloudUnderTest]:
     with (
-        FakeCloudProcess(["--port", "0", "--token", TOKEN]) as process,
+        FakeCloudProcess(["--port", "0", "--token", TOKEN], server_version="v1.20") as process,
         FakeCloudClient(process.base_url) as client,
     ):
         yield CloudUnderTest("subprocess", process.base_url, None, client)

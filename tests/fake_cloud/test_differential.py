@@ -111,7 +111,9 @@ def real_answers(engram_bin: Path, postgres_url: str, cases: list[Case]) -> dict
 
 @pytest.fixture(scope="module")
 def fake_answers(cases: list[Case]) -> dict[str, Outcome]:
-    config = FakeCloudConfig(token=TOKEN, allowed_projects=ALLOWED, max_push_bytes=MAX_PUSH_BYTES)
+    config = FakeCloudConfig(
+        token=TOKEN, allowed_projects=ALLOWED, max_push_bytes=MAX_PUSH_BYTES, server_version="v1.20"
+    )
     with start_fake_cloud(config) as fake:
         fake.client.pause(PAUSED)
         return run_cases(fake.base_url, cases)
@@ -209,7 +211,9 @@ def test_insecure_mode_answers_like_the_real_server(
     ) as real:
         real.pause(PAUSED)
         real_insecure = run_cases(real.base_url, unauthenticated)
-    config = FakeCloudConfig(insecure_no_auth=True, allowed_projects=ALLOWED, max_push_bytes=MAX_PUSH_BYTES)
+    config = FakeCloudConfig(
+        insecure_no_auth=True, allowed_projects=ALLOWED, max_push_bytes=MAX_PUSH_BYTES, server_version="v1.20"
+    )
     with start_fake_cloud(config) as fake:
         fake.client.pause(PAUSED)
         fake_insecure = run_cases(fake.base_url, unauthenticated)

@@ -86,7 +86,9 @@ class ServingWorld:
 
 @pytest.fixture
 def fake() -> Iterator[RunningFakeCloud]:
-    with start_fake_cloud(FakeCloudConfig(token=TOKEN, allowed_projects=("ok", "paused", "flaky"))) as cloud:
+    with start_fake_cloud(
+        FakeCloudConfig(token=TOKEN, allowed_projects=("ok", "paused", "flaky"), server_version="v1.20")
+    ) as cloud:
         yield cloud
 
 
@@ -264,7 +266,7 @@ def test_sync_cloud_failures_land_in_sync_state_with_their_reason(
 
 
 def test_sync_cloud_over_https_trusts_the_handed_out_ca(chunk_world: EngramEnvironment) -> None:
-    with start_fake_cloud(FakeCloudConfig(token=TOKEN, tls=True)) as fake:
+    with start_fake_cloud(FakeCloudConfig(token=TOKEN, tls=True, server_version="v1.20")) as fake:
         assert fake.ca_file is not None
         env = {"ENGRAM_CLOUD_TOKEN": TOKEN, "ENGRAM_CLOUD_SERVER": fake.base_url}
         untrusted = chunk_world.run(["sync", "--cloud", "--project", "p"], env=env)

@@ -73,7 +73,7 @@ def running_cloud(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         "--ca-out",
         str(ca_file),
     ]
-    with FakeCloudProcess(args) as cloud:
+    with FakeCloudProcess(args, server_version="v1.20") as cloud:
         yield cloud.base_url, ca_file
 
 

@@ -160,7 +160,7 @@ def test_rows_acked_before_a_run_on_a_copy_are_not_lost(tmp_path: Path, engram_b
     from fake_cloud.server import FakeCloudConfig, start_fake_cloud
 
     source = EngramEnvironment(binary=engram_bin, root=tmp_path / "real").prepare()
-    with start_fake_cloud(FakeCloudConfig(token="t")) as cloud:
+    with start_fake_cloud(FakeCloudConfig(token="t", server_version="v1.20")) as cloud:
         cloud_env = {"ENGRAM_CLOUD_SERVER": cloud.base_url, "ENGRAM_CLOUD_TOKEN": "t"}
         assert source.run(["cloud", "enroll", "earlier"]).returncode == 0
         assert source.run(["save", "old", "memory", "--project", "earlier"]).returncode == 0
