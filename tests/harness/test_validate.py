@@ -405,3 +405,23 @@ def test_a_project_named_slash_does_not_eat_the_kits_own_text() -> None:
         check for check in hidden["what_if"]["proof"]["checks"] if check["check"] == "no new refusals"
     )
     assert refusals["detail"] == f"lane cloud project {stable_hash('my-app')}: 0 -> 1"
+
+
+def test_claimed_copies_waiting_on_a_stalled_worker_fail_the_proof_but_not_at_the_tick_limit() -> None:
+    lanes = [{"lane": "cloud", "project": "my-app", "delivered": 0, "refused": 0, "lost": 0}]
+    current = {"lanes": lanes, "canary_after": {"status": "ok"}}
+    effect = {"still_waiting": 5, "delivered_in_run": 0}
+
+    def flowing(ended: str) -> bool:
+        what_if = {
+            "lanes": lanes,
+            "canary_after": {"status": "ok"},
+            "worker_pending_after": 5,
+            "ended": ended,
+        }
+        (check,) = (
+            c for c in blocked_proof(current, what_if, effect)["checks"] if c["check"].startswith("claimed")
+        )
+        return bool(check["ok"])
+
+    assert (flowing("stalled"), flowing("tick limit"), flowing("idle")) == (False, True, False)
