@@ -53,7 +53,9 @@ def decode_struct(body: bytes, fields: tuple[str, ...], int_fields: tuple[str, .
         if text[end:].strip(_WHITESPACE):
             raise _Invalid("a second value, or garbage, after the first")
         value = go_loads(text[start:end])
-    except (json.JSONDecodeError, ContractError) as error:
+    except (ValueError, ContractError) as error:
+        # ValueError: JSON syntax, and also a number too long for int() (every field that could hold it
+        # is a string or an int64, so Go refuses it as well).
         raise _Invalid(str(error)) from None
     out: dict[str, Any] = {name: 0 if name in int_fields else "" for name in (*fields, *int_fields)}
     if value is None:

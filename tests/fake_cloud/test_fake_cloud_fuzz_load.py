@@ -108,6 +108,16 @@ ROUTE_TEMPLATES = {
         '{"project": "p", "data": {"sessions": [{"id": "s1", "directory": "/d", "summary": @}]}}',
         '{"project": @, "data": {"mutations": [{"entity": "relation", "op": "upsert", "payload": @}]}}',
     ],
+    # engram v3's provenance routes (the fake's default server version serves them).
+    "/sync/session-authorities": ['{"session_id": @, "project": "p"}', '{"session_id": "s1", "project": @}'],
+    "/sync/prompt-pair-claims": [
+        '{"session_id": "s1", "source_inbox_id": @, "sync_id": "y", "owner_project": "p", "project": "p"}',
+        '{"session_id": "s1", "source_inbox_id": "i", "sync_id": @, "owner_project": @, "project": "p"}',
+    ],
+    "/sync/prompt-source-attestations": [
+        '{"session_id": "s1", "source_inbox_id": "i", "sync_id": @, "owner_project": "p", "prompt_project": @}'
+    ],
+    "/sync/prompt-source-attestations/verify": ['{"audit_id": @, "session_id": "s1", "prompt_project": @}'],
     "/_fake/wait": ['{"count": 1, "timeout": 0, "match": {"entity_key": @}}', '{"count": @, "timeout": 0}'],
     "/_fake/allowlist": ['{"projects": ["p", @]}'],
     "/_fake/pause": ['{"project": @, "paused": true}'],
@@ -185,6 +195,31 @@ def test_every_route_answers_every_body_with_a_4xx_or_better(
             strict_json(served.text)
         http.delete("/_fake/faults")
         assert http.get("/health").status_code == 200
+        errors = http.get("/_fake/errors").json()["errors"]
+    assert errors == [], errors[0]["traceback"]
+
+
+PROVENANCE_ROUTES = sorted(path for path, route in SYNC_ROUTES.items() if route.provenance)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(path=st.sampled_from(PROVENANCE_ROUTES), data=st.data(), gzipped=st.booleans())
+def test_provenance_routes_answer_every_body_with_a_4xx_or_better(
+    fuzz_cloud: RunningFakeCloud, path: str, data: st.DataObject, gzipped: bool
+) -> None:
+    body = data.draw(st.one_of(templated(path), templated(path), bodies), label="body")
+    with httpx.Client(base_url=fuzz_cloud.base_url, trust_env=False, timeout=10, headers=AUTH) as http:
+        http.post("/_fake/reset")
+        http.delete("/_fake/errors")
+        # A registered session, so a claim can get past the authority lookup.
+        assert (
+            http.post("/sync/session-authorities", json={"session_id": "s1", "project": "p"}).status_code
+            == 200
+        )
+        response = http.post(path, content=gzip.compress(body, mtime=0) if gzipped else body)
+        assert 200 <= response.status_code < 500, (path, body[:200], response.text)
+        if response.headers.get("content-type", "").startswith("application/json"):
+            strict_json(response.text)
         errors = http.get("/_fake/errors").json()["errors"]
     assert errors == [], errors[0]["traceback"]
 

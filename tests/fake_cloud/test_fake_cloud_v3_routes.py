@@ -93,6 +93,11 @@ def test_session_authority_registers_replays_and_refuses_another_owner(http: htt
         (b'{"session_id":"s1","project":"alpha"} {}', (400, "invalid session authority request")),
         (b"", (400, "invalid session authority request")),
         (b'{"session_id":"s1","project":NaN}', (400, "invalid session authority request")),
+        # found by the fuzzer: a number too long for Python's int() was an internal error
+        (
+            b'{"session_id":' + b"9" * 5000 + b',"project":"alpha"}',
+            (400, "invalid session authority request"),
+        ),
         # 2. both fields, after trimming
         ({"session_id": "  ", "project": "alpha"}, (400, "session_id and project are required")),
         ({"session_id": "s1"}, (400, "session_id and project are required")),
