@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -299,3 +300,17 @@ def test_python_api_refuses_an_unknown_server_version() -> None:
 
     with pytest.raises(FakeCloudError, match="server_version must be one of v1.20, v2, v3, got 'v4'"):
         FakeCloudConfig(token="t", server_version="v4").validate()  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mode", ["inprocess", "process"])
+def test_the_harness_cloud_answers_as_v120_for_the_v120_client(mode: str, tmp_path: Path) -> None:
+    from harness.world import CloudHandle
+
+    handle = CloudHandle(mode, TOKEN, ["alpha"], tmp_path / "cloud.log")  # type: ignore[arg-type]
+    try:
+        with httpx.Client(base_url=handle.base_url, headers=AUTH, trust_env=False) as http:
+            assert post(http, AUTHORITIES, {"session_id": "s1", "project": "alpha"}).status_code == 404
+            forbidden = http.get("/sync/pull", params={"project": "gamma"})
+            assert forbidden.json()["error"] == "forbidden: project is not allowed"
+    finally:
+        handle.close()
