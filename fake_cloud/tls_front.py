@@ -64,7 +64,11 @@ class TlsFront:
 
     def close(self) -> None:
         self._closed.set()
+        # On Linux close() alone does not wake the thread blocked in accept(); shutdown() does.
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
+        self._thread.join(timeout=10)
 
     def __enter__(self) -> TlsFront:
         return self

@@ -7,6 +7,8 @@ a green CI run must mean that every tier ran.
 from __future__ import annotations
 
 import os
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         tiers = [name for name in TIERS if item.get_closest_marker(name)]
         if not tiers and item.path.suffix == ".py":
             item.add_marker(pytest.mark.unit)
+
+
+# Threads that outlive one test by design: the scenario plugin's session pools.
+LONG_LIVED_THREADS = ("scenario",)
+THREAD_GRACE_SECONDS = 2.0
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_threads() -> Iterator[None]:
+    """Fail a test that leaves a thread running: a leaked server or watcher outlives its test and
+    makes later ones flaky. Session and module fixtures start before this snapshot, so theirs count
+    as already there."""
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + THREAD_GRACE_SECONDS
+    leaked = []
+    for thread in set(threading.enumerate()) - before:
+        if thread.name.startswith(LONG_LIVED_THREADS):
+            continue
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            leaked.append(thread.name)
+    if leaked:
+        pytest.fail(f"threads still running after the test: {', '.join(sorted(leaked))}", pytrace=False)
 
 
 def missing(reason: str) -> None:

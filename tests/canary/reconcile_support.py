@@ -133,7 +133,11 @@ class CannedServer:
                         connection.sendall(bytes([byte]))
 
     def close(self) -> None:
+        # On Linux close() alone does not wake a thread blocked in accept(); shutdown() does.
+        with contextlib.suppress(OSError):
+            self._socket.shutdown(socket.SHUT_RDWR)
         self._socket.close()
+        self._thread.join(timeout=10)
 
 
 @contextlib.contextmanager
