@@ -57,6 +57,9 @@ class TlsFront:
             secure.close()
             return
         upstream.settimeout(None)
+        # A relay forwards what it gets at once; Nagle plus delayed ACKs would hold each answer ~40 ms.
+        for side in (secure, upstream):
+            side.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         back = threading.Thread(target=_pump, args=(upstream, secure), daemon=True)
         back.start()
         _pump(secure, upstream)
