@@ -22,7 +22,7 @@ import sqlite3
 import stat
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import closing, contextmanager
+from contextlib import closing, contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -186,6 +186,39 @@ class Plan:
             section, alias, project = self.alias
             lines.append(f"alias: {section} {alias!r} -> {project!r}")
         return lines
+
+
+@dataclass(frozen=True)
+class PreparedWrite:
+    """The per-row Python work of a plan's writes, done before the write lock is taken."""
+
+    inserts: list[tuple[str, str, str, str, str, str]]
+    last_copy_by_target: dict[str, int]
+    ack_seqs: list[int]
+    acked_projects: list[str]
+
+
+def prepare_write(plan: Plan) -> PreparedWrite:
+    last_copy_by_target: dict[str, int] = {}
+    for index, copy in enumerate(plan.copies):
+        last_copy_by_target[LEGACY_TARGET] = index
+        last_copy_by_target[project_target(copy.project)] = index
+    return PreparedWrite(
+        inserts=[
+            (
+                LEGACY_TARGET,
+                copy.source.entity,
+                copy.source.entity_key,
+                copy.source.op,
+                copy.payload,
+                copy.project,
+            )
+            for copy in plan.copies
+        ],
+        last_copy_by_target=last_copy_by_target,
+        ack_seqs=[row.seq for row in plan.acks],
+        acked_projects=sorted({normalize_project(row.project) for row in plan.acks} - {""}),
+    )
 
 
 @dataclass(frozen=True)
@@ -654,6 +687,15 @@ def immediate_transaction(connection: sqlite3.Connection) -> Iterator[sqlite3.Co
     connection.execute("COMMIT")
 
 
+def checkpoint_outside_lock(connection: sqlite3.Connection) -> None:
+    """The WAL checkpoint engram's auto-checkpoint would have run, after COMMIT released the write lock.
+
+    PASSIVE neither waits for nor blocks engram's readers and writers; one that cannot finish now is
+    finished by engram's next commit, so a failure here is not the claim's failure."""
+    with suppress(sqlite3.Error):
+        connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
+
 def pause_midway() -> None:
     """The halfway point of an --apply transaction (a seam for the crash-safety test; no-op here)."""
 
@@ -713,30 +755,20 @@ class _SyncState:
             (*values, lifecycle, target_key),
         )
 
-    def enqueue_all(self, copies: Sequence[Copy]) -> tuple[int, ...]:
+    def enqueue_all(self, prepared: PreparedWrite) -> tuple[int, ...]:
         """enqueueSyncMutationTx per copy: the legacy-lane row, then 'cloud' and 'cloud:<project>' pending.
 
         engram updates both cursors after every row; inside one transaction only the last update of
         each is ever visible, so it is made once per target.
         """
         self.ensure(LEGACY_TARGET)
-        if not copies:
+        if not prepared.inserts:
             return ()
         before = count_rows(self.connection, "SELECT ifnull(MAX(seq), 0) FROM sync_mutations")
         self.connection.executemany(
             "INSERT INTO sync_mutations (target_key, entity, entity_key, op, payload, source, project) "
             "VALUES (?, ?, ?, ?, ?, 'local', ?)",
-            [
-                (
-                    LEGACY_TARGET,
-                    copy.source.entity,
-                    copy.source.entity_key,
-                    copy.source.op,
-                    copy.payload,
-                    copy.project,
-                )
-                for copy in copies
-            ],
+            prepared.inserts,
         )
         # We hold the write lock, so the rows after `before` are exactly ours, in insertion order.
         seqs = [
@@ -745,26 +777,23 @@ class _SyncState:
                 "SELECT seq FROM sync_mutations WHERE seq > ? ORDER BY seq", (before,)
             )
         ]
-        if len(seqs) != len(copies):
-            raise TriageError(f"expected {len(copies)} new rows, found {len(seqs)}; nothing was changed")
-        last_by_target: dict[str, int] = {}
-        for copy, seq in zip(copies, seqs, strict=True):
-            last_by_target[LEGACY_TARGET] = seq
-            last_by_target[project_target(copy.project)] = seq
-        for target_key, seq in last_by_target.items():
+        if len(seqs) != len(prepared.inserts):
+            raise TriageError(
+                f"expected {len(prepared.inserts)} new rows, found {len(seqs)}; nothing was changed"
+            )
+        for target_key, index in prepared.last_copy_by_target.items():
             self.ensure(target_key)
             self.connection.execute(
                 "UPDATE sync_state SET lifecycle = 'pending', last_enqueued_seq = ?, updated_at = datetime('now') "
                 "WHERE target_key = ?",
-                (seq, target_key),
+                (seqs[index], target_key),
             )
         return tuple(seqs)
 
-    def ack(self, rows: Sequence[InboxRow], *, on_half: Callable[[], None] = lambda: None) -> None:
+    def ack(self, prepared: PreparedWrite, *, on_half: Callable[[], None] = lambda: None) -> None:
         """AckSyncMutationSeqs('cloud', seqs), then refreshProjectSyncStateTx for every touched project."""
-        affected = sorted({normalize_project(row.project) for row in rows} - {""})
         state = self.get(LEGACY_TARGET)
-        seqs = [row.seq for row in rows]
+        seqs = prepared.ack_seqs
         half = len(seqs) // 2
         acked = self._ack_seqs(seqs[:half])
         on_half()
@@ -781,7 +810,7 @@ class _SyncState:
         if self.actively_degraded(state):
             lifecycle = "degraded"
         self.set_cursor(LEGACY_TARGET, lifecycle, "last_acked_seq = ?", (max_seq,))
-        for project in affected:
+        for project in prepared.acked_projects:
             self.refresh_project(project)
 
     def _ack_seqs(self, seqs: Sequence[int]) -> int:
@@ -829,16 +858,20 @@ class _SyncState:
         )
 
 
-def execute_plan(connection: sqlite3.Connection, schema: Schema, plan: Plan) -> tuple[int, ...]:
-    """Every change of `plan`, inside the caller's open transaction."""
+def execute_plan(
+    connection: sqlite3.Connection, schema: Schema, plan: Plan, prepared: PreparedWrite | None = None
+) -> tuple[int, ...]:
+    """Every change of `plan`, inside the caller's open transaction (`prepared`: prepare_write(plan))."""
+    if prepared is None:
+        prepared = prepare_write(plan)
     state = _SyncState(connection, schema)
-    new_seqs = state.enqueue_all(plan.copies)
+    new_seqs = state.enqueue_all(prepared)
     # Looked up at call time, so the crash-safety test's launcher can replace it.
     if plan.copies:
         pause_midway()
-        state.ack(plan.acks)
+        state.ack(prepared)
     elif plan.acks:
-        state.ack(plan.acks, on_half=pause_midway)
+        state.ack(prepared, on_half=pause_midway)
     for index, phantom in enumerate(plan.phantoms):
         connection.execute("DELETE FROM sync_state WHERE target_key = ?", (phantom.target_key,))
         if index == len(plan.phantoms) // 2:
@@ -974,6 +1007,10 @@ def apply(
             raise TriageError(f"nothing to {preview.operation}: the selection is empty")
         directory = private_backup_dir(backup_dir or default_backup_dir(db_path), ours=backup_dir is None)
         backup = backup_database(connection, db_path, directory, preview.operation)
+        prepared = prepare_write(preview)
+        # The commit of a large claim passes the WAL's auto-checkpoint threshold, and an automatic
+        # checkpoint runs inside our COMMIT call; it is run after the lock instead (below).
+        connection.execute("PRAGMA wal_autocheckpoint = 0")
         try:
             try:
                 with immediate_transaction(connection):
@@ -981,7 +1018,9 @@ def apply(
                     plan = planner.revalidate(connection, schema, preview)
                     if plan.is_empty:
                         raise TriageError(f"nothing to {plan.operation}: the selection emptied meanwhile")
-                    new_seqs = execute_plan(connection, schema, plan)
+                    if plan is not preview:
+                        prepared = prepare_write(plan)
+                    new_seqs = execute_plan(connection, schema, plan, prepared)
                 lock_held_ms = (time.perf_counter() - locked_at) * 1000
             except sqlite3.Error as error:
                 raise TriageError(
@@ -990,6 +1029,7 @@ def apply(
         except BaseException:
             backup.unlink(missing_ok=True)
             raise
+        checkpoint_outside_lock(connection)
         alias_registered = False
         if plan.alias is not None and aliases_path is not None:
             section, alias, project = plan.alias
