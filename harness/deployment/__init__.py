@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from engram_contract import LEGACY_TARGET, TELEMETRY_ENTITIES
+from engram_contract import TELEMETRY_ENTITIES
 from harness.deployment.digest import canonical_digest
 from harness.deployment.fill import enroll, fill
 from harness.deployment.history import History
@@ -104,7 +104,6 @@ def generate(
         raise DeploymentError(f"{out}: could not write the deployment ({error.strerror})") from error
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    stuck = [row for row in rows.mutations if row.acked_at is None and row.target_key == LEGACY_TARGET]
     return DeploymentSummary(
         path=str(out),
         seed=seed,
@@ -122,10 +121,10 @@ def generate(
         observations=len(history.observations),
         relations=len(history.relations),
         mutation_rows=len(rows.mutations),
-        max_seq=rows.mutations[-1].seq if rows.mutations else 0,
-        stuck_rows=len(stuck),
-        stuck_telemetry=sum(1 for row in stuck if row.entity in TELEMETRY_ENTITIES),
-        per_project_rows=sum(1 for row in rows.mutations if row.target_key != LEGACY_TARGET),
+        max_seq=rows.max_seq,
+        stuck_rows=len(rows.stuck),
+        stuck_telemetry=rows.count_stuck(TELEMETRY_ENTITIES),
+        per_project_rows=rows.per_project_rows,
         home_sessions=spec.home.sessions,
         designated_sessions=spec.designated_sessions,
         seconds=round(time.perf_counter() - began, 3),

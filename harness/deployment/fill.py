@@ -10,7 +10,7 @@ from pathlib import Path
 
 from harness.deployment.history import History
 from harness.deployment.records import stamp
-from harness.deployment.sequencing import MutationRow, SequencedRows, SyncStateRow
+from harness.deployment.sequencing import MUTATION_COLUMNS, SequencedRows, SyncStateRow
 from harness.deployment.spec import DeploymentError
 from harness.engram_env import EngramEnvironment, meaningful_stderr
 
@@ -169,4 +169,4 @@ def _insert_all(connection: sqlite3.Connection, history: History, rows: Sequence
             for number, r in enumerate(relations, start=1)
         ),
     )
-    connection.executemany(insert_sql("sync_mutations", MutationRow._fields), rows.mutations)
+    connection.executemany(insert_sql("sync_mutations", MUTATION_COLUMNS), rows.mutations)
