@@ -43,7 +43,7 @@ from canary.findings import (
     overall_status,
 )
 from canary.inbox_cursor import cursor_tripwire_findings
-from canary.lane_health import lane_findings
+from canary.lane_health import kept_lane_findings
 from canary.schema_support import identify, waiting_filter
 from canary.stage_a import stage_a_findings
 from canary.targets import INBOX_TARGET, LOCAL_TARGET, allowed_targets, project_target
@@ -430,8 +430,8 @@ def check_snapshot(
             connection, schema, config, db_path, use_cursor=use_cursor
         )
         findings.extend(tripwires)
-    # Lane health (canary.lane_health) takes its own short read transaction as well.
-    findings.extend(lane_findings(connection, schema, db_path))
+    # Lane health (canary.lane_health) takes its own short read transaction as well, through its state.
+    findings.extend(kept_lane_findings(connection, schema, db_path, use_cursor=use_cursor))
     # Stage A's assumption (design §4): no session spans two directories. Its own read transaction.
     stage_a, summary["stage_a"] = stage_a_findings(connection, schema, db_path, use_cursor=use_cursor)
     findings.extend(stage_a)

@@ -7,25 +7,35 @@ tick. A lane is blocked when a row it lists fails the shared push contract
 wait. The finding names the blocking seqs, the reason, the rows held back per project and the command
 that clears it. v1.20 has one live lane, the legacy `cloud` lane (`legacy_lane_blocked`); a per-project
 lane `cloud:<p>` that a later engram makes live gets the same check (`project_lane_blocked`).
+
+Reading a lane's pending rows costs a tenth of a second per 100k rows, so `check` keeps the findings in
+the canary's state dir with a fingerprint of what they were read from (the high-water seq, each lane's
+waiting rows, the enrolled set, every sync_state row's lifecycle/last_error/failures, the tables a fix is
+derived from) and reads the lanes again only when the fingerprint moved or the answer is an hour old.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import shlex
 import sqlite3
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from canary.db import Schema, enrolled_projects, read_transaction
+from canary.config import state_file_for
+from canary.db import Schema, enrolled_projects, quote_identifier, read_transaction
 from canary.findings import Finding
 from canary.inbox import InboxRow
-from canary.repair import Deriver, Fix, derive_fix, pending_listed_rows
-from canary.schema_support import identify
+from canary.schema_support import identify, waiting_filter
 from canary.targets import project_target
-from canary.triage import entry_refusal
 from engram_contract import LEGACY_TARGET, PushRefusal
+
+if TYPE_CHECKING:
+    from canary.repair import Deriver
 
 LEGACY_LANE_BLOCKED = "legacy_lane_blocked"
 PROJECT_LANE_BLOCKED = "project_lane_blocked"
@@ -71,8 +81,17 @@ def read_lane_health(connection: sqlite3.Connection, schema: Schema) -> list[Lan
     """Every live lane's health, in the caller's read transaction."""
     if not schema.has_column("sync_mutations", "project"):
         return []
+    # Imported here: an unchanged check answers from the state dir without triage's contract code.
+    from canary.repair import Deriver
+
     enrolled = enrolled_projects(connection, schema)
     deriver = Deriver(connection, schema, enrolled)
+    return [
+        _lane(connection, schema, deriver, target) for target in _live_lanes(connection, schema, enrolled)
+    ]
+
+
+def _live_lanes(connection: sqlite3.Connection, schema: Schema, enrolled: frozenset[str]) -> list[str]:
     lanes = [LEGACY_TARGET]
     # Per-project lanes only where a later engram made them live; on a legacy-only file their rows are
     # undelivered_project_lane's business (v1.20's worker never reads them, so they block nothing).
@@ -82,10 +101,13 @@ def read_lane_health(connection: sqlite3.Connection, schema: Schema) -> list[Lan
             "SELECT 1 FROM sync_mutations WHERE target_key = ? AND acked_at IS NULL LIMIT 1", (target,)
         ).fetchone():
             lanes.append(target)
-    return [_lane(connection, schema, deriver, target) for target in lanes]
+    return lanes
 
 
 def _lane(connection: sqlite3.Connection, schema: Schema, deriver: Deriver, target_key: str) -> LaneHealth:
+    from canary.repair import Fix, derive_fix, pending_listed_rows
+    from canary.triage import entry_refusal
+
     health = LaneHealth(target_key)
     columns = [
         name
@@ -197,6 +219,100 @@ def lane_findings(connection: sqlite3.Connection, schema: Schema, db: Path | Non
     with read_transaction(connection):
         healths = read_lane_health(connection, schema)
     return [finding for health in healths if (finding := lane_finding(health, db)) is not None]
+
+
+LANE_STATE_KIND = "lane-health"
+LANE_STATE_SCHEMA = "engram-canary/lane-health/v1"
+# A bound on what the fingerprint cannot see (a sessions or observations row rewritten in place, which
+# can turn an unrepairable blocker into a repairable one).
+LANE_STATE_MAX_AGE_SECONDS = 3600.0
+_SYNC_STATE_COLUMNS = ("target_key", "lifecycle", "last_error", "consecutive_failures")
+_DERIVED_FROM = ("sessions", "observations", "user_prompts")
+
+
+def lane_fingerprint(connection: sqlite3.Connection, schema: Schema, db: Path) -> dict[str, Any]:
+    """What lane health is computed from, in indexed reads (call inside the read transaction)."""
+    from canary import __version__
+
+    enrolled = enrolled_projects(connection, schema)
+    waiting = (
+        "SELECT count(*) FROM sync_mutations WHERE target_key = ? AND acked_at IS NULL"
+        + waiting_filter(schema)
+    )
+    high = connection.execute("SELECT max(seq) FROM sync_mutations").fetchone()
+    columns = [name for name in _SYNC_STATE_COLUMNS if schema.has_column("sync_state", name)]
+    states = (
+        [
+            list(row)
+            for row in connection.execute(f"SELECT {', '.join(columns)} FROM sync_state ORDER BY target_key")
+        ]
+        if "target_key" in columns
+        else []
+    )
+    fingerprint = {
+        "canary": __version__,
+        "db": str(db),
+        "high_water": high[0] if high else None,
+        "enrolled": sorted(enrolled),
+        "waiting": {
+            lane: int(connection.execute(waiting, (lane,)).fetchone()[0])
+            for lane in _live_lanes(connection, schema, enrolled)
+        },
+        "sync_state": states,
+        "derived_from": {
+            table: connection.execute(f"SELECT max(rowid) FROM {quote_identifier(table)}").fetchone()[0]
+            for table in _DERIVED_FROM
+            if schema.has_table(table)
+        },
+    }
+    normalized: dict[str, Any] = json.loads(json.dumps(fingerprint))
+    return normalized
+
+
+def _kept_findings(path: Path, fingerprint: dict[str, Any]) -> list[Finding] | None:
+    try:
+        kept = json.loads(path.read_text(encoding="utf-8"))
+        fresh = time.time() - float(kept["computed_at"]) <= LANE_STATE_MAX_AGE_SECONDS
+        if kept["schema"] == LANE_STATE_SCHEMA and fresh and kept["fingerprint"] == fingerprint:
+            return [Finding.model_validate(document) for document in kept["findings"]]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass  # pydantic's ValidationError is a ValueError
+    return None
+
+
+def _keep_findings(path: Path, fingerprint: dict[str, Any], findings: list[Finding]) -> None:
+    document = {
+        "schema": LANE_STATE_SCHEMA,
+        "fingerprint": fingerprint,
+        "computed_at": time.time(),
+        "findings": [finding.model_dump(mode="json") for finding in findings],
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}")
+        temporary.write_text(json.dumps(document), encoding="utf-8")
+        os.replace(temporary, path)
+    except OSError:
+        pass  # a cache of answers: an unwritable state dir only costs time
+
+
+def kept_lane_findings(
+    connection: sqlite3.Connection, schema: Schema, db: Path, *, use_cursor: bool = True
+) -> list[Finding]:
+    """lane_findings through the canary's state dir: equal to a full read, which happens only when the
+    fingerprint moved (rows appended, acked or quarantined, an enrollment, a sync_state change)."""
+    if not use_cursor or not schema.has_column("sync_mutations", "project"):
+        return lane_findings(connection, schema, db)
+    path = state_file_for(db, LANE_STATE_KIND)
+    with read_transaction(connection):
+        fingerprint = lane_fingerprint(connection, schema, db)
+        kept = _kept_findings(path, fingerprint)
+        if kept is not None:
+            return kept
+        healths = read_lane_health(connection, schema)
+    findings = [finding for health in healths if (finding := lane_finding(health, db)) is not None]
+    _keep_findings(path, fingerprint, findings)
+    return findings
 
 
 @dataclass(frozen=True)

@@ -199,3 +199,70 @@ def test_a_degraded_lane_without_a_contract_blocker_names_the_last_error(blocked
     assert finding["message"].startswith(
         "lane 'cloud' is degraded with 6 rows pending: the last push failed ("
     )
+
+
+def test_lane_health_kept_in_the_state_dir_equals_check_full_across_changes(
+    blocked: EngramEnvironment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unchanged database answers lane health from the state dir; rows appended, a sync_state change
+    and an ack each read the lanes again, and every answer equals `check --full`."""
+    from canary import lane_health
+    from canary.checks import run_check
+    from canary.config import CanaryConfig
+
+    world = blocked
+    monkeypatch.setenv("ENGRAM_CANARY_STATE_DIR", str(tmp_path / "state"))
+    reads: list[int] = []
+    full_read = lane_health.read_lane_health
+
+    def counted(connection: sqlite3.Connection, schema: Any) -> list[lane_health.LaneHealth]:
+        reads.append(1)
+        return full_read(connection, schema)
+
+    monkeypatch.setattr(lane_health, "read_lane_health", counted)
+
+    def kept_and_full() -> tuple[list[dict[str, Any]], int]:
+        """The lane findings through the state dir (equal to --full), and how many lane reads that took."""
+        before = len(reads)
+        kept = run_check(world.db_path, CanaryConfig(), None).model_dump(mode="json")["findings"]
+        used = len(reads) - before
+        full = run_check(world.db_path, CanaryConfig(), None, use_cursor=False).model_dump(mode="json")
+        assert kept == full["findings"]
+        return [f for f in kept if f["check"].endswith("_lane_blocked")], used
+
+    first, used = kept_and_full()
+    assert used == 1 and first[0]["evidence"]["held_back_rows"] == 6
+    assert list((tmp_path / "state").glob("lane-health-*.json"))
+    assert kept_and_full() == (first, 0)  # unchanged: from the state dir, no lane read
+
+    save(world, "other", "held four", cwd=world.home)  # rows appended
+    grown, used = kept_and_full()
+    assert used == 1 and grown[0]["evidence"]["held_back_by_project"] == {"main-proj": 4, "other": 4}
+    assert kept_and_full() == (grown, 0)
+
+    simulate(  # SIMULATION OF LEGACY DATA: the worker's failed push recorded in sync_state
+        world.db_path,
+        (
+            "UPDATE sync_state SET lifecycle = 'degraded', last_error = ?, consecutive_failures = 2 "
+            "WHERE target_key = 'cloud'",
+            ("push mutations: 400 mutation entries must specify a project",),
+        ),
+    )
+    degraded, used = kept_and_full()
+    assert used == 1 and degraded[0]["evidence"]["consecutive_failures"] == 2
+
+    # The blockers acked; drop also moves the lane out of `degraded` (triage resets its sync_state).
+    assert canary(world, "inbox", "drop", "--unattributed", "--apply").returncode == 0
+    assert kept_and_full() == ([], 1)
+    simulate(  # SIMULATION OF LEGACY DATA: a failure without a contract blocker, rows still pending
+        world.db_path,
+        (
+            "UPDATE sync_state SET lifecycle = 'degraded', last_error = 'push mutations: 503' WHERE target_key = 'cloud'",
+            (),
+        ),
+    )
+    [stuck], used = kept_and_full()
+    assert used == 1 and (stuck["evidence"]["blocking_rows"], stuck["evidence"]["held_back_rows"]) == (0, 8)
+    simulate(world.db_path, ("UPDATE sync_state SET lifecycle = 'healthy' WHERE target_key = 'cloud'", ()))
+    assert kept_and_full() == ([], 1)
+    assert kept_and_full() == ([], 0)
