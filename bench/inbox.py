@@ -26,8 +26,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from contextlib import closing
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,6 +68,55 @@ BEFORE_ISSUE_10: dict[str, Any] = {
         {"rows": 5000, "lock_held_ms": 56.7},
     ],
 }
+
+# The claim run by 256df36's canary and by this tree's, each in a fresh child process on an identical
+# copy, interleaved in one run, so a loaded machine slows both alike (256df36's Selection has no
+# memories_only: it copies every row, as memories_only=False does here).
+CHILD_CLAIM = """
+import dataclasses, sys
+from pathlib import Path
+from canary.derive import AliasMap
+from canary.triage import InboxPlanner, Selection, apply, plan_claim
+fields = {field.name for field in dataclasses.fields(Selection)}
+selection = Selection("side-project", **({"memories_only": False} if "memories_only" in fields else {}))
+planner = InboxPlanner(AliasMap(), lambda snapshot: plan_claim(snapshot, selection, "main-proj"))
+print(apply(Path(sys.argv[1]), planner, backup_dir=Path(sys.argv[2])).lock_held_ms)
+"""
+
+
+@contextmanager
+def checkout(revision: str, workdir: Path) -> Iterator[Path]:
+    tree = workdir / f"tree-{revision}"
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), revision],
+        check=True,
+        capture_output=True,
+    )
+    try:
+        yield tree
+    finally:
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+            check=False,
+            capture_output=True,
+        )
+
+
+def child_claim_lock_ms(tree: Path, db: Path) -> float:
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD_CLAIM, str(db), str(db.parent / "backups")],
+        env={**os.environ, "PYTHONPATH": str(tree)},
+        cwd=tree,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return float(done.stdout.split()[-1])
+
+
+OLD_LOCK_KEY = f"child_process_lock_held_ms_at_{BEFORE_ISSUE_10['commit']}"
+NEW_LOCK_KEY = "child_process_lock_held_ms_this_tree"
+OLD_RATIO_KEY = f"child_process_lock_ratio_this_tree_to_{BEFORE_ISSUE_10['commit']}"
 
 
 def timed(action: Callable[[], Any]) -> float:
@@ -233,7 +282,7 @@ def preflight_ms(db: Path, selection: Selection) -> tuple[float, float, int]:
     return plan_ms, (time.perf_counter() - began) * 1000, len(plan.copies)
 
 
-def claim_timing(engram: Path, workdir: Path, rows: int, runs: int) -> dict[str, Any]:
+def claim_timing(engram: Path, workdir: Path, rows: int, runs: int, old_tree: Path) -> dict[str, Any]:
     source = real_engram_rows(engram, workdir, rows)
     selection = Selection("side-project", memories_only=False)
     variants: dict[str, list[float]] = {
@@ -243,8 +292,13 @@ def claim_timing(engram: Path, workdir: Path, rows: int, runs: int) -> dict[str,
     }
     plans: list[float] = []
     checks: list[float] = []
+    old: list[float] = []
+    new: list[float] = []
     copies = 0
     for run in range(runs):
+        for tree, times in ((old_tree, old), (ROOT, new)):
+            copy = fresh_copy(source, workdir / f"claim-{rows}-child-{tree.name}-{run}" / "engram.db")
+            times.append(child_claim_lock_ms(tree, copy))
         for name in variants:
             db = fresh_copy(source, workdir / f"claim-{rows}-{name}-{run}" / "engram.db")
             planner_type = PreflightInsideLock if name == "preflight_inside_lock" else InboxPlanner
@@ -270,6 +324,11 @@ def claim_timing(engram: Path, workdir: Path, rows: int, runs: int) -> dict[str,
         "preflight_ms": round(statistics.median(checks), 1),
         "min_lock_held_ms": {name: round(min(values), 1) for name, values in variants.items()},
         "min_preflight_ms": round(min(checks), 1),
+        OLD_LOCK_KEY: round(statistics.median(old), 1),
+        NEW_LOCK_KEY: round(statistics.median(new), 1),
+        f"min_{OLD_LOCK_KEY}": round(min(old), 1),
+        f"min_{NEW_LOCK_KEY}": round(min(new), 1),
+        OLD_RATIO_KEY: round(statistics.median(new) / statistics.median(old), 2),
         "plan_ms_with_preflight": round(statistics.median(plans), 1),
         "runs": runs,
     }
@@ -300,7 +359,8 @@ def main(runs: int, cache: Path, skip_big: bool, claims_only: bool) -> None:
             if not skip_big:
                 big = big_database(engram, cache, workdir)
                 datasets["scaled_1M"] = {"list": list_timings(big, runs), **triage_timings(big)}
-        claims = [claim_timing(engram, workdir, rows, runs) for rows in (100, 1000, 5000)]
+        with checkout(BEFORE_ISSUE_10["commit"], workdir) as old_tree:
+            claims = [claim_timing(engram, workdir, rows, runs, old_tree) for rows in (100, 1000, 5000)]
     result = {
         "benchmark": "inbox",
         "machine": {
@@ -319,7 +379,9 @@ def main(runs: int, cache: Path, skip_big: bool, claims_only: bool) -> None:
             "issue 10); lock_held_ms: the pre-flight runs on the read snapshot before BEGIN IMMEDIATE (as shipped); "
             "lock_held_ms_if_preflight_inside_lock: the same claim with the pre-flight repeated under the lock, "
             "on an identical copy; claims copy session and observation rows (--with-telemetry) so N matches "
-            "the earlier runs"
+            "the earlier runs; child_process_*: the claim of 256df36's canary (git worktree) and of this tree, "
+            "each in a fresh child process on an identical copy, interleaved in the same run (the ratio holds on "
+            "a loaded machine; a fresh process runs a little slower than the in-process variants)"
         ),
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
@@ -337,7 +399,7 @@ def main(runs: int, cache: Path, skip_big: bool, claims_only: bool) -> None:
         )
     click.echo(
         f"{'claim rows':>10} {'no check':>8} {'lock ms':>8} {'if inside':>9} {'preflight ms':>12} "
-        f"{'256df36':>10}   "
+        f"{'256df36':>10} {'child 256df36':>13} {'child here':>10} {'ratio':>5}   "
         f"(engram retries a busy write for ~{ENGRAM_RETRY_BUDGET_MS} ms)"
     )
     before = {entry["rows"]: entry["lock_held_ms"] for entry in BEFORE_ISSUE_10["claim_real_engram_rows"]}
@@ -345,7 +407,8 @@ def main(runs: int, cache: Path, skip_big: bool, claims_only: bool) -> None:
         click.echo(
             f"{claim['rows']:>10} {claim['lock_held_ms_without_preflight']:>8} {claim['lock_held_ms']:>8} "
             f"{claim['lock_held_ms_if_preflight_inside_lock']:>9} "
-            f"{claim['preflight_ms']:>12} {before.get(claim['rows'], '-'):>10}"
+            f"{claim['preflight_ms']:>12} {before.get(claim['rows'], '-'):>10} "
+            f"{claim[OLD_LOCK_KEY]:>13} {claim[NEW_LOCK_KEY]:>10} {claim[OLD_RATIO_KEY]:>5}"
         )
     click.echo(f"wrote {RESULTS}")
 
