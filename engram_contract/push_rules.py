@@ -20,6 +20,9 @@ A refusal carries the status the REAL v1.20 server answers (observed by the diff
   ENGRAM_CLOUD_MAX_PUSH_BYTES): the smallest push that carries it is over the limit, so every push of it
   is 413 ``upgrade_repairable_payload_too_large`` "push payload too large (max N bytes)".
 
+``server_version="v2"``/``"v3"`` asks the rule predicted from v2's source instead (``canonical_entry``,
+docs/fake-cloud.md "Mutation push under v2 and v3"); the default stays v1.20, which triage targets.
+
 A 500 here is not transient: the same batch is refused on every retry, so for triage it is a poison
 entry. The reason is the innermost text; on the wire the server prefixes it
 (``insert mutations: cloudstore: canonicalize materialized mutation batch chunk: mutations[i]: ``, where
@@ -34,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from engram_contract.errors import ContractError
-from engram_contract.gojson import go_json, go_loads, has_lone_surrogate
+from engram_contract.gojson import go_json, go_loads, has_lone_surrogate, replace_surrogates
 
 SESSION: Final = "session"
 OBSERVATION: Final = "observation"
@@ -69,6 +72,15 @@ TOO_LARGE_STATUS: Final = 413
 
 POSTGRES_JSON_REASON: Final = "insert mutation: ERROR: invalid input syntax for type json (SQLSTATE 22P02)"
 
+# Predicted from source (docs/fake-cloud.md, "Mutation push under v2 and v3"): the later of the two v2
+# push handlers in the index canonicalizes every
+# entry before its insert, filling placeholders into sparse legacy upserts, and answers what it still
+# cannot canonicalize with 400 "invalid mutation payload" (v3's handler is not stored; v3 is assumed to
+# keep v2's rule). v1.20 has no such step: its batch insert fails with 500.
+CANONICALIZING_SERVER_VERSIONS: Final = ("v2", "v3")
+INVALID_MUTATION_REASON: Final = "invalid mutation payload"
+LEGACY_ENTITIES: Final = (SESSION, OBSERVATION, PROMPT)
+
 POINTER: Final = object()  # marks a Go pointer field with omitempty: omitted only when nil
 
 
@@ -92,6 +104,7 @@ def refusal_for_entry(
     op: str,
     payload: object,
     max_push_bytes: int = MAX_PUSH_BYTES,
+    server_version: str = "v1.20",
 ) -> PushRefusal | None:
     """Would engram v1.20's cloud refuse a POST /sync/mutations/push that carries this entry?
     payload is the row's payload as stored in sync_mutations (JSON text) or already decoded.
@@ -103,7 +116,11 @@ def refusal_for_entry(
     "directory") or that Postgres refuses (a lone surrogate); it is refused again on every retry.
     Status 400 with reason "invalid request body: payload is not valid JSON" means the stored text
     is not JSON at all, which the client cannot even send. Status 413 means the entry alone does not
-    fit in a push body of ``max_push_bytes`` (the server's limit), so no push can ever carry it."""
+    fit in a push body of ``max_push_bytes`` (the server's limit), so no push can ever carry it.
+
+    ``server_version`` "v2" or "v3" asks the predicted v2/v3 rule instead (``canonical_entry``): a sparse
+    legacy upsert passes with placeholders, and what still cannot be canonicalized is 400
+    "invalid mutation payload" (field "payload", or a relation's missing field)."""
     if entry_push_bytes(project, entity, entity_key, op, payload) > max_push_bytes:
         return PushRefusal(TOO_LARGE_STATUS, too_large_reason(max_push_bytes), "payload")
     if isinstance(payload, bytes | str):
@@ -113,6 +130,15 @@ def refusal_for_entry(
         except (json.JSONDecodeError, ContractError):
             # The client could not even put this on the wire as a JSON value.
             return PushRefusal(400, "invalid request body: payload is not valid JSON", "payload")
+    if server_version in CANONICALIZING_SERVER_VERSIONS:
+        refused = project_refusal(project)
+        if refused is not None:
+            return refused
+        try:
+            canonical_entry(project=project, entity=entity, entity_key=entity_key, op=op, payload=payload)
+        except ContractError as error:
+            return PushRefusal(400, INVALID_MUTATION_REASON, error.field)
+        return _postgres_refusal(payload) if entity.strip() not in SUPPORTED_OPS else None
     return (
         project_refusal(project)
         or relation_refusal(entity, op, payload)
@@ -189,6 +215,76 @@ def payload_refusal(
     except ContractError as error:
         return PushRefusal(MATERIALIZE_STATUS, str(error), error.field)
     return _postgres_refusal(payload)
+
+
+def canonical_entry(*, project: str, entity: str, entity_key: str, op: str, payload: Any) -> tuple[Any, str]:
+    """The v2/v3 push handler's per-entry step before its insert (predicted from source): the payload it
+    stores and its text. A relation is checked for its required fields first; a session, observation or
+    prompt payload (an object, or a JSON string holding one) gets placeholders for absent upsert fields
+    (``fill_legacy_placeholders``); then the chunk codec canonicalizes it. ContractError (field: the
+    relation's missing field, else "payload") for whatever the handler lists in ``invalid[]``. An entity
+    the codec does not know passes as sent."""
+    entity, op = entity.strip(), op.strip()
+    if entity == RELATION:
+        missing = relation_missing_field(payload)
+        if missing:
+            raise ContractError(INVALID_RELATION_REASON, missing)
+    if entity not in SUPPORTED_OPS:
+        text = "{}" if payload is None else go_json(payload, sort_keys=False)
+        return payload, text
+    try:
+        if entity in LEGACY_ENTITIES:
+            payload = fill_legacy_placeholders(entity, entity_key, op, payload, project.strip())
+        if op not in SUPPORTED_OPS[entity]:
+            raise ContractError(f'unsupported mutation "{entity}"/"{op}"', "op")
+        # Go decodes the payload into a map, so a lone surrogate escape becomes U+FFFD.
+        text = "{}" if payload is None else go_json(replace_surrogates(payload), sort_keys=True)
+        canonical, expected_key = normalize_mutation_payload(entity, op, text, project.strip())
+        if entity_key.strip() and entity_key.strip() != expected_key:
+            raise ContractError(f'entity_key "{entity_key}" does not match payload key "{expected_key}"')
+    except ContractError as error:
+        raise ContractError(str(error), "payload") from None
+    return go_loads(canonical), canonical
+
+
+def fill_legacy_placeholders(
+    entity: str, entity_key: str, op: str, payload: Any, project: str
+) -> dict[str, Any]:
+    """v2's normalizeLegacyMutationPayload (predicted from source): the payload must be an object (or a
+    JSON string holding one) for any op; an upsert gets deterministic values for ABSENT fields only (a
+    field sent empty or null stays, and the codec refuses it)."""
+    if isinstance(payload, str):
+        try:
+            payload = go_loads(payload)
+        except (json.JSONDecodeError, ContractError) as error:
+            raise ContractError(str(error), "payload") from None
+    if not isinstance(payload, dict):
+        raise ContractError("payload must be an object", "payload")
+    fields = dict(payload)
+    if op.strip() != UPSERT:
+        return fields
+    key = entity_key.strip()
+    if entity == SESSION:
+        fields.setdefault("id", _legacy_id(fields, key))
+        fields.setdefault("directory", ".")
+        return fields
+    fields.setdefault("sync_id", key)
+    row_id = _legacy_id(fields, key)
+    placeholders = {"session_id": f"legacy-{row_id}", "content": row_id}
+    if entity == OBSERVATION:
+        placeholders |= {"type": "legacy", "title": row_id, "scope": "project"}
+    else:
+        placeholders["project"] = project
+    for name, value in placeholders.items():
+        fields.setdefault(name, value)
+    return fields
+
+
+def _legacy_id(fields: Mapping[str, Any], fallback: str) -> str:
+    sync_id = fields.get("sync_id")
+    if isinstance(sync_id, str) and sync_id.strip():
+        return sync_id.strip()
+    return fallback
 
 
 def _postgres_refusal(payload: Any) -> PushRefusal | None:

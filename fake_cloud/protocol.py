@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from engram_contract import payload_digest, push_rules
+from engram_contract.errors import ContractError
 from fake_cloud import chunkcodec
 from fake_cloud.chunkcodec import ChunkError
 from fake_cloud.state import (
@@ -78,6 +79,10 @@ def push_mutations(
     for entry in parsed:
         if entry["project"].strip() in state.paused:
             return paused_reply(entry["project"].strip(), primary), items
+    if state.server_version in push_rules.CANONICALIZING_SERVER_VERSIONS:
+        refused = _canonicalize_entries(parsed)
+        if refused is not None:
+            return refused, items
     invalid = []
     for index, entry in enumerate(parsed):
         relation = push_rules.relation_refusal(entry["entity"], entry["op"], entry["payload"])
@@ -312,6 +317,33 @@ def _lenient_int(raw: str | None, default: int) -> int:
 
 def _accepted(seqs: list[int], primary: str) -> dict[str, Any]:
     return {"accepted_seqs": seqs, "project": primary, "project_path": "", "project_source": "request_body"}
+
+
+def _canonicalize_entries(entries: list[dict[str, Any]]) -> Reply | None:
+    """v2/v3 (predicted from source): every entry canonicalized before the insert, in place (the stored
+    payload is the canonical one); the whole batch refused with 400 if any entry cannot be."""
+    invalid = []
+    for index, entry in enumerate(entries):
+        try:
+            payload, text = push_rules.canonical_entry(
+                project=entry["project"],
+                entity=entry["entity"],
+                entity_key=entry["entity_key"],
+                op=entry["op"],
+                payload=entry["payload"],
+            )
+        except ContractError as error:
+            invalid.append({"entity": entry["entity"].strip(), "field": error.field, "index": index})
+            continue
+        entry["payload"], entry["payload_text"] = payload, text
+    if not invalid:
+        return None
+    body = {
+        **payload_invalid(push_rules.INVALID_MUTATION_REASON).body,
+        "reason_code": "validation_error",
+        "invalid": invalid,
+    }
+    return Reply(400, body)
 
 
 def _materialize_refusal(entries: Sequence[Mapping[str, Any]]) -> Reply | None:
