@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-
-import yaml
+from typing import TYPE_CHECKING
 
 from canary.derive import AliasMap, normalize_cwd
 from canary.errors import CanaryError
 from canary.targets import RESERVED_INBOX_PROJECT, normalize_project
 from engram_contract.files import atomic_write, xdg_config_home
-from engram_contract.yaml_source import YamlSyntaxError, compose_yaml
+
+if TYPE_CHECKING:
+    import yaml
 
 ALIASES_FILE_NAME = "aliases.yaml"
 SECTIONS = ("keys", "cwds")
@@ -53,6 +54,11 @@ def load_aliases(path: Path | None) -> tuple[AliasMap, Path]:
 
 
 def parse_aliases(text: str, path: Path) -> AliasMap:
+    # Imported here: PyYAML costs a check without an alias file ~12 ms of start-up.
+    import yaml
+
+    from engram_contract.yaml_source import YamlSyntaxError, compose_yaml
+
     try:
         root = compose_yaml(text)
     except YamlSyntaxError as error:
@@ -106,6 +112,8 @@ def _line(node: yaml.Node) -> int:
 
 
 def _scalar(node: yaml.Node, path: Path, what: str) -> str:
+    import yaml
+
     if not isinstance(node, yaml.ScalarNode) or node.tag.endswith(":null"):
         raise AliasError(f"{path}:{_line(node)}: the {what} must be a plain string")
     return str(node.value)

@@ -6,6 +6,7 @@ arguments are UNKNOWN too (3, not click's usual 2, which would read as CRITICAL)
 
 from __future__ import annotations
 
+import importlib
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,7 +14,6 @@ from pathlib import Path
 import click
 from pydantic import ValidationError
 
-from canary import __version__
 from canary.baseline import (
     Baseline,
     acknowledge,
@@ -27,19 +27,16 @@ from canary.config import CanaryConfig, WatchSettings, default_config_path, load
 from canary.db import default_db_path
 from canary.errors import CanaryError
 from canary.findings import Status
-from canary.inbox_cli import cleanup_phantoms_command, inbox, repair_command
 from canary.report import render_json, render_text, write_textfile
-from canary.systemd import (
-    UnitOptions,
-    default_executable,
-    default_unit_dir,
-    enable_hint,
-    render_units,
-    write_units,
-)
 from engram_contract.one_line_cli import OneLineErrorGroup
 
 PROG = "engram-canary"
+# Commands whose modules a one-shot `check` never needs (triage, repair): imported when named or listed.
+LAZY_COMMANDS = {
+    "cleanup-phantoms": ("canary.inbox_cli", "cleanup_phantoms_command"),
+    "inbox": ("canary.inbox_cli", "inbox"),
+    "repair": ("canary.inbox_cli", "repair_command"),
+}
 
 
 class CanaryGroup(OneLineErrorGroup):
@@ -58,9 +55,37 @@ class CanaryGroup(OneLineErrorGroup):
     def abort_line(self) -> str:
         return f"{PROG}: aborted"
 
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in LAZY_COMMANDS and cmd_name not in self.commands:
+            module, name = LAZY_COMMANDS[cmd_name]
+            command = getattr(importlib.import_module(module), name)
+            assert isinstance(command, click.Command)
+            self.add_command(command, cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+
+def _print_version(context: click.Context, _parameter: click.Parameter, value: bool) -> None:
+    """click's version line, with the version looked up only when asked for (canary.__getattr__)."""
+    if not value or context.resilient_parsing:
+        return
+    from canary import __version__
+
+    click.echo(f"{PROG}, version {__version__}")
+    context.exit()
+
 
 @click.group(cls=CanaryGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name=PROG)
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the version and exit.",
+)
 def cli() -> None:
     """Watch engram's sync target space and triage its virtual inbox."""
 
@@ -283,6 +308,15 @@ def install_systemd(
     ping_url: str | None,
 ) -> None:
     """Write (or --print) a hardened watcher service and a timer running `check` as a backstop."""
+    from canary.systemd import (
+        UnitOptions,
+        default_executable,
+        default_unit_dir,
+        enable_hint,
+        render_units,
+        write_units,
+    )
+
     config, _ = load_config(config_file)
     options = UnitOptions(
         executable=default_executable(),
@@ -371,11 +405,6 @@ def reconcile_command(
     )
     click.echo(text)
     sys.exit(status)
-
-
-cli.add_command(inbox)
-cli.add_command(cleanup_phantoms_command)
-cli.add_command(repair_command)
 
 
 def main() -> None:

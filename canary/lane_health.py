@@ -222,6 +222,7 @@ def lane_findings(connection: sqlite3.Connection, schema: Schema, db: Path | Non
 
 
 LANE_STATE_KIND = "lane-health"
+# Bumped whenever a lane finding's shape changes, so a kept answer of an older canary is never reused.
 LANE_STATE_SCHEMA = "engram-canary/lane-health/v1"
 # A bound on what the fingerprint cannot see (a sessions or observations row rewritten in place, which
 # can turn an unrepairable blocker into a repairable one).
@@ -232,8 +233,6 @@ _DERIVED_FROM = ("sessions", "observations", "user_prompts")
 
 def lane_fingerprint(connection: sqlite3.Connection, schema: Schema, db: Path) -> dict[str, Any]:
     """What lane health is computed from, in indexed reads (call inside the read transaction)."""
-    from canary import __version__
-
     enrolled = enrolled_projects(connection, schema)
     waiting = (
         "SELECT count(*) FROM sync_mutations WHERE target_key = ? AND acked_at IS NULL"
@@ -250,7 +249,6 @@ def lane_fingerprint(connection: sqlite3.Connection, schema: Schema, db: Path) -
         else []
     )
     fingerprint = {
-        "canary": __version__,
         "db": str(db),
         "high_water": high[0] if high else None,
         "enrolled": sorted(enrolled),

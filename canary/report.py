@@ -7,8 +7,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
-
 from canary.checks import FOREIGN_CHECKS, CheckResult
 from canary.config import CanaryConfig
 from canary.errors import CanaryError
@@ -125,6 +123,9 @@ def render_json(result: CheckResult) -> str:
 
 def write_textfile(result: CheckResult, directory: Path) -> Path:
     """node_exporter textfile collector format; prometheus_client writes tmp + rename (atomic)."""
+    # Imported here: only --textfile-dir needs it, and it costs a one-shot check ~20 ms of start-up.
+    from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
+
     if not directory.is_dir():
         raise ReportError(f"--textfile-dir {directory}: not a directory")
     registry = CollectorRegistry()
