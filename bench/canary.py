@@ -290,6 +290,27 @@ def side_by_side_check(db: Path, env: dict[str, str], rounds: int) -> dict[str, 
     }
 
 
+def start_up_seconds(env: dict[str, str], runs: int = 7) -> dict[str, float]:
+    """Where a one-shot command's fixed cost goes: the interpreter alone, then importing the CLI."""
+    bare = timed([sys.executable, "-c", "pass"], env, runs)["median_s"]
+    cli = timed([sys.executable, "-c", "import canary.cli"], env, runs)["median_s"]
+    return {"python_start_median_s": bare, "python_start_and_import_canary_cli_median_s": cli}
+
+
+def in_process_unchanged_check_seconds(db: Path, env: dict[str, str], runs: int = 5) -> float:
+    """run_check through the commands' state dir on the unchanged file, without start-up (median)."""
+    from canary.checks import run_check
+    from canary.config import CanaryConfig
+
+    os.environ.update(env, ENGRAM_CANARY_STATE_DIR=str(db.parent / "state"))
+    walls: list[float] = []
+    for _ in range(runs):
+        began = time.perf_counter()
+        run_check(db, CanaryConfig(), None)
+        walls.append(time.perf_counter() - began)
+    return round(statistics.median(walls), 3)
+
+
 def main_check_only(cache: Path, rounds: int) -> None:
     engram = find_engram(DEFAULT_VERSION)
     if engram is None:
@@ -303,6 +324,8 @@ def main_check_only(cache: Path, rounds: int) -> None:
     env["XDG_CONFIG_HOME"] = str(workdir / "xdg")
     db = fresh_copy(cached, workdir)
     check = side_by_side_check(db, env, rounds)
+    start_up = start_up_seconds(env)
+    in_process = in_process_unchanged_check_seconds(db, env)
     results = {
         "benchmark": "canary check: inbox cursor vs full recomputation",
         "machine": {
@@ -312,6 +335,8 @@ def main_check_only(cache: Path, rounds: int) -> None:
         },
         "database": {"sync_mutations_rows": summary["mutation_rows"], "unacked_rows": summary["stuck_rows"]},
         "check": check,
+        "start_up": start_up,
+        "in_process_unchanged_check_median_s": in_process,
     }
     CHECK_RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     click.echo(json.dumps(results, indent=2))
