@@ -66,7 +66,10 @@ class Received(Protocol):
 
 
 @dataclass
-class LaneRow:
+class MeasuredLaneRow:
+    """What the run measured for one lane and project; a scenario states its
+    expectation of such a row as harness.schema.LaneRow."""
+
     lane: str
     project: str
     enqueued: int = 0
@@ -84,12 +87,12 @@ class LaneRow:
 
 @dataclass
 class LaneTable:
-    rows: list[LaneRow] = field(default_factory=list)
+    rows: list[MeasuredLaneRow] = field(default_factory=list)
     unmatched_received: int = 0
     lost_rows: list[LocalMutation] = field(default_factory=list)
     unmatched: list[MatchKey] = field(default_factory=list)
 
-    def row(self, lane: str, project: str) -> LaneRow | None:
+    def row(self, lane: str, project: str) -> MeasuredLaneRow | None:
         return next((r for r in self.rows if r.lane == lane and r.project == project), None)
 
     @property
@@ -194,11 +197,13 @@ def compute_lanes(
     pool: defaultdict[MatchKey, list[Received]] = defaultdict(list)
     for item in received:
         pool[(str(item.entity), str(item.entity_key), str(item.op), str(item.payload_digest))].append(item)
-    rows: dict[tuple[str, str], LaneRow] = {}
-    owners: dict[MatchKey, LaneRow] = {}
-    undelivered: list[tuple[LocalMutation, LaneRow]] = []
+    rows: dict[tuple[str, str], MeasuredLaneRow] = {}
+    owners: dict[MatchKey, MeasuredLaneRow] = {}
+    undelivered: list[tuple[LocalMutation, MeasuredLaneRow]] = []
     for mutation in sorted(local, key=lambda m: m.seq):
-        row = rows.setdefault((mutation.lane, mutation.project), LaneRow(mutation.lane, mutation.project))
+        row = rows.setdefault(
+            (mutation.lane, mutation.project), MeasuredLaneRow(mutation.lane, mutation.project)
+        )
         row.enqueued += 1
         row.acked += int(mutation.acked)
         owners[mutation.key] = row

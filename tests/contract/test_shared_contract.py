@@ -14,7 +14,7 @@ from engram_contract.journal_match import field_text, matches, mismatched_fields
 from engram_contract.yaml_source import YamlSyntaxError, load_yaml
 from harness import schema
 from harness.errors import HarnessError
-from harness.lanes import LaneRow
+from harness.lanes import MeasuredLaneRow
 
 
 def test_xdg_config_home_follows_the_variable_and_falls_back_to_dot_config(
@@ -90,4 +90,4 @@ def test_journal_match_compares_fields_as_text() -> None:
 
 def test_lane_count_names_have_one_definition() -> None:
     assert schema.LANE_COUNTS is LANE_COUNTS
-    assert tuple(LaneRow("cloud", "p").counts()) == LANE_COUNTS
+    assert tuple(MeasuredLaneRow("cloud", "p").counts()) == LANE_COUNTS

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from harness.checks import Observed, evaluate, in_range
-from harness.lanes import LaneRow, LaneTable
+from harness.lanes import LaneTable, MeasuredLaneRow
 from harness.loader import parse_scenario
 
 
@@ -30,7 +30,7 @@ def test_version_ranges(version: str, spec: str, holds: bool) -> None:
 def observed(**overrides: object) -> Observed:
     base: dict[str, object] = {
         "version": "1.20.0",
-        "lanes": LaneTable(rows=[LaneRow("cloud", "app", enqueued=2, acked=2, delivered=2)]),
+        "lanes": LaneTable(rows=[MeasuredLaneRow("cloud", "app", enqueued=2, acked=2, delivered=2)]),
         "sync_state_targets": ["cloud", "cloud:app"],
         "results": {
             "canary": {
