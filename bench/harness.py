@@ -32,7 +32,8 @@ from typing import Any
 from harness.cloud_image import ensure_image
 from harness.engram_install import DEFAULT_VERSION, find_engram
 from harness.loader import Scenario, load_all, parse_scenario
-from harness.runner import ScenarioResult, judge, run_many, run_scenario
+from harness.results import ScenarioResult, judge
+from harness.runner import run_many, run_scenario
 from harness.world import CloudHandle, CloudMode
 
 RESULTS = Path(__file__).parent / "results" / "harness.json"

@@ -8,12 +8,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engram_contract.journal_match import matches
 from harness import schema as s
 from harness.design_checks import evaluate_design_check
 from harness.design_schema import DESIGN_CHECK_KEYS
 from harness.lanes import LaneTable
 from harness.localdata import local_key
-from harness.steps import StepMarks, matches
+from harness.results import StepMarks
 from harness.world import OutputEntry
 
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.]+))?$")
@@ -66,18 +67,6 @@ class Observed:
     snapshots: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     count_local: Callable[[s.LocalCheck], int | None] | None = None
     db_path: Path | None = None
-
-
-@dataclass
-class ExpectationResult:
-    index: int
-    line: int
-    tag: str
-    kind: str
-    status: str  # pass | fail | n/a
-    detail: str = ""
-    why: str = ""
-    expected_rows: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _project(project: str) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 from rich.table import Table
 
 from harness.design_sections import DESIGN_SECTIONS, section_order, section_title
-from harness.runner import ScenarioResult
+from harness.results import ScenarioResult
 
 NO_SECTION = "(no section)"
 

@@ -22,7 +22,8 @@ from harness.engram_install import DEFAULT_VERSION, find_engram
 from harness.errors import ScenarioError
 from harness.loader import SCENARIO_SUFFIX, Scenario, load_scenario
 from harness.report import print_result
-from harness.runner import ExpectMode, ScenarioResult, judge, run_scenario
+from harness.results import ExpectMode, ScenarioResult, judge
+from harness.runner import run_scenario
 from harness.world import CloudMode
 
 

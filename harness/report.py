@@ -13,7 +13,7 @@ from rich.table import Table
 
 from harness.design_conformance import conformance_json, junit_suites
 from harness.lanes import LaneTable
-from harness.runner import ExpectMode, ScenarioResult, judge
+from harness.results import ExpectMode, ScenarioResult, judge
 from harness.schema import LANE_COUNTS
 
 REPORT_SCHEMA = "engram-harness/report/v1"

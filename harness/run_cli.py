@@ -18,9 +18,9 @@ from harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
 from harness.errors import HarnessError
 from harness.loader import Scenario, load_all
 from harness.report import matrix_table, print_result, summary_table, write_json, write_junit
-from harness.runner import ExpectMode, ScenarioResult, judge, run_many
+from harness.results import ExpectMode, ScenarioResult, StepRecord, judge
+from harness.runner import run_many
 from harness.schema import json_schema_text
-from harness.steps import StepRecord
 from harness.world import CloudMode, CloudTarget
 
 

@@ -11,18 +11,16 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 
 from fake_cloud.errors import FakeCloudError
-from harness.checks import ExpectationResult, Observed, evaluate
+from harness.checks import Observed, evaluate
 from harness.engram_env import EngramEnvironment
 from harness.errors import HarnessError
 from harness.lanes import (
-    LaneTable,
     compute_lanes,
     read_acked_seqs,
     read_local_mutations,
@@ -30,39 +28,10 @@ from harness.lanes import (
 )
 from harness.loader import Scenario
 from harness.localdata import count_local_rows, read_sync_state_rows
+from harness.results import ExpectationResult, ExpectMode, ScenarioResult, StepMarks, StepRecord, judge
 from harness.schema import WorkspaceSpec
-from harness.steps import StepMarks, StepRecord, StepRunner, plain
+from harness.steps import StepRunner, plain
 from harness.world import CloudHandle, CloudMode, CloudTarget, World, engram_version
-
-ExpectMode = Literal["baseline", "design", "all"]
-
-
-@dataclass
-class ScenarioResult:
-    scenario: Scenario
-    version: str
-    status: str = "passed"  # passed | failed | error
-    steps: list[StepRecord] = field(default_factory=list)
-    expectations: list[ExpectationResult] = field(default_factory=list)
-    lanes: LaneTable = field(default_factory=LaneTable)
-    sync_state_targets: list[str] = field(default_factory=list)
-    stderr: str = ""
-    journal_excerpt: list[dict[str, Any]] = field(default_factory=list)
-    error: str = ""
-    timings: dict[str, float] = field(default_factory=dict)
-    root: str = ""
-    #: the fake cloud's base URL this run talked to (https unless the scenario asks for plain http)
-    cloud_url: str = ""
-    sync_state: list[dict[str, Any]] = field(default_factory=list)
-    evidence: dict[str, Any] = field(default_factory=dict)
-    kept: bool = False
-
-    @property
-    def failed_step(self) -> StepRecord | None:
-        return next((step for step in self.steps if step.status == "failed"), None)
-
-    def selected(self, mode: ExpectMode) -> list[ExpectationResult]:
-        return [e for e in self.expectations if mode == "all" or e.tag == mode or e.tag == "invariant"]
 
 
 def _make_workspaces(world: World, specs: dict[str, WorkspaceSpec]) -> None:
@@ -408,13 +377,6 @@ def _received_json(mutation: Any) -> dict[str, Any]:
     shown = {name: getattr(mutation, name, None) for name in fields}
     shown["transport"] = plain(shown["transport"])
     return shown
-
-
-def judge(result: ScenarioResult, mode: ExpectMode) -> str:
-    """passed / failed / error for MODE's expectations (design failures are reported either way)."""
-    if result.status in ("error", "failed"):
-        return result.status
-    return "failed" if any(e.status == "fail" for e in result.selected(mode)) else "passed"
 
 
 def run_many(

@@ -34,7 +34,6 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import closing, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,32 +51,11 @@ from harness.errors import StepFailed, StepUnsupported
 from harness.loader import Step
 from harness.localdata import count_local_rows, local_key, read_sync_state_rows
 from harness.polling import eventually
+from harness.results import StepMarks, StepRecord
 from harness.world import SavedObservation, World
 
 CYCLE_SECONDS = 45.0
 UNSUPPORTED_HINT = "mark the step `if_unsupported: skip` to run the rest of the scenario on this version"
-
-
-@dataclass
-class StepRecord:
-    index: str
-    name: str
-    line: int
-    text: str
-    status: str  # ok | failed | skipped
-    seconds: float
-    error: str = ""
-    device: str = ""
-
-
-@dataclass(frozen=True)
-class StepMarks:
-    """Where a labelled step started and ended, in the cloud journal (entry ids) and the output log."""
-
-    journal_before: int
-    journal_after: int
-    output_before: int
-    output_after: int
 
 
 # ─── helpers ─────────────────────────────────────────────────────────────────

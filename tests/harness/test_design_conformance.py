@@ -10,13 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.checks import ExpectationResult
 from harness.design_conformance import conformance, conformance_json
 from harness.design_sections import DESIGN_SECTIONS
 from harness.errors import ScenarioError
 from harness.loader import load_all, parse_scenario
-from harness.runner import ScenarioResult
-from harness.steps import StepRecord
+from harness.results import ExpectationResult, ScenarioResult, StepRecord
 
 HARNESS = str(Path(sys.executable).parent / "engram-harness")
 LIBRARY = Path(__file__).resolve().parents[2] / "scenarios"

@@ -15,7 +15,8 @@ from rich.console import Console
 
 from harness.loader import parse_scenario
 from harness.report import as_json, print_result
-from harness.runner import ScenarioResult, judge, run_scenario
+from harness.results import ScenarioResult, judge
+from harness.runner import run_scenario
 
 pytestmark = pytest.mark.engram
 

@@ -16,7 +16,8 @@ from rich.console import Console
 from harness.engram_env import EngramEnvironment
 from harness.loader import parse_scenario
 from harness.report import print_result
-from harness.runner import ScenarioResult, judge, run_scenario
+from harness.results import ScenarioResult, judge
+from harness.runner import run_scenario
 
 pytestmark = pytest.mark.engram
 

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.checks import ExpectationResult
 from harness.loader import parse_scenario
 from harness.pytest_plugin import _differences
-from harness.runner import ScenarioResult
+from harness.results import ExpectationResult, ScenarioResult
 
 pytest_plugins = ["pytester"]
 

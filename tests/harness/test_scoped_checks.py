@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from engram_contract.journal_match import matches
 from harness.checks import Observed, evaluate
 from harness.lanes import LaneTable
 from harness.loader import parse_scenario
 from harness.localdata import local_key
+from harness.results import StepMarks
 from harness.schema import LocalCheck
-from harness.steps import StepMarks, matches
 from harness.world import OutputEntry
 
 STEPS = "  - observe: mid\n  - enroll: {project: a, label: first}\n  - enroll: {project: b, label: second}\n"
