@@ -22,7 +22,7 @@ from harness.engram_install import DEFAULT_VERSION, find_engram
 from harness.errors import ScenarioError
 from harness.loader import SCENARIO_SUFFIX, Scenario, load_scenario
 from harness.report import print_result
-from harness.results import ExpectMode, ScenarioResult, judge
+from harness.results import ExpectMode, ScenarioResult
 from harness.runner import run_scenario
 from harness.world import CloudMode
 
@@ -253,7 +253,7 @@ class ScenarioItem(pytest.Item):
             pytest.skip(reason)
         future = prefetch.futures.get(self.nodeid) if prefetch is not None else None
         result = future.result() if future is not None else self.play()
-        if judge(result, self.mode) != "passed":
+        if result.verdict(self.mode) != "passed":
             raise ScenarioFailed(result, self.mode)
         reference = self._reference_result(prefetch)
         if reference is not None:

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from harness.design_conformance import conformance_json, junit_suites
 from harness.lanes import LaneTable
-from harness.results import ExpectMode, ScenarioResult, judge
+from harness.results import ExpectMode, ScenarioResult
 from harness.schema import LANE_COUNTS
 
 REPORT_SCHEMA = "engram-harness/report/v1"
@@ -145,7 +145,7 @@ def judged_answers(result: ScenarioResult) -> dict[str, Any]:
 def print_result(
     console: Console, result: ScenarioResult, mode: ExpectMode, *, verbose: bool = False
 ) -> None:
-    verdict = judge(result, mode)
+    verdict = result.verdict(mode)
     scenario = result.scenario
     console.rule(
         f"[{_STYLE[verdict]}]{verdict.upper()}[/] {scenario.name} ({scenario.path}) on engram {result.version}"
@@ -212,7 +212,7 @@ def summary_table(results: Sequence[ScenarioResult], mode: ExpectMode) -> Table:
     for column in ("scenario", "engram", "result", "baseline", "design", "lanes", "seconds"):
         table.add_column(column)
     for result in results:
-        verdict = judge(result, mode)
+        verdict = result.verdict(mode)
         counts = {}
         for tag in ("baseline", "design"):
             tagged = [e for e in result.expectations if e.tag == tag and e.status != "n/a"]
@@ -244,7 +244,7 @@ def matrix_table(results: Sequence[ScenarioResult], mode: ExpectMode) -> Table:
         cells = []
         for version in versions:
             match = next((r for r in results if r.scenario.id == scenario_id and r.version == version), None)
-            verdict = judge(match, mode) if match else "-"
+            verdict = match.verdict(mode) if match else "-"
             cells.append(f"[{_STYLE.get(verdict, 'dim')}]{verdict}[/]")
         table.add_row(scenario_id, *cells)
     return table
@@ -254,7 +254,7 @@ def as_json(results: Sequence[ScenarioResult], mode: ExpectMode) -> dict[str, An
     return {
         "schema": REPORT_SCHEMA,
         "expect": mode,
-        "passed": all(judge(r, mode) == "passed" for r in results),
+        "passed": all(r.verdict(mode) == "passed" for r in results),
         "scenarios": [
             {
                 "name": r.scenario.name,
@@ -263,7 +263,7 @@ def as_json(results: Sequence[ScenarioResult], mode: ExpectMode) -> dict[str, An
                 "line": r.scenario.line,
                 "engram_version": r.version,
                 "cloud_url": r.cloud_url,
-                "status": judge(r, mode),
+                "status": r.verdict(mode),
                 "error": r.error,
                 "lanes": r.lanes.as_json(),
                 "unmatched_received": r.lanes.unmatched_received,
@@ -330,7 +330,7 @@ def write_junit(path: Path, results: Sequence[ScenarioResult], mode: ExpectMode)
             line=str(r.scenario.line),
             time=f"{r.timings.get('total', 0):.3f}",
         )
-        verdict = judge(r, mode)
+        verdict = r.verdict(mode)
         if verdict == "passed":
             continue
         lines = [r.error] if r.error else []

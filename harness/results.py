@@ -6,7 +6,7 @@ The runner fills these; checks, the report and the CLIs read them, so none of th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from harness.lanes import LaneTable
 from harness.loader import Scenario
@@ -67,6 +67,8 @@ class ScenarioResult:
     sync_state: list[dict[str, Any]] = field(default_factory=list)
     evidence: dict[str, Any] = field(default_factory=dict)
     kept: bool = False
+    #: the verdict per expect mode, recorded once the run is over (see record_verdicts)
+    verdicts: dict[str, str] = field(default_factory=dict)
 
     @property
     def failed_step(self) -> StepRecord | None:
@@ -75,9 +77,21 @@ class ScenarioResult:
     def selected(self, mode: ExpectMode) -> list[ExpectationResult]:
         return [e for e in self.expectations if mode == "all" or e.tag == mode or e.tag == "invariant"]
 
+    def record_verdicts(self) -> None:
+        """Judge every expect mode once; the runner calls this when nothing about the run changes any more."""
+        self.verdicts = {mode: self._judged(mode) for mode in get_args(ExpectMode)}
+
+    def verdict(self, mode: ExpectMode) -> str:
+        """passed / failed / error for MODE's expectations (design failures are reported either way)."""
+        recorded = self.verdicts.get(mode)
+        return recorded if recorded is not None else self._judged(mode)
+
+    def _judged(self, mode: ExpectMode) -> str:
+        if self.status in ("error", "failed"):
+            return self.status
+        return "failed" if any(e.status == "fail" for e in self.selected(mode)) else "passed"
+
 
 def judge(result: ScenarioResult, mode: ExpectMode) -> str:
-    """passed / failed / error for MODE's expectations (design failures are reported either way)."""
-    if result.status in ("error", "failed"):
-        return result.status
-    return "failed" if any(e.status == "fail" for e in result.selected(mode)) else "passed"
+    """RESULT's verdict for MODE (ScenarioResult.verdict)."""
+    return result.verdict(mode)

@@ -18,7 +18,7 @@ from harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
 from harness.errors import HarnessError
 from harness.loader import Scenario, load_all
 from harness.report import matrix_table, print_result, summary_table, write_json, write_junit
-from harness.results import ExpectMode, ScenarioResult, StepRecord, judge
+from harness.results import ExpectMode, ScenarioResult, StepRecord
 from harness.runner import run_many
 from harness.schema import json_schema_text
 from harness.world import CloudMode, CloudTarget
@@ -190,7 +190,7 @@ def run_command(
     def done(result: ScenarioResult) -> None:
         with lock:
             console.print(
-                f"{judge(result, expect):>7} {result.scenario.id} on engram {result.version} "
+                f"{result.verdict(expect):>7} {result.scenario.id} on engram {result.version} "
                 f"in {result.timings.get('total', 0):.1f}s",
                 markup=False,
             )
@@ -227,7 +227,7 @@ def run_command(
             write_junit(junit_path, results, expect)
     except OSError as error:
         raise click.ClickException(f"{error.filename}: cannot write the report ({error.strerror})") from None
-    failed = [r for r in results if judge(r, expect) != "passed"]
+    failed = [r for r in results if r.verdict(expect) != "passed"]
     if failed:
         raise SystemExit(1)
 

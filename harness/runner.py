@@ -28,7 +28,7 @@ from harness.lanes import (
 )
 from harness.loader import Scenario
 from harness.localdata import count_local_rows, read_sync_state_rows
-from harness.results import ExpectationResult, ExpectMode, ScenarioResult, StepMarks, StepRecord, judge
+from harness.results import ExpectationResult, ExpectMode, ScenarioResult, StepMarks, StepRecord
 from harness.schema import WorkspaceSpec
 from harness.steps import StepRunner, plain
 from harness.world import CloudHandle, CloudMode, CloudTarget, World, engram_version
@@ -201,8 +201,9 @@ def run_scenario(
         result.timings["total"] = time.monotonic() - started
     if result.status != "error" and result.failed_step is not None:
         result.status = "failed"
+    result.record_verdicts()
     write_evidence(result, base)
-    if own_root and not keep and judge(result, expect) == "passed":
+    if own_root and not keep and result.verdict(expect) == "passed":
         shutil.rmtree(base, ignore_errors=True)
     else:
         result.kept = True
