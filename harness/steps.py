@@ -43,6 +43,7 @@ from pydantic import BaseModel
 
 from engram_contract.journal_match import field_text
 from engram_contract.journal_match import matches as journal_matches
+from fake_cloud.client import FakeCloudClient, FakeCloudWaitTimeout
 from harness import design_schema as ds
 from harness import schema as s
 from harness.design_checks import parse_status_inbox_line, save_result_name
@@ -404,11 +405,8 @@ def do_sync(world: World, step: s.SyncStep) -> None:
         mark = _journal_mark(world)
         result = world.run(["sync", "--cloud", "--project", step.project or ""], cwd=_cwd(world, step.in_))
         _check(result, f"engram sync --cloud --project {step.project}")
-        eventually(
-            lambda: True if _journal_mark(world) > mark else None,
-            timeout=10,
-            interval=0.1,
-            what="the fake cloud to journal the manual sync's requests",
+        await_journal(
+            world.cloud.client, mark, timeout=10, what="the fake cloud to journal the manual sync's requests"
         )
         return
     daemon = world.daemon
@@ -457,6 +455,15 @@ plain = field_text  # a field as text for matching (engram_contract.journal_matc
 
 def matches(item: Any, match: Mapping[str, s.MatchValue]) -> bool:
     return journal_matches(item, match)
+
+
+def await_journal(client: FakeCloudClient, since_id: int, *, timeout: float, what: str) -> None:
+    """Until the fake journals an entry newer than SINCE_ID: one /_fake/wait call, not a polling loop."""
+    try:
+        client.wait(1, timeout=timeout, since_id=since_id)
+    except FakeCloudWaitTimeout as error:
+        closest = f"; closest: {json.dumps(error.closest[0], default=str)}" if error.closest else ""
+        raise StepFailed(f"timed out after {timeout:.0f}s waiting for {what} ({error}{closest})") from None
 
 
 def _journal_mark(world: World) -> int:
