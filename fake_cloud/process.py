@@ -69,7 +69,11 @@ class FakeCloudProcess:
         assert self.process.stdout is not None
         line = _read_line(self.process.stdout, self.start_timeout)
         if not line:
-            code = self.process.poll()
+            # stdout closes a moment before the exit status can be reaped: wait for it briefly.
+            try:
+                code: int | None = self.process.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                code = None
             stderr = b""
             if self.stderr_log is not None:
                 stderr = self.stderr_log.read_bytes()[-1000:]
