@@ -24,7 +24,7 @@ import struct
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http import HTTPStatus
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -273,6 +273,12 @@ class HttpServer:
             if isinstance(result, Drop):
                 _reset(writer)
                 return
+            if conn.their_state is not h11.DONE and not any(
+                name.lower() == "connection" for name, _ in result.headers
+            ):
+                # The body was not read to its end, so this connection cannot carry another request:
+                # say so, or a pooling client reuses it and meets the close.
+                result = replace(result, headers=[*result.headers, ("connection", "close")])
             await self._send(conn, writer, result, head=request.method == "HEAD")
             if conn.our_state is h11.MUST_CLOSE or conn.their_state is not h11.DONE:
                 await _linger(reader, writer)

@@ -314,3 +314,9 @@ def test_the_harness_cloud_answers_as_v120_for_the_v120_client(mode: str, tmp_pa
             assert forbidden.json()["error"] == "forbidden: project is not allowed"
     finally:
         handle.close()
+
+
+def test_an_answer_that_leaves_the_body_unread_closes_the_connection(http: httpx.Client) -> None:
+    # Without "connection: close" a pooling client reuses the connection and meets the close.
+    refused = post(http, ATTESTATIONS, b"x" * (LIMIT * 2))
+    assert (refused.status_code, refused.headers.get("connection")) == (401, "close")
