@@ -9,7 +9,6 @@ distinct keys come from index skip-scans, unacked counts from idx_sync_mutations
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import time
 from collections.abc import Iterable
@@ -21,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from canary.baseline import Baseline
-from canary.config import CanaryConfig, state_file_for
+from canary.config import CanaryConfig, keep_state, state_file_for
 from canary.db import (
     DatabaseUnavailable,
     Schema,
@@ -373,13 +372,7 @@ def load_evidence(db_path: Path, fingerprint: dict[str, Any]) -> dict[str, dict[
 def save_evidence(db_path: Path, fingerprint: dict[str, Any], answers: dict[str, dict[str, int]]) -> None:
     path = state_file_for(db_path, EVIDENCE_KIND)
     document = {"fingerprint": fingerprint, "computed_at": time.time(), "answers": answers}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}")
-        temporary.write_text(json.dumps(document), encoding="utf-8")
-        os.replace(temporary, path)
-    except OSError:
-        pass  # a cache of answers: an unwritable state dir only costs time
+    keep_state(path, json.dumps(document))
 
 
 def check_connection(

@@ -7,6 +7,7 @@ errors, reported as one line with file:line so a typo never silently disables a 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from pathlib import Path
@@ -93,6 +94,19 @@ def state_file_for(db_path: Path, kind: str) -> Path:
     """One state file per database and kind, named by a digest of the database's resolved path."""
     digest = hashlib.sha256(str(db_path.expanduser().resolve()).encode()).hexdigest()[:16]
     return default_state_dir() / f"{kind}-{digest}.json"
+
+
+def keep_state(path: Path, text: str) -> None:
+    """Write a state-dir cache file best-effort: rename makes it whole or absent, and no fsync, because a
+    lost or unwritable cache only costs the next check a full read, never a wrong answer."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            temporary.unlink(missing_ok=True)
 
 
 def default_config_path() -> Path:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sqlite3
 import time
 from dataclasses import asdict, replace
@@ -29,7 +28,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from canary.aliases import load_aliases
-from canary.config import state_file_for
+from canary.config import keep_state, state_file_for
 from canary.db import Schema, enrolled_projects, read_transaction
 from canary.derive import AliasMap
 from canary.findings import Finding
@@ -136,13 +135,7 @@ def _load(path: Path) -> Cursor | None:
 
 
 def _save(path: Path, cursor: Cursor) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}")
-        temporary.write_text(cursor.model_dump_json(), encoding="utf-8")
-        os.replace(temporary, path)
-    except OSError:
-        pass  # the cursor only saves time; a read-only state dir means full reads, never a failed check
+    keep_state(path, cursor.model_dump_json())
 
 
 def _inputs_to_json(inputs: TripwireInputs) -> dict[str, Any]:

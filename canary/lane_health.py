@@ -17,7 +17,6 @@ derived from) and reads the lanes again only when the fingerprint moved or the a
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import sqlite3
 import time
@@ -26,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from canary.config import state_file_for
+from canary.config import keep_state, state_file_for
 from canary.db import Schema, enrolled_projects, quote_identifier, read_transaction
 from canary.findings import Finding
 from canary.inbox import InboxRow
@@ -285,13 +284,7 @@ def _keep_findings(path: Path, fingerprint: dict[str, Any], findings: list[Findi
         "computed_at": time.time(),
         "findings": [finding.model_dump(mode="json") for finding in findings],
     }
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}")
-        temporary.write_text(json.dumps(document), encoding="utf-8")
-        os.replace(temporary, path)
-    except OSError:
-        pass  # a cache of answers: an unwritable state dir only costs time
+    keep_state(path, json.dumps(document))
 
 
 def kept_lane_findings(

@@ -18,7 +18,6 @@ the summary, not reported as findings.
 from __future__ import annotations
 
 import json
-import os
 import posixpath
 import sqlite3
 from collections.abc import Iterable, Iterator
@@ -28,7 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from canary.config import state_file_for
+from canary.config import keep_state, state_file_for
 from canary.db import Schema, read_transaction
 from canary.findings import Finding
 
@@ -174,13 +173,7 @@ def _load_cursor(path: Path) -> StageACursor | None:
 
 
 def _save_cursor(path: Path, cursor: StageACursor) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}")
-        temporary.write_text(cursor.model_dump_json(), encoding="utf-8")
-        os.replace(temporary, path)
-    except OSError:
-        pass  # the cursor only saves time; a read-only state dir means full passes, never a failed check
+    keep_state(path, cursor.model_dump_json())
 
 
 def spanning_sessions(

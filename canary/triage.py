@@ -900,21 +900,24 @@ class InboxPlanner:
         since the preview joined the selection; otherwise plan again (slower, still correct)."""
         if enrolled_projects(connection, schema) != plan.enrolled:
             return self.plan(connection, schema)
-        seqs = [row.seq for row in plan.acks]
-        unacked = sum(
-            count_rows(
-                connection,
-                f"SELECT COUNT(*) FROM sync_mutations WHERE acked_at IS NULL AND seq IN ({marks})",
-                *chunk,
-            )
-            for chunk, marks in seq_chunks(seqs)
-        )
-        if unacked != len(seqs):
+        if not _all_still_unacked(connection, [row.seq for row in plan.acks]):
             return self.plan(connection, schema)
         newer = select_inbox_rows(connection, schema, self.aliases, after_seq=plan.high_water)
         if plan.selection is not None and select_rows(newer, plan.selection):
             return self.plan(connection, schema)
         return plan
+
+
+def _all_still_unacked(connection: sqlite3.Connection, seqs: Sequence[int]) -> bool:
+    unacked = sum(
+        count_rows(
+            connection,
+            f"SELECT COUNT(*) FROM sync_mutations WHERE acked_at IS NULL AND seq IN ({marks})",
+            *chunk,
+        )
+        for chunk, marks in seq_chunks(seqs)
+    )
+    return unacked == len(seqs)
 
 
 @dataclass(frozen=True)
@@ -938,16 +941,7 @@ class LaneRowsPlanner:
         without a project was journaled since; otherwise plan again."""
         if enrolled_projects(connection, schema) != plan.enrolled:
             return self.plan(connection, schema)
-        seqs = [row.seq for row in plan.acks]
-        unacked = sum(
-            count_rows(
-                connection,
-                f"SELECT COUNT(*) FROM sync_mutations WHERE acked_at IS NULL AND seq IN ({marks})",
-                *chunk,
-            )
-            for chunk, marks in seq_chunks(seqs)
-        )
-        if unacked != len(seqs):
+        if not _all_still_unacked(connection, [row.seq for row in plan.acks]):
             return self.plan(connection, schema)
         if self.rows.unattributed and count_rows(
             connection,
