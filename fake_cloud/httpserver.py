@@ -224,6 +224,11 @@ class HttpServer:
                     return
                 if not isinstance(event, h11.Request):
                     return
+                if _head_size(event) > MAX_HEADER_BYTES:
+                    # h11 checks its limit only on an incomplete head; a head that completes within
+                    # one read slips past it, and Go counts the whole head either way.
+                    await plain(431)
+                    return
                 try:
                     head = _head(event)
                 except BadTarget:
@@ -306,6 +311,12 @@ class HttpServer:
 def _chunk_left(conn: h11.Connection) -> int:
     """The declared size of the chunk h11 is reading (0 when not chunked); h11 keeps it private."""
     return int(getattr(getattr(conn, "_reader", None), "_bytes_in_chunk", 0) or 0)
+
+
+def _head_size(event: h11.Request) -> int:
+    """The request head's size on the wire, as near as h11 lets us see it: line, headers, CRLFs."""
+    line = len(event.method) + len(event.target) + len(b" HTTP/1.1\r\n") + 1
+    return line + sum(len(name) + len(value) + 4 for name, value in event.headers) + 2
 
 
 def _head(event: h11.Request) -> RequestHead:
