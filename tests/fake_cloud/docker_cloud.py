@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -23,6 +24,9 @@ from fake_cloud.client import FakeCloudClient
 from fake_cloud.server import FakeCloudConfig
 from harness.cloud_image import ensure_image
 from harness.world import CloudHandle
+
+if TYPE_CHECKING:
+    from testcontainers.core.container import DockerContainer
 
 REPO = Path(__file__).resolve().parents[2]
 CONTAINER_PORT = 8080
@@ -52,7 +56,7 @@ def build_image(base_image: str) -> str:
 class DockerFakeCloud:
     """A running fake cloud container; the same surface as the in-process RunningFakeCloud."""
 
-    container: object
+    container: DockerContainer
     base_url: str
     ca_file: Path | None
     control_token: str | None = None
@@ -66,7 +70,7 @@ class DockerFakeCloud:
         return self._client
 
     def logs(self) -> str:
-        stdout, stderr = self.container.get_logs()  # type: ignore[attr-defined]
+        stdout, stderr = self.container.get_logs()
         return (stdout + stderr).decode(errors="replace")
 
     def stop(self) -> None:
@@ -74,7 +78,7 @@ class DockerFakeCloud:
             self._client.close()
             self._client = None
         with contextlib.suppress(Exception):
-            self.container.stop()  # type: ignore[attr-defined]
+            self.container.stop()
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
@@ -139,7 +143,7 @@ def _wait_ready(cloud: DockerFakeCloud, tls: bool) -> None:
             if cloud._tmp is not None and cloud.ca_file is None:
                 # The server writes its CA while starting; until then the copy fails.
                 ca_file = Path(cloud._tmp.name) / "ca.pem"
-                cloud.container.copy_from_container(CA_IN_CONTAINER, ca_file)  # type: ignore[attr-defined]
+                cloud.container.copy_from_container(CA_IN_CONTAINER, ca_file)
                 cloud.ca_file = ca_file
             if cloud.client.ready():
                 return

@@ -84,6 +84,18 @@ class ServingWorld:
         return rows[0] if rows else None
 
 
+def cloud_state_where(
+    serving: ServingWorld, accept: Callable[[sqlite3.Row], bool]
+) -> Callable[[], sqlite3.Row | None]:
+    """A probe for eventually(): the world's sync_state 'cloud' row once `accept` holds for it."""
+
+    def probe() -> sqlite3.Row | None:
+        row = serving.cloud_state()
+        return row if row is not None and accept(row) else None
+
+    return probe
+
+
 @pytest.fixture
 def fake() -> Iterator[RunningFakeCloud]:
     with start_fake_cloud(
@@ -155,9 +167,7 @@ def test_autosync_push_is_acked_and_403_409_503_reach_sync_state(
         return all(row["acked_at"] for row in rows)
 
     eventually(all_acked, 15, "the ok world's rows are acked")
-    state = eventually(
-        lambda: (s := ok.cloud_state()) is not None and s["lifecycle"] == "healthy" and s, 15, "ok is healthy"
-    )
+    state = eventually(cloud_state_where(ok, lambda row: row["lifecycle"] == "healthy"), 15, "ok is healthy")
     assert state["last_error"] is None
 
     expectations = {
@@ -168,7 +178,7 @@ def test_autosync_push_is_acked_and_403_409_503_reach_sync_state(
     for project, (error_text, status_reason) in expectations.items():
         serving = worlds[project]
         state = eventually(
-            lambda s=serving: (row := s.cloud_state()) is not None and row["last_error"] and row,
+            cloud_state_where(serving, lambda row: bool(row["last_error"])),
             15,
             f"{project}: sync_state 'cloud' records the failure",
         )
