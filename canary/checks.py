@@ -8,6 +8,7 @@ distinct keys come from index skip-scans, unacked counts from idx_sync_mutations
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import time
@@ -23,12 +24,13 @@ from canary.baseline import Baseline
 from canary.config import CanaryConfig, keep_state, state_file_for
 from canary.db import (
     DatabaseUnavailable,
+    EngramDb,
     Schema,
+    SyncStateRow,
     describe_read_error,
-    discover_schema,
     enrolled_projects,
-    open_read_only,
-    read_transaction,
+    last_seq,
+    read_sync_state,
 )
 from canary.errors import CanaryError
 from canary.findings import (
@@ -43,7 +45,7 @@ from canary.findings import (
 )
 from canary.inbox_cursor import cursor_tripwire_findings
 from canary.lane_health import kept_lane_findings
-from canary.schema_support import identify, waiting_filter
+from canary.schema_support import identify, lane_note, waiting_filter
 from canary.stage_a import stage_a_findings
 from canary.targets import INBOX_TARGET, LOCAL_TARGET, allowed_targets, project_target
 from engram_contract import LEGACY_TARGET
@@ -51,10 +53,6 @@ from engram_contract import LEGACY_TARGET
 RESULT_SCHEMA = "engram-canary/check/v1"
 __all__ = ["FOREIGN_CHECKS", "FOREIGN_MUTATION_TARGET", "FOREIGN_SYNC_TARGET", "overall_status"]
 UNDELIVERED_PROJECT_LANE = "undelivered_project_lane"
-V120_LANE_NOTE = (
-    "engram v1.20 journals every mutation in the legacy 'cloud' lane with a project column; "
-    "project_unacked_rows counts unacked rows (any lane) whose project maps to this target"
-)
 SYNC_STATE_FIELDS = ("lifecycle", "last_enqueued_seq", "last_acked_seq", "updated_at")
 
 
@@ -75,12 +73,6 @@ class CheckResult(BaseModel):
     @property
     def exit_status(self) -> Status:
         return Status[self.status.upper()]
-
-
-@dataclass(frozen=True)
-class SyncStateRow:
-    target_key: str
-    fields: dict[str, Any]
 
 
 @dataclass
@@ -107,15 +99,6 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def read_sync_state(connection: sqlite3.Connection, schema: Schema) -> dict[str, SyncStateRow]:
-    present = [name for name in SYNC_STATE_FIELDS if schema.has_column("sync_state", name)]
-    columns = ", ".join(["target_key", *present])
-    rows: dict[str, SyncStateRow] = {}
-    for row in connection.execute(f"SELECT {columns} FROM sync_state"):
-        rows[str(row[0])] = SyncStateRow(str(row[0]), dict(zip(present, row[1:], strict=True)))
-    return rows
-
-
 def distinct_values(connection: sqlite3.Connection, column: str) -> set[str]:
     """Distinct values of an indexed sync_mutations column by skip-scan: one index seek per value."""
     values: set[str] = set()
@@ -140,11 +123,6 @@ def mutation_targets_since(connection: sqlite3.Connection, after_seq: int) -> tu
     return keys, last_seq(connection)
 
 
-def last_seq(connection: sqlite3.Connection) -> int:
-    row = connection.execute("SELECT max(seq) FROM sync_mutations").fetchone()
-    return int(row[0]) if row and row[0] is not None else 0
-
-
 def read_target_space(
     connection: sqlite3.Connection,
     schema: Schema,
@@ -159,7 +137,7 @@ def read_target_space(
     return TargetSpace(
         enrolled=sorted(enrolled),
         allowed=allowed_targets(enrolled, extra_allowed),
-        sync_state=read_sync_state(connection, schema),
+        sync_state=read_sync_state(connection, schema, SYNC_STATE_FIELDS),
         mutation_targets=set(keys),
         last_seq=last_seq(connection) if seq is None else seq,
     )
@@ -175,6 +153,7 @@ class EvidenceReader:
         kept: dict[str, dict[str, int]] | None = None,
     ) -> None:
         self.connection = connection
+        self.schema = schema
         self.has_acked = schema.has_column("sync_mutations", "acked_at")
         self.has_project = schema.has_column("sync_mutations", "project")
         self.waiting = waiting_filter(schema)  # v2/v3: a quarantined row is not waiting for delivery
@@ -182,6 +161,10 @@ class EvidenceReader:
         # project_unacked answers kept from an earlier check of the same unchanged rows (the state dir)
         self.kept = kept or {}
         self.answered: dict[str, dict[str, int]] = {}
+
+    @functools.cached_property
+    def lane_note(self) -> str:
+        return lane_note(identify(self.connection, self.schema))
 
     def unacked_on_target(self, target_key: str) -> int | None:
         if not self.has_acked:
@@ -233,7 +216,7 @@ class EvidenceReader:
             evidence["projects"] = projects
             evidence["project_unacked_rows"] = sum(by_lane.values())
             evidence["project_unacked_by_lane"] = by_lane
-            evidence["note"] = V120_LANE_NOTE
+            evidence["note"] = self.lane_note
         return evidence
 
 
@@ -376,22 +359,14 @@ def save_evidence(db_path: Path, fingerprint: dict[str, Any], answers: dict[str,
 
 
 def check_connection(
-    connection: sqlite3.Connection,
-    schema: Schema,
-    db_path: Path,
-    config: CanaryConfig,
-    baseline: Baseline | None,
-    *,
-    use_cursor: bool = True,
+    db: EngramDb, config: CanaryConfig, baseline: Baseline | None, *, use_cursor: bool = True
 ) -> CheckResult:
     """One full check in one short read transaction."""
-    return check_snapshot(connection, schema, db_path, config, baseline, use_cursor=use_cursor)[0]
+    return check_snapshot(db, config, baseline, use_cursor=use_cursor)[0]
 
 
 def check_snapshot(
-    connection: sqlite3.Connection,
-    schema: Schema,
-    db_path: Path,
+    db: EngramDb,
     config: CanaryConfig,
     baseline: Baseline | None,
     *,
@@ -399,7 +374,8 @@ def check_snapshot(
     use_cursor: bool = True,
 ) -> tuple[CheckResult, TargetSpace]:
     """The full check and the target space it saw (the watcher keeps the latter)."""
-    with read_transaction(connection):
+    connection, schema, db_path = db.connection, db.schema, db.path
+    with db.read_transaction():
         space = read_target_space(connection, schema, config.allowed_targets)
         reader = EvidenceReader(connection, schema)
         unacked = unacked_by_target(space, reader)
@@ -459,18 +435,17 @@ def run_check(
 ) -> CheckResult:
     """Open, check, close. An unreadable or non-engram file is UNKNOWN, never OK."""
     try:
-        connection = open_read_only(db_path)
+        db = EngramDb.open(db_path)
     except DatabaseUnavailable as error:
         return unknown_result(db_path, str(error))
     try:
-        schema = discover_schema(connection, db_path)
-        return check_connection(connection, schema, db_path, config, baseline, use_cursor=use_cursor)
+        return check_connection(db, config, baseline, use_cursor=use_cursor)
     except sqlite3.DatabaseError as error:
         return unknown_result(db_path, describe_read_error(db_path, error, "read failed"))
     except CanaryError as error:
         return unknown_result(db_path, str(error))
     finally:
-        connection.close()
+        db.close()
 
 
 def unknown_result(db_path: Path, error: str) -> CheckResult:

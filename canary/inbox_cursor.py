@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from canary.aliases import load_aliases
-from canary.config import keep_state, state_file_for
+from canary.config import CanaryConfig, keep_state, state_file_for
 from canary.db import Schema, enrolled_projects, read_transaction
 from canary.derive import AliasMap
 from canary.findings import Finding
@@ -39,7 +39,6 @@ from canary.inbox import (
     KeyTotals,
     TripwireInputs,
     findings_from,
-    inbox_settings_of,
     load_key_map,
     read_key_entries,
     remembered_keys_path,
@@ -171,7 +170,7 @@ def tripwire_inputs(
     with read_transaction(connection):
         high_water = _scalar(connection, "SELECT max(seq) FROM sync_mutations")
         enrolled = enrolled_projects(connection, schema)
-        unattributed = select_unattributed(connection, now or datetime.now(UTC))
+        unattributed = select_unattributed(connection, schema, now or datetime.now(UTC))
         kept = _load(path) if use_cursor else None
         if kept is not None and time.time() - kept.computed_at <= MAX_AGE_SECONDS:
             resolver = GitRepoResolver(read_key_entries(memory) if memory is not None else None)
@@ -214,7 +213,7 @@ def _cursor(
 def cursor_tripwire_findings(
     connection: sqlite3.Connection,
     schema: Schema,
-    config: object,
+    config: CanaryConfig,
     db_path: Path,
     *,
     use_cursor: bool = True,
@@ -222,13 +221,12 @@ def cursor_tripwire_findings(
 ) -> tuple[list[Finding], dict[str, dict[str, Any]]]:
     """The inbox tripwires of `check`, through the cursor (equal to canary.inbox.tripwire_findings), and
     per inbox key its memories, telemetry rows and oldest memory's age (the fleet view's gauges)."""
-    settings = inbox_settings_of(config)
+    settings = config.inbox
     if not schema.has_column("sync_mutations", "project"):
         return [], {}
     aliases, _ = load_aliases(settings.aliases)
-    key_map = getattr(config, "key_map", None)
-    if isinstance(key_map, Path):
-        aliases = replace(aliases, recorded=load_key_map(key_map.expanduser()))
+    if config.key_map is not None:
+        aliases = replace(aliases, recorded=load_key_map(config.key_map.expanduser()))
     moment = now or datetime.now(UTC)
     inputs, enrolled, unattributed, _ = tripwire_inputs(
         connection, schema, aliases, db_path, use_cursor=use_cursor, now=moment

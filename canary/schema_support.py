@@ -111,6 +111,28 @@ def lane_model(connection: sqlite3.Connection, schema: Schema) -> LaneModel:
     return LaneModel.LEGACY_ONLY
 
 
+_UNACKED_NOTE = "project_unacked_rows counts unacked rows (any lane) whose project maps to this target"
+_SOURCE_COMMIT = {V2: "1be5d11f", V3: "d4397781"}
+
+
+def lane_note(kind: DatabaseKind) -> str:
+    """How this kind of engram journals its writes, for the evidence of a foreign sync target."""
+    if kind.lane_model is LaneModel.DESIGN_CONFORMING:
+        return (
+            f"engram {kind.version.split()[0]} follows the design's routing here: rows of unenrolled projects wait "
+            f"on '{INBOX_TARGET}' and each enrolled project's 'cloud:<project>' lane delivers; {_UNACKED_NOTE}"
+        )
+    if kind.version == V120:
+        return f"engram v1.20 journals every mutation in the legacy 'cloud' lane with a project column; {_UNACKED_NOTE}"
+    if kind.version in _SOURCE_COMMIT:
+        return (
+            f"engram {kind.version.split()[0]} (predicted from store.go @{_SOURCE_COMMIT[kind.version]}) journals "
+            "every mutation in the legacy 'cloud' lane and in its project's 'cloud:<project>' lane, and its worker "
+            f"reads only 'cloud'; {_UNACKED_NOTE}"
+        )
+    return f"engram {kind.version}: lanes not known to the canary; {_UNACKED_NOTE}"
+
+
 def waiting_filter(schema: Schema, alias: str = "") -> str:
     """SQL that keeps only rows engram's worker would still send: v2/v3 quarantine a row by setting its
     disposition, and the transport reads pending rows only (index idx_sync_mutations_transport on
