@@ -196,22 +196,22 @@ def core_check_seconds(db: Path) -> dict[str, float]:
     """The same check in-process, split into the target-space part and the inbox tripwires."""
     from canary.checks import EvidenceReader, foreign_target_findings, read_target_space, summarize
     from canary.config import CanaryConfig
-    from canary.db import discover_schema, open_read_only, read_transaction
+    from canary.db import EngramDb
     from canary.inbox import tripwire_findings
 
-    connection = open_read_only(db)
-    schema = discover_schema(connection, db)
+    engram = EngramDb.open(db)
+    connection, schema = engram.connection, engram.schema
     config = CanaryConfig()
     began = time.perf_counter()
-    with read_transaction(connection):
+    with engram.read_transaction():
         space = read_target_space(connection, schema, [])
         reader = EvidenceReader(connection, schema)
         foreign_target_findings(space, reader, config)
         summarize(space, reader)
     middle = time.perf_counter()
-    tripwire_findings(connection, schema, config)
+    tripwire_findings(connection, schema, config.inbox)
     end = time.perf_counter()
-    connection.close()
+    engram.close()
     return {"target_space_s": round(middle - began, 3), "inbox_tripwires_s": round(end - middle, 3)}
 
 

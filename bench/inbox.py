@@ -37,7 +37,7 @@ import click
 import httpx
 
 from bench.canary import build_database
-from canary.db import discover_schema, open_read_only, read_transaction
+from canary.db import EngramDb
 from canary.derive import AliasMap
 from canary.inbox import read_inbox, summarize
 from canary.triage import (
@@ -127,11 +127,8 @@ def timed(action: Callable[[], Any]) -> float:
 
 def list_timings(db: Path, runs: int) -> dict[str, Any]:
     def library() -> None:
-        connection = open_read_only(db)
-        try:
-            summarize(read_inbox(connection, discover_schema(connection, db), AliasMap()))
-        finally:
-            connection.close()
+        with EngramDb.open(db) as engram:
+            summarize(read_inbox(engram.connection, engram.schema, AliasMap()))
 
     def cli() -> None:
         subprocess.run(
@@ -153,11 +150,8 @@ def list_timings(db: Path, runs: int) -> dict[str, Any]:
 
 
 def triage_timings(db: Path) -> dict[str, Any]:
-    connection = open_read_only(db)
-    try:
-        snapshot = read_inbox(connection, discover_schema(connection, db), AliasMap())
-    finally:
-        connection.close()
+    with EngramDb.open(db) as engram:
+        snapshot = read_inbox(engram.connection, engram.schema, AliasMap())
     backups = db.parent / "backups"
     noise = Selection("unsorted", telemetry_only=True)
     began = time.perf_counter()
@@ -265,17 +259,12 @@ class PreflightInsideLock(InboxPlanner):
 
 def preflight_ms(db: Path, selection: Selection) -> tuple[float, float, int]:
     """(plan with the pre-flight, the pre-flight alone, copies) on a read snapshot."""
-    connection = open_read_only(db)
-    try:
-        schema = discover_schema(connection, db)
-        with read_transaction(connection):
-            began = time.perf_counter()
-            plan = InboxPlanner(AliasMap(), lambda s: plan_claim(s, selection, "main-proj")).plan(
-                connection, schema
-            )
-            plan_ms = (time.perf_counter() - began) * 1000
-    finally:
-        connection.close()
+    with EngramDb.open(db) as engram, engram.read_transaction():
+        began = time.perf_counter()
+        plan = InboxPlanner(AliasMap(), lambda s: plan_claim(s, selection, "main-proj")).plan(
+            engram.connection, engram.schema
+        )
+        plan_ms = (time.perf_counter() - began) * 1000
     began = time.perf_counter()
     for copy in plan.copies:
         entry_refusal(copy.project, copy.source, copy.payload)

@@ -246,10 +246,11 @@ def watch_command(
     from canary.watch import WatchOptions, watch
 
     config, _, baseline_path = _load(config_file, baseline_file)
-    config.watch = _watch_settings(
+    watch_settings = _watch_settings(
         config.watch,
         {"--poll-interval": poll_interval, "--debounce-ms": debounce_ms, "--full-every": full_every},
     )
+    config = config.model_copy(update={"watch": watch_settings})
     if ping_url is not None and not ping_url.startswith(("http://", "https://")):
         raise click.BadParameter(f"{ping_url!r} is not an http(s) URL", param_hint="--ping-url")
     options = WatchOptions(

@@ -29,7 +29,7 @@ class ConfigError(CanaryError):
 class Thresholds(BaseModel):
     """When a finding is a warning and when it is critical."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     critical_new_foreign_targets: int = Field(
         default=10, ge=1, description="this many NEW foreign targets at once make the status critical"
@@ -40,7 +40,7 @@ class Thresholds(BaseModel):
 
 
 class WatchSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     debounce_ms: float = Field(default=2.0, ge=0, le=10_000)
     full_recheck_seconds: float = Field(default=300.0, gt=0)
@@ -52,7 +52,10 @@ class WatchSettings(BaseModel):
 
 
 class CanaryConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """The canary's settings, built once from the config file (and a command's options) and passed down
+    typed; frozen, so no part of the canary changes them under another."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     db: Path | None = Field(default=None, description="engram.db to watch when --db is not given")
     allowed_targets: list[str] = Field(

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
 from urllib.parse import quote
 
 from canary.errors import CanaryError
@@ -47,20 +49,81 @@ class Schema:
         return column in self.columns.get(table, frozenset())
 
 
+@dataclass(frozen=True)
+class SyncStateRow:
+    """One sync_state row: its key and the asked-for columns this file has (absent ones are left out)."""
+
+    target_key: str
+    fields: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class EngramDb:
+    """One engram database as the canary reads it: the path, the read-only connection and the schema,
+    discovered once when the file is opened. Open with `EngramDb.open(path)`; `with` closes it."""
+
+    path: Path
+    connection: sqlite3.Connection
+    schema: Schema
+
+    @classmethod
+    def open(cls, path: Path) -> EngramDb:
+        """A read-only connection (never immutable=1: engram keeps writing through its WAL), or
+        DatabaseUnavailable in one line when the file is missing, unreadable or not engram's."""
+        if not path.exists():
+            raise DatabaseUnavailable(f"{path}: no such file (pass --db or set ENGRAM_DATA_DIR)")
+        if not path.is_file():
+            raise DatabaseUnavailable(f"{path}: not a regular file; expected engram's engram.db")
+        uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+        try:
+            connection = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        except sqlite3.DatabaseError as error:
+            raise DatabaseUnavailable(describe_read_error(path, error, "cannot be read as SQLite")) from error
+        try:
+            connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            connection.execute("PRAGMA query_only = 1")
+            schema = discover_schema(connection, path)
+        except sqlite3.DatabaseError as error:
+            connection.close()
+            raise DatabaseUnavailable(describe_read_error(path, error, "cannot be read as SQLite")) from error
+        except DatabaseUnavailable:
+            connection.close()
+            raise
+        return cls(path=path, connection=connection, schema=schema)
+
+    def close(self) -> None:
+        self.connection.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.close()
+
+    @contextmanager
+    def read_transaction(self) -> Iterator[sqlite3.Connection]:
+        """One short, consistent snapshot; released as soon as the block ends."""
+        with read_transaction(self.connection) as connection:
+            yield connection
+
+    def enrolled_projects(self) -> frozenset[str]:
+        return enrolled_projects(self.connection, self.schema)
+
+    def sync_state(self, fields: Sequence[str]) -> dict[str, SyncStateRow]:
+        return read_sync_state(self.connection, self.schema, fields)
+
+    def last_seq(self) -> int:
+        return last_seq(self.connection)
+
+    def data_version(self) -> int:
+        return data_version(self.connection)
+
+
 def open_read_only(path: Path) -> sqlite3.Connection:
-    if not path.exists():
-        raise DatabaseUnavailable(f"{path}: no such file (pass --db or set ENGRAM_DATA_DIR)")
-    if not path.is_file():
-        raise DatabaseUnavailable(f"{path}: not a regular file; expected engram's engram.db")
-    uri = f"file:{quote(str(path.resolve()))}?mode=ro"
-    try:
-        connection = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
-        connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        connection.execute("PRAGMA query_only = 1")
-        discover_schema(connection, path)
-    except sqlite3.DatabaseError as error:
-        raise DatabaseUnavailable(describe_read_error(path, error, "cannot be read as SQLite")) from error
-    return connection
+    """The bare connection of `EngramDb.open`, for a reader that needs no schema; the caller closes it."""
+    return EngramDb.open(path).connection
 
 
 def describe_read_error(path: Path, error: sqlite3.Error, otherwise: str) -> str:
@@ -108,6 +171,24 @@ def enrolled_projects(connection: sqlite3.Connection, schema: Schema) -> frozens
     if not schema.has_table("sync_enrolled_projects"):
         return frozenset()
     return frozenset(str(row[0]) for row in connection.execute("SELECT project FROM sync_enrolled_projects"))
+
+
+def read_sync_state(
+    connection: sqlite3.Connection, schema: Schema, fields: Sequence[str]
+) -> dict[str, SyncStateRow]:
+    """Every sync_state row by target key, with those of `fields` this engram version has."""
+    present = [name for name in fields if schema.has_column("sync_state", name)]
+    columns = ", ".join(["target_key", *present])
+    rows: dict[str, SyncStateRow] = {}
+    for row in connection.execute(f"SELECT {columns} FROM sync_state"):
+        rows[str(row[0])] = SyncStateRow(str(row[0]), dict(zip(present, row[1:], strict=True)))
+    return rows
+
+
+def last_seq(connection: sqlite3.Connection) -> int:
+    """The journal's high-water mark (0 for an empty journal)."""
+    row = connection.execute("SELECT max(seq) FROM sync_mutations").fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
 
 
 def quote_identifier(name: str) -> str:

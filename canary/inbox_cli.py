@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from canary.aliases import AliasError, check_alias_free, load_aliases
-from canary.db import default_db_path, discover_schema, open_read_only, read_transaction
+from canary.db import EngramDb, default_db_path
 from canary.derive import AliasMap
 from canary.inbox import (
     InboxSnapshot,
@@ -81,11 +81,8 @@ def _write_options(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _snapshot(db: Path, aliases: AliasMap) -> InboxSnapshot:
-    connection = open_read_only(db)
-    try:
-        return read_inbox(connection, discover_schema(connection, db), _with_key_map(aliases))
-    finally:
-        connection.close()
+    with EngramDb.open(db) as engram:
+        return read_inbox(engram.connection, engram.schema, _with_key_map(aliases))
 
 
 @click.group("inbox")
@@ -113,11 +110,8 @@ def _with_key_map(aliases: AliasMap) -> AliasMap:
 def export_keys_command(db: Path | None) -> None:
     """Print this machine's Stage A key for every session cwd, for --key-map on a copy of the database."""
     database = db or default_db_path()
-    connection = open_read_only(database)
-    try:
-        document = export_keys(connection, discover_schema(connection, database))
-    finally:
-        connection.close()
+    with EngramDb.open(database) as engram:
+        document = export_keys(engram.connection, engram.schema)
     click.echo(json.dumps(document, indent=2, ensure_ascii=False))
 
 
@@ -369,13 +363,8 @@ def drop_command(
     rows = RowSelection(seqs=parse_seqs(seqs) if seqs is not None else (), unattributed=unattributed)
     database = db or default_db_path()
     planner = LaneRowsPlanner(rows)
-    connection = open_read_only(database)
-    try:
-        schema = discover_schema(connection, database)
-        with read_transaction(connection):
-            plan = planner.plan(connection, schema)
-    finally:
-        connection.close()
+    with EngramDb.open(database) as engram, engram.read_transaction():
+        plan = planner.plan(engram.connection, engram.schema)
     _report(
         database,
         plan,
@@ -400,13 +389,8 @@ def cleanup_phantoms_command(
         aliases, _ = load_aliases(None)
     except AliasError:
         aliases = AliasMap()  # the aliases only sharpen the hints; a broken file must not block cleanup
-    connection = open_read_only(database)
-    try:
-        schema = discover_schema(connection, database)
-        with read_transaction(connection):
-            plan = plan_cleanup(connection, schema, keep, aliases)
-    finally:
-        connection.close()
+    with EngramDb.open(database) as engram, engram.read_transaction():
+        plan = plan_cleanup(engram.connection, engram.schema, keep, aliases)
     headline = f"delete {len(plan.phantoms)} phantom sync_state rows"
     if not do_apply or plan.is_empty:
         prefix = "dry run" if do_apply is False else "nothing to do"
@@ -436,13 +420,8 @@ def repair_command(db: Path | None, backup_dir: Path | None, keep_backups: int, 
     value comes from the sessions, observations or user_prompts table, never from a guess. The original
     is acked (replaced), nothing is deleted. A value that cannot be derived is named with its drop command."""
     database = db or default_db_path()
-    connection = open_read_only(database)
-    try:
-        schema = discover_schema(connection, database)
-        with read_transaction(connection):
-            plan = plan_repair(connection, schema)
-    finally:
-        connection.close()
+    with EngramDb.open(database) as engram, engram.read_transaction():
+        plan = plan_repair(engram.connection, engram.schema)
     if plan.is_empty and not plan.refused:
         click.echo(
             "nothing to repair: every pending row passes the cloud's push contract; nothing was written"

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class InboxSettings(BaseModel):
     """The design's §2b defaults: a non-unsorted key waiting 7 days, unsorted growing by 100 in 7 days."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     age_days: float = Field(default=7.0, gt=0, description="oldest row of a non-unsorted key older than this")
     unsorted_growth_rows: int = Field(default=100, ge=1, description="more new unsorted rows than this ...")

@@ -30,7 +30,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from canary.cloud_client import CloudMutation, CloudReader, CloudSettings, one_line
-from canary.db import discover_schema, enrolled_projects, open_read_only, read_transaction
+from canary.db import EngramDb
 from canary.errors import CanaryError
 from canary.findings import Status
 from canary.targets import normalize_project
@@ -111,19 +111,19 @@ class Journal:
 
 def read_journal(db_path: Path, acked_since: datetime | None) -> Journal:
     """Every local-source row acked in the window plus every unacked row, in one short read transaction."""
-    connection = open_read_only(db_path)
+    db = EngramDb.open(db_path)
     try:
-        with read_transaction(connection):
-            return _journal(connection, db_path, acked_since)
+        with db.read_transaction():
+            return _journal(db, acked_since)
     except sqlite3.DatabaseError as error:
         raise ReconcileError(f"{db_path}: read failed ({error})") from None
     finally:
-        connection.close()
+        db.close()
 
 
-def _journal(connection: sqlite3.Connection, db_path: Path, acked_since: datetime | None) -> Journal:
-    schema = discover_schema(connection, db_path)
-    enrolled = frozenset(normalize_project(p) for p in enrolled_projects(connection, schema))
+def _journal(db: EngramDb, acked_since: datetime | None) -> Journal:
+    connection, schema = db.connection, db.schema
+    enrolled = frozenset(normalize_project(p) for p in db.enrolled_projects())
 
     def has(column: str) -> bool:
         return schema.has_column("sync_mutations", column)
@@ -181,9 +181,9 @@ def read_payloads(db_path: Path, seqs: Sequence[int]) -> dict[int, Any]:
     out: dict[int, Any] = {}
     if not seqs:
         return out
-    connection = open_read_only(db_path)
+    db = EngramDb.open(db_path)
     try:
-        with read_transaction(connection):
+        with db.read_transaction() as connection:
             for start in range(0, len(seqs), 500):
                 part = list(seqs[start : start + 500])
                 marks = ",".join("?" * len(part))
@@ -195,7 +195,7 @@ def read_payloads(db_path: Path, seqs: Sequence[int]) -> dict[int, Any]:
                     except (TypeError, ValueError):
                         out[int(seq)] = payload
     finally:
-        connection.close()
+        db.close()
     return out
 
 

@@ -32,6 +32,7 @@ from canary.aliases import register_alias
 from canary.db import (
     BUSY_TIMEOUT_MS,
     DatabaseUnavailable,
+    EngramDb,
     Schema,
     discover_schema,
     enrolled_projects,
@@ -232,19 +233,28 @@ class ApplyResult:
     pruned_backups: tuple[Path, ...] = ()
 
 
-def connect_read_write(path: Path) -> sqlite3.Connection:
+def connect_read_write(path: Path) -> EngramDb:
+    """triage's own writable connection, with its schema discovered once (the read-only EngramDb of a
+    dry run is a different connection: the write must see the file as it is now)."""
     if not path.is_file():
         raise DatabaseUnavailable(f"{path}: no such file (pass --db or set ENGRAM_DATA_DIR)")
     try:
         connection = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+    except sqlite3.DatabaseError as error:
+        raise DatabaseUnavailable(f"{path}: cannot be opened for writing ({error})") from error
+    try:
         connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         # engram's own settings: FK checks on, and NORMAL sync so a commit holds the write lock briefly.
         connection.execute("PRAGMA foreign_keys = ON")
         connection.execute("PRAGMA synchronous = NORMAL")
-        discover_schema(connection, path)
+        schema = discover_schema(connection, path)
     except sqlite3.DatabaseError as error:
+        connection.close()
         raise DatabaseUnavailable(f"{path}: cannot be opened for writing ({error})") from error
-    return connection
+    except DatabaseUnavailable:
+        connection.close()
+        raise
+    return EngramDb(path=path, connection=connection, schema=schema)
 
 
 # ---------------------------------------------------------------- planning (pure over a snapshot)
@@ -991,9 +1001,9 @@ def apply(
     """
     if keep_backups < 1:
         raise TriageError(f"--keep-backups must be at least 1 (the backup just taken), got {keep_backups}")
-    connection = connect_read_write(db_path)
+    db = connect_read_write(db_path)
+    connection, schema = db.connection, db.schema
     try:
-        schema = discover_schema(connection, db_path)
         require_write_tested(identify(connection, schema))
         with read_transaction(connection):
             preview = planner.plan(connection, schema)

@@ -39,14 +39,7 @@ from canary.checks import (
     stuck_rows,
 )
 from canary.config import CanaryConfig
-from canary.db import (
-    Schema,
-    data_version,
-    describe_read_error,
-    discover_schema,
-    open_read_only,
-    read_transaction,
-)
+from canary.db import EngramDb, describe_read_error
 from canary.errors import CanaryError
 from canary.findings import Finding, Status, overall_status
 from canary.lane_health import lane_transitions
@@ -134,8 +127,7 @@ class Watcher:
         self.status = Status.OK
         self.mutation_targets: set[str] = set()
         self.last_seq = 0
-        self.connection: sqlite3.Connection | None = None
-        self.schema: Schema | None = None
+        self.db: EngramDb | None = None
         self.last_version: int | None = None
         self.notifier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="canary-notify")
         # Resolved once: the baseline's key is the db's resolved path (file-system calls). Acknowledged
@@ -182,8 +174,8 @@ class Watcher:
             observer.stop()
             observer.join(timeout=5)
             self.notifier.shutdown(wait=True)
-            if self.connection is not None:
-                self.connection.close()
+            if self.db is not None:
+                self.db.close()
         stats = self.stats
         self._say(
             f"engram-canary: stopped ({stats.file_events} file events, {stats.confirmed_changes} commits seen, "
@@ -224,14 +216,13 @@ class Watcher:
     # -- reading ---------------------------------------------------------------------------------
 
     def _open(self) -> None:
-        self.connection = open_read_only(self.options.db_path)
-        self.schema = discover_schema(self.connection, self.options.db_path)
-        self.last_version = data_version(self.connection)
+        self.db = EngramDb.open(self.options.db_path)
+        self.last_version = self.db.data_version()
 
     def _changed(self) -> bool:
-        assert self.connection is not None
+        assert self.db is not None
         try:
-            version = data_version(self.connection)
+            version = self.db.data_version()
         except sqlite3.DatabaseError as error:
             self._say(
                 f"engram-canary: UNKNOWN - {describe_read_error(self.options.db_path, error, 'read failed')}",
@@ -246,13 +237,13 @@ class Watcher:
 
     def _incremental_check(self) -> None:
         """Only the small tables plus the sync_mutations rows appended since the last look."""
-        assert self.connection is not None and self.schema is not None
-        connection, schema, config = self.connection, self.schema, self.options.config
+        assert self.db is not None
+        connection, schema, config = self.db.connection, self.db.schema, self.options.config
         self.stats.incremental_checks += 1
         if self.options.verbose:
             self._say(f"engram-canary: commit seen (data_version {self.last_version}), incremental check")
         try:
-            with read_transaction(connection):
+            with self.db.read_transaction():
                 new_keys, self.last_seq = mutation_targets_since(connection, self.last_seq)
                 self.mutation_targets |= new_keys
                 space = read_target_space(
@@ -278,15 +269,13 @@ class Watcher:
         self._set_status(self.current_status(), "incremental")
 
     def _full_check(self, *, initial: bool) -> None:
-        assert self.connection is not None and self.schema is not None
+        assert self.db is not None
         self.stats.full_checks += 1
         if self.options.verbose:
             self._say(f"engram-canary: full check {self.stats.full_checks}")
         try:
             result, space = check_snapshot(
-                self.connection,
-                self.schema,
-                self.options.db_path,
+                self.db,
                 self.options.config,
                 self.options.baseline,
                 include_inbox=self.options.config.watch.inbox_tripwires,

@@ -32,10 +32,10 @@ from typing import Any
 
 from canary.checks import read_target_space, run_check
 from canary.config import CanaryConfig
-from canary.db import discover_schema, open_read_only, read_transaction
+from canary.db import EngramDb
 from canary.derive import AliasMap
 from canary.errors import CanaryError
-from canary.inbox import InboxSnapshot, KeySummary, read_inbox, summarize
+from canary.inbox import KeySummary, read_inbox, summarize
 from canary.report import headline
 from canary.triage import TRIAGE_LOG_NAME
 from engram_contract import LEGACY_TARGET
@@ -146,12 +146,8 @@ def suggested_plan(summaries: Sequence[KeySummary]) -> list[PlanStep]:
 
 
 def _read(db: Path, read: Callable[[sqlite3.Connection], Any]) -> Any:
-    connection = open_read_only(db)
-    try:
-        with read_transaction(connection):
-            return read(connection)
-    finally:
-        connection.close()
+    with EngramDb.open(db) as engram, engram.read_transaction() as connection:
+        return read(connection)
 
 
 def schema_snapshot(db: Path) -> dict[str, Any]:
@@ -210,14 +206,8 @@ def canary_snapshot(db: Path) -> dict[str, Any]:
 
 
 def inbox_snapshot(db: Path, aliases: AliasMap) -> tuple[list[dict[str, Any]], list[KeySummary]]:
-    def read(connection: sqlite3.Connection) -> InboxSnapshot:
-        return read_inbox(connection, discover_schema(connection, db), aliases)
-
-    connection = open_read_only(db)
-    try:
-        snapshot = read(connection)
-    finally:
-        connection.close()
+    with EngramDb.open(db) as engram:
+        snapshot = read_inbox(engram.connection, engram.schema, aliases)
     summaries = summarize(snapshot)
     listed = [*summaries, *([snapshot.unattributed] if snapshot.unattributed else [])]
     return [summary.to_json() for summary in listed], summaries
@@ -246,24 +236,20 @@ def worker_pending(db: Path) -> int:
 def foreign_targets(db: Path) -> list[dict[str, Any]]:
     """sync_state targets outside the allowed space, with the seq and time engram last touched them."""
 
-    def read(connection: sqlite3.Connection) -> list[dict[str, Any]]:
-        schema = discover_schema(connection, db)
-        space = read_target_space(connection, schema)
-        rows = []
-        for key in space.foreign_sync_targets():
-            fields = space.sync_state[key].fields
-            rows.append(
-                {
-                    "target_key": key,
-                    "lifecycle": fields.get("lifecycle"),
-                    "last_enqueued_seq": fields.get("last_enqueued_seq"),
-                    "updated_at": fields.get("updated_at"),
-                }
-            )
-        return sorted(rows, key=lambda row: (str(row["updated_at"] or ""), row["target_key"]))
-
-    result: list[dict[str, Any]] = _read(db, read)
-    return result
+    with EngramDb.open(db) as engram, engram.read_transaction():
+        space = read_target_space(engram.connection, engram.schema)
+    rows = []
+    for key in space.foreign_sync_targets():
+        fields = space.sync_state[key].fields
+        rows.append(
+            {
+                "target_key": key,
+                "lifecycle": fields.get("lifecycle"),
+                "last_enqueued_seq": fields.get("last_enqueued_seq"),
+                "updated_at": fields.get("updated_at"),
+            }
+        )
+    return sorted(rows, key=lambda row: (str(row["updated_at"] or ""), row["target_key"]))
 
 
 def _sync_state_cloud(db: Path) -> dict[str, Any]:

@@ -260,8 +260,8 @@ def test_status_is_one_policy_for_check_and_watch(engram_world: EngramEnvironmen
         assert watcher.status is Status.WARNING
         assert pings == [Status.WARNING]  # no flap to OK and back
     finally:
-        assert watcher.connection is not None
-        watcher.connection.close()
+        assert watcher.db is not None
+        watcher.db.close()
 
 
 @pytest.mark.engram
@@ -295,8 +295,8 @@ def test_watch_keeps_an_acknowledged_target_silent_until_a_full_check_sees_it_gr
         assert set(watcher.alerted) == {"cloud:known"}
         assert watcher.status is Status.WARNING
     finally:
-        assert watcher.connection is not None
-        watcher.connection.close()
+        assert watcher.db is not None
+        watcher.db.close()
     line = next(text for text in stream.getvalue().splitlines() if "cloud:known" in text)
     assert "acknowledged, alarms again: grew from 2 to 4 rows since acknowledged" in line
 
