@@ -249,9 +249,9 @@ def test_normalize_cwd(raw: str, expected: str) -> None:
     assert normalize_cwd(raw) == expected
 
 
-names = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=30)
+names = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=30)
 segments = st.text(
-    st.characters(whitelist_categories=("Ll", "Lu", "Nd"), whitelist_characters="_- ."),
+    st.characters(categories=["Ll", "Lu", "Nd"], include_characters="_- ."),
     min_size=1,
     max_size=12,
 ).filter(lambda s: s not in {".", ".."})
