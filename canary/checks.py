@@ -8,6 +8,7 @@ distinct keys come from index skip-scans, unacked counts from idx_sync_mutations
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import time
@@ -44,7 +45,7 @@ from canary.findings import (
 )
 from canary.inbox_cursor import cursor_tripwire_findings
 from canary.lane_health import kept_lane_findings
-from canary.schema_support import identify, waiting_filter
+from canary.schema_support import identify, lane_note, waiting_filter
 from canary.stage_a import stage_a_findings
 from canary.targets import INBOX_TARGET, LOCAL_TARGET, allowed_targets, project_target
 from engram_contract import LEGACY_TARGET
@@ -52,10 +53,6 @@ from engram_contract import LEGACY_TARGET
 RESULT_SCHEMA = "engram-canary/check/v1"
 __all__ = ["FOREIGN_CHECKS", "FOREIGN_MUTATION_TARGET", "FOREIGN_SYNC_TARGET", "overall_status"]
 UNDELIVERED_PROJECT_LANE = "undelivered_project_lane"
-V120_LANE_NOTE = (
-    "engram v1.20 journals every mutation in the legacy 'cloud' lane with a project column; "
-    "project_unacked_rows counts unacked rows (any lane) whose project maps to this target"
-)
 SYNC_STATE_FIELDS = ("lifecycle", "last_enqueued_seq", "last_acked_seq", "updated_at")
 
 
@@ -156,6 +153,7 @@ class EvidenceReader:
         kept: dict[str, dict[str, int]] | None = None,
     ) -> None:
         self.connection = connection
+        self.schema = schema
         self.has_acked = schema.has_column("sync_mutations", "acked_at")
         self.has_project = schema.has_column("sync_mutations", "project")
         self.waiting = waiting_filter(schema)  # v2/v3: a quarantined row is not waiting for delivery
@@ -163,6 +161,10 @@ class EvidenceReader:
         # project_unacked answers kept from an earlier check of the same unchanged rows (the state dir)
         self.kept = kept or {}
         self.answered: dict[str, dict[str, int]] = {}
+
+    @functools.cached_property
+    def lane_note(self) -> str:
+        return lane_note(identify(self.connection, self.schema))
 
     def unacked_on_target(self, target_key: str) -> int | None:
         if not self.has_acked:
@@ -214,7 +216,7 @@ class EvidenceReader:
             evidence["projects"] = projects
             evidence["project_unacked_rows"] = sum(by_lane.values())
             evidence["project_unacked_by_lane"] = by_lane
-            evidence["note"] = V120_LANE_NOTE
+            evidence["note"] = self.lane_note
         return evidence
 
 

@@ -69,7 +69,7 @@ _DESIGN_INBOX_WHERE = f"m.target_key = '{INBOX_TARGET}' AND m.acked_at IS NULL"
 # (1.4 s instead of 0.1 ms on the 1M-row benchmark database).
 _UNATTRIBUTED_SQL = f"""
 SELECT entity, count(*), min(occurred_at) FROM sync_mutations
-WHERE +target_key = '{LEGACY_TARGET}' AND acked_at IS NULL AND project = ''
+WHERE +target_key = '{LEGACY_TARGET}' AND acked_at IS NULL AND project = ''{{waiting}}
 GROUP BY entity
 """
 NO_PROJECT_KEY = "(no project)"
@@ -450,15 +450,16 @@ def read_inbox(
     """One short read transaction over the inbox, with the legacy-lane rows that have no project."""
     with read_transaction(connection):
         snapshot = select_inbox_rows(connection, schema, aliases, resolver, now=now)
-        unattributed = select_unattributed(connection, snapshot.taken_at)
+        unattributed = select_unattributed(connection, schema, snapshot.taken_at)
     return replace(snapshot, unattributed=unattributed)
 
 
-def select_unattributed(connection: sqlite3.Connection, now: datetime) -> KeySummary | None:
-    """Unacked legacy-lane rows whose project is empty, summarized like an inbox key (None when there are none)."""
+def select_unattributed(connection: sqlite3.Connection, schema: Schema, now: datetime) -> KeySummary | None:
+    """Unacked legacy-lane rows whose project is empty, summarized like an inbox key (None when there are none).
+    A row v2/v3 quarantined is never sent again, so it is not counted."""
     summary = KeySummary(key=NO_PROJECT_KEY, hint=NO_PROJECT_HINT)
     oldest_per_entity: list[datetime | None] = []
-    for entity, count, oldest in connection.execute(_UNATTRIBUTED_SQL):
+    for entity, count, oldest in connection.execute(_UNATTRIBUTED_SQL.format(waiting=waiting_filter(schema))):
         summary.entities[str(entity)] = int(count)
         if entity in TELEMETRY_ENTITIES:
             summary.telemetry += int(count)

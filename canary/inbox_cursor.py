@@ -170,7 +170,7 @@ def tripwire_inputs(
     with read_transaction(connection):
         high_water = _scalar(connection, "SELECT max(seq) FROM sync_mutations")
         enrolled = enrolled_projects(connection, schema)
-        unattributed = select_unattributed(connection, now or datetime.now(UTC))
+        unattributed = select_unattributed(connection, schema, now or datetime.now(UTC))
         kept = _load(path) if use_cursor else None
         if kept is not None and time.time() - kept.computed_at <= MAX_AGE_SECONDS:
             resolver = GitRepoResolver(read_key_entries(memory) if memory is not None else None)
