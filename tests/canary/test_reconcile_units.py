@@ -4,6 +4,7 @@ the cloud settings come from, and the matcher's doors."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -153,7 +154,7 @@ def test_no_token_allows_plain_http_and_ssl_cert_file_is_the_ca(tmp_path: Path) 
     assert chosen == CloudSettings("http://127.0.0.1:8080", None, ca, "--cloud-url", None)
 
 
-def local(seq: int, entity: str, key: str, payload: dict[str, object]) -> LocalRow:
+def local(seq: int, entity: str, key: str, payload: Mapping[str, object]) -> LocalRow:
     digest = bytes.fromhex(payload_digest(payload))
     return LocalRow(seq, "cloud", "alpha", (entity, key, "upsert", digest), "2026-11-30 10:00:00")
 
