@@ -7,7 +7,7 @@ import os
 import signal
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
@@ -32,6 +32,11 @@ def new_alerts(watcher: WatchProcess, key: str) -> list[str]:
 
 def gone_alerts(watcher: WatchProcess, key: str) -> list[str]:
     return watcher.matching(lambda line: "GONE foreign sync target" in line and f" {key} " in line)
+
+
+def says(text: str) -> Callable[[str], bool]:
+    """A wait_for predicate bound to `text` now (a lambda in a loop would see the loop's last value)."""
+    return lambda line: text in line
 
 
 @pytest.fixture
@@ -206,9 +211,7 @@ def test_engram_serve_keeps_writing_while_watched(
                     ).status_code
                 )
         for project in ("svc0", "svc1", "svc2", "svc3"):
-            watcher.wait_for(
-                lambda text, key=f"cloud:{project}": f"NEW foreign sync target {key} " in text, what=project
-            )
+            watcher.wait_for(says(f"NEW foreign sync target cloud:{project} "), what=project)
         assert watcher.stop() == 0
     finally:
         serve.terminate()
