@@ -10,11 +10,17 @@ from typing import Any
 
 from engram_contract.journal_match import matches
 from harness import schema as s
-from harness.design_checks import evaluate_design_check
-from harness.design_schema import DESIGN_CHECK_KEYS
+from harness.design_checks import (
+    check_cloud_status,
+    check_doctor_verdict,
+    check_enroll_hint,
+    check_inbox_row,
+    check_save_answer,
+)
 from harness.lanes import LaneTable
 from harness.localdata import local_key
 from harness.results import StepMarks
+from harness.step_results import CanaryResult, CommandOutput, DoctorResult, InboxListResult, StepResults
 from harness.world import OutputEntry
 
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.]+))?$")
@@ -57,7 +63,7 @@ class Observed:
     version: str
     lanes: LaneTable
     sync_state_targets: list[str]
-    results: dict[str, Any]
+    results: StepResults
     stderr: str
     received: Sequence[Any]
     journal: Sequence[Any] = ()
@@ -119,16 +125,8 @@ def _finding_matches(finding: dict[str, Any], want: s.FindingMatch) -> bool:
     )
 
 
-def _result(observed: Observed, label: str, step: str) -> Any:
-    if label not in observed.results:
-        raise LookupError(
-            f"no {step} result named {label!r}: add a `{step}:` step (as: {label}) before the checks"
-        )
-    return observed.results[label]
-
-
 def _canary(check: s.CanaryCheck, observed: Observed) -> list[str]:
-    report = _result(observed, check.of, "canary")["report"]
+    report = observed.results.get(check.of, CanaryResult, "canary").report
     problems: list[str] = []
     if check.status is not None and report.get("status") != check.status:
         problems.append(f"canary status: expected {check.status}, got {report.get('status')}")
@@ -146,7 +144,8 @@ def _canary(check: s.CanaryCheck, observed: Observed) -> list[str]:
 
 
 def _inbox(check: s.InboxCheck, observed: Observed) -> list[str]:
-    keys = {entry.get("key"): entry for entry in _result(observed, check.of, "inbox")["keys"]}
+    listed = observed.results.get(check.of, InboxListResult, "inbox").keys
+    keys: dict[Any, Mapping[str, Any]] = {entry.get("key"): entry for entry in listed}
     problems: list[str] = []
     if check.empty is not None and (not keys) != check.empty:
         problems.append(f"inbox: expected {'empty' if check.empty else 'non-empty'}, got keys {sorted(keys)}")
@@ -164,8 +163,8 @@ def _inbox(check: s.InboxCheck, observed: Observed) -> list[str]:
 
 
 def _doctor(check: s.DoctorCheck, observed: Observed) -> list[str]:
-    report = _result(observed, check.of, "doctor")
-    flagged = {c.get("check_id") for c in report.get("checks", []) if c.get("result") not in (None, "ok")}
+    doctor = observed.results.get(check.of, DoctorResult, "doctor")
+    flagged: set[Any] = {c.get("check_id") for c in doctor.checks if c.get("result") not in (None, "ok")}
     problems = [
         f"doctor: check {c!r} reported nothing (flagged: {sorted(flagged)})"
         for c in check.checks_include
@@ -220,20 +219,16 @@ def _text(check: s.TextCheck, observed: Observed) -> list[str]:
 
 
 def _command(check: s.CommandCheck, observed: Observed) -> list[str]:
-    ran = _result(observed, check.of, "run")
-    if "unsupported" in ran:
-        raise LookupError(f"{check.of}: the step did not run: {ran['unsupported']}")
-    if "exit" not in ran:
-        raise LookupError(f"{check.of!r} is not the result of a `run` step (it has no exit code)")
+    ran = observed.results.get(check.of, CommandOutput, "run")
     problems: list[str] = []
-    if check.exit is not None and ran["exit"] != check.exit:
-        problems.append(f"{check.of}: exit {ran['exit']}, expected {check.exit}")
-    if check.exit_not is not None and ran["exit"] == check.exit_not:
-        problems.append(f"{check.of}: exit {ran['exit']}, expected anything else")
-    problems += [f"{check.of}: stdout lacks {t!r}" for t in check.stdout_contains if t not in ran["stdout"]]
-    problems += [f"{check.of}: stdout has {t!r}" for t in check.stdout_not_contains if t in ran["stdout"]]
-    problems += [f"{check.of}: stderr lacks {t!r}" for t in check.stderr_contains if t not in ran["stderr"]]
-    problems += [f"{check.of}: stderr has {t!r}" for t in check.stderr_not_contains if t in ran["stderr"]]
+    if check.exit is not None and ran.exit != check.exit:
+        problems.append(f"{check.of}: exit {ran.exit}, expected {check.exit}")
+    if check.exit_not is not None and ran.exit == check.exit_not:
+        problems.append(f"{check.of}: exit {ran.exit}, expected anything else")
+    problems += [f"{check.of}: stdout lacks {t!r}" for t in check.stdout_contains if t not in ran.stdout]
+    problems += [f"{check.of}: stdout has {t!r}" for t in check.stdout_not_contains if t in ran.stdout]
+    problems += [f"{check.of}: stderr lacks {t!r}" for t in check.stderr_contains if t not in ran.stderr]
+    problems += [f"{check.of}: stderr has {t!r}" for t in check.stderr_not_contains if t in ran.stderr]
     return problems
 
 
@@ -337,7 +332,31 @@ def _local(check: s.LocalCheck, observed: Observed) -> list[str]:
     return []
 
 
-def evaluate(expectation: s.Expectation, observed: Observed) -> tuple[str, str]:
+#: kind -> the function that judges its check: one entry per expectation model (schema.EXPECTATION_MODELS)
+EVALUATORS: dict[str, Callable[[Any, Observed], list[str]]] = {
+    "lanes": _lanes,
+    "sync_state_targets": lambda check, observed: _set(
+        check, observed.sync_state_targets, "sync_state targets"
+    ),
+    "canary": _canary,
+    "inbox": _inbox,
+    "doctor": _doctor,
+    "stderr": _text,
+    "command": _command,
+    "received": _received,
+    "journal": _journal,
+    "sync_state": _sync_state,
+    "local": _local,
+    "save_answer": lambda check, observed: check_save_answer(check, observed.results),
+    "enroll_hint": lambda check, observed: check_enroll_hint(check, observed.results),
+    "cloud_status": lambda check, observed: check_cloud_status(check, observed.results),
+    "doctor_check": lambda check, observed: check_doctor_verdict(check, observed.results),
+    "inbox_row": lambda check, observed: check_inbox_row(check, observed.results, observed.db_path),
+}
+assert tuple(EVALUATORS) == s.CHECK_KEYS
+
+
+def evaluate(expectation: s.ExpectationBase, observed: Observed) -> tuple[str, str]:
     if (
         expectation.tag == "baseline"
         and expectation.engram
@@ -345,31 +364,7 @@ def evaluate(expectation: s.Expectation, observed: Observed) -> tuple[str, str]:
     ):
         return "n/a", f"engram {observed.version} is outside {expectation.engram}"
     try:
-        if expectation.lanes is not None:
-            problems = _lanes(expectation.lanes, observed)
-        elif expectation.sync_state_targets is not None:
-            problems = _set(expectation.sync_state_targets, observed.sync_state_targets, "sync_state targets")
-        elif expectation.canary is not None:
-            problems = _canary(expectation.canary, observed)
-        elif expectation.inbox is not None:
-            problems = _inbox(expectation.inbox, observed)
-        elif expectation.doctor is not None:
-            problems = _doctor(expectation.doctor, observed)
-        elif expectation.stderr is not None:
-            problems = _text(expectation.stderr, observed)
-        elif expectation.sync_state is not None:
-            problems = _sync_state(expectation.sync_state, observed)
-        elif expectation.local is not None:
-            problems = _local(expectation.local, observed)
-        elif expectation.journal is not None:
-            problems = _journal(expectation.journal, observed)
-        elif expectation.command is not None:
-            problems = _command(expectation.command, observed)
-        elif expectation.kind in DESIGN_CHECK_KEYS:
-            problems = evaluate_design_check(expectation, observed.results, observed.db_path)
-        else:
-            assert expectation.received is not None
-            problems = _received(expectation.received, observed)
+        problems = EVALUATORS[expectation.kind](expectation.check, observed)
     except LookupError as error:
         problems = [str(error)]
     return ("fail", "; ".join(problems)) if problems else ("pass", "")

@@ -28,8 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from harness import design_schema as d
-
-SAVE_RESULT_PREFIX = "save:"
+from harness.step_results import (
+    CloudStatusResult,
+    DoctorResult,
+    EnrollResult,
+    SaveResult,
+    StepResults,
+    save_result_name,
+)
 
 _WARNING = re.compile(
     r'warning: saved to inbox: "(?P<key>[^"]*)" \(cwd (?P<cwd>.*)\) is not enrolled\s*(?:—|--|-)\s*'
@@ -98,10 +104,6 @@ def parse_enroll_hint(text: str) -> EnrollHint | None:
     )
 
 
-def save_result_name(label: str) -> str:
-    return SAVE_RESULT_PREFIX + label
-
-
 def _answer_warning_text(answer: Any) -> str:
     """Every place an MCP answer could carry the warning: a warning field, or the result text."""
     if not isinstance(answer, Mapping):
@@ -116,12 +118,6 @@ def _answer_warning_text(answer: Any) -> str:
     return "\n".join(texts)
 
 
-def _lookup(results: Mapping[str, Any], name: str, step: str, key: str | None = None) -> Any:
-    if (key or name) not in results:
-        raise LookupError(f"no {step} result named {name!r}: give the `{step}` step `as: {name}`")
-    return results[key or name]
-
-
 def _same(have: Any, want: d.MatchValue) -> bool:
     if want is None:
         return have is None or have == ""
@@ -130,10 +126,14 @@ def _same(have: Any, want: d.MatchValue) -> bool:
     return str(have) == str(want)
 
 
-def check_save_answer(check: d.SaveAnswerCheck, results: Mapping[str, Any]) -> list[str]:
-    saved = _lookup(results, check.of, "save", save_result_name(check.of))
-    via = saved.get("via")
-    answer = saved.get("answer") if isinstance(saved.get("answer"), Mapping) else {}
+def _saved(results: StepResults, label: str) -> SaveResult:
+    return results.get(label, SaveResult, "save", key=save_result_name(label))
+
+
+def check_save_answer(check: d.SaveAnswerCheck, results: StepResults) -> list[str]:
+    saved = _saved(results, check.of)
+    via = saved.via
+    answer = saved.answer if isinstance(saved.answer, Mapping) else {}
     shown = ", ".join(sorted(answer)) or "none"
     problems: list[str] = []
     wanted = {**check.fields}
@@ -153,7 +153,7 @@ def check_save_answer(check: d.SaveAnswerCheck, results: Mapping[str, Any]) -> l
         for name in check.absent_fields
         if name in answer
     ]
-    text = saved.get("stderr", "") if via == "cli" else _answer_warning_text(answer)
+    text = saved.stderr if via == "cli" else _answer_warning_text(answer)
     where = "stderr" if via == "cli" else "answer"
     warning = parse_save_warning(text)
     if check.warning is not None and (warning is not None) != check.warning:
@@ -168,11 +168,9 @@ def check_save_answer(check: d.SaveAnswerCheck, results: Mapping[str, Any]) -> l
             problems.append(
                 f"save {check.of}: the warning names key {warning.key!r}, expected {check.warning_key!r}"
             )
-        if check.warning_cwd and warning.cwd != saved.get("cwd"):
-            problems.append(
-                f"save {check.of}: the warning names cwd {warning.cwd!r}, expected {saved.get('cwd')!r}"
-            )
-    stderr = str(saved.get("stderr", ""))
+        if check.warning_cwd and warning.cwd != saved.cwd:
+            problems.append(f"save {check.of}: the warning names cwd {warning.cwd!r}, expected {saved.cwd!r}")
+    stderr = saved.stderr
     if (check.stderr_contains or check.stderr_not_contains) and via != "cli":
         problems.append(f"save {check.of} ran via {via}: only a cli save has a stderr of its own")
     problems += [f"save {check.of}: stderr lacks {t!r}" for t in check.stderr_contains if t not in stderr]
@@ -180,10 +178,10 @@ def check_save_answer(check: d.SaveAnswerCheck, results: Mapping[str, Any]) -> l
     return problems
 
 
-def check_enroll_hint(check: d.EnrollHintCheck, results: Mapping[str, Any]) -> list[str]:
-    enrolled = _lookup(results, check.of, "enroll")
-    hint = parse_enroll_hint(str(enrolled.get("stdout", "")) + "\n" + str(enrolled.get("stderr", "")))
-    said = str(enrolled.get("stdout", "")).strip()[:200]
+def check_enroll_hint(check: d.EnrollHintCheck, results: StepResults) -> list[str]:
+    enrolled = results.get(check.of, EnrollResult, "enroll")
+    hint = parse_enroll_hint(enrolled.stdout + "\n" + enrolled.stderr)
+    said = enrolled.stdout.strip()[:200]
     if not check.hint:
         return [] if hint is None else [f"enroll {check.of}: unexpected inbox hint ({hint.waiting} waiting)"]
     if hint is None:
@@ -202,10 +200,10 @@ def check_enroll_hint(check: d.EnrollHintCheck, results: Mapping[str, Any]) -> l
     return problems
 
 
-def check_cloud_status(check: d.CloudStatusCheck, results: Mapping[str, Any]) -> list[str]:
-    status = _lookup(results, check.of, "cloud_status")
-    line = parse_status_inbox_line(str(status.get("stdout", "")))
-    printed = " | ".join(str(status.get("stdout", "")).strip().splitlines())[:200]
+def check_cloud_status(check: d.CloudStatusCheck, results: StepResults) -> list[str]:
+    status = results.get(check.of, CloudStatusResult, "cloud_status")
+    line = parse_status_inbox_line(status.stdout)
+    printed = " | ".join(status.stdout.strip().splitlines())[:200]
     if check.inbox_line is False:
         return [] if line is None else [f"cloud status: unexpected inbox line ({line.memories} memories)"]
     wants_line = check.inbox_line or any(
@@ -230,9 +228,9 @@ def check_cloud_status(check: d.CloudStatusCheck, results: Mapping[str, Any]) ->
     return problems
 
 
-def check_doctor_verdict(check: d.DoctorVerdictCheck, results: Mapping[str, Any]) -> list[str]:
-    report = _lookup(results, check.of, "doctor")
-    checks = [c for c in report.get("checks", []) if isinstance(c, Mapping)]
+def check_doctor_verdict(check: d.DoctorVerdictCheck, results: StepResults) -> list[str]:
+    doctor = results.get(check.of, DoctorResult, "doctor")
+    report, checks = doctor.report, doctor.checks
     found = next((c for c in checks if c.get("check_id") == check.check), None)
     ids = sorted(str(c.get("check_id")) for c in checks)
     problems: list[str] = []
@@ -262,11 +260,11 @@ def check_doctor_verdict(check: d.DoctorVerdictCheck, results: Mapping[str, Any]
     return problems
 
 
-def check_inbox_row(check: d.InboxRowCheck, results: Mapping[str, Any], db_path: Path | None) -> list[str]:
-    saved = _lookup(results, check.of, "save", save_result_name(check.of))
+def check_inbox_row(check: d.InboxRowCheck, results: StepResults, db_path: Path | None) -> list[str]:
+    saved = _saved(results, check.of)
     if db_path is None:
         raise LookupError("no database to read (the scenario did not get that far)")
-    sync_id = saved.get("sync_id")
+    sync_id = saved.sync_id
     with closing(sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=10)) as connection:
         rows = list(
             connection.execute(
@@ -297,25 +295,12 @@ def check_inbox_row(check: d.InboxRowCheck, results: Mapping[str, Any], db_path:
                 f"save {check.of} on {target}: payload project {payload.get('project')!r}, "
                 f"expected the raw {check.payload_project!r}"
             )
-        if check.payload_cwd and payload.get("cwd") != saved.get("cwd"):
+        if check.payload_cwd and payload.get("cwd") != saved.cwd:
             problems.append(
-                f"save {check.of} on {target}: payload cwd {payload.get('cwd')!r}, expected {saved.get('cwd')!r}"
+                f"save {check.of} on {target}: payload cwd {payload.get('cwd')!r}, expected {saved.cwd!r}"
             )
         if check.acked is not None and (acked_at is not None) != check.acked:
             problems.append(
                 f"save {check.of} on {target}: acked_at {acked_at!r}, expected {'set' if check.acked else 'none'}"
             )
     return problems
-
-
-def evaluate_design_check(expectation: Any, results: Mapping[str, Any], db_path: Path | None) -> list[str]:
-    """Problems of one expectation whose check is one of DESIGN_CHECK_KEYS."""
-    if expectation.save_answer is not None:
-        return check_save_answer(expectation.save_answer, results)
-    if expectation.enroll_hint is not None:
-        return check_enroll_hint(expectation.enroll_hint, results)
-    if expectation.cloud_status is not None:
-        return check_cloud_status(expectation.cloud_status, results)
-    if expectation.doctor_check is not None:
-        return check_doctor_verdict(expectation.doctor_check, results)
-    return check_inbox_row(expectation.inbox_row, results, db_path)

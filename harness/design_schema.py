@@ -136,4 +136,3 @@ DESIGN_STEP_MODELS: dict[str, type[BaseModel]] = {
     "cloud_status": CloudStatusStep,
     "engram_inbox": EngramInboxStep,
 }
-DESIGN_CHECK_KEYS = ("save_answer", "enroll_hint", "cloud_status", "doctor_check", "inbox_row")

@@ -15,13 +15,18 @@ from pydantic import BaseModel, ValidationError
 from engram_contract.yaml_source import Loc, YamlSource, YamlSyntaxError, load_yaml
 from harness.errors import ScenarioError
 from harness.schema import (
+    CHECK_KEYS,
+    EXPECTATION_MODELS,
+    ONE_CHECK,
     STEP_MODELS,
     TOP_LEVEL_KEYS,
     DeviceStep,
-    Expectation,
+    ExpectationBase,
+    ExpectationFields,
     Header,
     ObserveStep,
     RepeatStep,
+    expectation_kinds,
 )
 
 SCENARIO_SUFFIX = ".scenario.yaml"
@@ -42,7 +47,7 @@ class Step:
 
 @dataclass(frozen=True)
 class ExpectationAt:
-    expectation: Expectation
+    expectation: ExpectationBase
     line: int
     index: int
 
@@ -115,6 +120,8 @@ def _model_at(model: type[BaseModel], loc: Loc) -> type[BaseModel] | None:
 
 
 def allowed_keys(model: type[BaseModel]) -> list[str]:
+    if issubclass(model, ExpectationFields):
+        return list(model.shown_keys)  # any check may follow the common fields
     return [info.alias or name for name, info in model.model_fields.items()]
 
 
@@ -168,6 +175,27 @@ def _parse_steps(items: Any, loc: Loc, located: _Located) -> tuple[Step, ...]:
     return tuple(steps)
 
 
+def _parse_expectation(raw: Any, loc: Loc, located: _Located) -> ExpectationBase | None:
+    """One expectation, validated as the model of the one check it names (schema.Expectation's rule)."""
+    if not isinstance(raw, dict):
+        located.add(loc, f"Input should be a valid dictionary or instance of Expectation (got {raw!r})")
+        return None
+    kinds = expectation_kinds(raw)
+    if len(kinds) == 1:
+        expectation = located.validate(EXPECTATION_MODELS[kinds[0]], raw, loc)
+        return expectation if isinstance(expectation, ExpectationBase) else None
+    # No check or several: what else is wrong comes first, as it would for a one-check expectation.
+    before = len(located.errors)
+    located.validate(ExpectationFields, {k: v for k, v in raw.items() if k not in CHECK_KEYS}, loc)
+    for kind in kinds:
+        check = EXPECTATION_MODELS[kind].model_fields[kind].annotation
+        assert isinstance(check, type) and issubclass(check, BaseModel)
+        located.validate(check, raw[kind], (*loc, kind))
+    if len(located.errors) == before:
+        located.add(loc, f"{ONE_CHECK} (got {kinds})")
+    return None
+
+
 def _workspace_refs(steps: Iterable[Step]) -> Iterable[tuple[Step, str]]:
     for step in steps:
         for attribute in ("in_", "cwd"):
@@ -203,7 +231,7 @@ def _check_labels(
             labels.setdefault(label, step.line)
     declared = ", ".join(sorted(labels)) or "none (add label: NAME to a step)"
     for at in expectations:
-        check = getattr(at.expectation, at.expectation.kind)
+        check = at.expectation.check
         for key in ("since", "until"):
             wanted = getattr(check, key, None)
             if wanted is not None and wanted not in labels:
@@ -263,8 +291,8 @@ def parse_scenario(text: str, path: Path) -> Scenario:
         located.add(("expect",), "expect must be a list of expectations")
         raw_expect = []
     for index, raw in enumerate(raw_expect):
-        expectation = located.validate(Expectation, raw, ("expect", index))
-        if isinstance(expectation, Expectation):
+        expectation = _parse_expectation(raw, ("expect", index), located)
+        if expectation is not None:
             expectations.append(ExpectationAt(expectation, located.line(("expect", index)), index))
 
     _check_labels(steps, expectations, path, located.errors)

@@ -136,7 +136,7 @@ def judged_answers(result: ScenarioResult) -> dict[str, Any]:
         expectation = by_index.get(outcome.index)
         if outcome.status != "fail" or expectation is None:
             continue
-        label = getattr(getattr(expectation, expectation.kind), "of", None)
+        label = getattr(expectation.check, "of", None)
         if isinstance(label, str) and label in results:
             answers[label] = results[label]
     return answers

@@ -29,7 +29,7 @@ from harness.lanes import (
 from harness.loader import Scenario
 from harness.localdata import count_local_rows, read_sync_state_rows
 from harness.results import ExpectationResult, ExpectMode, ScenarioResult, StepMarks, StepRecord
-from harness.schema import WorkspaceSpec
+from harness.schema import LanesExpectation, LocalExpectation, WorkspaceSpec
 from harness.steps import StepRunner, plain
 from harness.world import CloudHandle, CloudMode, CloudTarget, World, engram_version
 
@@ -149,9 +149,8 @@ def run_scenario(
             workspace_root=base / "workspaces",
         )
         for at in scenario.expectations:
-            local = at.expectation.local
-            if local is not None and local.at is not None:
-                world.local_probes.setdefault(local.at, []).append(local)
+            if isinstance(at.expectation, LocalExpectation) and at.expectation.local.at is not None:
+                world.local_probes.setdefault(at.expectation.local.at, []).append(at.expectation.local)
         mark = time.monotonic()
         _make_workspaces(world, scenario.header.workspaces)
         result.timings["workspaces"] = time.monotonic() - mark
@@ -225,7 +224,7 @@ def _cloud_evidence(result: ScenarioResult, world: World) -> None:
 
 def _world_evidence(result: ScenarioResult, world: World, base: Path) -> None:
     evidence = result.evidence
-    evidence["results"] = world.results
+    evidence["results"] = world.results.as_json()
     evidence["commands"] = [record.as_json() for record in world.evidence.commands]
     evidence["requests"] = world.evidence.requests
     evidence["observe"] = world.evidence.snapshots
@@ -323,7 +322,9 @@ def _observe(
         expectation = at.expectation
         status, detail = evaluate(expectation, observed)
         rows = (
-            [row.model_dump(exclude_none=True) for row in expectation.lanes.rows] if expectation.lanes else []
+            [row.model_dump(exclude_none=True) for row in expectation.lanes.rows]
+            if isinstance(expectation, LanesExpectation)
+            else []
         )
         result.expectations.append(
             ExpectationResult(

@@ -9,13 +9,22 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from engram_contract import LANE_COUNTS as LANE_COUNTS  # the scenario schema names them too
 from harness.design_schema import (
-    DESIGN_CHECK_KEYS,
     DESIGN_STEP_MODELS,
     CloudStatusCheck,
     DoctorVerdictCheck,
@@ -663,23 +672,13 @@ class LocalCheck(Strict):
 
 _VERSION_RANGE = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*v?\d+\.\d+\.\d+(-[0-9A-Za-z.]+)?\s*$")
 
-CHECK_KEYS = (
-    "lanes",
-    "sync_state_targets",
-    "canary",
-    "inbox",
-    "doctor",
-    "stderr",
-    "command",
-    "received",
-    "journal",
-    "sync_state",
-    "local",
-    *DESIGN_CHECK_KEYS,
-)
 
+class ExpectationFields(Strict):
+    """What every expectation has besides its one check (also what a zero- or many-check one is read as)."""
 
-class Expectation(Strict):
+    #: every key an expectation may have, as a refusal of an unknown key lists them
+    shown_keys: ClassVar[tuple[str, ...]] = ()
+
     tag: Literal["baseline", "design"]
     engram: str | None = Field(
         None,
@@ -699,22 +698,6 @@ class Expectation(Strict):
             "names the files and commits it rests on. The first run on a version in range shows if it holds."
         ),
     )
-    lanes: LanesCheck | None = None
-    sync_state_targets: SetCheck | None = None
-    canary: CanaryCheck | None = None
-    inbox: InboxCheck | None = None
-    doctor: DoctorCheck | None = None
-    stderr: TextCheck | None = None
-    command: CommandCheck | None = None
-    received: ReceivedCheck | None = None
-    journal: JournalCheck | None = None
-    sync_state: SyncStateCheck | None = None
-    local: LocalCheck | None = None
-    save_answer: SaveAnswerCheck | None = None
-    enroll_hint: EnrollHintCheck | None = None
-    cloud_status: CloudStatusCheck | None = None
-    doctor_check: DoctorVerdictCheck | None = None
-    inbox_row: InboxRowCheck | None = None
 
     @field_validator("engram")
     @classmethod
@@ -728,13 +711,22 @@ class Expectation(Strict):
                 )
         return value
 
+
+class ExpectationBase(ExpectationFields):
+    """One expectation: the common fields and exactly one check, named by its key (`kind`)."""
+
+    kind: ClassVar[str]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_empty_checks(cls, value: Any) -> Any:
+        # `lanes: null` next to the real check was always read as no check at all.
+        if isinstance(value, dict):
+            return {key: item for key, item in value.items() if item is not None or key not in CHECK_KEYS}
+        return value
+
     @model_validator(mode="after")
-    def _one_check(self) -> Expectation:
-        present = [key for key in CHECK_KEYS if getattr(self, key) is not None]
-        if len(present) != 1:
-            raise ValueError(
-                f"an expectation needs exactly one check of {', '.join(CHECK_KEYS)} (got {present})"
-            )
+    def _fits(self) -> ExpectationBase:
         if self.tag == "baseline" and self.engram is None:
             raise ValueError("a baseline expectation needs engram: a version range, e.g. '>=1.20.0,<2.0.0'")
         if self.tag != "design" and self.design_section is not None:
@@ -748,8 +740,157 @@ class Expectation(Strict):
         return self
 
     @property
-    def kind(self) -> str:
-        return next(key for key in CHECK_KEYS if getattr(self, key) is not None)
+    def check(self) -> BaseModel:
+        check: BaseModel = getattr(self, self.kind)
+        return check
+
+
+class LanesExpectation(ExpectationBase):
+    kind: ClassVar[str] = "lanes"
+    lanes: LanesCheck
+
+
+class SyncStateTargetsExpectation(ExpectationBase):
+    kind: ClassVar[str] = "sync_state_targets"
+    sync_state_targets: SetCheck
+
+
+class CanaryExpectation(ExpectationBase):
+    kind: ClassVar[str] = "canary"
+    canary: CanaryCheck
+
+
+class InboxExpectation(ExpectationBase):
+    kind: ClassVar[str] = "inbox"
+    inbox: InboxCheck
+
+
+class DoctorExpectation(ExpectationBase):
+    kind: ClassVar[str] = "doctor"
+    doctor: DoctorCheck
+
+
+class StderrExpectation(ExpectationBase):
+    kind: ClassVar[str] = "stderr"
+    stderr: TextCheck
+
+
+class CommandExpectation(ExpectationBase):
+    kind: ClassVar[str] = "command"
+    command: CommandCheck
+
+
+class ReceivedExpectation(ExpectationBase):
+    kind: ClassVar[str] = "received"
+    received: ReceivedCheck
+
+
+class JournalExpectation(ExpectationBase):
+    kind: ClassVar[str] = "journal"
+    journal: JournalCheck
+
+
+class SyncStateExpectation(ExpectationBase):
+    kind: ClassVar[str] = "sync_state"
+    sync_state: SyncStateCheck
+
+
+class LocalExpectation(ExpectationBase):
+    kind: ClassVar[str] = "local"
+    local: LocalCheck
+
+
+class SaveAnswerExpectation(ExpectationBase):
+    kind: ClassVar[str] = "save_answer"
+    save_answer: SaveAnswerCheck
+
+
+class EnrollHintExpectation(ExpectationBase):
+    kind: ClassVar[str] = "enroll_hint"
+    enroll_hint: EnrollHintCheck
+
+
+class CloudStatusExpectation(ExpectationBase):
+    kind: ClassVar[str] = "cloud_status"
+    cloud_status: CloudStatusCheck
+
+
+class DoctorCheckExpectation(ExpectationBase):
+    kind: ClassVar[str] = "doctor_check"
+    doctor_check: DoctorVerdictCheck
+
+
+class InboxRowExpectation(ExpectationBase):
+    kind: ClassVar[str] = "inbox_row"
+    inbox_row: InboxRowCheck
+
+
+EXPECTATION_MODELS: dict[str, type[ExpectationBase]] = {
+    model.kind: model
+    for model in (
+        LanesExpectation,
+        SyncStateTargetsExpectation,
+        CanaryExpectation,
+        InboxExpectation,
+        DoctorExpectation,
+        StderrExpectation,
+        CommandExpectation,
+        ReceivedExpectation,
+        JournalExpectation,
+        SyncStateExpectation,
+        LocalExpectation,
+        SaveAnswerExpectation,
+        EnrollHintExpectation,
+        CloudStatusExpectation,
+        DoctorCheckExpectation,
+        InboxRowExpectation,
+    )
+}
+CHECK_KEYS = tuple(EXPECTATION_MODELS)
+ExpectationFields.shown_keys = (*ExpectationFields.model_fields, *CHECK_KEYS)
+ONE_CHECK = f"an expectation needs exactly one check of {', '.join(CHECK_KEYS)}"
+
+
+def expectation_kinds(data: Any) -> list[str]:
+    """The checks an expectation's mapping names (a null one names none)."""
+    if not isinstance(data, dict):
+        return []
+    return [key for key in CHECK_KEYS if data.get(key) is not None]
+
+
+def _kind_of(data: Any) -> str | None:
+    if isinstance(data, ExpectationBase):
+        return data.kind
+    kinds = expectation_kinds(data)
+    return kinds[0] if len(kinds) == 1 else None
+
+
+Expectation: TypeAlias = Annotated[
+    Annotated[LanesExpectation, Tag("lanes")]
+    | Annotated[SyncStateTargetsExpectation, Tag("sync_state_targets")]
+    | Annotated[CanaryExpectation, Tag("canary")]
+    | Annotated[InboxExpectation, Tag("inbox")]
+    | Annotated[DoctorExpectation, Tag("doctor")]
+    | Annotated[StderrExpectation, Tag("stderr")]
+    | Annotated[CommandExpectation, Tag("command")]
+    | Annotated[ReceivedExpectation, Tag("received")]
+    | Annotated[JournalExpectation, Tag("journal")]
+    | Annotated[SyncStateExpectation, Tag("sync_state")]
+    | Annotated[LocalExpectation, Tag("local")]
+    | Annotated[SaveAnswerExpectation, Tag("save_answer")]
+    | Annotated[EnrollHintExpectation, Tag("enroll_hint")]
+    | Annotated[CloudStatusExpectation, Tag("cloud_status")]
+    | Annotated[DoctorCheckExpectation, Tag("doctor_check")]
+    | Annotated[InboxRowExpectation, Tag("inbox_row")],
+    Discriminator(_kind_of, custom_error_type="one_check", custom_error_message=ONE_CHECK),
+]
+EXPECTATION: TypeAdapter[Expectation] = TypeAdapter(Expectation)
+
+
+def parse_expectation(data: Any) -> ExpectationBase:
+    """One expectation from its mapping (the loader does the same, with file:line errors)."""
+    expectation: ExpectationBase = EXPECTATION.validate_python(data)
+    return expectation
 
 
 class Header(Strict):
@@ -786,6 +927,9 @@ def json_schema() -> dict[str, Any]:
         expect=(list[Expectation], []),
     )
     schema: dict[str, Any] = document.model_json_schema(by_alias=True)
+    # The expectation union under one name, as when it was one model: only $defs says it is a union.
+    schema["$defs"]["Expectation"] = schema["properties"]["expect"]["items"]
+    schema["properties"]["expect"]["items"] = {"$ref": "#/$defs/Expectation"}
     schema["$id"] = SCHEMA_ID
     schema["title"] = "engram-harness scenario"
     return schema

@@ -46,13 +46,27 @@ from engram_contract.journal_match import matches as journal_matches
 from fake_cloud.client import FakeCloudClient, FakeCloudWaitTimeout
 from harness import design_schema as ds
 from harness import schema as s
-from harness.design_checks import parse_status_inbox_line, save_result_name
+from harness.design_checks import parse_status_inbox_line
 from harness.engram_env import meaningful_stderr
 from harness.errors import StepFailed, StepUnsupported
 from harness.loader import Step
 from harness.localdata import count_local_rows, local_key, read_sync_state_rows
 from harness.polling import eventually
 from harness.results import StepMarks, StepRecord
+from harness.step_results import (
+    CanaryResult,
+    CloudStatusResult,
+    CommandOutput,
+    DoctorResult,
+    EngramInboxResult,
+    EnrollResult,
+    HttpResult,
+    InboxListResult,
+    RunResult,
+    SaveResult,
+    UnsupportedResult,
+    save_result_name,
+)
 from harness.world import SavedObservation, World
 
 CYCLE_SECONDS = 45.0
@@ -152,7 +166,8 @@ def do_end_session(world: World, step: s.EndSessionStep) -> None:
 
 def do_save(world: World, step: s.SaveStep) -> None:
     cwd = _cwd(world, step.in_)
-    said: dict[str, Any] = {"via": step.via, "cwd": str(cwd)}  # the answer, for `save_answer` checks
+    answer: dict[str, Any] | None = None  # the answer, for `save_answer` checks
+    printed: CommandOutput | None = None
     if step.via == "mcp":
         arguments: dict[str, Any] = {"title": step.title, "content": step.content, "type": step.type}
         for key, value in (
@@ -163,7 +178,6 @@ def do_save(world: World, step: s.SaveStep) -> None:
             if value is not None:
                 arguments[key] = value
         answer = world.mcp(cwd).call_tool("mem_save", arguments)
-        said["answer"] = answer
         if "id" not in answer:
             raise StepFailed(f"mem_save answered without an id: {answer}")
         observation_id = int(answer["id"])
@@ -174,7 +188,7 @@ def do_save(world: World, step: s.SaveStep) -> None:
         if step.topic_key is not None:
             args += ["--topic", step.topic_key]
         result = _check(world.run(args, cwd=cwd), "engram save")
-        said.update(exit=result.returncode, stdout=result.stdout, stderr=meaningful_stderr(result.stderr))
+        printed = CommandOutput(result.returncode, result.stdout, meaningful_stderr(result.stderr))
         match = re.search(r"#(\d+)", result.stdout)
         if match is None:
             raise StepFailed(f"engram save printed no observation id: {result.stdout.strip()!r}")
@@ -192,12 +206,12 @@ def do_save(world: World, step: s.SaveStep) -> None:
             body["project"] = step.project
         if step.topic_key is not None:
             body["topic_key"] = step.topic_key
-        said["answer"] = _http(world, "POST", "/observations", body)
-        observation_id = int(said["answer"]["id"])
+        posted = _http(world, "POST", "/observations", body)
+        answer, observation_id = posted, int(posted["id"])
     if step.as_:
         world.observations[step.as_] = _observation_row(world, observation_id)
-        said["sync_id"] = world.observations[step.as_].sync_id
-        world.results[save_result_name(step.as_)] = said
+        saved = SaveResult(step.via, str(cwd), answer, printed, world.observations[step.as_].sync_id)
+        world.results.record(save_result_name(step.as_), saved)
 
 
 def do_prompt(world: World, step: s.PromptStep) -> None:
@@ -215,18 +229,18 @@ def do_prompt(world: World, step: s.PromptStep) -> None:
 def do_enroll(world: World, step: s.EnrollStep) -> None:
     result = world.run(["cloud", "enroll", step.project])
     if step.as_:
-        world.results[step.as_] = _command_result(result)
+        world.results.record(step.as_, EnrollResult(*_printed(result)))
     _check(result, f"engram cloud enroll {step.project}")
 
 
-def _command_result(result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    return {"exit": result.returncode, "stdout": result.stdout, "stderr": meaningful_stderr(result.stderr)}
+def _printed(result: subprocess.CompletedProcess[str]) -> tuple[int, str, str]:
+    return result.returncode, result.stdout, meaningful_stderr(result.stderr)
 
 
 def do_cloud_status(world: World, step: ds.CloudStatusStep) -> None:
     result = world.run(["cloud", "status"], cwd=_cwd(world, step.in_))
     line = parse_status_inbox_line(result.stdout)
-    world.results[step.as_] = {**_command_result(result), "inbox": None if line is None else vars(line)}
+    world.results.record(step.as_, CloudStatusResult(*_printed(result), inbox=line))
     _check(result, "engram cloud status")
 
 
@@ -234,7 +248,7 @@ def do_engram_inbox(world: World, step: ds.EngramInboxStep) -> None:
     try:
         _require_cloud_subcommand(world, "inbox", "`engram cloud inbox` (design §3)")
     except StepUnsupported as unsupported:  # a `command` check on it then says why it has no output
-        world.results[step.as_] = {"unsupported": str(unsupported)}
+        world.results.record(step.as_, UnsupportedResult(str(unsupported)))
         raise
     args = ["cloud", "inbox", step.action]
     if step.project is not None:
@@ -246,7 +260,7 @@ def do_engram_inbox(world: World, step: ds.EngramInboxStep) -> None:
     if step.noise:
         args.append("--noise")
     result = world.run(args)
-    world.results[step.as_] = _command_result(result)
+    world.results.record(step.as_, EngramInboxResult(*_printed(result)))
     if step.exit is not None and result.returncode != step.exit:
         detail = " | ".join(meaningful_stderr(result.stderr).splitlines())[-300:]
         raise StepFailed(
@@ -544,7 +558,7 @@ def do_canary(world: World, step: s.CanaryStep) -> None:
     if step.config is not None:
         command += ["--config", str(_side_file(world, f"canary-{step.as_}.yaml", step.config))]
     code, report = _json_command(world, command, "engram-canary check")
-    world.results[step.as_] = {"exit": code, "report": report}
+    world.results.record(step.as_, CanaryResult(code, _json_object(report, "engram-canary check")))
 
 
 def do_inbox(world: World, step: s.InboxStep) -> None:
@@ -552,15 +566,24 @@ def do_inbox(world: World, step: s.InboxStep) -> None:
     if step.aliases is not None:
         command += ["--aliases", str(_side_file(world, f"aliases-{step.as_}.yaml", step.aliases))]
     code, listing = _json_command(world, command, "engram-canary inbox list")
-    world.results[step.as_] = {"exit": code, "keys": listing}
+    if not isinstance(listing, list) or not all(isinstance(entry, dict) for entry in listing):
+        raise StepFailed(f"engram-canary inbox list exited {code} with JSON that is not a list of keys")
+    world.results.record(step.as_, InboxListResult(code, tuple(listing)))
 
 
 def do_doctor(world: World, step: s.DoctorStep) -> None:
     result = world.run(["doctor", "--json"])
     try:
-        world.results[step.as_] = json.loads(result.stdout)
+        report = json.loads(result.stdout)
     except json.JSONDecodeError:
         raise StepFailed(f"engram doctor --json exited {result.returncode} without JSON") from None
+    world.results.record(step.as_, DoctorResult(_json_object(report, "engram doctor --json")))
+
+
+def _json_object(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise StepFailed(f"{what} printed JSON that is not an object: {json.dumps(value)[:200]}")
+    return value
 
 
 def do_http(world: World, step: s.HttpStep) -> None:
@@ -568,7 +591,7 @@ def do_http(world: World, step: s.HttpStep) -> None:
     body = with_workspace_paths(step.body, world.workspaces)
     status, answer = daemon.request(step.method, step.path, body)
     if step.as_:
-        world.results[step.as_] = {"status": status, "body": answer}
+        world.results.record(step.as_, HttpResult(status, answer))
     wanted = f"{step.status}" if step.status is not None else "a 2xx"
     if (step.status is None and not 200 <= status < 300) or (
         step.status is not None and status != step.status
@@ -596,11 +619,7 @@ def do_observe(world: World, step: s.ObserveStep) -> None:
 def do_run(world: World, step: s.RunStep) -> None:
     result = world.run(list(step.args), cwd=_cwd(world, step.in_))
     if step.as_:
-        world.results[step.as_] = {
-            "exit": result.returncode,
-            "stdout": result.stdout,
-            "stderr": result.stderr,
-        }
+        world.results.record(step.as_, RunResult(result.returncode, result.stdout, result.stderr))
     if step.exit is not None and result.returncode != step.exit:
         detail = " | ".join(meaningful_stderr(result.stderr).splitlines())[-300:]
         raise StepFailed(

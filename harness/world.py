@@ -25,6 +25,7 @@ from harness.cloud_image import ensure_image
 from harness.engram_env import EngramEnvironment, meaningful_stderr
 from harness.errors import HarnessError, StepFailed
 from harness.polling import free_port
+from harness.step_results import StepResults
 
 CloudMode = Literal["process", "docker", "inprocess"]
 Process = Literal["serve", "mcp", "cli"]
@@ -484,7 +485,7 @@ class World:
     workspace_root: Path
     workspaces: dict[str, Path] = field(default_factory=dict)
     observations: dict[str, SavedObservation] = field(default_factory=dict)
-    results: dict[str, Any] = field(default_factory=dict)
+    results: StepResults = field(default_factory=StepResults)
     output: OutputLog = field(default_factory=OutputLog)
     evidence: Evidence = field(default_factory=Evidence)
     device: str = ""

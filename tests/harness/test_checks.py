@@ -9,6 +9,7 @@ import pytest
 from harness.checks import Observed, evaluate, in_range
 from harness.lanes import LaneTable, MeasuredLaneRow
 from harness.loader import parse_scenario
+from harness.step_results import CanaryResult, DoctorResult, EnrollResult, InboxListResult, StepResults
 
 
 @pytest.mark.parametrize(
@@ -32,23 +33,27 @@ def observed(**overrides: object) -> Observed:
         "version": "1.20.0",
         "lanes": LaneTable(rows=[MeasuredLaneRow("cloud", "app", enqueued=2, acked=2, delivered=2)]),
         "sync_state_targets": ["cloud", "cloud:app"],
-        "results": {
-            "canary": {
-                "exit": 2,
-                "report": {
-                    "status": "critical",
-                    "findings": [{"check": "foreign_sync_target", "target_key": "cloud:x", "key": "x"}],
-                },
-            },
-            "inbox": {"exit": 0, "keys": [{"key": "x", "count": 1, "telemetry": 1}]},
-            "doctor": {
-                "checks": [
-                    {"check_id": "sqlite_lock_contention", "result": "ok"},
-                    {"check_id": "a", "result": "blocked"},
-                ]
-            },
-            "enroll": {"exit": 0, "stdout": "enrolled inbox", "stderr": ""},
-        },
+        "results": StepResults(
+            {
+                "canary": CanaryResult(
+                    2,
+                    {
+                        "status": "critical",
+                        "findings": [{"check": "foreign_sync_target", "target_key": "cloud:x", "key": "x"}],
+                    },
+                ),
+                "inbox": InboxListResult(0, ({"key": "x", "count": 1, "telemetry": 1},)),
+                "doctor": DoctorResult(
+                    {
+                        "checks": [
+                            {"check_id": "sqlite_lock_contention", "result": "ok"},
+                            {"check_id": "a", "result": "blocked"},
+                        ]
+                    }
+                ),
+                "enroll": EnrollResult(0, "enrolled inbox", ""),
+            }
+        ),
         "stderr": "[engram serve] warning: saved to inbox",
         "received": [],
     }

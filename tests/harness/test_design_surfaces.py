@@ -31,6 +31,14 @@ from harness.design_schema import (
 )
 from harness.errors import ScenarioError
 from harness.loader import parse_scenario
+from harness.step_results import (
+    CloudStatusResult,
+    CommandOutput,
+    DoctorResult,
+    EnrollResult,
+    SaveResult,
+    StepResults,
+)
 
 # Quoted from the design (../shared/seed, §2a, §2c, §3), with its placeholders filled in.
 CLI_WARNING = (
@@ -88,8 +96,9 @@ def test_the_enroll_hint_parses_count_and_claim() -> None:
     assert parse_enroll_hint(V120_ENROLL) is None
 
 
-def saved(via: str, **fields: Any) -> dict[str, Any]:
-    return {"save:s": {"via": via, "cwd": "/home/me/scratch pad", **fields}}
+def saved(via: str, answer: dict[str, Any] | None = None, stderr: str = "", stdout: str = "") -> StepResults:
+    printed = CommandOutput(0, stdout, stderr) if via == "cli" else None
+    return StepResults({"save:s": SaveResult(via, "/home/me/scratch pad", answer, printed)})
 
 
 def test_save_answer_routed_to_and_warning_pass_on_the_design_shape_and_fail_on_v120() -> None:
@@ -136,12 +145,12 @@ def test_save_answer_reads_the_cli_stderr() -> None:
 
 
 def test_enroll_hint_check() -> None:
-    results = {"e": {"exit": 0, "stdout": ENROLL_OUTPUT, "stderr": ""}}
+    results = StepResults({"e": EnrollResult(0, ENROLL_OUTPUT, "")})
     assert check_enroll_hint(EnrollHintCheck(of="e", waiting=16, claim_as="my-app"), results) == []
     assert check_enroll_hint(EnrollHintCheck(of="e", waiting=3), results) == [
         "enroll e: 16 memories waiting, expected 3"
     ]
-    v120 = {"e": {"exit": 0, "stdout": V120_ENROLL, "stderr": ""}}
+    v120 = StepResults({"e": EnrollResult(0, V120_ENROLL, "")})
     assert check_enroll_hint(EnrollHintCheck(of="e", hint=False), v120) == []
     assert check_enroll_hint(EnrollHintCheck(of="e", waiting=16), v120) == [
         'enroll e: no `-> N memories of "P" waiting in the inbox.` line (printed: \'✓ Project "my-app" '
@@ -150,19 +159,21 @@ def test_enroll_hint_check() -> None:
 
 
 def test_cloud_status_check() -> None:
-    results = {"status": {"stdout": STATUS_LINE}}
+    results = StepResults({"status": CloudStatusResult(0, STATUS_LINE, "")})
     assert check_cloud_status(CloudStatusCheck(memories=214, keys=9, oldest_days_at_least=7), results) == []
     assert check_cloud_status(CloudStatusCheck(inbox_line=False), results) == [
         "cloud status: unexpected inbox line (214 memories)"
     ]
-    assert check_cloud_status(CloudStatusCheck(inbox_line=True), {"status": {"stdout": V120_STATUS}}) == [
+    assert check_cloud_status(
+        CloudStatusCheck(inbox_line=True), StepResults({"status": CloudStatusResult(0, V120_STATUS, "")})
+    ) == [
         "cloud status printed no `inbox: N memories in K unenrolled keys` line (printed: 'Cloud status: not "
         "configured')"
     ]
 
 
-def doctor(*checks: dict[str, Any], status: str = "warning") -> dict[str, Any]:
-    return {"doctor": {"status": status, "checks": list(checks)}}
+def doctor(*checks: dict[str, Any], status: str = "warning") -> StepResults:
+    return StepResults({"doctor": DoctorResult({"status": status, "checks": list(checks)})})
 
 
 INBOX_DEPTH = {
@@ -269,7 +280,7 @@ CWD = "/home/me/código/Client Portal"  # NFC
 
 
 def test_inbox_row_keeps_the_raw_project_and_cwd_byte_for_byte(tmp_path: Path) -> None:
-    results = {"save:p": {"via": "mcp", "cwd": CWD, "sync_id": "obs-1"}}
+    results = StepResults({"save:p": SaveResult("mcp", CWD, sync_id="obs-1")})
     raw = json.dumps({"project": "Client_Portal", "cwd": CWD})
     db = journal_db(tmp_path, ("cloud:inbox", "client-portal", raw, None))
     check = InboxRowCheck(of="p", key="client-portal", payload_project="Client_Portal")

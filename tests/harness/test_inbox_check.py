@@ -7,6 +7,7 @@ from pathlib import Path
 from harness.checks import Observed, evaluate
 from harness.lanes import LaneTable
 from harness.loader import parse_scenario
+from harness.step_results import InboxListResult, StepResults
 
 
 def judge(check: str) -> tuple[str, str]:
@@ -17,7 +18,9 @@ def judge(check: str) -> tuple[str, str]:
         version="1.20.0",
         lanes=LaneTable(rows=[]),
         sync_state_targets=["cloud"],
-        results={"inbox": {"exit": 0, "keys": [{"key": "old", "count": 2, "resolved_to": "new"}]}},
+        results=StepResults(
+            {"inbox": InboxListResult(0, ({"key": "old", "count": 2, "resolved_to": "new"},))}
+        ),
         stderr="",
         received=[],
     )

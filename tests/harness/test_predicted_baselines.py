@@ -8,12 +8,12 @@ import pytest
 
 from harness.checks import in_range
 from harness.loader import load_scenario
-from harness.schema import Expectation
+from harness.schema import ExpectationBase, parse_expectation
 
 SCENARIOS = sorted(Path(__file__).resolve().parents[2].joinpath("scenarios").glob("*.scenario.yaml"))
 
 
-def predicted() -> list[tuple[str, Expectation]]:
+def predicted() -> list[tuple[str, ExpectationBase]]:
     return [
         (path.name, at.expectation)
         for path in SCENARIOS
@@ -39,7 +39,7 @@ def test_no_predicted_baseline_applies_to_v120(version: str) -> None:
 
 def test_only_a_baseline_can_be_predicted() -> None:
     with pytest.raises(ValueError, match="only a baseline can be predicted from source"):
-        Expectation.model_validate(
+        parse_expectation(
             {
                 "tag": "design",
                 "predicted": "store.go @d4397781",

@@ -12,6 +12,7 @@ from harness.loader import parse_scenario
 from harness.localdata import local_key
 from harness.results import StepMarks
 from harness.schema import LocalCheck
+from harness.step_results import RunResult, StepResults
 from harness.world import OutputEntry
 
 STEPS = "  - observe: mid\n  - enroll: {project: a, label: first}\n  - enroll: {project: b, label: second}\n"
@@ -30,7 +31,7 @@ def observed(**overrides: object) -> Observed:
         "version": "1.20.0",
         "lanes": LaneTable(),
         "sync_state_targets": ["cloud"],
-        "results": {"cmd": {"exit": 0, "stdout": "Imported 1 chunk", "stderr": ""}},
+        "results": StepResults({"cmd": RunResult(0, "Imported 1 chunk", "")}),
         "stderr": "",
         "received": [],
     }
