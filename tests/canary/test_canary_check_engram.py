@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from canary_support import rows_digest, run_canary
@@ -34,7 +35,7 @@ def scratch(tmp_path: Path) -> Path:
     return directory
 
 
-def check_json(world: EngramEnvironment, config_home: Path, *extra: str) -> tuple[int, dict[str, object]]:
+def check_json(world: EngramEnvironment, config_home: Path, *extra: str) -> tuple[int, dict[str, Any]]:
     result = run_canary(["check", "--db", str(world.db_path), "--format", "json", *extra], config_home)
     return result.returncode, json.loads(result.stdout)
 
@@ -80,7 +81,7 @@ def test_enrolled_project_target_is_allowed(
     assert document["status"] == "ok"
     assert document["findings"] == []
     assert "cloud:scratch" in document["allowed_targets"]
-    assert document["summary"]["enrolled_projects"] == ["scratch"]  # type: ignore[index]
+    assert document["summary"]["enrolled_projects"] == ["scratch"]
 
 
 def test_enrolled_name_is_normalized_like_engram(
@@ -118,7 +119,7 @@ def test_config_extra_allowed_key(engram_world: EngramEnvironment, scratch: Path
     code, document = check_json(engram_world, tmp_path / "xdg", "--config", str(config))
 
     assert code == 0
-    assert "cloud:scratch" in document["allowed_targets"]  # type: ignore[operator]
+    assert "cloud:scratch" in document["allowed_targets"]
 
 
 def test_baseline_silences_known_targets_only(
@@ -142,20 +143,20 @@ def test_baseline_silences_known_targets_only(
     code, document = check_json(engram_world, config_home)
     assert code == 0
     assert document["status"] == "ok"
-    assert [(f["target_key"], f["new"]) for f in document["findings"]] == [("cloud:scratch", False)]  # type: ignore[index,union-attr]
+    assert [(f["target_key"], f["new"]) for f in document["findings"]] == [("cloud:scratch", False)]
 
     save(engram_world, scratch, "another")
     code, document = check_json(engram_world, config_home)
     assert code == 1
-    assert sorted((f["target_key"], f["new"]) for f in document["findings"]) == [  # type: ignore[index,union-attr]
+    assert sorted((f["target_key"], f["new"]) for f in document["findings"]) == [
         ("cloud:another", True),
         ("cloud:scratch", False),
     ]
-    assert document["summary"]["new_foreign_targets"] == 1  # type: ignore[index]
+    assert document["summary"]["new_foreign_targets"] == 1
 
     code, document = check_json(engram_world, config_home, "--no-baseline")
     assert code == 1
-    assert all(f["new"] for f in document["findings"])  # type: ignore[index,union-attr]
+    assert all(f["new"] for f in document["findings"])
 
 
 def test_many_new_targets_are_critical(
@@ -227,7 +228,7 @@ def test_mutation_rows_outside_the_space_are_findings(
     code, document = check_json(engram_world, tmp_path / "xdg")
 
     assert code == 1
-    by_check = {f["check"]: f for f in document["findings"]}  # type: ignore[union-attr]
+    by_check = {f["check"]: f for f in document["findings"]}
     assert sorted(by_check) == ["foreign_mutation_target", "foreign_sync_target"]
     mutation = by_check["foreign_mutation_target"]
     assert mutation["target_key"] == "cloud:legacy"
@@ -235,7 +236,7 @@ def test_mutation_rows_outside_the_space_are_findings(
     assert (evidence["rows"], evidence["unacked_rows"], evidence["in_sync_state"]) == (3, 2, True)
     assert evidence["last_seq"] - evidence["first_seq"] == 2
     assert by_check["foreign_sync_target"]["evidence"]["unacked_rows"] == 2
-    assert document["summary"]["foreign_targets"] == 1  # type: ignore[index]
+    assert document["summary"]["foreign_targets"] == 1
 
 
 def test_json_document_keys_are_stable(
@@ -255,7 +256,7 @@ def test_json_document_keys_are_stable(
         "status",
         "summary",
     ]
-    assert sorted(document["findings"][0]) == [  # type: ignore[index]
+    assert sorted(document["findings"][0]) == [
         "acknowledgement",
         "check",
         "evidence",
@@ -286,8 +287,8 @@ def test_older_schema_without_project_column_still_checks(
     code, document = check_json(engram_world, tmp_path / "xdg")
 
     assert code == 1
-    [finding] = document["findings"]  # type: ignore[misc]
+    [finding] = document["findings"]
     assert finding["target_key"] == "cloud:scratch"
     assert finding["evidence"]["unacked_rows"] == 0
     assert "project_unacked_rows" not in finding["evidence"]
-    assert document["summary"]["enrolled_projects"] == []  # type: ignore[index]
+    assert document["summary"]["enrolled_projects"] == []

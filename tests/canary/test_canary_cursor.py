@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from inbox_support import canary, engram_ok
@@ -104,7 +105,7 @@ def test_check_through_its_state_equals_check_full(
     monkeypatch.setenv("ENGRAM_CANARY_STATE_DIR", str(tmp_path / "state"))
     config = CanaryConfig()
 
-    def same() -> dict[str, object]:
+    def same() -> dict[str, Any]:
         kept = run_check(engram_world.db_path, config, None).model_dump(exclude={"checked_at"})
         full = run_check(engram_world.db_path, config, None, use_cursor=False).model_dump(
             exclude={"checked_at"}
@@ -120,7 +121,7 @@ def test_check_through_its_state_equals_check_full(
     assert (tmp_path / "state").is_dir() and len(list((tmp_path / "state").glob("evidence-*.json"))) == 1
     engram_ok(engram_world, "save", "b", "c", "--project", "scratch")
     grown = same()
-    sizes = [f["size"] for f in grown["findings"] if f["check"] == "foreign_sync_target"]  # type: ignore[index, union-attr]
+    sizes = [f["size"] for f in grown["findings"] if f["check"] == "foreign_sync_target"]
     assert sizes == [4]
 
 
