@@ -10,6 +10,7 @@ import contextlib
 import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -79,7 +80,7 @@ def stray_key(path: Path) -> str:
     return key
 
 
-def check_json(path: Path) -> tuple[int, dict[str, object]]:
+def check_json(path: Path) -> tuple[int, dict[str, Any]]:
     code, output = run("check", "--db", str(path), "--format", "json", "--no-baseline")
     return code, json.loads(output)
 
@@ -106,7 +107,7 @@ def test_check_flags_the_phantom_and_never_the_inbox_row(version: str, db: Path)
         ("undelivered_project_lane", f"cloud:{ENROLLED}"),
     ]
     assert all(f["target_key"] != "cloud:inbox" for f in findings)
-    assert "cloud:inbox" in result["allowed_targets"]  # type: ignore[operator]
+    assert "cloud:inbox" in result["allowed_targets"]
 
 
 def test_v2_v3_inbox_row_is_seeded_healthy_and_not_a_phantom(tmp_path: Path) -> None:
@@ -142,7 +143,7 @@ def test_design_conforming_inbox_reads_cloud_inbox_and_project_lanes_are_live(de
     entries = inbox_entries(design_db)
     assert [entry["total"] for entry in entries.values()] == [3], entries
     _, result = check_json(design_db)
-    checks = {(f["check"], f["target_key"]) for f in result["findings"]}  # type: ignore[union-attr]
+    checks = {(f["check"], f["target_key"]) for f in result["findings"]}
     assert ("undelivered_project_lane", f"cloud:{ENROLLED}") not in checks
     assert all(target != "cloud:inbox" for _, target in checks)
 
@@ -206,7 +207,7 @@ def test_a_virtual_table_of_an_unknown_module_does_not_block_reading(tmp_path: P
     assert code >= 1 and result["error"] is None, result
     assert ("foreign_sync_target", PHANTOM_TARGET) in {
         (f["check"], f["target_key"]) for f in result["findings"]
-    }  # type: ignore[union-attr]
+    }
 
 
 def test_old_acks_on_a_project_lane_keep_a_v120_database_legacy_only(tmp_path: Path) -> None:
@@ -244,7 +245,7 @@ def test_a_quarantined_row_neither_blocks_a_lane_nor_is_offered_for_repair(versi
     """v2/v3 quarantine a malformed row (disposition 'quarantined') and never send it again, so it cannot
     hold the lane back; the fixture's quarantined row has a payload the cloud would refuse."""
     _, result = check_json(db)
-    checks = {f["check"] for f in result["findings"]}  # type: ignore[union-attr]
+    checks = {f["check"] for f in result["findings"]}
     assert not checks & {"legacy_lane_blocked", "project_lane_blocked"}, result["findings"]
     code, output = run("repair", "--db", str(db))
     assert code == 0, output
@@ -291,7 +292,7 @@ def test_check_json_names_the_schema_and_lane_model_it_read(version: str, db: Pa
     assert isinstance(summary, dict)
     assert (summary["engram_schema"], summary["lane_model"]) == (EXPECTED_VERSION[version], "legacy-only")
     _, result = check_json(design_db)
-    assert result["summary"]["lane_model"] == "design-conforming"  # type: ignore[index]
+    assert result["summary"]["lane_model"] == "design-conforming"
 
 
 def test_watch_alerts_on_a_new_phantom_and_never_on_the_inbox_row(
@@ -329,6 +330,6 @@ def test_an_odd_user_version_is_read_and_named_never_written(user_version: int, 
     code, result = check_json(path)
     assert (code, result["error"]) == (1, None), result
     named = f"unknown (v1.20 columns, user_version {user_version})"
-    assert result["summary"]["engram_schema"] == named  # type: ignore[index]
+    assert result["summary"]["engram_schema"] == named
     code, output = run("inbox", "drop", "--db", str(path), "--project", stray_key(path), "--apply")
     assert code != 0 and output.count("\n") == 1 and f"looks like engram {named}" in output, output
