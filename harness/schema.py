@@ -897,7 +897,7 @@ class Header(Strict):
     name: str = Field(min_length=1)
     description: str = ""
     tags: list[Annotated[str, Field(pattern=_NAME)]] = Field(default_factory=list)
-    cloud: CloudSpec = Field(default_factory=CloudSpec)  # type: ignore[arg-type]
+    cloud: CloudSpec = Field(default_factory=CloudSpec)
     workspaces: dict[Annotated[str, Field(pattern=_NAME)], WorkspaceSpec] = Field(default_factory=dict)
     timeout: float = Field(300, gt=0, description="Seconds for the whole scenario.")
 

@@ -311,4 +311,4 @@ def test_findings_are_values_acknowledging_returns_new_ones() -> None:
     assert (original.new, original.acknowledgement) == (True, None)
     assert (silenced.new, silenced.acknowledgement) == (False, acks[original.identity])
     with pytest.raises(ValidationError):
-        original.new = False
+        original.new = False  # type: ignore[misc]  # the point: a frozen Finding refuses the write

@@ -122,9 +122,9 @@ def test_the_settings_are_frozen(tmp_path: Path) -> None:
     settings, _ = load_config(config)
     assert isinstance(settings.inbox, InboxSettings) and settings.inbox.age_days == 3.0
     with pytest.raises(ValidationError, match="frozen"):
-        settings.watch = settings.watch.model_copy(update={"debounce_ms": 1.0})
+        settings.watch = settings.watch.model_copy(update={"debounce_ms": 1.0})  # type: ignore[misc]  # the point: frozen
     with pytest.raises(ValidationError, match="frozen"):
-        settings.inbox.age_days = 1.0
+        settings.inbox.age_days = 1.0  # type: ignore[misc]  # the point: frozen
     with pytest.raises(ValidationError, match="frozen"):
-        CanaryConfig().thresholds.critical_unacked_rows = 5
+        CanaryConfig().thresholds.critical_unacked_rows = 5  # type: ignore[misc]  # the point: frozen
     assert settings.watch.debounce_ms == 5.0
