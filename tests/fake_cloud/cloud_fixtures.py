@@ -1,4 +1,8 @@
-"""The ``cloud`` fixture: one contract, every way of running the fake (see fake_cloud_support)."""
+"""The ``cloud`` fixture: one contract, every way of running the fake (see fake_cloud_support).
+
+A plugin that tests/conftest.py loads (``pytest_plugins``), not a conftest.py of its own: mypy names every
+conftest.py "conftest" and cannot check two. pyproject's ``pythonpath`` puts this directory on sys.path.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +13,11 @@ import pytest
 from docker_cloud import DOCKER_MODE, fake_cloud_image, start_docker  # noqa: F401 - a fixture
 from fake_cloud_support import AUTH, CLOUD_MODES, STARTERS, CloudUnderTest
 
+# Plain names, and docker as a pytest.param that carries its marker.
+MODES: list[object] = [*CLOUD_MODES, DOCKER_MODE]
 
-@pytest.fixture(scope="session", params=[*CLOUD_MODES, DOCKER_MODE])
+
+@pytest.fixture(scope="session", params=MODES)
 def cloud_server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[CloudUnderTest]:
