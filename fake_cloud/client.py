@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,9 @@ from fake_cloud.state import JournalEntry, ReceivedMutation
 class FakeCloudWaitTimeout(FakeCloudError):
     """wait() saw fewer matching journal entries than asked for before its timeout."""
 
-    def __init__(self, message: str, closest: list[dict[str, Any]], found: list[JournalEntry]) -> None:
+    def __init__(
+        self, message: str, closest: list[dict[str, Any]], found: list[JournalEntry] | list[ReceivedMutation]
+    ) -> None:
         super().__init__(message)
         self.closest = closest
         self.found = found
@@ -52,6 +54,10 @@ _RECEIVED_FIELDS = {f.name for f in fields(ReceivedMutation)}
 
 def _entry(raw: dict[str, Any]) -> JournalEntry:
     return JournalEntry(**{key: value for key, value in raw.items() if key in _ENTRY_FIELDS})
+
+
+def _received(raw: dict[str, Any]) -> ReceivedMutation:
+    return ReceivedMutation(**{key: value for key, value in raw.items() if key in _RECEIVED_FIELDS})
 
 
 class FakeCloudClient:
@@ -117,21 +123,45 @@ class FakeCloudClient:
     ) -> list[JournalEntry]:
         """Block until ``count`` journal entries match every ``match`` field; raise FakeCloudWaitTimeout."""
         body = {"count": count, "timeout": timeout, "match": match, "since_id": since_id}
+        return [_entry(item) for item in self._wait(body, timeout)]
+
+    def wait_received(
+        self,
+        count: int = 1,
+        timeout: float = 10.0,
+        *,
+        since_seq: int = 0,
+        match: Mapping[str, Any] | None = None,
+    ) -> list[ReceivedMutation]:
+        """Block until the fake has stored ``count`` mutations matching every ``match`` field (payload
+        aside); raise FakeCloudWaitTimeout, whose ``closest`` are stored mutations without payloads."""
+        body = {
+            "of": "received",
+            "count": count,
+            "timeout": timeout,
+            "match": dict(match or {}),
+            "since_seq": since_seq,
+        }
+        return [_received(item) for item in self._wait(body, timeout)]
+
+    def _wait(self, body: dict[str, Any], timeout: float) -> list[dict[str, Any]]:
         response = self._call("POST", "wait", json=body, timeout=timeout + 10.0)
         if response.status_code == 408:
             raw = response.json()
-            found = [_entry(item) for item in raw.get("found", [])]
+            read = _received if body.get("of") == "received" else _entry
+            found: Any = [read(item) for item in raw.get("found", [])]
             raise FakeCloudWaitTimeout(raw["error"], raw.get("closest", []), found)
         if response.status_code != 200:
             raise FakeCloudControlError(
                 f"/_fake/wait answered {response.status_code}: {response.text.strip()}"
             )
-        return [_entry(item) for item in response.json()["entries"]]
+        entries: list[dict[str, Any]] = response.json()["entries"]
+        return entries
 
     def received(self, since_seq: int = 0) -> list[ReceivedMutation]:
         """Accepted mutations with seq > since_seq, in the order of receipt."""
         raw = self._ok("GET", "received", params={"since_seq": since_seq})["received"]
-        return [ReceivedMutation(**{k: v for k, v in item.items() if k in _RECEIVED_FIELDS}) for item in raw]
+        return [_received(item) for item in raw]
 
     def set_allowlist(self, projects: Sequence[str]) -> list[str]:
         return list(self._ok("PUT", "allowlist", json={"projects": list(projects)})["projects"])

@@ -12,17 +12,27 @@ import hmac
 import json
 import time
 from collections import deque
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Sequence
+from functools import partial
 from typing import Any, Protocol
 
 from engram_contract.errors import ContractError
 from engram_contract.gojson import go_loads
 from fake_cloud.faults import Fault, InvalidControlRequest
 from fake_cloud.httpserver import Request, RequestHead, Response
-from fake_cloud.state import MATCH_FIELDS, FakeCloudState, JournalEntry
+from fake_cloud.state import (
+    MATCH_FIELDS,
+    RECEIVED_MATCH_FIELDS,
+    FakeCloudState,
+    JournalEntry,
+    ReceivedMutation,
+)
 
 PREFIX = "/_fake/"
 MAX_WAIT_SECONDS = 600.0
+
+# what a /_fake/wait counts, and what its "match" names, by its "of"
+_WHAT = {"journal": ("journal entries", "journal"), "received": ("received mutations", "stored mutation")}
 
 ROUTES: dict[str, tuple[str, ...]] = {
     "ready": ("GET",),
@@ -123,7 +133,7 @@ async def _dispatch(host: ControlHost, name: str, request: Request) -> Response:
     if name == "received":
         since_seq = _int_param(request.query.get("since_seq", "0"), "since_seq")
         items = state.received_since(since_seq)
-        count = state.received_dropped + len(state.received)
+        count = state.received_count()
         return _json(
             200,
             {
@@ -186,9 +196,18 @@ def _int_param(raw: str, name: str) -> int:
         raise InvalidControlRequest(f"{name} must be an integer, got {raw[:40]!r}") from None
 
 
+WAIT_OF = ("journal", "received")
+
+
 async def _wait(host: ControlHost, body: dict[str, Any]) -> Response:
+    """Park until COUNT journal entries (of: journal) or stored mutations (of: received) match."""
     count, timeout = body.get("count", 1), body.get("timeout", 10.0)
-    match, since_id = body.get("match") or {}, body.get("since_id", 0)
+    of = body.get("of", "journal")
+    match = body.get("match") or {}
+    since_name = "since_seq" if of == "received" else "since_id"
+    since = body.get(since_name, 0)
+    if of not in WAIT_OF:
+        raise InvalidControlRequest(f'/_fake/wait: "of" must be "journal" or "received", got {of!r}')
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 10_000_000:
         raise InvalidControlRequest(f'/_fake/wait: "count" must be a positive integer, got {count!r}')
     if (
@@ -200,30 +219,42 @@ async def _wait(host: ControlHost, body: dict[str, Any]) -> Response:
             f'/_fake/wait: "timeout" must be 0 to {MAX_WAIT_SECONDS:g} seconds, got {timeout!r}'
         )
     if not isinstance(match, dict):
-        raise InvalidControlRequest('/_fake/wait: "match" must be an object of journal fields')
-    unknown = sorted(set(match) - MATCH_FIELDS)
+        raise InvalidControlRequest(f'/_fake/wait: "match" must be an object of {_WHAT[of][1]} fields')
+    allowed = MATCH_FIELDS if of == "journal" else RECEIVED_MATCH_FIELDS
+    unknown = sorted(set(match) - allowed)
     if unknown:
         raise InvalidControlRequest(
-            f"/_fake/wait: unknown match field(s) {unknown}; allowed: {sorted(MATCH_FIELDS)}"
+            f"/_fake/wait: unknown match field(s) {unknown}; allowed: {sorted(allowed)}"
         )
-    if isinstance(since_id, bool) or not isinstance(since_id, int):
-        raise InvalidControlRequest('/_fake/wait: "since_id" must be an integer')
+    if isinstance(since, bool) or not isinstance(since, int):
+        raise InvalidControlRequest(f'/_fake/wait: "{since_name}" must be an integer')
     state = host.state
+    search: Callable[[int], Sequence[JournalEntry | ReceivedMutation]]
+    newest: Callable[[], int]
+    closest: Callable[[int], list[dict[str, Any]]]
+    if of == "journal":
+        search = partial(state.matching, match)
+        newest = state.newest_journal_id
+        closest = partial(state.closest, match)
+    else:
+        search = partial(state.received_matching, match)
+        newest = state.received_count
+        closest = partial(state.received_closest, match)
     deadline = time.monotonic() + float(timeout)
-    found: list[JournalEntry] = []
-    scanned = since_id
+    found: list[JournalEntry | ReceivedMutation] = []
+    scanned = since
     epoch = state.epoch
-    async with host.journal_grew:
+    async with host.journal_grew:  # a stored mutation is journaled too, so the journal's growth wakes both
         while True:
             if state.epoch != epoch:
-                # A reset: nothing found before it counts, and since_id named an id of the old journal.
-                epoch, found, scanned, since_id = state.epoch, [], 0, 0
-            newest = state.journal[-1].id if state.journal else 0
-            # Only entries that arrived since the last look: a busy fake must not rescan its whole journal.
-            found += state.matching(match, scanned)
-            scanned = max(scanned, newest)
+                # A reset: nothing found before it counts, and since named a place in the old journal.
+                epoch, found, scanned, since = state.epoch, [], 0, 0
+            latest = newest()
+            # Only what arrived since the last look: a busy fake must not rescan its whole journal.
+            found += search(scanned)
+            scanned = max(scanned, latest)
             if len(found) >= count:
-                return _json(200, {"entries": [entry.to_dict() for entry in found[:count]]})
+                return _json(200, {"entries": [item.to_dict() for item in found[:count]]})
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
@@ -235,12 +266,13 @@ async def _wait(host: ControlHost, body: dict[str, Any]) -> Response:
                 break
             finally:
                 host.parked_waits -= 1
-    found = state.matching(match, since_id)
+    found = list(search(since))
+    what, _ = _WHAT[of]
     return _json(
         408,
         {
-            "error": f"wait: {len(found)} of {count} matching journal entries after {timeout:g} s (match {match})",
-            "found": [entry.to_dict() for entry in found],
-            "closest": state.closest(match, since_id),
+            "error": f"wait: {len(found)} of {count} matching {what} after {timeout:g} s (match {match})",
+            "found": [item.to_dict() for item in found],
+            "closest": closest(since),
         },
     )

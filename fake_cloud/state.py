@@ -212,8 +212,37 @@ class FakeCloudState:
             "chunks": {"kept": len(self._chunk_order), "dropped": self.chunks_dropped},
         }
 
+    def newest_journal_id(self) -> int:
+        return self.journal[-1].id if self.journal else 0
+
+    def received_count(self) -> int:
+        """How many mutations were stored, including those trimmed since (the newest seq)."""
+        return self.received_dropped + len(self.received)
+
     def received_since(self, since_seq: int) -> list[ReceivedMutation]:
         return self.received[max(since_seq - self.received_dropped, 0) :]
+
+    def received_matching(self, match: Mapping[str, Any], since_seq: int = 0) -> list[ReceivedMutation]:
+        return [item for item in self.received_since(since_seq) if _received_mismatches(item, match) == []]
+
+    def received_closest(
+        self, match: Mapping[str, Any], since_seq: int = 0, limit: int = 5
+    ) -> list[dict[str, Any]]:
+        """The stored mutations nearest to MATCH (fewest mismatched fields, newest first), without payloads."""
+        ranked = sorted(
+            (
+                (len(_received_mismatches(item, match)), -item.seq, item)
+                for item in self.received_since(since_seq)
+            ),
+            key=lambda ranked_item: (ranked_item[0], ranked_item[1]),
+        )
+        return [
+            {
+                **{key: value for key, value in item.to_dict().items() if key != "payload"},
+                "mismatched": _received_mismatches(item, match),
+            }
+            for _, _, item in ranked[:limit]
+        ]
 
     @property
     def next_seq(self) -> int:
@@ -455,6 +484,10 @@ def _mismatches(entry: JournalEntry, match: Mapping[str, Any]) -> list[str]:
     return mismatched_fields(entry, match, MATCH_FIELDS)
 
 
+def _received_mismatches(item: ReceivedMutation, match: Mapping[str, Any]) -> list[str]:
+    return mismatched_fields(item, match, RECEIVED_MATCH_FIELDS)
+
+
 def as_object(payload: Any) -> dict[str, Any]:
     if payload is None:
         return {}  # stored as "{}", like the real server
@@ -500,3 +533,5 @@ def _rfc3339_utc(value: str) -> str:
 
 
 MATCH_FIELDS = frozenset(JournalEntry.__dataclass_fields__)
+# A stored mutation is matched on its fields, not its payload (payload_digest stands for it).
+RECEIVED_MATCH_FIELDS = frozenset(ReceivedMutation.__dataclass_fields__) - {"payload"}

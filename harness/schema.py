@@ -277,9 +277,24 @@ class CloudStep(StepBase):
         return self
 
 
+RECEIVED_FIELDS = ("transport", "project", "entity", "entity_key", "op", "payload_digest", "seq")
+
+
+def _known_fields(allowed: tuple[str, ...]) -> Any:
+    def check(value: dict[str, Any]) -> dict[str, Any]:
+        unknown = [key for key in value if key not in allowed]
+        if unknown:
+            raise ValueError(f"unknown field {unknown[0]!r} to match; allowed: {', '.join(allowed)}")
+        return value
+
+    return check
+
+
 class UntilReceived(Strict):
     received: int = Field(ge=0, description="Wait until the cloud has stored this many mutations ...")
     match: dict[str, MatchValue] = Field(default_factory=dict, description="... matching these fields.")
+
+    _fields = field_validator("match")(_known_fields(RECEIVED_FIELDS))
 
 
 class SyncStep(StepBase, Shorthand):
@@ -543,17 +558,6 @@ JOURNAL_FIELDS = (
     "op",
     "request_id",
 )
-RECEIVED_FIELDS = ("transport", "project", "entity", "entity_key", "op", "payload_digest", "seq")
-
-
-def _known_fields(allowed: tuple[str, ...]) -> Any:
-    def check(value: dict[str, Any]) -> dict[str, Any]:
-        unknown = [key for key in value if key not in allowed]
-        if unknown:
-            raise ValueError(f"unknown field {unknown[0]!r} to match; allowed: {', '.join(allowed)}")
-        return value
-
-    return check
 
 
 class JournalCheck(Strict):

@@ -428,16 +428,8 @@ def do_sync(world: World, step: s.SyncStep) -> None:
         raise StepFailed("sync via autosync needs the engram serve worker: set cloud.autosync: true")
     timeout = step.timeout or CYCLE_SECONDS * (step.cycles if step.until is None else 2)
     if step.until is not None:
-        until = step.until
-
-        def enough() -> bool | None:
-            count = sum(1 for item in world.cloud.client.received() if matches(item, until.match))
-            return True if count >= until.received else None
-
         before = _status_snapshot(world)
-        eventually(
-            enough, timeout=timeout, interval=0.25, what=f"the cloud to store {until.received} mutation(s)"
-        )
+        await_received(world.cloud.client, step.until, timeout=timeout)
         # The worker acks after the cloud answered: let that cycle finish before anyone reads the lanes.
         eventually(
             lambda: True if _cycle_done(before, _status_snapshot(world)) else None,
@@ -478,6 +470,21 @@ def await_journal(client: FakeCloudClient, since_id: int, *, timeout: float, wha
     except FakeCloudWaitTimeout as error:
         closest = f"; closest: {json.dumps(error.closest[0], default=str)}" if error.closest else ""
         raise StepFailed(f"timed out after {timeout:.0f}s waiting for {what} ({error}{closest})") from None
+
+
+def await_received(client: FakeCloudClient, until: s.UntilReceived, *, timeout: float) -> None:
+    """Until the cloud has stored UNTIL.received mutations matching UNTIL.match (every one it stored, not only
+    the newer ones): one /_fake/wait call, not a polling loop."""
+    if until.received == 0:
+        return
+    try:
+        client.wait_received(until.received, timeout=timeout, match=until.match)
+    except FakeCloudWaitTimeout as error:
+        closest = f"; closest: {json.dumps(error.closest[0], default=str)}" if error.closest else ""
+        raise StepFailed(
+            f"timed out after {timeout:.0f}s waiting for the cloud to store {until.received} mutation(s) "
+            f"matching {dict(until.match)} ({error}{closest})"
+        ) from None
 
 
 def _journal_mark(world: World) -> int:

@@ -107,6 +107,59 @@ def test_wait_rejects_unknown_match_fields(cloud: CloudUnderTest) -> None:
         cloud.client.wait(1, timeout=0.1, colour="blue")
 
 
+def test_wait_received_counts_stored_mutations_not_requests(
+    cloud: CloudUnderTest, http: httpx.Client
+) -> None:
+    push(http, key="early")  # stored before the wait: it counts
+    cloud.client.ack_without_store()  # a 200 that stores nothing must not count
+
+    def push_later() -> None:
+        wait_until_parked(cloud)
+        push(http, key="acked-only")
+        wait_until_parked(cloud)  # still asleep: an acked-but-unstored push is no stored mutation
+        push(http, key="late")
+
+    pusher = threading.Thread(target=push_later)
+    pusher.start()
+    try:
+        found = cloud.client.wait_received(2, timeout=20, match={"entity": "observation", "op": "upsert"})
+    finally:
+        pusher.join()
+    assert [item.entity_key for item in found] == ["early", "late"]
+    assert [item.entity_key for item in cloud.client.wait_received(1, timeout=0, since_seq=1)] == ["late"]
+
+
+def test_wait_received_times_out_with_the_closest_stored_mutations(
+    cloud: CloudUnderTest, http: httpx.Client
+) -> None:
+    push(http, project="p", key="o1")
+    with pytest.raises(FakeCloudWaitTimeout) as caught:
+        cloud.client.wait_received(2, timeout=0.2, match={"project": "p"})
+    assert (
+        str(caught.value) == "wait: 1 of 2 matching received mutations after 0.2 s (match {'project': 'p'})"
+    )
+    assert [item.entity_key for item in caught.value.found] == ["o1"]
+    [closest] = caught.value.closest
+    assert (closest["seq"], closest["mismatched"], "payload" in closest) == (1, [], False)
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ({"of": "requests"}, '"of" must be "journal" or "received", got \'requests\''),
+        ({"of": "received", "match": {"path": "/x"}}, "unknown match field(s) ['path']; allowed: ['entity'"),
+        ({"of": "received", "match": {"payload": {}}}, "unknown match field(s) ['payload']"),
+        ({"of": "received", "since_seq": "1"}, '"since_seq" must be an integer'),
+        ({"of": "received", "match": ["entity"]}, '"match" must be an object of stored mutation fields'),
+    ],
+)
+def test_wait_received_refuses_bad_requests_with_400(
+    cloud: CloudUnderTest, http: httpx.Client, body: dict[str, Any], error: str
+) -> None:
+    response = http.post("/_fake/wait", json={"timeout": 0, **body})
+    assert response.status_code == 400 and error in response.json()["error"]
+
+
 def test_status_fault_fails_the_next_pushes_of_one_project_only(
     cloud: CloudUnderTest, http: httpx.Client
 ) -> None:
