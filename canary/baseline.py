@@ -83,7 +83,13 @@ def load_baseline(path: Path) -> Baseline:
             return Baseline()
         document = json.loads(path.read_text(encoding="utf-8"))
         baseline = Baseline.model_validate(document)
-    except (OSError, ValueError, ValidationError) as error:
+    except ValidationError as error:
+        detail = error.errors()[0]
+        where = ".".join(str(part) for part in detail["loc"])
+        raise BaselineError(
+            f"{path}: not a readable canary baseline ({where}: {detail['msg']}); re-record it"
+        ) from error
+    except (OSError, ValueError, RecursionError) as error:
         first = str(error).splitlines()[0]
         raise BaselineError(f"{path}: not a readable canary baseline ({first}); re-record it") from error
     if baseline.schema_ not in (BASELINE_SCHEMA, LEGACY_SCHEMA):
@@ -95,20 +101,23 @@ def load_baseline(path: Path) -> Baseline:
 def parse_expiry(text: str, now: datetime) -> str:
     """`--expires`: a duration (12h, 30d, 2w) from now, a date (end of that day, UTC) or an ISO time."""
     relative = _RELATIVE.match(text)
-    if relative:
-        moment = now + timedelta(seconds=float(relative.group(1)) * _UNIT_SECONDS[relative.group(2)])
-    else:
-        try:
-            parsed = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-        except ValueError as error:
-            raise BaselineError(
-                f"--expires {text!r}: expected a duration (12h, 30d, 2w), a date (2026-12-31) or an ISO time"
-            ) from error
-        if len(text.strip()) == 10:
-            parsed += timedelta(days=1)
-        moment = parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
-        if moment <= now:
-            raise BaselineError(f"--expires {text!r}: that moment has already passed")
+    try:
+        if relative:
+            moment = now + timedelta(seconds=float(relative.group(1)) * _UNIT_SECONDS[relative.group(2)])
+        else:
+            try:
+                parsed = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+            except ValueError as error:
+                raise BaselineError(
+                    f"--expires {text!r}: expected a duration (12h, 30d, 2w), a date (2026-12-31) or an ISO time"
+                ) from error
+            if len(text.strip()) == 10:
+                parsed += timedelta(days=1)
+            moment = parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+            if moment <= now:
+                raise BaselineError(f"--expires {text!r}: that moment has already passed")
+    except OverflowError as error:
+        raise BaselineError(f"--expires {text!r}: beyond the calendar (year 9999 at the latest)") from error
     return iso(moment)
 
 

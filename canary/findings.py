@@ -7,11 +7,11 @@ about (target, inbox key or lane), so any finding, including ones other modules 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import IntEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 FOREIGN_SYNC_TARGET = "foreign_sync_target"
 FOREIGN_MUTATION_TARGET = "foreign_mutation_target"
@@ -51,6 +51,19 @@ class Acknowledgement(BaseModel):
     @property
     def identity(self) -> str:
         return identity_of(self.check, self.target_key, self.key)
+
+    @field_validator("expires")
+    @classmethod
+    def _an_iso_time(cls, expires: str | None) -> str | None:
+        # A hand-edited baseline: a time without a zone is UTC, as `--expires` reads one.
+        if expires is None:
+            return None
+        try:
+            moment = datetime.fromisoformat(expires.strip().replace("Z", "+00:00"))
+            moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+        except (ValueError, OverflowError) as error:
+            raise ValueError(f"not an ISO time: {expires!r}") from error
+        return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
 
     def expired(self, now: datetime) -> bool:
         if self.expires is None:

@@ -1,0 +1,329 @@
+"""Defects found by an independent review that used the kit as an engram power user would (issues 10, 12
+and 18): hand-edited, huge, deep and out-of-range files and flags, damaged databases, and acknowledgements
+that must alarm again. Each must give one line and a clear exit code, never a traceback.
+
+Databases come from tests/engram_schemas/builder.py (v1.20.0's dumped schema with simulated rows) unless a
+test needs the real engram; rows written straight into engram's tables are SIMULATIONS OF LEGACY DATA and
+say so where they happen.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+from canary_support import CANARY, canary_env
+from click.testing import CliRunner, Result
+from engram_schemas.builder import ENROLLED, V120, build
+
+from canary.cli import cli
+
+DEEP = 100_000
+
+
+def invoke(home: Path, *args: str, **env: str) -> Result:
+    runner = CliRunner(mix_stderr=False)
+    environment = {
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / "config"),
+        "XDG_STATE_HOME": str(home / "state"),
+        "ENGRAM_CANARY_STATE_DIR": str(home / "state" / "engram-canary"),
+        "ENGRAM_DATA_DIR": str(home / "data"),
+        "ENGRAM_CLOUD_SERVER": "",
+        "ENGRAM_CLOUD_TOKEN": "",
+        "SSL_CERT_FILE": "",
+        **env,
+    }
+    return runner.invoke(cli, list(args), prog_name="engram-canary", env=environment)
+
+
+def one_line_error(result: Result, exit_code: int = 3) -> str:
+    """The result is an exit with `exit_code` and exactly one line of output, never a traceback."""
+    assert not isinstance(result.exception, Exception) or isinstance(
+        result.exception, SystemExit
+    ), f"{type(result.exception).__name__}: {result.exception}"
+    assert result.exit_code == exit_code, (result.exit_code, result.stdout, result.stderr)
+    text = (result.stderr or result.stdout).strip()
+    assert text and "\n" not in text and "Traceback" not in text, text
+    return text
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    (tmp_path / "data").mkdir()
+    build(V120, tmp_path / "data" / "engram.db")
+    return tmp_path
+
+
+def db_of(home: Path) -> Path:
+    return home / "data" / "engram.db"
+
+
+# --- issue 12: acknowledgements and the baseline file ---------------------------------------------------
+
+
+@pytest.mark.parametrize("expires", ["99999999999d", "9999-12-31", "0001-01-01T00:00:00+14:00"])
+def test_an_expiry_beyond_the_calendar_is_one_line(home: Path, expires: str) -> None:
+    baseline = home / "baseline.json"
+    result = invoke(
+        home, "baseline", "--db", str(db_of(home)), "--baseline", str(baseline), "--expires", expires
+    )
+    line = one_line_error(result)
+    assert line.startswith(f"engram-canary: error: --expires {expires!r}: "), line
+    assert not baseline.exists()
+
+
+def recorded_baseline(home: Path) -> tuple[Path, dict[str, Any]]:
+    baseline = home / "baseline.json"
+    recorded = invoke(home, "baseline", "--db", str(db_of(home)), "--baseline", str(baseline))
+    assert recorded.exit_code == 0, recorded.stderr
+    document = json.loads(baseline.read_text(encoding="utf-8"))
+    return baseline, document
+
+
+def with_expiry(baseline: Path, document: dict[str, Any], expires: str) -> None:
+    for database in document["databases"].values():
+        for acknowledgement in database["acknowledgements"]:
+            acknowledgement["expires"] = expires
+    baseline.write_text(json.dumps(document), encoding="utf-8")
+
+
+def test_a_hand_edited_expiry_that_is_no_time_is_one_line_unknown(home: Path) -> None:
+    baseline, document = recorded_baseline(home)
+    with_expiry(baseline, document, "next week")
+    result = invoke(home, "check", "--db", str(db_of(home)), "--baseline", str(baseline))
+    line = one_line_error(result)
+    assert line.startswith(f"ENGRAM-CANARY UNKNOWN - {baseline}: not a readable canary baseline ("), line
+    assert "expires" in line
+
+
+def test_a_hand_edited_expiry_without_a_zone_is_utc(home: Path) -> None:
+    """As --expires reads an ISO time without a zone: UTC (it was a TypeError traceback)."""
+    baseline, document = recorded_baseline(home)
+    silenced = invoke(home, "check", "--db", str(db_of(home)), "--baseline", str(baseline))
+    assert silenced.exit_code == 0, silenced.stdout
+    with_expiry(baseline, document, "2999-01-01T00:00:00")
+    still = invoke(home, "check", "--db", str(db_of(home)), "--baseline", str(baseline))
+    assert (still.exit_code, still.stdout.splitlines()[0]) == (0, silenced.stdout.splitlines()[0])
+    assert "until 2999-01-01T00:00:00Z" in still.stdout
+    with_expiry(baseline, document, "2001-01-01T00:00:00")
+    lapsed = invoke(home, "check", "--db", str(db_of(home)), "--baseline", str(baseline), "--format", "json")
+    assert lapsed.exit_code != 0, lapsed.stdout
+    realarms = {finding["realarm"] for finding in json.loads(lapsed.stdout)["findings"]}
+    assert realarms == {"acknowledgement expired at 2001-01-01T00:00:00Z"}
+
+
+def test_a_deeply_nested_baseline_is_one_line_unknown(home: Path) -> None:
+    baseline = home / "baseline.json"
+    baseline.write_text("[" * DEEP + "]" * DEEP, encoding="utf-8")
+    result = invoke(home, "check", "--db", str(db_of(home)), "--baseline", str(baseline))
+    line = one_line_error(result)
+    assert line.startswith(f"ENGRAM-CANARY UNKNOWN - {baseline}: not a readable canary baseline ("), line
+
+
+# --- config, alias and key-map files ---------------------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="review finding, fixed in a later commit")
+@pytest.mark.parametrize(
+    "text",
+    ["a: &a [*a]\n", "inbox: " + "[" * 20_000 + "]" * 20_000 + "\n"],
+    ids=["recursive-alias", "deep"],
+)
+def test_a_recursive_or_deep_yaml_config_is_one_line_unknown(home: Path, text: str) -> None:
+    config = home / "config.yaml"
+    config.write_text(text, encoding="utf-8")
+    result = invoke(home, "check", "--db", str(db_of(home)), "--config", str(config))
+    line = one_line_error(result)
+    assert line.startswith(f"ENGRAM-CANARY UNKNOWN - {config}:"), line
+    assert "invalid YAML" in line
+
+
+@pytest.mark.xfail(strict=True, reason="review finding, fixed in a later commit")
+def test_a_deep_alias_file_is_one_line(home: Path) -> None:
+    aliases = home / "aliases.yaml"
+    aliases.write_text("[" * 20_000 + "]" * 20_000 + "\n", encoding="utf-8")
+    result = invoke(home, "inbox", "list", "--db", str(db_of(home)), "--aliases", str(aliases))
+    line = one_line_error(result)
+    assert line.startswith(f"engram-canary: error: {aliases}:"), line
+
+
+@pytest.mark.xfail(strict=True, reason="review finding, fixed in a later commit")
+@pytest.mark.parametrize("value", ["1e300", ".inf"])
+def test_an_unsorted_window_beyond_the_calendar_is_a_config_error(home: Path, value: str) -> None:
+    config = home / "config.yaml"
+    config.write_text(f"inbox:\n  unsorted_window_days: {value}\n", encoding="utf-8")
+    result = invoke(home, "check", "--db", str(db_of(home)), "--config", str(config))
+    line = one_line_error(result)
+    assert line.startswith(f"ENGRAM-CANARY UNKNOWN - {config}:2: inbox.unsorted_window_days: "), line
+
+
+@pytest.mark.xfail(strict=True, reason="review finding, fixed in a later commit")
+def test_a_deeply_nested_key_map_is_one_line(home: Path) -> None:
+    key_map = home / "keys.json"
+    key_map.write_text("[" * DEEP, encoding="utf-8")
+    checked = invoke(home, "check", "--db", str(db_of(home)), "--key-map", str(key_map))
+    assert one_line_error(checked).startswith(
+        f"ENGRAM-CANARY UNKNOWN - --key-map {key_map}: "
+    ), checked.stdout
+    listed = invoke(home, "inbox", "--key-map", str(key_map), "list", "--db", str(db_of(home)))
+    assert one_line_error(listed).startswith(f"engram-canary: error: --key-map {key_map}: "), listed.stderr
+
+
+# --- issue 10: rows engram's tables hold that no JSON reader can take ------------------------------------
+
+
+def simulate_legacy_row(db: Path, project: str, payload: str) -> int:
+    """SIMULATION OF LEGACY DATA: one pending legacy-lane row with this payload, straight into the table."""
+    with closing(sqlite3.connect(str(db), isolation_level=None)) as connection:
+        cursor = connection.execute(
+            "INSERT INTO sync_mutations (target_key, entity, entity_key, op, payload, source, project, "
+            "occurred_at) VALUES ('cloud', 'observation', 'obs-deep', 'upsert', ?, 'local', ?, "
+            "datetime('now'))",
+            (payload, project),
+        )
+        return int(cursor.lastrowid or 0)
+
+
+@pytest.mark.xfail(strict=True, reason="review finding, fixed in a later commit")
+def test_a_payload_nested_too_deep_blocks_the_lane_and_is_named_not_a_traceback(home: Path) -> None:
+    seq = simulate_legacy_row(db_of(home), ENROLLED, "[" * DEEP + "]" * DEEP)
+    checked = invoke(home, "check", "--full", "--db", str(db_of(home)), "--format", "json")
+    assert checked.exception is None or isinstance(checked.exception, SystemExit), repr(checked.exception)
+    assert checked.exit_code == 2, checked.stdout
+    [lane] = [f for f in json.loads(checked.stdout)["findings"] if f["check"] == "legacy_lane_blocked"]
+    assert lane["evidence"]["blocking_seqs"] == [seq]
+    assert lane["evidence"]["reason"] == "400 invalid request body: payload is not valid JSON"
+    repaired = invoke(home, "repair", "--db", str(db_of(home)))
+    assert repaired.exit_code == 0, repaired.stderr
+    assert f"  refuse: seq {seq} observation obs-deep upsert: the cloud would answer 400 " in repaired.stdout
+
+
+def damage_page(db: Path, page: int) -> None:
+    """SIMULATION OF A DAMAGED FILE: one page of the database overwritten with noise."""
+    data = bytearray(db.read_bytes())
+    size = int.from_bytes(data[16:18], "big") or 65536
+    data[page * size : (page + 1) * size] = b"\xa5" * size
+    db.write_bytes(bytes(data))
+
+
+@pytest.mark.xfail(strict=True, reason="review finding, fixed in a later commit")
+def test_a_damaged_database_is_one_line_for_every_reading_command(home: Path) -> None:
+    db = db_of(home)
+    with closing(sqlite3.connect(str(db))) as connection:
+        connection.execute("PRAGMA journal_mode=DELETE")
+        [(pages,)] = connection.execute("PRAGMA page_count").fetchall()
+    pristine = db.read_bytes()
+    commands = (
+        ("check", "--full"),
+        ("repair",),
+        ("inbox", "list"),
+        ("inbox", "drop", "--unattributed"),
+        ("inbox", "export-keys"),
+        ("cleanup-phantoms",),
+    )
+    for page in range(1, pages):  # page 0 holds the header: the open itself refuses that
+        db.write_bytes(pristine)
+        damage_page(db, page)
+        for command in commands:
+            result = invoke(home, *command, "--db", str(db))
+            assert result.exception is None or isinstance(result.exception, SystemExit), (
+                page,
+                command,
+                repr(result.exception),
+            )
+            assert result.exit_code in (0, 1, 2, 3), (page, command, result.exit_code)
+
+
+# --- issue 18: reconcile's inputs ------------------------------------------------------------------------
+
+
+def token_file(home: Path) -> Path:
+    path = home / "token"
+    path.write_text("t\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.xfail(strict=True, reason="review finding, fixed in a later commit")
+@pytest.mark.parametrize(
+    "options",
+    [
+        ("--since", "99999999999d"),
+        ("--since", "0001-01-01"),
+        ("--timeout", "inf"),
+        ("--timeout", "nan"),
+        ("--timeout", "1e308"),
+    ],
+    ids=["since-huge", "since-year-1", "timeout-inf", "timeout-nan", "timeout-huge"],
+)
+def test_reconcile_options_out_of_range_are_one_line_unknown(home: Path, options: tuple[str, str]) -> None:
+    result = invoke(
+        home,
+        "reconcile",
+        "--db",
+        str(db_of(home)),
+        "--cloud-url",
+        "https://127.0.0.1:1",
+        "--cloud-token-file",
+        str(token_file(home)),
+        *options,
+    )
+    line = one_line_error(result)
+    assert line.startswith(("ENGRAM-CANARY-RECONCILE UNKNOWN - ", "engram-canary reconcile: error: ")), line
+    assert options[0] in line, line
+
+
+@pytest.mark.xfail(strict=True, reason="review finding, fixed in a later commit")
+def test_reconcile_a_cloud_url_that_does_not_parse_is_one_line_unknown(home: Path) -> None:
+    result = invoke(
+        home,
+        "reconcile",
+        "--db",
+        str(db_of(home)),
+        "--cloud-url",
+        "https://[::1",
+        "--cloud-token-file",
+        str(token_file(home)),
+    )
+    assert one_line_error(result) == (
+        "ENGRAM-CANARY-RECONCILE UNKNOWN - cloud URL 'https://[::1' (from --cloud-url) is not an http(s) URL "
+        "with a host"
+    )
+
+
+@pytest.mark.xfail(strict=True, reason="review finding, fixed in a later commit")
+def test_reconcile_a_deeply_nested_cloud_json_is_one_line_unknown(home: Path) -> None:
+    (home / "data" / "cloud.json").write_text("[" * DEEP, encoding="utf-8")
+    result = invoke(home, "reconcile", "--db", str(db_of(home)))
+    line = one_line_error(result)
+    assert line.startswith("ENGRAM-CANARY-RECONCILE UNKNOWN - "), line
+    assert "cloud.json" in line, line
+
+
+# --- watch's periods -------------------------------------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="review finding, fixed in a later commit")
+@pytest.mark.parametrize(
+    "options",
+    [("--full-every", "inf"), ("--full-every", "1e308"), ("--poll", "--poll-interval", "1e308")],
+    ids=["full-every-inf", "full-every-huge", "poll-interval-huge"],
+)
+def test_watch_periods_beyond_the_clock_are_one_line(home: Path, options: tuple[str, ...]) -> None:
+    done = subprocess.run(
+        [str(CANARY), "watch", "--db", str(db_of(home)), *options],
+        env=canary_env(home / "config", HOME=str(home)),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 3, (done.returncode, done.stderr[-2000:])
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert lines[0].startswith("engram-canary watch: error: Invalid value for "), lines[0]
