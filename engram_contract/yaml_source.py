@@ -13,6 +13,7 @@ import yaml
 from engram_contract.errors import ContractError
 
 Loc = tuple[str | int, ...]
+TOO_DEEP = "nested too deeply, or an alias that contains itself"
 
 
 class YamlSyntaxError(ContractError):
@@ -56,6 +57,8 @@ def compose_yaml(text: str) -> yaml.Node | None:
         node: yaml.Node | None = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as error:
         raise syntax_error(error) from None
+    except RecursionError:
+        raise YamlSyntaxError(1, TOO_DEEP) from None
     return node
 
 
@@ -66,12 +69,17 @@ def load_yaml(text: str) -> YamlSource:
         data = loader.construct_document(node) if node is not None else None  # type: ignore[no-untyped-call]
     except yaml.YAMLError as error:
         raise syntax_error(error) from None
+    except RecursionError:
+        raise YamlSyntaxError(1, TOO_DEEP) from None
     finally:
         loader.dispose()  # type: ignore[no-untyped-call]
     lines: dict[Loc, int] = {}
     duplicates: list[Loc] = []
     if node is not None:
-        _collect_lines(node, (), lines, duplicates)
+        try:
+            _collect_lines(node, (), lines, duplicates)
+        except RecursionError:  # an alias that contains itself: `a: &a [*a]`
+            raise YamlSyntaxError(1, TOO_DEEP) from None
     return YamlSource(node=node, data=data, lines=lines, duplicate_keys=tuple(duplicates))
 
 

@@ -129,7 +129,6 @@ def test_a_deeply_nested_baseline_is_one_line_unknown(home: Path) -> None:
 # --- config, alias and key-map files ---------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="review finding, fixed in a later commit")
 @pytest.mark.parametrize(
     "text",
     ["a: &a [*a]\n", "inbox: " + "[" * 20_000 + "]" * 20_000 + "\n"],
@@ -144,7 +143,6 @@ def test_a_recursive_or_deep_yaml_config_is_one_line_unknown(home: Path, text: s
     assert "invalid YAML" in line
 
 
-@pytest.mark.xfail(strict=True, reason="review finding, fixed in a later commit")
 def test_a_deep_alias_file_is_one_line(home: Path) -> None:
     aliases = home / "aliases.yaml"
     aliases.write_text("[" * 20_000 + "]" * 20_000 + "\n", encoding="utf-8")
