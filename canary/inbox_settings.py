@@ -14,5 +14,6 @@ class InboxSettings(BaseModel):
 
     age_days: float = Field(default=7.0, gt=0, description="oldest row of a non-unsorted key older than this")
     unsorted_growth_rows: int = Field(default=100, ge=1, description="more new unsorted rows than this ...")
-    unsorted_window_days: float = Field(default=7.0, gt=0, description="... within this many days")
+    # At most a century: the window start is a datetime, which ends at year 9999.
+    unsorted_window_days: float = Field(default=7.0, gt=0, le=36_500, description="... within this many days")
     aliases: Path | None = Field(default=None, description="alias map; default is the documented location")

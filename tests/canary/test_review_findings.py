@@ -151,7 +151,6 @@ def test_a_deep_alias_file_is_one_line(home: Path) -> None:
     assert line.startswith(f"engram-canary: error: {aliases}:"), line
 
 
-@pytest.mark.xfail(strict=True, reason="review finding, fixed in a later commit")
 @pytest.mark.parametrize("value", ["1e300", ".inf"])
 def test_an_unsorted_window_beyond_the_calendar_is_a_config_error(home: Path, value: str) -> None:
     config = home / "config.yaml"
