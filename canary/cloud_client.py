@@ -63,9 +63,11 @@ def _read_cloud_json(path: Path) -> dict[str, Any]:
         return {}
     except OSError as error:
         raise CloudSettingsError(f"{path}: cannot be read ({error.strerror})") from None
+    except UnicodeDecodeError as error:
+        raise CloudSettingsError(f"{path}: not valid JSON ({error})") from None
     try:
         data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+    except (json.JSONDecodeError, RecursionError) as error:
         raise CloudSettingsError(f"{path}: not valid JSON ({error})") from None
     if not isinstance(data, dict):
         raise CloudSettingsError(f"{path}: expected a JSON object with server_url and token")

@@ -797,7 +797,7 @@ def write_key_entries(path: Path, entries: Mapping[tuple[str, str], tuple[str | 
 def load_key_map(path: Path) -> dict[tuple[str, str], tuple[str | None, str]]:
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as error:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
         raise KeyMapError(f"--key-map {path}: cannot read ({str(error).splitlines()[0]})") from error
     if not isinstance(document, dict) or document.get("schema") != KEY_MAP_SCHEMA:
         raise KeyMapError(

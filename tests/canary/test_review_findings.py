@@ -160,7 +160,6 @@ def test_an_unsorted_window_beyond_the_calendar_is_a_config_error(home: Path, va
     assert line.startswith(f"ENGRAM-CANARY UNKNOWN - {config}:2: inbox.unsorted_window_days: "), line
 
 
-@pytest.mark.xfail(strict=True, reason="review finding, fixed in a later commit")
 def test_a_deeply_nested_key_map_is_one_line(home: Path) -> None:
     key_map = home / "keys.json"
     key_map.write_text("[" * DEEP, encoding="utf-8")
@@ -293,9 +292,11 @@ def test_reconcile_a_cloud_url_that_does_not_parse_is_one_line_unknown(home: Pat
     )
 
 
-@pytest.mark.xfail(strict=True, reason="review finding, fixed in a later commit")
-def test_reconcile_a_deeply_nested_cloud_json_is_one_line_unknown(home: Path) -> None:
-    (home / "data" / "cloud.json").write_text("[" * DEEP, encoding="utf-8")
+@pytest.mark.parametrize("content", [b"[" * DEEP, b"\xff\xfe{"], ids=["deep", "not-utf8"])
+def test_reconcile_a_deeply_nested_or_non_utf8_cloud_json_is_one_line_unknown(
+    home: Path, content: bytes
+) -> None:
+    (home / "data" / "cloud.json").write_bytes(content)
     result = invoke(home, "reconcile", "--db", str(db_of(home)))
     line = one_line_error(result)
     assert line.startswith("ENGRAM-CANARY-RECONCILE UNKNOWN - "), line
