@@ -29,9 +29,8 @@ from typing import Any
 
 from harness import design_schema as d
 from harness.step_results import (
-    CloudStatusResult,
+    CommandOutput,
     DoctorResult,
-    EnrollResult,
     SaveResult,
     StepResults,
     save_result_name,
@@ -179,7 +178,7 @@ def check_save_answer(check: d.SaveAnswerCheck, results: StepResults) -> list[st
 
 
 def check_enroll_hint(check: d.EnrollHintCheck, results: StepResults) -> list[str]:
-    enrolled = results.get(check.of, EnrollResult, "enroll")
+    enrolled = results.get(check.of, CommandOutput, "enroll")  # `enroll`, or `run: [cloud, enroll, P]`
     hint = parse_enroll_hint(enrolled.stdout + "\n" + enrolled.stderr)
     said = enrolled.stdout.strip()[:200]
     if not check.hint:
@@ -201,7 +200,7 @@ def check_enroll_hint(check: d.EnrollHintCheck, results: StepResults) -> list[st
 
 
 def check_cloud_status(check: d.CloudStatusCheck, results: StepResults) -> list[str]:
-    status = results.get(check.of, CloudStatusResult, "cloud_status")
+    status = results.get(check.of, CommandOutput, "cloud_status")  # or `run: [cloud, status]`
     line = parse_status_inbox_line(status.stdout)
     printed = " | ".join(status.stdout.strip().splitlines())[:200]
     if check.inbox_line is False:

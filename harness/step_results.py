@@ -182,7 +182,9 @@ class StepResults:
         if isinstance(found, UnsupportedResult):
             raise LookupError(f"{name}: the step did not run: {found.reason}")
         if not isinstance(found, kind):
-            raise LookupError(f"{name!r} is the result of a `{found.step}` step, not of a `{step}` step")
+            raise LookupError(
+                f"{name!r} was recorded by a `{found.step}` step; this check reads what `{step}` records"
+            )
         return found
 
     def as_json(self) -> dict[str, Any]:

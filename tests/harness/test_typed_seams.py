@@ -46,11 +46,20 @@ def judge(check: str, results: StepResults = RESULTS) -> tuple[str, str]:
 @pytest.mark.parametrize(
     ("check", "detail"),
     [
-        ("command: {of: api, exit: 0}", "'api' is the result of a `http` step, not of a `run` step"),
-        ("canary: {of: doc}", "'doc' is the result of a `doctor` step, not of a `canary` step"),
-        ("doctor: {of: ran}", "'ran' is the result of a `run` step, not of a `doctor` step"),
-        ("inbox: {of: api}", "'api' is the result of a `http` step, not of a `inbox` step"),
-        ("enroll_hint: {of: ran}", "'ran' is the result of a `run` step, not of a `enroll` step"),
+        (
+            "command: {of: api, exit: 0}",
+            "'api' was recorded by a `http` step; this check reads what `run` records",
+        ),
+        (
+            "canary: {of: doc}",
+            "'doc' was recorded by a `doctor` step; this check reads what `canary` records",
+        ),
+        ("doctor: {of: ran}", "'ran' was recorded by a `run` step; this check reads what `doctor` records"),
+        ("inbox: {of: api}", "'api' was recorded by a `http` step; this check reads what `inbox` records"),
+        (
+            "enroll_hint: {of: api}",
+            "'api' was recorded by a `http` step; this check reads what `enroll` records",
+        ),
         (
             "save_answer: {of: ran}",
             "no save result named 'ran': add a `save:` step (as: ran) before the checks",
