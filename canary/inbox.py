@@ -363,12 +363,12 @@ def _iso(moment: datetime | None) -> str | None:
 def _payload_object(payload: str) -> dict[str, Any]:
     try:
         decoded = json.loads(payload)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     if isinstance(decoded, str):
         try:
             decoded = json.loads(decoded)
-        except ValueError:
+        except (ValueError, RecursionError):
             return {}
     return decoded if isinstance(decoded, dict) else {}
 

@@ -67,7 +67,7 @@ def pending_listed_rows(
 def _payload(text: str) -> dict[str, Any] | None:
     try:
         decoded = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return decoded if isinstance(decoded, dict) else None
 

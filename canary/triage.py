@@ -525,7 +525,7 @@ def with_project(payload: str, project: str) -> str:
     """The same payload with its project set to the enrolled name; key order and other values kept."""
     try:
         decoded = json.loads(payload)
-    except ValueError:
+    except (ValueError, RecursionError):
         return payload
     if not isinstance(decoded, dict):
         return payload

@@ -186,7 +186,6 @@ def simulate_legacy_row(db: Path, project: str, payload: str) -> int:
         return int(cursor.lastrowid or 0)
 
 
-@pytest.mark.xfail(strict=True, reason="review finding, fixed in a later commit")
 def test_a_payload_nested_too_deep_blocks_the_lane_and_is_named_not_a_traceback(home: Path) -> None:
     seq = simulate_legacy_row(db_of(home), ENROLLED, "[" * DEEP + "]" * DEEP)
     checked = invoke(home, "check", "--full", "--db", str(db_of(home)), "--format", "json")
