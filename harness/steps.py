@@ -42,7 +42,6 @@ import yaml
 from pydantic import BaseModel
 
 from engram_contract.journal_match import field_text
-from engram_contract.journal_match import matches as journal_matches
 from fake_cloud.client import FakeCloudClient, FakeCloudWaitTimeout
 from harness import design_schema as ds
 from harness import schema as s
@@ -457,10 +456,6 @@ def do_sync(world: World, step: s.SyncStep) -> None:
 
 
 plain = field_text  # a field as text for matching (engram_contract.journal_match)
-
-
-def matches(item: Any, match: Mapping[str, s.MatchValue]) -> bool:
-    return journal_matches(item, match)
 
 
 def await_journal(client: FakeCloudClient, since_id: int, *, timeout: float, what: str) -> None:
