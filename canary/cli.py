@@ -7,9 +7,11 @@ arguments are UNKNOWN too (3, not click's usual 2, which would read as CRITICAL)
 from __future__ import annotations
 
 import importlib
+import sqlite3
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import click
 from pydantic import ValidationError
@@ -54,6 +56,13 @@ class CanaryGroup(OneLineErrorGroup):
 
     def abort_line(self) -> str:
         return f"{PROG}: aborted"
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        # A page that turns out damaged mid-read (every read path hands its open errors over already).
+        try:
+            return super().main(*args, **kwargs)
+        except sqlite3.DatabaseError as error:
+            self._exit(self.error_line(f"engram's database cannot be read ({error})"), 1)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})

@@ -207,7 +207,6 @@ def damage_page(db: Path, page: int) -> None:
     db.write_bytes(bytes(data))
 
 
-@pytest.mark.xfail(strict=True, reason="review finding, fixed in a later commit")
 def test_a_damaged_database_is_one_line_for_every_reading_command(home: Path) -> None:
     db = db_of(home)
     with closing(sqlite3.connect(str(db))) as connection:
@@ -233,6 +232,8 @@ def test_a_damaged_database_is_one_line_for_every_reading_command(home: Path) ->
                 repr(result.exception),
             )
             assert result.exit_code in (0, 1, 2, 3), (page, command, result.exit_code)
+            if result.exit_code == 3:
+                assert len((result.stderr or result.stdout).strip().splitlines()) == 1, (page, command)
 
 
 # --- issue 18: reconcile's inputs ------------------------------------------------------------------------
