@@ -7,6 +7,7 @@ arguments are UNKNOWN too (3, not click's usual 2, which would read as CRITICAL)
 from __future__ import annotations
 
 import importlib
+import math
 import sqlite3
 import sys
 from datetime import UTC, datetime
@@ -74,6 +75,12 @@ class CanaryGroup(OneLineErrorGroup):
             assert isinstance(command, click.Command)
             self.add_command(command, cmd_name)
         return super().get_command(ctx, cmd_name)
+
+
+def _a_number(_context: click.Context, _parameter: click.Parameter, value: float) -> float:
+    if math.isnan(value):  # click's FloatRange lets NaN through every bound
+        raise click.BadParameter("nan is not a number of seconds")
+    return value
 
 
 def _print_version(context: click.Context, _parameter: click.Parameter, value: bool) -> None:
@@ -379,7 +386,12 @@ def install_systemd(
     help="Also write engram_canary_reconcile.prom here (node_exporter textfile collector), atomically.",
 )
 @click.option(
-    "--timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True, help="Seconds per request."
+    "--timeout",
+    type=click.FloatRange(min=0.1, max=3600),
+    callback=_a_number,
+    default=30.0,
+    show_default=True,
+    help="Seconds per request.",
 )
 def reconcile_command(
     db: Path | None,

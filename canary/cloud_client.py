@@ -108,8 +108,12 @@ def resolve_settings(
         )
     base_url, url_source = chosen
     token, token_source = _resolve_token(token_file, env, stored, config_path)
-    parts = urlsplit(base_url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        parts = urlsplit(base_url)
+        hostname = parts.hostname
+    except ValueError:  # an unclosed [IPv6 literal
+        hostname = None
+    if not hostname or parts.scheme not in ("http", "https"):
         raise CloudSettingsError(
             f"cloud URL {base_url!r} (from {url_source}) is not an http(s) URL with a host"
         )

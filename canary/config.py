@@ -43,8 +43,9 @@ class WatchSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     debounce_ms: float = Field(default=2.0, ge=0, le=10_000)
-    full_recheck_seconds: float = Field(default=300.0, gt=0)
-    poll_interval_seconds: float = Field(default=1.0, gt=0, description="only with --poll")
+    # At most a day: a timer wait past the platform's time_t (inf, 1e308) was a traceback.
+    full_recheck_seconds: float = Field(default=300.0, gt=0, le=86_400)
+    poll_interval_seconds: float = Field(default=1.0, gt=0, le=86_400, description="only with --poll")
     inbox_tripwires: bool = Field(
         default=False,
         description="also run the inbox tripwires in every full re-check (seconds of CPU on big databases)",

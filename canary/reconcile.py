@@ -65,16 +65,21 @@ class ReconcileError(CanaryError):
 def parse_since(text: str, now: datetime) -> datetime:
     """'24h', '7d', '90m', '1d12h', or an ISO time (UTC unless it says otherwise)."""
     raw = text.strip()
-    if _DURATION.fullmatch(raw) or (raw and re.fullmatch(r"(\d+\s*[smhdw]\s*)+", raw)):
-        seconds = sum(int(n) * _UNITS[unit] for n, unit in _DURATION.findall(raw))
-        return now - timedelta(seconds=seconds)
     try:
-        moment = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+        if _DURATION.fullmatch(raw) or (raw and re.fullmatch(r"(\d+\s*[smhdw]\s*)+", raw)):
+            seconds = sum(int(n) * _UNITS[unit] for n, unit in _DURATION.findall(raw))
+            moment = now - timedelta(seconds=seconds)
+        else:
+            moment = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+            moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+        _ = moment - SKEW_ALLOWANCE  # the cloud-side window starts there: it must be a date too
     except ValueError:
         raise ReconcileError(
             f"--since {text!r}: expected a duration like 24h, 7d, 90m or an ISO time like 2026-11-30T12:00:00Z"
         ) from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    except OverflowError:
+        raise ReconcileError(f"--since {text!r}: reaches beyond the calendar (year 1 to 9999)") from None
+    return moment
 
 
 @dataclass(slots=True)

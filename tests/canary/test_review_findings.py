@@ -245,7 +245,6 @@ def token_file(home: Path) -> Path:
     return path
 
 
-@pytest.mark.xfail(strict=True, reason="review finding, fixed in a later commit")
 @pytest.mark.parametrize(
     "options",
     [
@@ -274,7 +273,6 @@ def test_reconcile_options_out_of_range_are_one_line_unknown(home: Path, options
     assert options[0] in line, line
 
 
-@pytest.mark.xfail(strict=True, reason="review finding, fixed in a later commit")
 def test_reconcile_a_cloud_url_that_does_not_parse_is_one_line_unknown(home: Path) -> None:
     result = invoke(
         home,
@@ -306,7 +304,6 @@ def test_reconcile_a_deeply_nested_or_non_utf8_cloud_json_is_one_line_unknown(
 # --- watch's periods -------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="review finding, fixed in a later commit")
 @pytest.mark.parametrize(
     "options",
     [("--full-every", "inf"), ("--full-every", "1e308"), ("--poll", "--poll-interval", "1e308")],
