@@ -203,6 +203,8 @@ def lane_finding(health: LaneHealth, db: Path | None = None) -> Finding | None:
         severity="critical",
         message=message,
         target_key=health.target_key,
+        # What an acknowledgement compares: the rows the block keeps from the cloud.
+        size=len(health.blockers) + held if health.blockers else health.pending,
         evidence=evidence,
     )
 
@@ -222,7 +224,7 @@ def lane_findings(connection: sqlite3.Connection, schema: Schema, db: Path | Non
 
 LANE_STATE_KIND = "lane-health"
 # Bumped whenever a lane finding's shape changes, so a kept answer of an older canary is never reused.
-LANE_STATE_SCHEMA = "engram-canary/lane-health/v1"
+LANE_STATE_SCHEMA = "engram-canary/lane-health/v2"
 # A bound on what the fingerprint cannot see (a sessions or observations row rewritten in place, which
 # can turn an unrepairable blocker into a repairable one).
 LANE_STATE_MAX_AGE_SECONDS = 3600.0

@@ -20,8 +20,10 @@ import pytest
 from canary_support import CANARY, canary_env
 from click.testing import CliRunner, Result
 from engram_schemas.builder import ENROLLED, V120, build
+from inbox_support import canary, engram_ok, save
 
 from canary.cli import cli
+from harness.engram_env import EngramEnvironment
 
 DEEP = 100_000
 
@@ -322,3 +324,29 @@ def test_watch_periods_beyond_the_clock_are_one_line(home: Path, options: tuple[
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert lines[0].startswith("engram-canary watch: error: Invalid value for "), lines[0]
+
+
+# --- issue 12 on the real engram: an acknowledged lane block alarms again when it grows ------------------
+
+
+@pytest.mark.engram
+def test_an_acknowledged_lane_block_alarms_again_when_more_rows_wait_behind_it(
+    engram_world: EngramEnvironment,
+) -> None:
+    world = engram_world
+    engram_ok(world, "cloud", "enroll", "main-proj")
+    engram_ok(world, "save", "loose", "saved without --project", cwd=world.home)
+    save(world, "main-proj", "held one", cwd=world.home)
+    recorded = canary(world, "baseline")
+    assert recorded.returncode == 0, recorded.stderr
+    lane_line = next(line for line in recorded.stdout.splitlines() if "_lane_blocked" in line)
+    assert not lane_line.endswith("(0 rows)"), recorded.stdout
+    assert canary(world, "check").returncode == 0
+
+    save(world, "main-proj", "held two", cwd=world.home)
+    checked = canary(world, "check", "--format", "json")
+    assert checked.returncode == 2, checked.stdout
+    [lane] = [f for f in json.loads(checked.stdout)["findings"] if f["check"].endswith("_lane_blocked")]
+    assert lane["new"] is True
+    assert lane["realarm"].startswith(f"grew from {lane['acknowledgement']['size']} to "), lane["realarm"]
+    assert lane["size"] > lane["acknowledgement"]["size"]
