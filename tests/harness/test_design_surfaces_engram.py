@@ -27,6 +27,7 @@ def test_the_surfaces_scenario_pins_v120_and_maps_what_is_missing(tmp_path: Path
         "engram 1.20.0 has no `engram cloud inbox` (design §3): `engram cloud` lists"
     )
     baseline = [e for e in result.expectations if e.tag == "baseline"]
+    assert baseline  # else "every baseline passed" holds of nothing
     assert [(e.line, e.status, e.detail) for e in baseline if e.status != "pass"] == []
     answer = result.evidence["results"]["save:mcp-noise"]["answer"]
     assert answer["project_source"] == "dir_basename" and "routed_to" not in answer
