@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, NamedTuple, Self
 from urllib.parse import quote
 
 from canary.errors import CanaryError
@@ -49,22 +49,27 @@ class Schema:
         return column in self.columns.get(table, frozenset())
 
 
-@dataclass(frozen=True)
-class SyncStateRow:
+class SyncStateRow(NamedTuple):
     """One sync_state row: its key and the asked-for columns this file has (absent ones are left out)."""
 
     target_key: str
     fields: dict[str, Any]
 
 
-@dataclass(frozen=True)
 class EngramDb:
     """One engram database as the canary reads it: the path, the read-only connection and the schema,
     discovered once when the file is opened. Open with `EngramDb.open(path)`; `with` closes it."""
 
-    path: Path
-    connection: sqlite3.Connection
-    schema: Schema
+    # A plain class, not a dataclass: it is imported by every one-shot `check`, whose start-up counts.
+    __slots__ = ("connection", "path", "schema")
+
+    def __init__(self, path: Path, connection: sqlite3.Connection, schema: Schema) -> None:
+        self.path = path
+        self.connection = connection
+        self.schema = schema
+
+    def __repr__(self) -> str:
+        return f"EngramDb({str(self.path)!r}, user_version={self.schema.user_version})"
 
     @classmethod
     def open(cls, path: Path) -> EngramDb:
