@@ -7,13 +7,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from harness.checks import EVALUATORS, Observed, evaluate
 from harness.design_checks import StatusInboxLine
 from harness.errors import ScenarioError
 from harness.lanes import LaneTable
 from harness.loader import parse_scenario
-from harness.schema import CHECK_KEYS, EXPECTATION_MODELS, json_schema
+from harness.schema import (
+    CHECK_KEYS,
+    EXPECTATION_MODELS,
+    ReceivedCheck,
+    ReceivedExpectation,
+    json_schema,
+    parse_expectation,
+)
 from harness.step_results import (
     CanaryResult,
     CloudStatusResult,
@@ -192,3 +200,11 @@ def test_a_null_check_next_to_the_real_one_is_no_check_as_before() -> None:
         "name: x\nsteps: []\nexpect:\n  - {tag: design, lanes: null, doctor: {}}\n", Path("s.scenario.yaml")
     )
     assert [at.expectation.kind for at in scenario.expectations] == ["doctor"]
+
+
+def test_the_union_picks_the_model_of_its_one_check_and_refuses_none_or_two() -> None:
+    picked = parse_expectation({"tag": "design", "received": {"count": 1}})
+    assert isinstance(picked, ReceivedExpectation) and picked.check == ReceivedCheck(count=1)
+    for data in ({"tag": "design"}, {"tag": "design", "received": {"count": 1}, "lanes": {"rows": []}}):
+        with pytest.raises(ValidationError, match="an expectation needs exactly one check of lanes, "):
+            parse_expectation(data)
