@@ -36,6 +36,9 @@ HEADER_TIMEOUT = 10.0
 BODY_TIMEOUT = 30.0
 IDLE_TIMEOUT = 60.0
 MAX_HEADER_BYTES = (1 << 20) + 4096  # Go's http.DefaultMaxHeaderBytes plus the slack its reader allows
+# Go refuses a chunk line (size and extensions) of 4096 bytes or more; between two pieces of chunk data
+# that is at most the previous chunk's CRLF, the line and its CRLF. Trailers share the last run.
+MAX_CHUNK_FRAMING = 4095 + 4
 LINGER_SECONDS = 0.5  # Go's rstAvoidanceDelay
 REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
 
@@ -88,6 +91,10 @@ class BadTarget(ValueError):
 
 class _TimedOut(Exception):
     """The peer did not send what it owed in time."""
+
+
+class _ChunkLengthTooLarge(Exception):
+    """A chunk declared 2^63 bytes or more, which Go's chunked reader refuses."""
 
 
 def _reset(writer: asyncio.StreamWriter) -> None:
@@ -182,8 +189,15 @@ class HttpServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
         loop = asyncio.get_running_loop()
+        # Bytes received on this connection: with what h11 still holds, it gives exact sizes on the wire
+        # (a head, a run of chunk framing) however the bytes were split across reads.
+        received = 0
+
+        def consumed() -> int:
+            return received - _buffered(conn)
 
         async def receive(deadline: float) -> None:
+            nonlocal received
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise _TimedOut
@@ -192,12 +206,17 @@ class HttpServer:
                     data = await reader.read(READ_SIZE)
             except TimeoutError:
                 raise _TimedOut from None
+            received += len(data)
             conn.receive_data(data)
 
-        async def next_event(deadline: float) -> h11.Event | type[h11.PAUSED]:
+        async def next_event(
+            deadline: float, framing: _ChunkFraming | None = None
+        ) -> h11.Event | type[h11.PAUSED]:
             while True:
                 event = conn.next_event()
                 if event is h11.NEED_DATA:
+                    if framing is not None:
+                        framing.check_partial(conn, received)
                     await receive(deadline)
                     continue
                 return event  # type: ignore[return-value]
@@ -211,10 +230,12 @@ class HttpServer:
             await _linger(reader, writer)
 
         while True:
+            request_start = consumed()
+            head_done = False
             try:
                 # An idle keep-alive connection may wait idle_timeout for its next request; once a
                 # request has started, its whole head must arrive within header_timeout.
-                if not conn.trailing_data[0]:
+                if not _buffered(conn):
                     try:
                         await receive(loop.time() + self.idle_timeout)
                     except _TimedOut:
@@ -224,9 +245,10 @@ class HttpServer:
                     return
                 if not isinstance(event, h11.Request):
                     return
-                if _head_size(event) > MAX_HEADER_BYTES:
+                head_done = True
+                if consumed() - request_start > MAX_HEADER_BYTES:
                     # h11 checks its limit only on an incomplete head; a head that completes within
-                    # one read slips past it, and Go counts the whole head either way.
+                    # one read slips past it, and Go counts the whole head, as sent, either way.
                     await plain(431)
                     return
                 try:
@@ -243,18 +265,30 @@ class HttpServer:
                     await self._send(conn, writer, early, head=head.method == "HEAD")
                     await _linger(reader, writer)
                     return
+                chunked = "transfer-encoding" in head.headers
+                if conn.they_are_waiting_for_100_continue and (head.content_length or chunked):
+                    # Go's server invites the body once the handler reads it; a client may wait for that.
+                    writer.write(
+                        conn.send(h11.InformationalResponse(status_code=100, headers=[], reason=b"Continue"))
+                        or b""
+                    )
+                    await writer.drain()
                 chunks: list[bytes] = []
                 size = 0
                 too_large = False
                 body_error: str | None = None
                 limit = min(self.body_limit(head), self.max_body)
+                framing = _ChunkFraming(consumed()) if chunked else None
                 while True:
-                    part = await next_event(loop.time() + self.body_timeout)
+                    try:
+                        part = await next_event(loop.time() + self.body_timeout, framing)
+                        if framing is not None and isinstance(part, h11.Data | h11.EndOfMessage):
+                            framing.check_event(conn, consumed(), part)
+                    except _ChunkLengthTooLarge:
+                        # Go's chunked reader refuses this length outright; the handler says why.
+                        body_error = "http chunk length too large"
+                        break
                     if isinstance(part, h11.Data):
-                        if _chunk_left(conn) > MAX_GO_CONTENT_LENGTH:
-                            # Go's chunked reader refuses this length outright; the handler says why.
-                            body_error = "http chunk length too large"
-                            break
                         size += len(part.data)
                         if size > limit:
                             too_large = True  # stop reading: the answer is 413 whatever follows
@@ -265,8 +299,10 @@ class HttpServer:
                     else:
                         return
             except h11.RemoteProtocolError as error:
-                # Go's wording for a request it cannot parse, e.g. "431 Request Header Fields Too Large".
-                await plain(error.error_status_hint)
+                # Go's wording for a request it cannot parse, e.g. "431 Request Header Fields Too Large";
+                # a head over Go's limit is 431 whatever else is wrong with it, as when it comes in pieces.
+                oversize = not head_done and consumed() - request_start > MAX_HEADER_BYTES
+                await plain(431 if oversize else error.error_status_hint)
                 return
             except _TimedOut:
                 if conn.their_state is not h11.IDLE or conn.trailing_data[0]:
@@ -309,14 +345,50 @@ class HttpServer:
 
 
 def _chunk_left(conn: h11.Connection) -> int:
-    """The declared size of the chunk h11 is reading (0 when not chunked); h11 keeps it private."""
+    """What is left of the chunk h11 is reading (0 when not chunked); h11 keeps it private."""
     return int(getattr(getattr(conn, "_reader", None), "_bytes_in_chunk", 0) or 0)
 
 
-def _head_size(event: h11.Request) -> int:
-    """The request head's size on the wire, as near as h11 lets us see it: line, headers, CRLFs."""
-    line = len(event.method) + len(event.target) + len(b" HTTP/1.1\r\n") + 1
-    return line + sum(len(name) + len(value) + 4 for name, value in event.headers) + 2
+def _buffered(conn: h11.Connection) -> int:
+    """How many received bytes h11 holds unparsed (its buffer is private; trailing_data copies it)."""
+    buffer = getattr(conn, "_receive_buffer", None)
+    return len(buffer) if buffer is not None else len(conn.trailing_data[0])
+
+
+class _ChunkFraming:
+    """Go's limits on chunked framing, applied to exact byte counts so that they hold however the body
+    was split across reads: a run of framing (everything between two pieces of chunk data, or after the
+    last) over MAX_CHUNK_FRAMING, or a chunk line that ends in a bare LF, is a malformed body."""
+
+    def __init__(self, body_start: int) -> None:
+        self.run_start = body_start  # where the current run of framing began, in bytes consumed
+        self.chunk_seen = 0  # data of the current chunk handed out so far
+
+    def check_event(self, conn: h11.Connection, consumed: int, event: h11.Data | h11.EndOfMessage) -> None:
+        """At a Data or EndOfMessage event: the run that ended with it, then a new run after its data."""
+        data = len(event.data) if isinstance(event, h11.Data) else 0
+        if consumed - data - self.run_start > MAX_CHUNK_FRAMING:
+            raise h11.RemoteProtocolError("chunk line too long", error_status_hint=400)
+        self.run_start = consumed
+        self.chunk_seen += data
+        # h11's chunk_start is lost when a chunk's header and data arrive in different reads; what was
+        # seen plus what is left is the declared size either way.
+        if self.chunk_seen + _chunk_left(conn) > MAX_GO_CONTENT_LENGTH:
+            raise _ChunkLengthTooLarge
+        if isinstance(event, h11.Data) and event.chunk_end:
+            self.chunk_seen = 0
+
+    def check_partial(self, conn: h11.Connection, received: int) -> None:
+        """Waiting for more: what is buffered is framing, and already too much or already malformed."""
+        if self.chunk_seen + _chunk_left(conn) > MAX_GO_CONTENT_LENGTH:
+            raise _ChunkLengthTooLarge
+        buffered = _buffered(conn)
+        if received - self.run_start > MAX_CHUNK_FRAMING:
+            raise h11.RemoteProtocolError("chunk line too long", error_status_hint=400)
+        reading_trailer = getattr(getattr(conn, "_reader", None), "_reading_trailer", False)
+        if buffered and not reading_trailer and b"\n" in conn.trailing_data[0]:
+            # h11 waits for a CRLF that is not coming; Go refuses a chunk line ending in a bare LF.
+            raise h11.RemoteProtocolError("chunk line ends with a bare LF", error_status_hint=400)
 
 
 def _head(event: h11.Request) -> RequestHead:
