@@ -290,6 +290,48 @@ def side_by_side_check(db: Path, env: dict[str, str], rounds: int) -> dict[str, 
     }
 
 
+def check_against(db: Path, env: dict[str, str], rounds: int, revision: str) -> dict[str, Any]:
+    """The unchanged-file `check` (through the state dir) of REVISION's canary (a git worktree) next to
+    this tree's, interleaved on the same file with a state dir each, so a loaded machine slows both alike."""
+    from bench.inbox import checkout
+
+    command = [str(CANARY), "check", "--db", str(db), "--format", "json"]
+    with checkout(revision, db.parent) as tree:
+        sides = {
+            name: {
+                **env,
+                "PYTHONPATH": str(root),
+                "ENGRAM_CANARY_STATE_DIR": str(db.parent / f"state-{name}"),
+            }
+            for name, root in (("revision", tree), ("this_tree", ROOT))
+        }
+        walls: dict[str, list[float]] = {name: [] for name in sides}
+        for side_env in sides.values():  # each builds its cursor
+            subprocess.run(command, env=side_env, capture_output=True, check=False)
+        mismatched_rounds: list[int] = []
+        for number in range(rounds):
+            order = list(sides) if number % 2 == 0 else list(reversed(sides))
+            documents: dict[str, Any] = {}
+            for name in order:
+                began = time.perf_counter()
+                done = subprocess.run(command, env=sides[name], capture_output=True, text=True, check=False)
+                walls[name].append(time.perf_counter() - began)
+                documents[name] = (done.returncode, comparable(json.loads(done.stdout)))
+            if documents["revision"] != documents["this_tree"]:
+                mismatched_rounds.append(number)
+    medians = {name: statistics.median(values) for name, values in walls.items()}
+    return {
+        "revision": revision,
+        "rounds": rounds,
+        "revision_median_s": round(medians["revision"], 3),
+        "revision_min_s": round(min(walls["revision"]), 3),
+        "this_tree_median_s": round(medians["this_tree"], 3),
+        "this_tree_min_s": round(min(walls["this_tree"]), 3),
+        "ratio_this_tree_to_revision": round(medians["this_tree"] / medians["revision"], 3),
+        "same_json_and_exit_status_each_round": not mismatched_rounds,
+    }
+
+
 def start_up_seconds(env: dict[str, str], runs: int = 7) -> dict[str, float]:
     """Where a one-shot command's fixed cost goes: the interpreter alone, then importing the CLI."""
     bare = timed([sys.executable, "-c", "pass"], env, runs)["median_s"]
@@ -311,7 +353,7 @@ def in_process_unchanged_check_seconds(db: Path, env: dict[str, str], runs: int 
     return round(statistics.median(walls), 3)
 
 
-def main_check_only(cache: Path, rounds: int) -> None:
+def main_check_only(cache: Path, rounds: int, against: str | None = None) -> None:
     engram = find_engram(DEFAULT_VERSION)
     if engram is None:
         raise click.ClickException(
@@ -326,7 +368,7 @@ def main_check_only(cache: Path, rounds: int) -> None:
     check = side_by_side_check(db, env, rounds)
     start_up = start_up_seconds(env)
     in_process = in_process_unchanged_check_seconds(db, env)
-    results = {
+    results: dict[str, Any] = {
         "benchmark": "canary check: inbox cursor vs full recomputation",
         "machine": {
             "cpus": os.cpu_count(),
@@ -338,6 +380,9 @@ def main_check_only(cache: Path, rounds: int) -> None:
         "start_up": start_up,
         "in_process_unchanged_check_median_s": in_process,
     }
+    if against is not None:
+        results["against"] = check_against(db, env, rounds, against)
+        results["machine"]["load_average_at_end"] = [round(value, 2) for value in os.getloadavg()]
     CHECK_RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     click.echo(json.dumps(results, indent=2))
     click.echo(f"wrote {CHECK_RESULTS.relative_to(ROOT)}")
@@ -351,6 +396,11 @@ def main_check_only(cache: Path, rounds: int) -> None:
 @click.option("--cache", type=click.Path(path_type=Path), default=ROOT / ".cache" / "bench-canary")
 @click.option("--check-only", is_flag=True, help="Only `check` with the inbox cursor next to `check --full`.")
 @click.option("--rounds", default=7, show_default=True, help="Interleaved rounds of --check-only.")
+@click.option(
+    "--against",
+    metavar="REV",
+    help="With --check-only: also the unchanged check of REV's canary (a git worktree), interleaved.",
+)
 def main(
     events: int,
     poll_events: int,
@@ -359,9 +409,10 @@ def main(
     cache: Path,
     check_only: bool,
     rounds: int,
+    against: str | None,
 ) -> None:
     if check_only:
-        main_check_only(cache, rounds)
+        main_check_only(cache, rounds, against)
         return
     engram = find_engram(DEFAULT_VERSION)
     if engram is None:
