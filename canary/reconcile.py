@@ -11,6 +11,8 @@ cloud holds by (entity, entity_key, op, payload digest): the same canonical dige
   current row, carrying every field the journal row had: the chunk path exports rows, not payloads);
 - lost: acked locally and absent: CRITICAL, with seq, entity, key and acked_at as evidence;
 - pending: not acked yet; not_expected: rows of projects that are not enrolled (never pushed);
+- triaged: acked by the kit's own triage --apply (dropped, or replaced by a repaired copy), as its triage
+  log records, so never meant for the cloud;
 - cloud_only: cloud rows of entities this journal never wrote (other devices), for information.
 """
 
@@ -42,6 +44,8 @@ RESULT_SCHEMA = "engram-canary/reconcile/v1"
 SKEW_ALLOWANCE = timedelta(hours=1)
 LOST_EVIDENCE_LIMIT = 1000
 SQLITE_TIME = "%Y-%m-%d %H:%M:%S"
+# How far a row's acked_at may be from its triage log entry's time and still be that --apply's ack.
+TRIAGE_ACK_SLACK = timedelta(minutes=5)
 # chunks the real server derives from mutation pushes (cloudstore.go InsertMutationBatch): the mutation
 # pull already holds their rows, so reading them again would only cost requests.
 MATERIALIZED_CHUNK_CREATOR = "mutation-push"
@@ -116,17 +120,20 @@ class Journal:
 
 def read_journal(db_path: Path, acked_since: datetime | None) -> Journal:
     """Every local-source row acked in the window plus every unacked row, in one short read transaction."""
+    from canary.triage import logged_acks
+
+    triaged = logged_acks(db_path)
     db = EngramDb.open(db_path)
     try:
         with db.read_transaction():
-            return _journal(db, acked_since)
+            return _journal(db, acked_since, triaged)
     except sqlite3.DatabaseError as error:
         raise ReconcileError(f"{db_path}: read failed ({error})") from None
     finally:
         db.close()
 
 
-def _journal(db: EngramDb, acked_since: datetime | None) -> Journal:
+def _journal(db: EngramDb, acked_since: datetime | None, triaged: dict[int, datetime]) -> Journal:
     connection, schema = db.connection, db.schema
     enrolled = frozenset(normalize_project(p) for p in db.enrolled_projects())
 
@@ -174,11 +181,24 @@ def _journal(db: EngramDb, acked_since: datetime | None) -> Journal:
             tally["not_expected"] += 1
         elif acked_at is None:
             tally["pending"] += 1
+        elif _acked_by_triage(int(seq), acked_at, triaged):
+            tally["triaged"] += 1
         else:  # only rows that must be in the cloud need their digest
             tally["acked"] += 1
             key = (shared.setdefault(entity, entity), entity_key, shared.setdefault(op, op), _digest(payload))
             rows.append(LocalRow(int(seq), lane, proj, key, shared.setdefault(acked_at, acked_at)))
     return Journal(rows, dict(tallies), written, enrolled, acked_before)
+
+
+def _acked_by_triage(seq: int, acked_at: str, triaged: dict[int, datetime]) -> bool:
+    logged = triaged.get(seq)
+    if logged is None:
+        return False
+    try:
+        moment = datetime.strptime(str(acked_at), SQLITE_TIME).replace(tzinfo=UTC)
+    except ValueError:
+        return False
+    return abs(moment - logged) <= TRIAGE_ACK_SLACK
 
 
 def read_payloads(db_path: Path, seqs: Sequence[int]) -> dict[int, Any]:
@@ -216,6 +236,7 @@ class LaneReport(BaseModel):
     lost: int = 0
     pending: int = 0
     not_expected: int = 0
+    triaged: int = 0
 
 
 class LostRow(BaseModel):
@@ -448,7 +469,10 @@ def _result(
             lane=lane,
             project=project,
             enrolled=normalize_project(project) in journal.enrolled,
-            **{name: tally[name] for name in ("acked", "delivered", "lost", "pending", "not_expected")},
+            **{
+                name: tally[name]
+                for name in ("acked", "delivered", "lost", "pending", "not_expected", "triaged")
+            },
         )
         for (lane, project), tally in sorted(counts.items())
     ]
@@ -461,6 +485,7 @@ def _result(
         "lost": lost,
         "pending": sum(r.pending for r in reports),
         "not_expected": sum(r.not_expected for r in reports),
+        "triaged": sum(r.triaged for r in reports),
         "cloud_only": sum(matcher.cloud_only.values()),
         "acked_before_window": journal.acked_before_window,
         "enrolled_projects": sorted(journal.enrolled),
@@ -529,6 +554,7 @@ def render_text(result: ReconcileResult) -> str:
             lines.append(
                 f"lane {lane.lane} project {lane.project or '(none)'}: acked {lane.acked}, delivered {lane.delivered}, "
                 f"lost {lane.lost}, pending {lane.pending}"
+                + (f", acked by triage (dropped or repaired) {lane.triaged}" if lane.triaged else "")
             )
         else:
             lines.append(

@@ -119,6 +119,7 @@ def test_json_document(synced: Synced) -> None:
             "lost": 0,
             "pending": 0,
             "not_expected": 0,
+            "triaged": 0,
         },
         {
             "lane": "cloud",
@@ -129,6 +130,7 @@ def test_json_document(synced: Synced) -> None:
             "lost": 0,
             "pending": 0,
             "not_expected": 2,
+            "triaged": 0,
         },
     ]
     summary = document["summary"]

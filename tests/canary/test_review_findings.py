@@ -20,9 +20,10 @@ import pytest
 from canary_support import CANARY, canary_env
 from click.testing import CliRunner, Result
 from engram_schemas.builder import ENROLLED, V120, build
-from inbox_support import canary, engram_ok, save
+from inbox_support import canary, engram_ok, engram_serve, save
 
 from canary.cli import cli
+from fake_cloud.server import FakeCloudConfig, start_fake_cloud
 from harness.engram_env import EngramEnvironment
 
 DEEP = 100_000
@@ -350,3 +351,47 @@ def test_an_acknowledged_lane_block_alarms_again_when_more_rows_wait_behind_it(
     assert lane["new"] is True
     assert lane["realarm"].startswith(f"grew from {lane['acknowledgement']['size']} to "), lane["realarm"]
     assert lane["size"] > lane["acknowledgement"]["size"]
+
+
+# --- issue 18 after issue 10: rows the kit's own triage acked are not "lost" ------------------------------
+
+
+@pytest.mark.engram
+def test_rows_that_triage_acked_are_never_reported_lost(engram_world: EngramEnvironment) -> None:
+    """repair acks the refused original (its corrected copy is what the cloud gets) and drop --seq acks a
+    row as discarded: reconcile must not call either one lost, as it did (CRITICAL after following the
+    kit's own advice)."""
+    world = engram_world
+    engram_ok(world, "cloud", "enroll", "main-proj")
+    with engram_serve(world) as server:
+        server.post("/sessions", {"id": "s-nodir", "project": "main-proj"})
+        server.post("/sessions", {"id": "s-late", "project": "main-proj"})
+        server.post("/sessions", {"id": "s-late", "project": "main-proj", "directory": str(world.home)})
+        assert set(server.statuses) <= {200, 201}, server.failures
+    [late, nodir] = [
+        int(seq)
+        for (seq,) in sqlite3.connect(f"file:{world.db_path}?mode=ro", uri=True).execute(
+            "SELECT min(seq) FROM sync_mutations WHERE entity = 'session' GROUP BY entity_key ORDER BY entity_key"
+        )
+    ]
+    repaired = canary(world, "repair", "--apply")
+    if repaired.returncode != 0:
+        pytest.skip(f"repair --apply is refused on this schema: {repaired.stderr.strip()}")
+    dropped = canary(world, "inbox", "drop", "--seq", str(nodir), "--apply")
+    assert dropped.returncode == 0, dropped.stderr
+    with start_fake_cloud(FakeCloudConfig(token="t", tls=True, server_version="v1.20")) as cloud:
+        ran = canary(
+            world,
+            "reconcile",
+            "--format",
+            "json",
+            ENGRAM_CLOUD_SERVER=cloud.base_url,
+            ENGRAM_CLOUD_TOKEN="t",
+            SSL_CERT_FILE=str(cloud.ca_file),
+        )
+    document = json.loads(ran.stdout)
+    assert [row["seq"] for row in document["lost"]] == [], document["lost"]
+    assert (ran.returncode, document["summary"]["lost"], document["summary"]["triaged"]) == (0, 0, 2)
+    [lane] = [lane for lane in document["lanes"] if lane["project"] == "main-proj"]
+    assert (lane["triaged"], lane["lost"]) == (2, 0)
+    assert late != nodir
