@@ -40,6 +40,8 @@ MAX_HEADER_BYTES = (1 << 20) + 4096  # Go's http.DefaultMaxHeaderBytes plus the 
 # that is at most the previous chunk's CRLF, the line and its CRLF. Trailers share the last run.
 MAX_CHUNK_FRAMING = 4095 + 4
 LINGER_SECONDS = 0.5  # Go's rstAvoidanceDelay
+# No route of the fake reads the body of these, nor does the real server's: never wait for one.
+BODILESS_METHODS = frozenset({"GET", "HEAD", "DELETE"})
 REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
 
 
@@ -266,6 +268,10 @@ class HttpServer:
                     await _linger(reader, writer)
                     return
                 chunked = "transfer-encoding" in head.headers
+                if head.method in BODILESS_METHODS and (head.content_length or chunked):
+                    # Answered without its body, as Go's handlers do; the connection then closes.
+                    await self._answer(conn, reader, writer, _request(head, b"", False))
+                    return
                 if conn.they_are_waiting_for_100_continue and (head.content_length or chunked):
                     # Go's server invites the body once the handler reads it; a client may wait for that.
                     writer.write(
@@ -310,21 +316,33 @@ class HttpServer:
                 return
             request = _request(head, b"".join(chunks), too_large)
             request.body_error = body_error
-            result = await self.handler(request)
-            if isinstance(result, Drop):
-                _reset(writer)
-                return
-            if conn.their_state is not h11.DONE and not any(
-                name.lower() == "connection" for name, _ in result.headers
-            ):
-                # The body was not read to its end, so this connection cannot carry another request:
-                # say so, or a pooling client reuses it and meets the close.
-                result = replace(result, headers=[*result.headers, ("connection", "close")])
-            await self._send(conn, writer, result, head=request.method == "HEAD")
-            if conn.our_state is h11.MUST_CLOSE or conn.their_state is not h11.DONE:
-                await _linger(reader, writer)
+            if not await self._answer(conn, reader, writer, request):
                 return
             conn.start_next_cycle()
+
+    async def _answer(
+        self,
+        conn: h11.Connection,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        request: Request,
+    ) -> bool:
+        """Call the handler and send its answer; False when the connection is done with."""
+        result = await self.handler(request)
+        if isinstance(result, Drop):
+            _reset(writer)
+            return False
+        if conn.their_state is not h11.DONE and not any(
+            name.lower() == "connection" for name, _ in result.headers
+        ):
+            # The body was not read to its end, so this connection cannot carry another request:
+            # say so, or a pooling client reuses it and meets the close.
+            result = replace(result, headers=[*result.headers, ("connection", "close")])
+        await self._send(conn, writer, result, head=request.method == "HEAD")
+        if conn.our_state is h11.MUST_CLOSE or conn.their_state is not h11.DONE:
+            await _linger(reader, writer)
+            return False
+        return True
 
     async def _send(
         self, conn: h11.Connection, writer: asyncio.StreamWriter, response: Response, *, head: bool = False
