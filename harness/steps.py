@@ -43,6 +43,7 @@ from pydantic import BaseModel
 
 from engram_contract.journal_match import field_text
 from fake_cloud.client import FakeCloudClient, FakeCloudWaitTimeout
+from fake_cloud.control import MAX_WAIT_SECONDS
 from harness import design_schema as ds
 from harness import schema as s
 from harness.design_checks import parse_status_inbox_line
@@ -69,6 +70,7 @@ from harness.step_results import (
 from harness.world import SavedObservation, World
 
 CYCLE_SECONDS = 45.0
+WAIT_SLICE_SECONDS = MAX_WAIT_SECONDS  # one /_fake/wait call parks at most this long
 UNSUPPORTED_HINT = "mark the step `if_unsupported: skip` to run the rest of the scenario on this version"
 
 
@@ -469,17 +471,25 @@ def await_journal(client: FakeCloudClient, since_id: int, *, timeout: float, wha
 
 def await_received(client: FakeCloudClient, until: s.UntilReceived, *, timeout: float) -> None:
     """Until the cloud has stored UNTIL.received mutations matching UNTIL.match (every one it stored, not only
-    the newer ones): one /_fake/wait call, not a polling loop."""
+    the newer ones): parked on /_fake/wait, in calls of at most WAIT_SLICE_SECONDS (the fake's limit)."""
     if until.received == 0:
         return
-    try:
-        client.wait_received(until.received, timeout=timeout, match=until.match)
-    except FakeCloudWaitTimeout as error:
-        closest = f"; closest: {json.dumps(error.closest[0], default=str)}" if error.closest else ""
-        raise StepFailed(
-            f"timed out after {timeout:.0f}s waiting for the cloud to store {until.received} mutation(s) "
-            f"matching {dict(until.match)} ({error}{closest})"
-        ) from None
+    deadline = time.monotonic() + timeout
+    while True:
+        remaining = max(0.0, round(deadline - time.monotonic(), 2))
+        try:
+            client.wait_received(
+                until.received, timeout=min(remaining, WAIT_SLICE_SECONDS), match=until.match
+            )
+            return
+        except FakeCloudWaitTimeout as error:
+            if time.monotonic() < deadline:
+                continue
+            closest = f"; closest: {json.dumps(error.closest[0], default=str)}" if error.closest else ""
+            raise StepFailed(
+                f"timed out after {timeout:.0f}s waiting for the cloud to store {until.received} mutation(s) "
+                f"matching {dict(until.match)} ({error}{closest})"
+            ) from None
 
 
 def _journal_mark(world: World) -> int:

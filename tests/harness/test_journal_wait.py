@@ -7,11 +7,13 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from fake_cloud.state import RECEIVED_MATCH_FIELDS
+from harness import steps
 from harness.errors import ScenarioError, StepFailed
 from harness.loader import parse_scenario
 from harness.schema import RECEIVED_FIELDS, UntilReceived
@@ -144,3 +146,39 @@ def test_an_until_field_the_cloud_does_not_store_is_refused_on_load(tmp_path: Pa
 
 def test_the_until_fields_are_the_fields_the_fake_matches_stored_mutations_on() -> None:
     assert set(RECEIVED_FIELDS) == RECEIVED_MATCH_FIELDS
+
+
+def test_a_wait_longer_than_the_fakes_limit_parks_again_until_its_deadline(
+    cloud: CloudHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        steps, "WAIT_SLICE_SECONDS", 0.2
+    )  # the fake's limit is 600 s; one slice is enough here
+    calls: list[float] = []
+    wait_received = cloud.client.wait_received
+
+    def counted(count: int, timeout: float, **options: Any) -> Any:
+        calls.append(timeout)
+        return wait_received(count, timeout, **options)
+
+    monkeypatch.setattr(cloud.client, "wait_received", counted)
+    failures: list[BaseException] = []
+    with httpx.Client(base_url=cloud.base_url, headers=AUTH) as http:
+
+        def push_in_a_later_slice() -> None:
+            try:
+                deadline = time.monotonic() + 10
+                while len(calls) < 3:
+                    assert time.monotonic() < deadline, "the wait never parked a third time"
+                    time.sleep(0.01)
+                push(http, "late")
+            except BaseException as failure:
+                failures.append(failure)
+
+        pusher = threading.Thread(target=push_in_a_later_slice)
+        pusher.start()
+        try:
+            await_received(cloud.client, UntilReceived(received=1), timeout=20)
+        finally:
+            pusher.join()
+    assert failures == [] and len(calls) >= 3 and max(calls) <= 0.2
