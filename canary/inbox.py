@@ -40,6 +40,7 @@ from canary.findings import Finding
 from canary.inbox_settings import InboxSettings
 from canary.schema_support import LaneModel, identify, waiting_filter
 from canary.targets import INBOX_TARGET, normalize_project
+from canary.text import printable
 from engram_contract import LEGACY_TARGET, TELEMETRY_ENTITIES
 from engram_contract.files import atomic_write
 
@@ -886,7 +887,7 @@ def render_memories(key: str, memories: Sequence[WaitingMemory], telemetry: int)
             lines.append(f"{'':>8}  {memory.first_line}")
         if key == UNSORTED and memory.cwd:
             lines.append(f"{'':>8}  cwd {memory.cwd}")
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)
 
 
 def render_text(summaries: Iterable[KeySummary], unattributed: KeySummary | None = None) -> str:
@@ -902,7 +903,7 @@ def render_text(summaries: Iterable[KeySummary], unattributed: KeySummary | None
             f"{NO_PROJECT_KEY}: {unattributed.count} memories and {unattributed.telemetry} telemetry rows, oldest "
             f"{_iso(unattributed.oldest) or '-'} ({unattributed.oldest_age_days:.1f}d): {unattributed.hint}"
         )
-    return "\n".join(lines)
+    return "\n".join(lines)  # _render_keys escapes the keys and cwds; the rest is the canary's own text
 
 
 def _render_keys(summaries: list[KeySummary]) -> str:
@@ -930,4 +931,4 @@ def _render_keys(summaries: list[KeySummary]) -> str:
             lines.append(f"    claim: {summary.claim_command}")
         if summary.hint:
             lines.append(f"    note: {summary.hint}")
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)

@@ -36,6 +36,7 @@ from canary.db import EngramDb
 from canary.errors import CanaryError
 from canary.findings import Status
 from canary.targets import normalize_project
+from canary.text import printable
 from engram_contract import payload_digest
 
 RESULT_SCHEMA = "engram-canary/reconcile/v1"
@@ -575,7 +576,7 @@ def render_text(result: ReconcileResult) -> str:
         f"cloud-only rows (other devices) {s['cloud_only']}; read {s['cloud_rows_read']} cloud rows and "
         f"{s['chunks_read']} chunks in {s['cloud_requests']} requests"
     )
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)
 
 
 def render_json(result: ReconcileResult) -> str:

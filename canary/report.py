@@ -12,6 +12,7 @@ from canary.config import CanaryConfig
 from canary.errors import CanaryError
 from canary.findings import Finding
 from canary.lane_health import LANE_CHECKS
+from canary.text import printable
 
 PLUGIN_NAME = "ENGRAM-CANARY"
 TEXTFILE_NAME = "engram_canary.prom"
@@ -114,7 +115,7 @@ def render_text(result: CheckResult, config: CanaryConfig) -> str:
         lines.append(f"allowed targets: {', '.join(result.allowed_targets)}")
         notes = {str(f.evidence["note"]) for f in result.findings if f.evidence.get("note")}
         lines.extend(f"note: {note}" for note in sorted(notes))
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)
 
 
 def render_json(result: CheckResult) -> str:

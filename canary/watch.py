@@ -43,6 +43,7 @@ from canary.db import EngramDb, describe_read_error
 from canary.errors import CanaryError
 from canary.findings import Finding, Status, overall_status
 from canary.lane_health import lane_transitions
+from canary.text import printable
 
 WRITE_EVENTS = frozenset({"modified", "created", "deleted", "moved", "closed"})
 # A commit's last write to -wal can land a moment before the wal-index says it is committed;
@@ -365,7 +366,7 @@ class Watcher:
 
     def _say(self, line: str, priority: int = INFO) -> None:
         prefix = f"<{priority}>" if self.journal else ""
-        self.options.stream.write(f"{prefix}{line}\n")
+        self.options.stream.write(f"{prefix}{printable(line)}\n")
         self.options.stream.flush()
 
     def _run_exec(self, alert: Alert) -> None:
@@ -378,13 +379,13 @@ class Watcher:
                 "ENGRAM_CANARY_TARGET_KEY": alert.target_key,
                 "ENGRAM_CANARY_STATUS": alert.status.label,
                 "ENGRAM_CANARY_DB": str(self.options.db_path),
-                "ENGRAM_CANARY_MESSAGE": alert.line,
+                "ENGRAM_CANARY_MESSAGE": printable(alert.line),
             }
         )
         try:
             completed = subprocess.run(
                 ["/bin/sh", "-c", command],
-                input=alert.line + "\n",
+                input=printable(alert.line) + "\n",
                 text=True,
                 env=env,
                 capture_output=True,

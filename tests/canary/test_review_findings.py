@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from canary_support import CANARY, canary_env
+from canary_support import CANARY, WatchProcess, canary_env
 from click.testing import CliRunner, Result
 from engram_schemas.builder import ENROLLED, V120, build
 from inbox_support import canary, engram_ok, engram_serve, save
@@ -395,3 +395,56 @@ def test_rows_that_triage_acked_are_never_reported_lost(engram_world: EngramEnvi
     [lane] = [lane for lane in document["lanes"] if lane["project"] == "main-proj"]
     assert (lane["triaged"], lane["lost"]) == (2, 0)
     assert late != nodir
+
+
+# --- one value, one line: a project name with a newline cannot forge output lines ------------------------
+
+# Observed on engram v1.20.0: `POST /sessions {"project": "evil\nENGRAM-CANARY OK - forged"}` is accepted,
+# and the name (lowercased) becomes a project and a `cloud:<project>` sync target.
+FORGED = "evil\nengram-canary ok - forged"
+
+
+def simulate_forged_project(db: Path) -> None:
+    """SIMULATION OF LEGACY DATA: the rows engram v1.20 writes for a save into that project."""
+    with closing(sqlite3.connect(str(db), isolation_level=None)) as connection:
+        connection.execute("BEGIN")
+        connection.execute(
+            "INSERT INTO sync_state (target_key, lifecycle, updated_at) VALUES (?, 'pending', datetime('now'))",
+            (f"cloud:{FORGED}",),
+        )
+        connection.execute(
+            "INSERT INTO sessions (id, project, directory, started_at) VALUES ('s-forged', ?, '/tmp', "
+            "datetime('now'))",
+            (FORGED,),
+        )
+        payload = json.dumps({"id": "s-forged", "project": FORGED, "directory": "/tmp"})
+        connection.execute(
+            "INSERT INTO sync_mutations (target_key, entity, entity_key, op, payload, source, project, "
+            "occurred_at) VALUES ('cloud', 'session', 's-forged', 'upsert', ?, 'local', ?, datetime('now'))",
+            (payload, FORGED),
+        )
+        connection.execute("COMMIT")
+
+
+def no_forged_line(text: str) -> None:
+    lines = text.splitlines()
+    assert not [line for line in lines if line.lstrip("<0123456789>").startswith("engram-canary ok")], text
+    assert any("evil\\nengram-canary ok - forged" in line for line in lines), text
+
+
+def test_a_project_name_with_a_newline_never_forges_a_line(home: Path) -> None:
+    db = db_of(home)
+    simulate_forged_project(db)
+    checked = invoke(home, "check", "--db", str(db), "--no-baseline")
+    assert checked.exit_code == 1, checked.stdout
+    no_forged_line(checked.stdout)
+    listed = invoke(home, "inbox", "list", "--db", str(db))
+    assert listed.exit_code == 0, listed.stderr
+    no_forged_line(listed.stdout)
+    watcher = WatchProcess(["--db", str(db), "--no-baseline"], home / "config", HOME=str(home))
+    try:
+        watcher.wait_started()
+        watcher.wait_for(lambda line: "NEW foreign sync target cloud:evil" in line, what="the alert")
+    finally:
+        assert watcher.stop() == 0
+    no_forged_line("\n".join(watcher.snapshot()))
