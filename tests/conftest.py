@@ -19,7 +19,7 @@ from harness.engram_env import EngramEnvironment
 from harness.engram_install import DEFAULT_VERSION, find_engram
 
 # The fake cloud's ``cloud``, ``cloud_server`` and ``http`` fixtures (tests/fake_cloud/cloud_fixtures.py).
-pytest_plugins = ["cloud_fixtures"]
+pytest_plugins = ["cloud_fixtures", "engram_schemas.per_version"]
 
 TIERS = ("unit", "engram", "docker")
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}

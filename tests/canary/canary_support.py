@@ -28,13 +28,19 @@ def canary_env(config_home: Path, **extra: str) -> dict[str, str]:
 def run_canary(
     args: Sequence[str], config_home: Path, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(CANARY), *args],
-        env=canary_env(config_home),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
+    from schema_under_test import db_argument, run_apply
+
+    return run_apply(
+        args,
+        db_argument(args),
+        lambda: subprocess.run(
+            [str(CANARY), *args],
+            env=canary_env(config_home),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        ),
     )
 
 

@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from schema_under_test import db_argument, run_apply
+
 from harness.engram_env import EngramEnvironment, meaningful_stderr
 from harness.world import EngramDaemon
 
@@ -31,13 +33,17 @@ def canary_env(world: EngramEnvironment, **extra: str) -> dict[str, str]:
 
 
 def canary(world: EngramEnvironment, *args: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(CANARY), *args],
-        env=canary_env(world, **extra_env),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    return run_apply(
+        args,
+        db_argument(args) or world.db_path,
+        lambda: subprocess.run(
+            [str(CANARY), *args],
+            env=canary_env(world, **extra_env),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        ),
     )
 
 
