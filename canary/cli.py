@@ -31,6 +31,7 @@ from canary.db import default_db_path
 from canary.errors import CanaryError
 from canary.findings import Status
 from canary.report import render_json, render_text, write_textfile
+from canary.text import printable
 from engram_contract.one_line_cli import OneLineErrorGroup
 
 PROG = "engram-canary"
@@ -225,7 +226,7 @@ def baseline_command(
     click.echo(f"acknowledged {len(acknowledgements)} findings for {db_path} in {baseline_path}")
     for ack in acknowledgements:
         about = " ".join(part for part in (ack.target_key, ack.key) if part)
-        click.echo(f"  {ack.check} {about} ({ack.size} rows)")
+        click.echo(printable(f"  {ack.check} {about} ({ack.size} rows)"))
 
 
 @cli.command("watch")

@@ -441,6 +441,9 @@ def test_a_project_name_with_a_newline_never_forges_a_line(home: Path) -> None:
     listed = invoke(home, "inbox", "list", "--db", str(db))
     assert listed.exit_code == 0, listed.stderr
     no_forged_line(listed.stdout)
+    recorded = invoke(home, "baseline", "--db", str(db), "--baseline", str(home / "baseline.json"))
+    assert recorded.exit_code == 0, recorded.stderr
+    no_forged_line(recorded.stdout)
     watcher = WatchProcess(["--db", str(db), "--no-baseline"], home / "config", HOME=str(home))
     try:
         watcher.wait_started()
