@@ -15,6 +15,7 @@ from harness.design_conformance import conformance_json, junit_suites
 from harness.lanes import LaneTable
 from harness.results import ExpectMode, ScenarioResult
 from harness.schema import LANE_COUNTS
+from harness.step_results import save_result_name
 
 REPORT_SCHEMA = "engram-harness/report/v1"
 EMPTY_PROJECT = '""'  # the empty project, spelled as in the scenario files and the JSON report
@@ -137,8 +138,12 @@ def judged_answers(result: ScenarioResult) -> dict[str, Any]:
         if outcome.status != "fail" or expectation is None:
             continue
         label = getattr(expectation.check, "of", None)
-        if isinstance(label, str) and label in results:
-            answers[label] = results[label]
+        if not isinstance(label, str):
+            continue
+        # a labelled save's answer is kept under a name of its own, which these two checks read
+        name = save_result_name(label) if expectation.kind in {"save_answer", "inbox_row"} else label
+        if name in results:
+            answers[label] = results[name]
     return answers
 
 

@@ -202,3 +202,23 @@ def test_a_refused_seed_and_a_failing_device_step_fail_their_steps(tmp_path: Pat
         ("1.1", "laptop-b", "failed")
     ]
     assert "engram cloud unenroll my-app exited 1" in device.steps[0].error
+
+
+def test_a_failing_save_answer_check_shows_the_answer_it_judged(tmp_path: Path, engram_bin: Path) -> None:
+    text = """\
+name: a save answer the check refuses
+cloud: {autosync: false}
+workspaces:
+  app: {git: my-app}
+steps:
+  - save: {in: app, title: judged answer, content: shown on failure, via: cli, as: noisy}
+expect:
+  - {tag: design, save_answer: {of: noisy, warning: true}}
+"""
+    result = play(tmp_path, engram_bin, text)
+    assert [e.status for e in result.expectations if "save_answer" in e.detail or "noisy" in e.detail] == [
+        "fail"
+    ]
+    report = rendered(result, verbose=False)
+    assert "results/noisy (the answer a failing check judged):" in report, report
+    assert "judged answer" in report.split("results/noisy", 1)[1]
