@@ -37,7 +37,7 @@ from canary.errors import CanaryError
 from canary.findings import Status
 from canary.targets import normalize_project
 from canary.text import printable
-from engram_contract import payload_digest
+from engram_contract import carries_fields, decoded_payload, payload_digest
 
 RESULT_SCHEMA = "engram-canary/reconcile/v1"
 # How far the cloud's clock may lag the local one, and how far a row may wait between its local write and
@@ -56,6 +56,10 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 MatchKey = tuple[str, str, str, bytes]
 EntityKey = tuple[str, str]
+
+
+# a real cloud's current state may carry the project normalized; the journal row has it as saved
+CLOUD_REWRITES = frozenset({"project"})
 
 
 def _digest(payload: Any) -> bytes:
@@ -333,7 +337,7 @@ class Matcher:
 
     def _keep_state(self, entity: str, entity_key: str, payload: Any) -> None:
         if entity_key in self.waiting_keys:
-            self.states[(entity, entity_key)].append(_decoded(payload))
+            self.states[(entity, entity_key)].append(decoded_payload(payload))
 
     def pulled(self, mutation: CloudMutation) -> None:
         self.cloud_rows += 1
@@ -364,27 +368,13 @@ class Matcher:
         for row in self.remaining():
             local = payloads.get(row.seq)
             states = self.states.get((row.entity, row.entity_key), [])
-            if row.op == "upsert" and any(_carries(state, local) for state in states):
+            if row.op == "upsert" and any(
+                carries_fields(state, local, ignoring=CLOUD_REWRITES) for state in states
+            ):
                 self.via["current_state"] += 1
             else:
                 missing.append(row)
         return sorted(missing, key=lambda r: r.seq)
-
-
-def _decoded(payload: Any) -> Any:
-    if isinstance(payload, str):
-        try:
-            return json.loads(payload)
-        except ValueError:
-            return payload
-    return payload
-
-
-def _carries(state: Any, local: Any) -> bool:
-    """The cloud's row holds every field the journal row had (the project may be normalized)."""
-    if not isinstance(state, dict) or not isinstance(local, dict):
-        return False
-    return all(state.get(name) == value for name, value in local.items() if name != "project")
 
 
 # ----- the run -----

@@ -3,7 +3,7 @@
 One home for facts that canary, fake_cloud and harness all depend on, so they cannot drift apart.
 """
 
-from engram_contract.digest import payload_digest
+from engram_contract.digest import carries_fields, decoded_payload, payload_digest
 from engram_contract.errors import ContractError
 from engram_contract.gojson import go_escape, go_json
 from engram_contract.names import (
@@ -23,6 +23,8 @@ __all__ = [
     "TELEMETRY_ENTITIES",
     "ContractError",
     "PushRefusal",
+    "carries_fields",
+    "decoded_payload",
     "enrolled_name",
     "go_escape",
     "go_json",

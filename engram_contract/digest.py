@@ -6,10 +6,23 @@ import json
 from typing import Any
 
 
-def payload_digest(payload: Any) -> str:
-    """sha256 of the payload object's sorted, compact JSON; a JSON string payload is decoded first."""
+def decoded_payload(payload: Any) -> Any:
+    """A journal payload as an object: JSON text is decoded; anything else, or bad JSON, is as given."""
     if isinstance(payload, str):
         with contextlib.suppress(json.JSONDecodeError):
-            payload = json.loads(payload)
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            return json.loads(payload)
+    return payload
+
+
+def carries_fields(state: Any, local: Any, *, ignoring: frozenset[str] = frozenset()) -> bool:
+    """An entity's current state delivers a local upsert when it holds every field the row had
+    (more fields are fine); `ignoring` names fields a cloud may rewrite, such as a normalized project."""
+    if not isinstance(state, dict) or not isinstance(local, dict):
+        return False
+    return all(state.get(name) == value for name, value in local.items() if name not in ignoring)
+
+
+def payload_digest(payload: Any) -> str:
+    """sha256 of the payload object's sorted, compact JSON; a JSON string payload is decoded first."""
+    text = json.dumps(decoded_payload(payload), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()  # a lone \ud800 too

@@ -8,8 +8,6 @@ the local rows that match them are *duplicated*.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import sqlite3
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -19,18 +17,11 @@ from typing import Any, Protocol, TypeVar
 
 from canary.db import open_read_only
 from canary.errors import CanaryError
-from engram_contract import LANE_COUNTS, payload_digest
+from engram_contract import LANE_COUNTS, carries_fields, decoded_payload, payload_digest
 from harness.errors import HarnessError
 
 MatchKey = tuple[str, str, str, str]
 T = TypeVar("T")
-
-
-def _decoded(payload: Any) -> Any:
-    if isinstance(payload, str):
-        with contextlib.suppress(json.JSONDecodeError):
-            return json.loads(payload)
-    return payload
 
 
 @dataclass(frozen=True)
@@ -154,7 +145,7 @@ def _local_mutations(connection: sqlite3.Connection) -> list[LocalMutation]:
     )
     mutations = []
     for seq, lane, proj, entity, entity_key, op, payload, acked in cursor:
-        decoded = _decoded(payload)
+        decoded = decoded_payload(payload)
         mutations.append(
             LocalMutation(
                 seq=int(seq),
@@ -169,13 +160,6 @@ def _local_mutations(connection: sqlite3.Connection) -> list[LocalMutation]:
             )
         )
     return mutations
-
-
-def _carries(received: Any, local: Any) -> bool:
-    """A chunk carries an entity's current state: every field the row had, maybe more (project)."""
-    if not isinstance(received, dict) or not isinstance(local, dict):
-        return False
-    return all(received.get(key) == value for key, value in local.items())
 
 
 def _transport(item: Received) -> str:
@@ -222,7 +206,7 @@ def compute_lanes(
             (
                 (key, item)
                 for key, item in chunk_items
-                if key[:3] == mutation.key[:3] and _carries(item.payload, mutation.payload)
+                if key[:3] == mutation.key[:3] and carries_fields(item.payload, mutation.payload)
             ),
             None,
         )

@@ -91,3 +91,17 @@ def test_journal_match_compares_fields_as_text() -> None:
 def test_lane_count_names_have_one_definition() -> None:
     assert schema.LANE_COUNTS is LANE_COUNTS
     assert tuple(MeasuredLaneRow("cloud", "p").counts()) == LANE_COUNTS
+
+
+def test_a_current_state_delivers_a_row_when_it_carries_every_field_but_the_ignored_ones() -> None:
+    from engram_contract import carries_fields, decoded_payload
+
+    local = decoded_payload('{"id": "o1", "title": "t", "project": "My-App"}')
+    assert local == {"id": "o1", "title": "t", "project": "My-App"}
+    assert decoded_payload("not json") == "not json"
+    state = {"id": "o1", "title": "t", "project": "my-app", "revision": 3}
+    assert not carries_fields(state, local)
+    assert carries_fields(state, local, ignoring=frozenset({"project"}))
+    assert not carries_fields({"id": "o1", "title": "other", "project": "My-App"}, local)
+    assert not carries_fields("o1", local)
+    assert not carries_fields(state, "o1")
