@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -151,6 +152,7 @@ async def _serve(config: object) -> None:
     from fake_cloud.server import FakeCloudConfig, serve_until
 
     assert isinstance(config, FakeCloudConfig)
+    _raise_descriptor_limit()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -161,6 +163,16 @@ async def _serve(config: object) -> None:
         sys.stdout.flush()
 
     await serve_until(config, stop, ready)
+
+
+def _raise_descriptor_limit() -> None:
+    """As Go's runtime does at start: the soft limit on open files up to the hard one."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def main() -> None:

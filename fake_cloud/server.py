@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from fake_cloud.app import FakeCloudApp
 from fake_cloud.errors import FakeCloudError
-from fake_cloud.httpserver import BODY_TIMEOUT, HEADER_TIMEOUT, IDLE_TIMEOUT, HttpServer
+from fake_cloud.httpserver import BODY_TIMEOUT, HEADER_TIMEOUT, IDLE_TIMEOUT, HttpServer, warn
 from fake_cloud.state import (
     DEFAULT_JOURNAL_LIMIT,
     DEFAULT_MAX_PUSH_BYTES,
@@ -142,6 +142,7 @@ class Serving:
         self.base_url = ""
 
     async def start(self) -> str:
+        asyncio.get_running_loop().set_exception_handler(_LoopErrors(self.app))
         ssl_context: ssl.SSLContext | None = None
         if self.config.tls:
             from fake_cloud.tls import server_context
@@ -162,6 +163,31 @@ class Serving:
 
     async def stop(self) -> None:
         await self.http.stop()
+
+
+class _LoopErrors:
+    """What asyncio reports outside any request, as one line: out of file descriptors, each failed
+    accept (hundreds a second) and each retry left over at shutdown would be a traceback on stderr;
+    Go logs one line and retries. Anything else is a bug of the fake, recorded like any other."""
+
+    def __init__(self, app: FakeCloudApp) -> None:
+        self.app = app
+        self.last_warning = -1.0
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
+        error = context.get("exception")
+        message = str(context.get("message", "event loop error"))
+        retrying = "_start_serving" in repr(context.get("handle"))  # a retry, or one left at shutdown
+        if isinstance(error, OSError | ValueError) and (retrying or message.startswith("socket.accept()")):
+            now = loop.time()
+            if isinstance(error, OSError) and now - self.last_warning >= 1.0:
+                self.last_warning = now
+                warn(f"cannot accept a connection, retrying: {error}")
+            return
+        if isinstance(error, Exception):
+            self.app.record_error("event loop", error)
+        else:
+            warn(message)
 
 
 async def serve_until(

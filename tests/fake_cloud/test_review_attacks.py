@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import re
+import resource
 import socket
+import subprocess
 from collections import deque
 from collections.abc import Iterator
 from typing import Any, cast
@@ -20,6 +22,7 @@ import pytest
 
 from fake_cloud import httpserver
 from fake_cloud.httpserver import MAX_HEADER_BYTES
+from fake_cloud.process import command
 from fake_cloud.server import FakeCloudConfig, RunningFakeCloud, Serving, start_fake_cloud
 
 TOKEN = "review-token"
@@ -254,3 +257,38 @@ def test_a_route_that_reads_no_body_answers_without_waiting_for_one(
     with socket.create_connection((host, int(port)), timeout=BODY_TIMEOUT) as sock:
         sock.sendall(request_head)
         assert status(sock.recv(65536)) == 200
+
+
+def test_running_out_of_file_descriptors_is_one_line_not_a_traceback_per_accept() -> None:
+    # asyncio reports each failed accept through the loop's exception handler with a traceback: hundreds
+    # a second while the descriptors are gone, and with stderr a pipe nobody reads yet, the fake blocked
+    # on it and answered nothing. Go logs one line and retries.
+    def few_descriptors() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (40, 40))
+
+    server = subprocess.Popen(
+        [*command(), "serve", "--token", TOKEN, "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=few_descriptors,
+    )
+    try:
+        assert server.stdout is not None
+        base_url = server.stdout.readline().decode().strip()
+        host, port = base_url.removeprefix("http://").rsplit(":", 1)
+        crowd = [socket.create_connection((host, int(port)), timeout=10) for _ in range(60)]
+        for sock in crowd:
+            sock.sendall(b"GET /health HTTP/1.1\r\n")  # heads that never end: each holds a descriptor
+        late = socket.create_connection((host, int(port)), timeout=10)
+        late.sendall(b"GET /health HTTP/1.1\r\nHost: f\r\n\r\n")
+        for sock in crowd:
+            sock.close()
+        assert status(late.recv(65536)) == 200  # accepted once descriptors are free again
+        late.close()
+    finally:
+        server.terminate()
+        _, err = server.communicate(timeout=10)
+    text = err.decode()
+    assert "Traceback" not in text
+    assert "Too many open files" in text
+    assert len(text.splitlines()) <= 20, text[:2000]
