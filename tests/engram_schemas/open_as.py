@@ -10,9 +10,11 @@ trigger the fixture has and the file lacks, runs the repairs that touch what the
 seed rows and stamps user_version. It is idempotent, as engram's own open is: call it after every run of
 the v1.20 binary (which keeps writing into the vN-shaped file, with the new columns' defaults).
 
-Left out on purpose (each noted where the canary would care):
-- the FTS5 tables keep v1.20's tokenizer; v2/v3 create theirs with tokenize='trigram' (migrateFTS
-  rebuilds an old index). The canary never reads them, and v1.20 keeps writing through its triggers.
+migrateFTS is simulated too: v1.20's FTS5 tables lack tokenize='trigram' and its triggers differ, so a
+v2/v3 open drops both tables and their triggers, creates the fixture's, and repopulates them. v1.20 keeps
+writing through the new triggers (they name the same columns).
+
+Left out on purpose (the canary never reads them):
 - data repairs of tables the canary never reads (observations' scope/topic/revision/sync_id defaults,
   prompt project/sync_id defaults, cloud_upgrade_state snapshots, sync_apply_deferred payload ids).
 
@@ -33,6 +35,19 @@ from engram_schemas.builder import V120, fixture_path
 
 SEED_BEGIN = "-- BEGIN engram seed rows"
 SEED_END = "-- END engram seed rows"
+
+# migrateFTS's rebuilds (store.go @1be5d11f / @d4397781): FTS table -> (its content table, repopulation).
+FTS_REBUILDS = {
+    "observations_fts": (
+        "observations",
+        "INSERT INTO observations_fts(rowid, title, content, tool_name, type, project, topic_key) "
+        "SELECT id, title, content, tool_name, type, project, topic_key FROM observations WHERE deleted_at IS NULL",
+    ),
+    "prompts_fts": (
+        "user_prompts",
+        "INSERT INTO prompts_fts(rowid, content, project) SELECT id, content, project FROM user_prompts",
+    ),
+}
 
 # migrate's repairs of rows the canary reads (store.go @1be5d11f / @d4397781, func migrate), in order.
 DATA_REPAIRS = (
@@ -65,7 +80,7 @@ class FixtureSchema:
     tables: dict[str, str]  # name -> CREATE statement (ordinary and virtual tables)
     columns: tuple[Column, ...]
     indexes: dict[str, str]
-    triggers: dict[str, str]
+    triggers: dict[str, tuple[str, str]]  # name -> (table, CREATE statement)
     user_version: int
     seeds: str
 
@@ -120,10 +135,42 @@ def fixture_schema(version: str) -> FixtureSchema:
         tables=tables,
         columns=columns,
         indexes={str(n): str(s) for t, n, _, s in master if t == "index"},
-        triggers={str(n): str(s) for t, n, _, s in master if t == "trigger"},
+        triggers={str(n): (str(table), str(s)) for t, n, table, s in master if t == "trigger"},
         user_version=user_version,
         seeds=_seed_section(script),
     )
+
+
+def _normalized(sql: str) -> str:
+    return "".join(sql.split()).lower().replace("ifnotexists", "")
+
+
+def _migrate_fts(connection: sqlite3.Connection, wanted: FixtureSchema) -> None:
+    """Rebuild an FTS table whose definition or triggers are not the fixture's, as migrateFTS does."""
+    master = {
+        str(name): (str(kind), str(table), str(sql))
+        for kind, name, table, sql in connection.execute(
+            "SELECT type, name, tbl_name, sql FROM sqlite_master WHERE sql IS NOT NULL"
+        )
+    }
+    for fts, (content, repopulate) in FTS_REBUILDS.items():
+        triggers = {name: sql for name, (table, sql) in wanted.triggers.items() if table == content}
+        current = {
+            name: sql for name, (kind, table, sql) in master.items() if kind == "trigger" and table == content
+        }
+        same_table = fts in master and _normalized(master[fts][2]) == _normalized(wanted.tables[fts])
+        same_triggers = {n: _normalized(sql) for n, sql in current.items()} == {
+            n: _normalized(sql) for n, sql in triggers.items()
+        }
+        if same_table and same_triggers:
+            continue
+        for name in current:
+            connection.execute(f'DROP TRIGGER IF EXISTS "{name}"')
+        connection.execute(f'DROP TABLE IF EXISTS "{fts}"')
+        connection.execute(wanted.tables[fts])
+        for sql in triggers.values():
+            connection.execute(sql)
+        connection.execute(repopulate)
 
 
 def open_as(version: str, db: Path) -> None:
@@ -149,10 +196,10 @@ def open_as(version: str, db: Path) -> None:
                     }
                 if column.name not in have[column.table]:
                     connection.execute(f'ALTER TABLE "{column.table}" ADD COLUMN {column.definition}')
-            for statements in (wanted.indexes, wanted.triggers):
-                for name, sql in statements.items():
-                    if name not in present:
-                        connection.execute(sql)
+            _migrate_fts(connection, wanted)
+            for name, sql in wanted.indexes.items():
+                if name not in present:
+                    connection.execute(sql)
             for repair in DATA_REPAIRS:
                 connection.execute(repair)
             for statement in filter(
