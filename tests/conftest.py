@@ -18,7 +18,9 @@ import pytest
 from harness.engram_env import EngramEnvironment
 from harness.engram_install import DEFAULT_VERSION, find_engram
 
-# The fake cloud's ``cloud``, ``cloud_server`` and ``http`` fixtures (tests/fake_cloud/cloud_fixtures.py).
+# Plugins rather than conftest.py files in subdirectories: mypy names every conftest.py "conftest" and can
+# check only one. The fake cloud's cloud/cloud_server/http fixtures (tests/fake_cloud/cloud_fixtures.py) and
+# the canary tests' runs per engram schema (tests/engram_schemas/per_version.py).
 pytest_plugins = ["cloud_fixtures", "engram_schemas.per_version"]
 
 TIERS = ("unit", "engram", "docker")
