@@ -129,6 +129,7 @@ class Watcher:
         self.mutation_targets: set[str] = set()
         self.last_seq = 0
         self.db: EngramDb | None = None
+        self.db_identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the file self.db reads
         self.last_version: int | None = None
         self.notifier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="canary-notify")
         # Resolved once: the baseline's key is the db's resolved path (file-system calls). Acknowledged
@@ -219,6 +220,34 @@ class Watcher:
     def _open(self) -> None:
         self.db = EngramDb.open(self.options.db_path)
         self.last_version = self.db.data_version()
+        found = os.stat(self.options.db_path)
+        self.db_identity = (found.st_dev, found.st_ino)
+
+    def _same_file(self) -> bool:
+        """Is self.db still reading the file at --db? An open connection keeps reading a deleted or
+        replaced file, so without this a watch would report a ghost as healthy forever."""
+        path = self.options.db_path
+        try:
+            found = os.stat(path)
+        except OSError as error:
+            why = f"{path}: {(error.strerror or str(error)).lower()}; engram's database is gone"
+            self._say(f"engram-canary: UNKNOWN - {why}", ERROR)
+            self._notify_status(Status.UNKNOWN, why)
+            return False
+        if (found.st_dev, found.st_ino) == self.db_identity:
+            return True
+        self._say(f"engram-canary: {path} was replaced; reading the new file", NOTICE)
+        previous = self.db
+        try:
+            self._open()
+        except CanaryError as error:
+            self._say(f"engram-canary: UNKNOWN - {error}", ERROR)
+            self._notify_status(Status.UNKNOWN, str(error))
+            return False
+        finally:
+            if previous is not None and previous is not self.db:
+                previous.close()
+        return True
 
     def _changed(self) -> bool:
         assert self.db is not None
@@ -270,6 +299,8 @@ class Watcher:
         self._set_status(self.current_status(), "incremental")
 
     def _full_check(self, *, initial: bool) -> None:
+        if not initial and not self._same_file():
+            return
         assert self.db is not None
         self.stats.full_checks += 1
         if self.options.verbose:

@@ -450,3 +450,31 @@ def test_a_project_name_with_a_newline_never_forges_a_line(home: Path) -> None:
     finally:
         assert watcher.stop() == 0
     no_forged_line("\n".join(watcher.snapshot()))
+
+
+# --- watch: a database file that goes away or is replaced is not watched as a ghost ------------------------
+
+
+def test_watch_says_unknown_when_the_database_goes_away_and_reads_its_replacement(
+    home: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    db = db_of(home)
+    watcher = WatchProcess(
+        ["--db", str(db), "--no-baseline", "--full-every", "0.2"], home / "config", HOME=str(home)
+    )
+    try:
+        watcher.wait_started()
+        db.unlink()
+        gone = watcher.wait_for(lambda line: "UNKNOWN" in line, what="the database is gone")
+        assert (
+            gone == f"engram-canary: UNKNOWN - {db}: no such file or directory; engram's database is gone"
+        ), gone
+        replacement = tmp_path_factory.mktemp("replacement") / "engram.db"
+        build(V120, replacement)
+        simulate_forged_project(replacement)  # one more foreign target than the first file had
+        replacement.replace(db)
+        watcher.wait_for(
+            lambda line: "NEW foreign sync target cloud:evil" in line, what="the new file's target"
+        )
+    finally:
+        assert watcher.stop() == 0
