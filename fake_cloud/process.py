@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -15,6 +17,7 @@ from typing import TypeVar
 from fake_cloud.errors import FakeCloudError
 
 T = TypeVar("T")
+STDERR_KEPT = 256 * 1024
 
 
 def command() -> list[str]:
@@ -56,6 +59,11 @@ class FakeCloudProcess:
         self.control_token = control_token
         self.base_url = ""
         self.process: subprocess.Popen[bytes] | None = None
+        # The server's stderr is read as it comes (its newest STDERR_KEPT bytes kept): a pipe read only
+        # at the end fills up, and the server then blocks on its next line.
+        self._stderr_tail = bytearray()
+        self._stderr_lock = threading.Lock()
+        self._stderr_reader: threading.Thread | None = None
 
     def start(self) -> FakeCloudProcess:
         stderr_sink = self.stderr_log.open("ab") if self.stderr_log is not None else subprocess.PIPE
@@ -66,6 +74,11 @@ class FakeCloudProcess:
         finally:
             if self.stderr_log is not None:
                 stderr_sink.close()  # type: ignore[union-attr]
+        if self.process.stderr is not None:
+            self._stderr_reader = threading.Thread(
+                target=self._keep_stderr, args=(self.process.stderr.fileno(),), daemon=True
+            )
+            self._stderr_reader.start()
         assert self.process.stdout is not None
         line = _read_line(self.process.stdout, self.start_timeout)
         if not line:
@@ -74,15 +87,9 @@ class FakeCloudProcess:
                 code: int | None = self.process.wait(timeout=2)
             except subprocess.TimeoutExpired:
                 code = None
-            stderr = b""
-            if self.stderr_log is not None:
-                stderr = self.stderr_log.read_bytes()[-1000:]
-            elif code is not None and self.process.stderr is not None:
-                stderr = self.process.stderr.read()
             self.stop()
-            message = (
-                stderr.decode(errors="replace").strip() or f"no base URL within {self.start_timeout:g} s"
-            )
+            stderr = self.stderr_text()[-1000:] if code is not None or self.stderr_log is not None else ""
+            message = stderr.strip() or f"no base URL within {self.start_timeout:g} s"
             raise FakeCloudError(f"engram-fake-cloud serve did not start (exit {code}): {message}")
         self.base_url = line.decode().strip()
         return self
@@ -99,10 +106,26 @@ class FakeCloudProcess:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(timeout)
+        if self._stderr_reader is not None:
+            self._stderr_reader.join(2.0)  # the server is gone: its stderr ends (unless a child keeps it)
         for stream in (process.stdout, process.stderr):
             if stream is not None:
                 stream.close()
         return process.returncode
+
+    def stderr_text(self) -> str:
+        """What the server wrote to stderr so far (its stderr_log file when it has one)."""
+        if self.stderr_log is not None:
+            return self.stderr_log.read_bytes()[-STDERR_KEPT:].decode(errors="replace")
+        with self._stderr_lock:
+            return self._stderr_tail.decode(errors="replace")
+
+    def _keep_stderr(self, fd: int) -> None:
+        with contextlib.suppress(OSError):
+            while chunk := os.read(fd, 65536):
+                with self._stderr_lock:
+                    self._stderr_tail += chunk
+                    del self._stderr_tail[:-STDERR_KEPT]
 
     def check(self) -> None:
         """Raise FakeCloudInternalError when the server recorded a bug of its own (and forget them)."""

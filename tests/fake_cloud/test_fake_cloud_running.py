@@ -142,8 +142,8 @@ def test_sigterm_stops_the_subprocess_cleanly() -> None:
     assert process.process is not None
     process.process.send_signal(signal.SIGTERM)
     assert process.process.wait(10) == 0
-    assert process.process.stderr is not None and process.process.stderr.read() == b""
     process.stop()
+    assert process.stderr_text() == ""
 
 
 def test_python_api_validates_its_configuration() -> None:

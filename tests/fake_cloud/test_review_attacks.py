@@ -14,6 +14,7 @@ import re
 import resource
 import socket
 import subprocess
+import sys
 from collections import deque
 from collections.abc import Iterator
 from typing import Any, cast
@@ -22,7 +23,7 @@ import pytest
 
 from fake_cloud import httpserver
 from fake_cloud.httpserver import MAX_HEADER_BYTES
-from fake_cloud.process import command
+from fake_cloud.process import FakeCloudProcess, command
 from fake_cloud.server import FakeCloudConfig, RunningFakeCloud, Serving, start_fake_cloud
 
 TOKEN = "review-token"
@@ -292,3 +293,17 @@ def test_running_out_of_file_descriptors_is_one_line_not_a_traceback_per_accept(
     assert "Traceback" not in text
     assert "Too many open files" in text
     assert len(text.splitlines()) <= 20, text[:2000]
+
+
+def test_a_fake_that_writes_much_to_stderr_is_never_blocked_by_its_pipe() -> None:
+    # FakeCloudProcess kept the server's stderr in a pipe it read only after the server died: 64 KiB of
+    # warnings (a repeated bug of the fake, say) and the server blocked writing the next one. Here a
+    # launcher writes 200 kB to stderr before the real server starts.
+    noisy = "import os, sys; sys.stderr.write('x' * 200_000 + '\\n'); sys.stderr.flush(); os.execv(sys.argv[1], sys.argv[1:])"
+    launcher = [sys.executable, "-c", noisy, *command()]
+    with FakeCloudProcess(["--port", "0", "--token", TOKEN], launcher=launcher, start_timeout=10) as process:
+        host, port = process.base_url.removeprefix("http://").rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=BODY_TIMEOUT) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: f\r\n\r\n")
+            assert status(sock.recv(65536)) == 200
+    assert process.stderr_text().endswith("x" * 1000 + "\n")
