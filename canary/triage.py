@@ -92,7 +92,18 @@ def resolve_cwd(cwd: str | None) -> str | None:
         return None
     if not cwd.strip():
         raise TriageError("--cwd must name a directory, got an empty path")
-    return normalize_cwd(os.path.abspath(cwd))
+    return normalize_cwd(os.path.join(logical_cwd(), cwd))
+
+
+def logical_cwd() -> str:
+    """The current directory as engram records it (Go's os.Getwd): $PWD when it names this directory,
+    which keeps the path through a symlink the shell went through, else the physical path."""
+    shell = os.environ.get("PWD", "")
+    if os.path.isabs(shell):
+        with suppress(OSError):
+            if os.path.samefile(shell, "."):
+                return shell
+    return os.getcwd()
 
 
 @dataclass(frozen=True)

@@ -478,3 +478,58 @@ def test_watch_says_unknown_when_the_database_goes_away_and_reads_its_replacemen
         )
     finally:
         assert watcher.stop() == 0
+
+
+# --- a relative --cwd is the directory the shell is in, as engram records it ------------------------------
+
+
+def test_a_relative_cwd_inside_a_symlinked_directory_is_the_path_engram_recorded(home: Path) -> None:
+    """engram (Go's os.Getwd) records $PWD, the path through the symlink, when the shell is in a linked
+    directory (observed: `cd link && engram save ...` gives sessions.directory = .../link). `--cwd .`
+    there must mean that path, not the symlink's target."""
+    real = home / "real dir"
+    real.mkdir()
+    link = home / "lnk"
+    link.symlink_to(real)
+    db = db_of(home)
+    with closing(sqlite3.connect(str(db), isolation_level=None)) as connection:
+        # SIMULATION OF LEGACY DATA: the rows of an MCP save made in the linked directory.
+        connection.execute("BEGIN")
+        connection.execute(
+            "INSERT INTO sessions (id, project, directory, started_at) VALUES ('s-lnk', 'lnk', ?, "
+            "datetime('now'))",
+            (str(link),),
+        )
+        for entity, key, payload in (
+            ("session", "s-lnk", {"id": "s-lnk", "project": "lnk", "directory": str(link)}),
+            (
+                "observation",
+                "obs-lnk",
+                {
+                    "sync_id": "obs-lnk",
+                    "session_id": "s-lnk",
+                    "type": "manual",
+                    "title": "saved via the link",
+                    "content": "c",
+                    "project": "lnk",
+                    "scope": "project",
+                },
+            ),
+        ):
+            connection.execute(
+                "INSERT INTO sync_mutations (target_key, entity, entity_key, op, payload, source, project, "
+                "occurred_at) VALUES ('cloud', ?, ?, 'upsert', ?, 'local', 'lnk', datetime('now'))",
+                (entity, key, json.dumps(payload)),
+            )
+        connection.execute("COMMIT")
+    done = subprocess.run(
+        [str(CANARY), "inbox", "show", "unsorted", "--cwd", ".", "--db", str(db)],
+        env=canary_env(home / "config", HOME=str(home), PWD=str(link)),
+        cwd=real,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "saved via the link" in done.stdout
