@@ -20,6 +20,9 @@ from collections.abc import Iterator
 from typing import Any, cast
 
 import pytest
+import test_fake_cloud_fuzz_load as route_fuzzer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fake_cloud import httpserver
 from fake_cloud.httpserver import MAX_HEADER_BYTES
@@ -307,3 +310,24 @@ def test_a_fake_that_writes_much_to_stderr_is_never_blocked_by_its_pipe() -> Non
             sock.sendall(b"GET /health HTTP/1.1\r\nHost: f\r\n\r\n")
             assert status(sock.recv(65536)) == 200
     assert process.stderr_text().endswith("x" * 1000 + "\n")
+
+
+@pytest.fixture(scope="module", params=["v1.20", "v2"])
+def older_server(request: pytest.FixtureRequest) -> Iterator[RunningFakeCloud]:
+    config = FakeCloudConfig(
+        token=route_fuzzer.TOKEN, max_push_bytes=256 * 1024, server_version=request.param
+    )
+    with start_fake_cloud(config) as cloud:
+        yield cloud
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    route=st.sampled_from(route_fuzzer.EVERY_ROUTE), data=st.data(), authorized=st.sampled_from([True, False])
+)
+def test_the_route_fuzzer_holds_on_the_older_server_versions(
+    older_server: RunningFakeCloud, route: tuple[str, str], data: st.DataObject, authorized: bool
+) -> None:
+    # The suite's fuzzer runs on the default server version (v3); v1.20 and v2 answer pushes their own way.
+    inner = route_fuzzer.test_every_route_answers_every_body_with_a_4xx_or_better.hypothesis.inner_test  # type: ignore[attr-defined]
+    inner(older_server, route, data, authorized)
