@@ -90,7 +90,7 @@ def default_state_dir() -> Path:
     if override:
         return Path(override)
     xdg = os.environ.get("XDG_STATE_HOME", "").strip()
-    base = Path(xdg) if xdg else Path.home() / ".local" / "state"
+    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".local" / "state"  # XDG: relative is invalid
     return base / CONFIG_DIR_NAME
 
 

@@ -8,9 +8,10 @@ from pathlib import Path
 
 
 def xdg_config_home() -> Path:
-    """$XDG_CONFIG_HOME when set (and not blank), else ~/.config: the XDG base directory rule."""
+    """$XDG_CONFIG_HOME when set to an absolute path, else ~/.config: the XDG base directory rule (a
+    relative path is invalid and ignored)."""
     xdg = os.environ.get("XDG_CONFIG_HOME", "").strip()
-    return Path(xdg) if xdg else Path.home() / ".config"
+    return Path(xdg) if os.path.isabs(xdg) else Path.home() / ".config"
 
 
 def atomic_write(path: Path, text: str) -> None:

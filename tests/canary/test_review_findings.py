@@ -29,9 +29,9 @@ from harness.engram_env import EngramEnvironment
 DEEP = 100_000
 
 
-def invoke(home: Path, *args: str, **env: str) -> Result:
+def invoke(home: Path, *args: str, **env: str | None) -> Result:
     runner = CliRunner(mix_stderr=False)
-    environment = {
+    environment: dict[str, str | None] = {
         "HOME": str(home),
         "XDG_CONFIG_HOME": str(home / "config"),
         "XDG_STATE_HOME": str(home / "state"),
@@ -533,3 +533,32 @@ def test_a_relative_cwd_inside_a_symlinked_directory_is_the_path_engram_recorded
     )
     assert done.returncode == 0, done.stderr
     assert "saved via the link" in done.stdout
+
+
+# --- XDG base directories: a relative path is invalid and ignored (the XDG spec) --------------------------
+
+
+def test_relative_xdg_directories_are_ignored(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`XDG_CONFIG_HOME=relative` made check miss the baseline in ~/.config (every finding new again) and
+    `XDG_STATE_HOME=relative` wrote the canary's state into whatever directory cron ran it from."""
+    recorded = invoke(
+        home, "baseline", "--db", str(db_of(home)), "--baseline", str(home / ".config" / "x.json")
+    )
+    assert recorded.exit_code == 0, recorded.stderr
+    (home / ".config" / "engram-canary").mkdir(parents=True)
+    (home / ".config" / "x.json").replace(home / ".config" / "engram-canary" / "baseline.json")
+    elsewhere = home / "cron cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    checked = invoke(
+        home,
+        "check",
+        "--db",
+        str(db_of(home)),
+        XDG_CONFIG_HOME="relative-config",
+        XDG_STATE_HOME="relative-state",
+        ENGRAM_CANARY_STATE_DIR=None,
+    )
+    assert checked.exit_code == 0, checked.stdout
+    assert list(elsewhere.iterdir()) == []
+    assert (home / ".local" / "state" / "engram-canary").is_dir()
