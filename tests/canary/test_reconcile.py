@@ -5,6 +5,7 @@ output formats, and a one-line UNKNOWN for every bad answer a cloud can give.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -15,6 +16,8 @@ from pathlib import Path
 
 import pytest
 from canary_support import rows_digest
+from engram_schemas.builder import V120
+from engram_schemas.open_as import open_as
 from reconcile_support import (
     TOKEN,
     Ran,
@@ -56,7 +59,7 @@ def cloud_env(cloud: RunningFakeCloud, token: str = TOKEN) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def synced(engram_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synced]:
+def synced_home(engram_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synced]:
     """alpha (enrolled): 3 memories pushed by `engram sync --cloud`; beta: 1 memory, never enrolled."""
     world = EngramEnvironment(binary=engram_bin, root=tmp_path_factory.mktemp("reconcile")).prepare()
     save_memories(world, "alpha", 3)
@@ -66,6 +69,33 @@ def synced(engram_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         env = cloud_env(cloud)
         engram(world, "sync", "--cloud", "--project", "alpha", env=env)
         yield Synced(world, cloud, env)
+
+
+@pytest.fixture(scope="module")
+def synced_per_version() -> dict[str, Synced]:
+    return {}
+
+
+@pytest.fixture
+def synced(synced_home: Synced, engram_schema: str, synced_per_version: dict[str, Synced]) -> Synced:
+    """The module's one synced home, read as the test's engram version: on v2/v3 a copy of it opened as
+    that version (predicted from source; tests/engram_schemas/per_version.py), made once per module."""
+    if engram_schema == V120:
+        return synced_home
+    if engram_schema not in synced_per_version:
+        home = synced_home.world
+        world = EngramEnvironment(
+            binary=home.binary, root=home.root.with_name(f"{home.root.name}-{engram_schema}")
+        )
+        world.prepare()
+        with (
+            contextlib.closing(sqlite3.connect(f"file:{home.db_path}?mode=ro", uri=True)) as source,
+            contextlib.closing(sqlite3.connect(world.db_path)) as target,
+        ):
+            source.backup(target)
+        open_as(engram_schema, world.db_path)
+        synced_per_version[engram_schema] = Synced(world, synced_home.cloud, synced_home.env)
+    return synced_per_version[engram_schema]
 
 
 @pytest.fixture

@@ -36,6 +36,13 @@ V120_ONLY: dict[str, str] = {
     "test_canary_stage_a::test_engram_recorded_what_its_detection_saw": (
         "pins the columns the real v1.20 binary gives sessions (Stage A re-derives what v1.20 never records)"
     ),
+    "test_triage_invariant::test_no_triage_command_shrinks_what_the_worker_delivers": (
+        "a hypothesis invariant over triage's library writes on a module-wide real-v1.20 template; on v2/v3 "
+        "triage writes nothing (the refusal is pinned by test_schema_versions and by every --apply test here)"
+    ),
+    "test_triage_invariant::test_the_model_sees_a_blocked_lane": (
+        "shows the invariant's model has teeth through a triage write (drop-unattributed --apply), v1.20 only"
+    ),
     "test_engram_db::test_each_command_discovers_once_per_connection": (
         "counts schema discoveries per connection of each command; on v2/v3 drop --apply stops at the "
         "refusal before triage's write connection (the refusal is pinned by test_schema_versions)"
