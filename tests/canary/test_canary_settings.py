@@ -91,8 +91,9 @@ V120_SCHEMA = Path(__file__).parents[1] / "fixtures" / "engram_schemas" / "v1.20
 @pytest.mark.parametrize(
     ("text", "shown"),
     [
-        ('inbox:\n  aliases: "a\\0b"\n', "a\0b: alias file not found"),
-        ('key_map: "a\\0b"\n', "--key-map a\0b: cannot read (embedded null byte)"),
+        # the NUL is shown escaped: a text line never carries a control character (canary.text)
+        ('inbox:\n  aliases: "a\\0b"\n', "a\\x00b: alias file not found"),
+        ('key_map: "a\\0b"\n', "--key-map a\\x00b: cannot read (embedded null byte)"),
         ("key_map: /nonexistent/keys.json\n", "--key-map /nonexistent/keys.json: cannot read ("),
     ],
     ids=["aliases-nul", "key-map-nul", "key-map-missing"],
