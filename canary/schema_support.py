@@ -127,8 +127,8 @@ def lane_note(kind: DatabaseKind) -> str:
     if kind.version in _SOURCE_COMMIT:
         return (
             f"engram {kind.version.split()[0]} (predicted from store.go @{_SOURCE_COMMIT[kind.version]}) journals "
-            "every mutation in the legacy 'cloud' lane and in its project's 'cloud:<project>' lane, and its worker "
-            f"reads only 'cloud'; {_UNACKED_NOTE}"
+            "an enrolled project's mutations in the legacy 'cloud' lane and in its 'cloud:<project>' lane, and its "
+            f"worker reads only 'cloud'; {_UNACKED_NOTE}"
         )
     return f"engram {kind.version}: lanes not known to the canary; {_UNACKED_NOTE}"
 
