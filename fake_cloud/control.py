@@ -85,6 +85,8 @@ def refuse_unauthorized(control_token: str | None, head: RequestHead) -> Respons
 def _body(request: Request) -> Any:
     if request.body_too_large:
         raise InvalidControlRequest(f"{request.path}: body is larger than the push limit")
+    if request.body_error is not None:
+        raise InvalidControlRequest(f"{request.path}: body cannot be read ({request.body_error})")
     text = request.body.decode("utf-8", "replace").strip()
     if not text:
         return {}

@@ -36,9 +36,7 @@ HEADER_TIMEOUT = 10.0
 BODY_TIMEOUT = 30.0
 IDLE_TIMEOUT = 60.0
 MAX_HEADER_BYTES = (1 << 20) + 4096  # Go's http.DefaultMaxHeaderBytes plus the slack its reader allows
-# Go refuses a chunk line (size and extensions) of 4096 bytes or more; between two pieces of chunk data
-# that is at most the previous chunk's CRLF, the line and its CRLF. Trailers share the last run.
-MAX_CHUNK_FRAMING = 4095 + 4
+MAX_CHUNK_LINE = 4096  # Go's maxLineLength for a chunk's size line (its bufio buffer, too)
 LINGER_SECONDS = 0.5  # Go's rstAvoidanceDelay
 # No route of the fake reads the body of these, nor does the real server's: never wait for one.
 BODILESS_METHODS = frozenset({"GET", "HEAD", "DELETE"})
@@ -95,8 +93,8 @@ class _TimedOut(Exception):
     """The peer did not send what it owed in time."""
 
 
-class _ChunkLengthTooLarge(Exception):
-    """A chunk declared 2^63 bytes or more, which Go's chunked reader refuses."""
+class _BadChunkLine(Exception):
+    """A chunk line Go's chunked reader refuses; the message is Go's error, which the handler reports."""
 
 
 def _reset(writer: asyncio.StreamWriter) -> None:
@@ -191,8 +189,8 @@ class HttpServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
         loop = asyncio.get_running_loop()
-        # Bytes received on this connection: with what h11 still holds, it gives exact sizes on the wire
-        # (a head, a run of chunk framing) however the bytes were split across reads.
+        # Bytes received on this connection: with what h11 still holds, it gives a head's exact size on
+        # the wire however the bytes were split across reads.
         received = 0
 
         def consumed() -> int:
@@ -211,14 +209,12 @@ class HttpServer:
             received += len(data)
             conn.receive_data(data)
 
-        async def next_event(
-            deadline: float, framing: _ChunkFraming | None = None
-        ) -> h11.Event | type[h11.PAUSED]:
+        async def next_event(deadline: float, chunked: bool = False) -> h11.Event | type[h11.PAUSED]:
             while True:
+                if chunked:
+                    _check_chunk_line(conn)  # before h11 parses it, on the same bytes however they came
                 event = conn.next_event()
                 if event is h11.NEED_DATA:
-                    if framing is not None:
-                        framing.check_partial(conn, received)
                     await receive(deadline)
                     continue
                 return event  # type: ignore[return-value]
@@ -284,15 +280,11 @@ class HttpServer:
                 too_large = False
                 body_error: str | None = None
                 limit = min(self.body_limit(head), self.max_body)
-                framing = _ChunkFraming(consumed()) if chunked else None
                 while True:
                     try:
-                        part = await next_event(loop.time() + self.body_timeout, framing)
-                        if framing is not None and isinstance(part, h11.Data | h11.EndOfMessage):
-                            framing.check_event(conn, consumed(), part)
-                    except _ChunkLengthTooLarge:
-                        # Go's chunked reader refuses this length outright; the handler says why.
-                        body_error = "http chunk length too large"
+                        part = await next_event(loop.time() + self.body_timeout, chunked)
+                    except _BadChunkLine as bad:
+                        body_error = str(bad)  # the body ends here; the handler says why, in Go's words
                         break
                     if isinstance(part, h11.Data):
                         size += len(part.data)
@@ -362,51 +354,48 @@ class HttpServer:
         await writer.drain()
 
 
-def _chunk_left(conn: h11.Connection) -> int:
-    """What is left of the chunk h11 is reading (0 when not chunked); h11 keeps it private."""
-    return int(getattr(getattr(conn, "_reader", None), "_bytes_in_chunk", 0) or 0)
-
-
 def _buffered(conn: h11.Connection) -> int:
     """How many received bytes h11 holds unparsed (its buffer is private; trailing_data copies it)."""
     buffer = getattr(conn, "_receive_buffer", None)
     return len(buffer) if buffer is not None else len(conn.trailing_data[0])
 
 
-class _ChunkFraming:
-    """Go's limits on chunked framing, applied to exact byte counts so that they hold however the body
-    was split across reads: a run of framing (everything between two pieces of chunk data, or after the
-    last) over MAX_CHUNK_FRAMING, or a chunk line that ends in a bare LF, is a malformed body."""
-
-    def __init__(self, body_start: int) -> None:
-        self.run_start = body_start  # where the current run of framing began, in bytes consumed
-        self.chunk_seen = 0  # data of the current chunk handed out so far
-
-    def check_event(self, conn: h11.Connection, consumed: int, event: h11.Data | h11.EndOfMessage) -> None:
-        """At a Data or EndOfMessage event: the run that ended with it, then a new run after its data."""
-        data = len(event.data) if isinstance(event, h11.Data) else 0
-        if consumed - data - self.run_start > MAX_CHUNK_FRAMING:
-            raise h11.RemoteProtocolError("chunk line too long", error_status_hint=400)
-        self.run_start = consumed
-        self.chunk_seen += data
-        # h11's chunk_start is lost when a chunk's header and data arrive in different reads; what was
-        # seen plus what is left is the declared size either way.
-        if self.chunk_seen + _chunk_left(conn) > MAX_GO_CONTENT_LENGTH:
-            raise _ChunkLengthTooLarge
-        if isinstance(event, h11.Data) and event.chunk_end:
-            self.chunk_seen = 0
-
-    def check_partial(self, conn: h11.Connection, received: int) -> None:
-        """Waiting for more: what is buffered is framing, and already too much or already malformed."""
-        if self.chunk_seen + _chunk_left(conn) > MAX_GO_CONTENT_LENGTH:
-            raise _ChunkLengthTooLarge
-        buffered = _buffered(conn)
-        if received - self.run_start > MAX_CHUNK_FRAMING:
-            raise h11.RemoteProtocolError("chunk line too long", error_status_hint=400)
-        reading_trailer = getattr(getattr(conn, "_reader", None), "_reading_trailer", False)
-        if buffered and not reading_trailer and b"\n" in conn.trailing_data[0]:
-            # h11 waits for a CRLF that is not coming; Go refuses a chunk line ending in a bare LF.
-            raise h11.RemoteProtocolError("chunk line ends with a bare LF", error_status_hint=400)
+def _check_chunk_line(conn: h11.Connection) -> None:
+    """Go's chunked reader's checks on the size line h11 is about to parse (h11 keeps its reader and
+    buffer private): at most 4096 bytes, CRLF only at its end, hex digits before any ';' extension,
+    16 of them at most. The fake also refuses 2^63 or more, where v1.20 waits for that much data.
+    Decided on the line's own bytes once it is complete (or 4096 bytes hold no end), so the answer does
+    not depend on how the body was split across reads. Trailers are left to h11."""
+    reader = getattr(conn, "_reader", None)
+    buffer = getattr(getattr(conn, "_receive_buffer", None), "_data", None)
+    if reader is None or buffer is None or getattr(reader, "_reading_trailer", True):
+        return
+    if getattr(reader, "_bytes_in_chunk", 1):
+        return  # inside a chunk's data
+    start = 0
+    footer = getattr(reader, "_bytes_to_discard", b"")
+    if footer:
+        if not buffer.startswith(footer):
+            return  # h11 refuses a missing CRLF after the data itself, or waits for it
+        start = len(footer)
+    end = buffer.find(b"\n", start, start + MAX_CHUNK_LINE)
+    if end == -1:
+        if len(buffer) - start >= MAX_CHUNK_LINE:
+            raise _BadChunkLine("header line too long")
+        return
+    line = bytes(buffer[start : end + 1])
+    carriage = line.find(b"\r")
+    if carriage == -1:
+        raise _BadChunkLine("chunked line ends with bare LF")
+    if carriage != len(line) - 2:
+        raise _BadChunkLine("invalid CR in chunked line")
+    digits = line[:-2].rstrip(b" \t").split(b";", 1)[0]
+    if not digits:
+        raise _BadChunkLine("empty hex number for chunk length")
+    if digits.strip(b"0123456789abcdefABCDEF"):
+        raise _BadChunkLine("invalid byte in chunk length")
+    if len(digits) > 16 or int(digits, 16) > MAX_GO_CONTENT_LENGTH:
+        raise _BadChunkLine("http chunk length too large")
 
 
 def _head(event: h11.Request) -> RequestHead:
