@@ -292,7 +292,10 @@ def side_by_side_check(db: Path, env: dict[str, str], rounds: int) -> dict[str, 
 
 def check_against(db: Path, env: dict[str, str], rounds: int, revision: str) -> dict[str, Any]:
     """The unchanged-file `check` (through the state dir) of REVISION's canary (a git worktree) next to
-    this tree's, interleaved on the same file with a state dir each, so a loaded machine slows both alike."""
+    this tree's, interleaved on the same file with a state dir each, so a loaded machine slows both alike.
+    CPU seconds (the child's user + system) are kept too: on a shared machine they move less than wall."""
+    import resource
+
     from bench.inbox import checkout
 
     command = [str(CANARY), "check", "--db", str(db), "--format", "json"]
@@ -306,6 +309,7 @@ def check_against(db: Path, env: dict[str, str], rounds: int, revision: str) -> 
             for name, root in (("revision", tree), ("this_tree", ROOT))
         }
         walls: dict[str, list[float]] = {name: [] for name in sides}
+        cpus: dict[str, list[float]] = {name: [] for name in sides}
         for side_env in sides.values():  # each builds its cursor
             subprocess.run(command, env=side_env, capture_output=True, check=False)
         mismatched_rounds: list[int] = []
@@ -313,9 +317,12 @@ def check_against(db: Path, env: dict[str, str], rounds: int, revision: str) -> 
             order = list(sides) if number % 2 == 0 else list(reversed(sides))
             documents: dict[str, Any] = {}
             for name in order:
+                used = resource.getrusage(resource.RUSAGE_CHILDREN)
                 began = time.perf_counter()
                 done = subprocess.run(command, env=sides[name], capture_output=True, text=True, check=False)
                 walls[name].append(time.perf_counter() - began)
+                ended = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpus[name].append(ended.ru_utime - used.ru_utime + ended.ru_stime - used.ru_stime)
                 documents[name] = (done.returncode, comparable(json.loads(done.stdout)))
             if documents["revision"] != documents["this_tree"]:
                 mismatched_rounds.append(number)
@@ -328,6 +335,11 @@ def check_against(db: Path, env: dict[str, str], rounds: int, revision: str) -> 
         "this_tree_median_s": round(medians["this_tree"], 3),
         "this_tree_min_s": round(min(walls["this_tree"]), 3),
         "ratio_this_tree_to_revision": round(medians["this_tree"] / medians["revision"], 3),
+        "revision_cpu_median_s": round(statistics.median(cpus["revision"]), 3),
+        "this_tree_cpu_median_s": round(statistics.median(cpus["this_tree"]), 3),
+        "cpu_ratio_this_tree_to_revision": round(
+            statistics.median(cpus["this_tree"]) / statistics.median(cpus["revision"]), 3
+        ),
         "same_json_and_exit_status_each_round": not mismatched_rounds,
     }
 
