@@ -153,7 +153,15 @@ class HttpServer:
         except OSError:
             sock.close()
             raise
-        self.server = await asyncio.start_server(self._on_connection, sock=sock, ssl=ssl_context, backlog=512)
+        # A TLS handshake is bounded like a request head, as Go bounds it (asyncio's default is 60 s).
+        handshake_timeout = self.header_timeout if ssl_context is not None else None
+        self.server = await asyncio.start_server(
+            self._on_connection,
+            sock=sock,
+            ssl=ssl_context,
+            backlog=512,
+            ssl_handshake_timeout=handshake_timeout,
+        )
         bound = self.server.sockets[0].getsockname()
         return str(bound[0]), int(bound[1])
 

@@ -367,3 +367,14 @@ def test_the_route_fuzzer_holds_on_the_older_server_versions(
     # The suite's fuzzer runs on the default server version (v3); v1.20 and v2 answer pushes their own way.
     inner = route_fuzzer.test_every_route_answers_every_body_with_a_4xx_or_better.hypothesis.inner_test  # type: ignore[attr-defined]
     inner(older_server, route, data, authorized)
+
+
+@pytest.mark.parametrize("opening", [b"", bytes.fromhex("160301020001")], ids=["silent", "cut-hello"])
+def test_a_tls_handshake_that_never_finishes_is_closed_within_the_header_timeout(opening: bytes) -> None:
+    # asyncio's own handshake timeout is 60 s; Go bounds the handshake by the server's header timeout.
+    config = FakeCloudConfig(token=TOKEN, tls=True, header_timeout=0.5)
+    with start_fake_cloud(config) as cloud:
+        host, port = cloud.base_url.removeprefix("https://").rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=BODY_TIMEOUT) as sock:
+            sock.sendall(opening)
+            assert sock.recv(4096) == b""  # closed, long before the upper bound
