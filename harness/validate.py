@@ -874,6 +874,20 @@ def finish_report(report: dict[str, Any]) -> dict[str, Any]:
     return report
 
 
+def alarms(report: dict[str, Any]) -> list[str]:
+    """What a script must not pass over (validate exits 3): rows lost or duplicated in a run, or a
+    what-if plan that fails its proof. Stranded and refused rows are what the report is for."""
+    found = [
+        f"{name}: {run['totals'][count]} row(s) {count}"
+        for name, run in zip(("current", "what-if"), _runs(report), strict=False)
+        for count in ("lost", "duplicated")
+        if run["totals"][count]
+    ]
+    if "what_if" in report and not report["what_if"]["proof"]["ok"]:
+        found.append("the what-if plan fails its proof")
+    return found
+
+
 def _runs(report: dict[str, Any]) -> list[dict[str, Any]]:
     runs = [report["current"]]
     if "what_if" in report:

@@ -11,7 +11,9 @@ import click
 from canary.errors import CanaryError
 from harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
 from harness.errors import HarnessError
-from harness.validate import ValidateOptions, validate
+from harness.validate import ValidateOptions, alarms, validate
+
+ALARM_EXIT = 3  # the report was written and finds rows lost or duplicated, or a plan that blocks
 
 
 def resolve_binary(engram_path: Path | None, version: str | None) -> Path:
@@ -115,3 +117,7 @@ def validate_command(
     except OSError as error:
         raise click.ClickException(f"{error.filename}: cannot write the report ({error.strerror})") from None
     click.echo(render_markdown(report), nl=False)
+    found = alarms(report)
+    if found:
+        click.echo(f"engram-harness validate: {'; '.join(found)}", err=True)
+        raise SystemExit(ALARM_EXIT)
