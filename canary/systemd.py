@@ -157,11 +157,24 @@ def check_timer(options: UnitOptions) -> str:
 
 
 def render_units(options: UnitOptions) -> dict[str, str]:
+    _refuse_line_breaks(options)
     return {
         WATCH_UNIT: watch_service(options),
         CHECK_UNIT: check_service(options),
         TIMER_UNIT: check_timer(options),
     }
+
+
+def _refuse_line_breaks(options: UnitOptions) -> None:
+    """A unit is one setting per line: a value with a line break would end its line and start a directive
+    of its own (`ExecStartPre=...`), and systemd has no quoting for that."""
+    for name, value in vars(options).items():
+        text = str(value) if value is not None else ""
+        if any(not char.isprintable() and char not in " \t" for char in text):
+            shown = name.replace("_", "-").replace("-command", "").replace("-path", "")
+            raise SystemdError(
+                f"--{shown} {text!r}: a line break or control character cannot go into a systemd unit"
+            )
 
 
 def write_units(units: dict[str, str], directory: Path) -> list[Path]:

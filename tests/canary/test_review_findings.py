@@ -562,3 +562,27 @@ def test_relative_xdg_directories_are_ignored(home: Path, monkeypatch: pytest.Mo
     assert checked.exit_code == 0, checked.stdout
     assert list(elsewhere.iterdir()) == []
     assert (home / ".local" / "state" / "engram-canary").is_dir()
+
+
+# --- install-systemd: a value with a line break cannot add a directive to a unit --------------------------
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ("--db", "/tmp/x y\nExecStartPre=/bin/evil"),
+        ("--on-calendar", "*:0/15\nExecStartPre=/bin/evil"),
+        ("--exec", "logger alert\nExecStartPre=/bin/evil"),
+        ("--ping-url", "https://hc.example/x\rExecStartPre=/bin/evil"),
+        ("--system", "--user", "me\nExecStartPre=/bin/evil"),
+    ],
+    ids=["db", "on-calendar", "exec", "ping-url", "user"],
+)
+def test_install_systemd_refuses_a_value_that_would_add_a_unit_line(
+    home: Path, options: tuple[str, ...]
+) -> None:
+    result = invoke(home, "install-systemd", "--print", "--db", str(db_of(home)), *options)
+    line = one_line_error(result)
+    assert line.startswith("engram-canary: error: "), line
+    assert "line break or control character" in line, line
+    assert "ExecStartPre" not in result.stdout
