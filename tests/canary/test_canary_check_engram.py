@@ -172,6 +172,21 @@ def test_many_new_targets_are_critical(
     assert (code, document["status"]) == (2, "critical")
 
 
+@pytest.mark.parametrize(("threshold", "severity", "code"), [(2, "critical", 2), (3, "warning", 1)])
+def test_a_foreign_target_is_critical_from_exactly_its_threshold_of_rows(
+    engram_world: EngramEnvironment, scratch: Path, tmp_path: Path, threshold: int, severity: str, code: int
+) -> None:
+    save(engram_world, scratch, "scratch")  # two unacked rows: the session and the observation
+    config = tmp_path / "canary.yaml"
+    config.write_text(f"thresholds:\n  critical_unacked_rows: {threshold}\n")
+
+    exit_code, document = check_json(engram_world, tmp_path / "xdg", "--config", str(config))
+
+    [finding] = document["findings"]
+    assert (finding["check"], finding["size"], finding["severity"]) == ("foreign_sync_target", 2, severity)
+    assert (exit_code, document["status"]) == (code, severity)
+
+
 def test_check_never_changes_the_database(
     engram_world: EngramEnvironment, scratch: Path, tmp_path: Path
 ) -> None:
@@ -237,6 +252,29 @@ def test_mutation_rows_outside_the_space_are_findings(
     assert evidence["last_seq"] - evidence["first_seq"] == 2
     assert by_check["foreign_sync_target"]["evidence"]["unacked_rows"] == 2
     assert document["summary"]["foreign_targets"] == 1
+
+
+def test_mutation_rows_on_a_target_without_a_sync_state_row_say_so(
+    engram_world: EngramEnvironment, scratch: Path, tmp_path: Path
+) -> None:
+    save(engram_world, scratch, "seed")
+    enroll(engram_world, "seed")
+    # Simulates legacy data: a row journaled under a per-key target that never got a sync_state row.
+    connection = sqlite3.connect(engram_world.db_path)
+    with connection:
+        connection.execute(
+            "INSERT INTO sync_mutations (target_key, entity, entity_key, op, payload, project) "
+            "VALUES ('cloud:orphan', 'observation', 'obs-1', 'upsert', '{}', 'orphan')"
+        )
+    connection.close()
+
+    code, document = check_json(engram_world, tmp_path / "xdg")
+
+    assert code == 1
+    [finding] = document["findings"]
+    assert (finding["check"], finding["target_key"]) == ("foreign_mutation_target", "cloud:orphan")
+    evidence = finding["evidence"]
+    assert (evidence["rows"], evidence["unacked_rows"], evidence["in_sync_state"]) == (1, 1, False)
 
 
 def test_json_document_keys_are_stable(
