@@ -25,6 +25,7 @@ from inbox_support import canary, engram_ok, engram_serve, save
 from canary.cli import cli
 from fake_cloud.server import FakeCloudConfig, start_fake_cloud
 from harness.engram_env import EngramEnvironment
+from harness.world import McpSession
 
 DEEP = 100_000
 
@@ -586,3 +587,31 @@ def test_install_systemd_refuses_a_value_that_would_add_a_unit_line(
     assert line.startswith("engram-canary: error: "), line
     assert "line break or control character" in line, line
     assert "ExecStartPre" not in result.stdout
+
+
+# --- issue 12, Stage A: a repo renamed before the canary ever ran, saved from a subdirectory ---------------
+
+
+@pytest.mark.engram
+def test_a_repo_renamed_before_the_canary_ran_keeps_its_key_when_saved_from_a_subdirectory(
+    engram_world: EngramEnvironment,
+) -> None:
+    """engram v1.20 names a session after the git root, the cwd's basename, or a remote/child/designation.
+    A recorded project that is the name of a proper ancestor of a (now missing) cwd, and not the cwd's
+    own basename, can only have come from that ancestor being the git root: the project engram recorded
+    is the repo's key, even though the canary never saw the repo."""
+    world = engram_world
+    repo = world.home / "código" / "Deep_Old"
+    (repo / "src").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    session = McpSession(world, repo / "src", {}, world.root / "mcp.log")
+    try:
+        session.call_tool("mem_save", {"title": "saved in src", "content": "c", "type": "manual"})
+    finally:
+        session.close()
+    repo.rename(repo.with_name("Deep_New"))
+    listed = canary(world, "inbox", "list", "--format", "json")
+    assert listed.returncode == 0, listed.stderr
+    entries = {entry["key"]: entry for entry in json.loads(listed.stdout)}
+    assert "unsorted" not in entries, entries
+    assert entries["deep-old"]["missing_cwds"] == [str(repo / "src")]
