@@ -68,6 +68,9 @@ class WatchProcess:
     """`engram-canary watch` as a subprocess, its stderr lines collected by a thread."""
 
     def __init__(self, args: Sequence[str], config_home: Path, **extra_env: str) -> None:
+        from schema_under_test import db_argument, require_opened
+
+        require_opened(db_argument(args))
         self.lines: list[str] = []
         self._lock = threading.Lock()
         self.process = subprocess.Popen(

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from canary_support import CANARY
+from schema_under_test import require_opened
 
 from harness.engram_env import EngramEnvironment, meaningful_stderr
 from harness.polling import eventually
@@ -33,6 +34,7 @@ class Ran:
 def run_reconcile(db: Path, env: Mapping[str, str], *args: str, timeout: float = 120) -> Ran:
     """`engram-canary reconcile --db DB ARGS`, the installed script in a subprocess, with only the
     ENGRAM_* / SSL_CERT_* variables given in env."""
+    require_opened(db)
     base = {k: v for k, v in os.environ.items() if not k.startswith(("ENGRAM_", "SSL_CERT"))}
     base["XDG_CONFIG_HOME"] = str(db.parent / "xdg")
     done = subprocess.run(
@@ -50,6 +52,7 @@ def reconcile_here(db: Path, env: Mapping[str, str], *args: str) -> Ran:
     """The same command through click's runner in this process: a second per run instead of a process."""
     from click.testing import CliRunner
 
+    require_opened(db)
     from canary.cli import cli
 
     cleared: dict[str, str | None] = {k: None for k in os.environ if k.startswith(("ENGRAM_", "SSL_CERT"))}

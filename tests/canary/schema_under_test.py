@@ -34,20 +34,27 @@ def db_argument(args: Sequence[str]) -> Path | None:
     return None
 
 
+def require_opened(db: Path | None) -> None:
+    """On v2/v3 the file the canary reads must have been opened as that version (else the test would
+    read v1.20 under a v2/v3 name)."""
+    version = current()
+    if version == V120 or db is None or not db.exists():
+        return
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as connection:
+        stamped = connection.execute("PRAGMA user_version").fetchone()[0]
+    assert (
+        stamped == 1
+    ), f"a {version} test reads {db}, which no v2/v3 open has touched (user_version {stamped})"
+
+
 def run_apply(
     args: Sequence[str], db: Path | None, run: Callable[[], subprocess.CompletedProcess[str]]
 ) -> subprocess.CompletedProcess[str]:
-    """Run a canary command. On v2/v3 the file must have been opened as that version (else the test would
-    read v1.20 under a v2/v3 name). On v1.20 that is all. On v2/v3 an --apply must write nothing: the schema
-    refusal ends the test (RefusedAsPredicted); an answer that comes first (nothing to do, a lock, a
-    validation the test expects) is returned to it."""
+    """Run a canary command (on v2/v3, on a file opened as that version). On v1.20 that is all. On v2/v3
+    an --apply must write nothing: the schema refusal ends the test (RefusedAsPredicted); an answer that
+    comes first (nothing to do, a lock, a validation the test expects) is returned to it."""
     version = current()
-    if version != V120 and db is not None and db.exists():
-        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as connection:
-            stamped = connection.execute("PRAGMA user_version").fetchone()[0]
-        assert (
-            stamped == 1
-        ), f"a {version} test reads {db}, which no v2/v3 open has touched (user_version {stamped})"
+    require_opened(db)
     if version == V120 or "--apply" not in args or db is None or not db.exists():
         return run()
     before = rows_digest(db)

@@ -14,6 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 from canary_support import CANARY, WatchProcess, canary_env, rows_digest, run_canary
+from engram_schemas.open_as import open_as
+from engram_schemas.per_version import current
 
 from harness.engram_env import EngramEnvironment
 from harness.polling import eventually, free_port
@@ -191,6 +193,8 @@ def test_engram_serve_keeps_writing_while_watched(
                 return None
 
         eventually(healthy, timeout=30, what="engram serve", error=AssertionError)
+        # On a v2/v3 run: the file as that version's open leaves it, while v1.20's serve keeps writing.
+        open_as(current(), engram_world.db_path)
         watcher = WatchProcess(["--db", str(engram_world.db_path), "--full-every", "0.3"], tmp_path / "xdg")
         watcher_factory.append(watcher)
         watcher.wait_started()
