@@ -126,6 +126,22 @@ def test_a_chunk_carrying_the_current_state_counts_as_delivered() -> None:
     assert table.rows[0].lost == 1 and table.unmatched_received == 1
 
 
+def test_a_chunk_whose_current_state_changed_a_field_of_the_row_does_not_deliver_it() -> None:
+    queued = {"sync_id": "obs-1", "title": "t"}
+    changed = {"sync_id": "obs-1", "title": "t2", "project": "app"}
+    table = compute_lanes([row(1, payload=queued)], [Got("observation", "obs-1", "upsert", changed, "chunk")])
+    assert (table.rows[0].delivered, table.rows[0].lost, table.unmatched_received) == (0, 1, 1)
+
+
+def test_one_chunk_item_delivers_one_row() -> None:
+    queued = {"sync_id": "obs-1", "title": "t"}
+    rows = [row(1, payload=queued), row(2, payload=queued)]
+    table = compute_lanes(
+        rows, [Got("observation", "obs-1", "upsert", {**queued, "project": "app"}, "chunk")]
+    )
+    assert (table.rows[0].delivered_as_current_state, table.rows[0].lost) == (1, 1)
+
+
 def test_rows_acked_before_a_run_on_a_copied_database_are_not_lost() -> None:
     table = compute_lanes([row(1), row(2, key="obs-2")], [], acked_before=frozenset({1}))
     (only,) = table.rows
