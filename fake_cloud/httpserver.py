@@ -257,6 +257,14 @@ class HttpServer:
                     # one read slips past it, and Go counts the whole head, as sent, either way.
                     await plain(431)
                     return
+                if event.http_version[:1] != b"1" and (event.method, event.target) != (b"PRI", b"*"):
+                    # Go's server speaks HTTP/1.x here (an h2 preface goes on to the "*" rule below).
+                    await plain(505, text="505 HTTP Version Not Supported: unsupported protocol version")
+                    return
+                if event.target == b"*":
+                    # Go's own answers for "*": OPTIONS gets an empty 200, anything else an empty 400.
+                    await plain(200 if event.method == b"OPTIONS" else 400, text="")
+                    return
                 try:
                     head = _head(event)
                 except BadTarget:
@@ -409,7 +417,7 @@ def _check_chunk_line(conn: h11.Connection) -> None:
 def _head(event: h11.Request) -> RequestHead:
     target = event.target.decode("latin-1")
     if not target.startswith("/") and not target.lower().startswith(("http://", "https://")):
-        raise BadTarget(target)  # "*", "abc": Go's server and ServeMux answer 400
+        raise BadTarget(target)  # "abc": Go's server answers 400
     try:
         parts = urlsplit(target)
     except ValueError:
