@@ -25,6 +25,7 @@ from canary.inbox import (
     waiting_memory,
 )
 from canary.repair import RepairPlanner, plan_repair
+from canary.text import printable
 from canary.triage import (
     DEFAULT_KEEP_BACKUPS,
     CleanupPlanner,
@@ -205,18 +206,18 @@ def _report(
             err=True,
         )
     if not do_apply:
-        click.echo(f"dry run: {headline(plan)}; nothing was written")
+        click.echo(printable(f"dry run: {headline(plan)}; nothing was written"))
         for line in plan.describe():
-            click.echo(f"  {line}")
+            click.echo(printable(f"  {line}"))
         click.echo("run again with --apply to make these changes (a backup is taken first)")
         return
     result = apply(
         database, planner, backup_dir=backup_dir, aliases_path=aliases_path, keep_backups=keep_backups
     )
     click.echo(f"backup: {result.backup}")
-    click.echo(f"applied: {headline(result.plan)} (write lock held {result.lock_held_ms:.1f} ms)")
+    click.echo(printable(f"applied: {headline(result.plan)} (write lock held {result.lock_held_ms:.1f} ms)"))
     for line in result.plan.describe():
-        click.echo(f"  {line}")
+        click.echo(printable(f"  {line}"))
     if result.new_seqs:
         click.echo(f"new seqs: {', '.join(str(seq) for seq in result.new_seqs)}")
     if result.pruned_backups:
@@ -396,7 +397,7 @@ def cleanup_phantoms_command(
         prefix = "dry run" if do_apply is False else "nothing to do"
         click.echo(f"{prefix}: {headline}; nothing was written")
         for line in plan.describe():
-            click.echo(f"  {line}")
+            click.echo(printable(f"  {line}"))
         if not plan.is_empty:
             click.echo("run again with --apply to make these changes (a backup is taken first)")
         return
@@ -407,7 +408,7 @@ def cleanup_phantoms_command(
         f"(write lock held {result.lock_held_ms:.1f} ms)"
     )
     for line in result.plan.describe():
-        click.echo(f"  {line}")
+        click.echo(printable(f"  {line}"))
 
 
 @click.command("repair")

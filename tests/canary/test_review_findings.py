@@ -444,6 +444,14 @@ def test_a_project_name_with_a_newline_never_forges_a_line(home: Path) -> None:
     recorded = invoke(home, "baseline", "--db", str(db), "--baseline", str(home / "baseline.json"))
     assert recorded.exit_code == 0, recorded.stderr
     no_forged_line(recorded.stdout)
+    for triage in (
+        ("inbox", "claim", "--project", FORGED, "--as", ENROLLED, "--with-telemetry"),
+        ("inbox", "drop", "--project", FORGED),
+        ("cleanup-phantoms",),
+    ):
+        planned = invoke(home, *triage, "--db", str(db))
+        assert planned.exit_code == 0, (triage, planned.stderr)
+        no_forged_line(planned.stdout)
     watcher = WatchProcess(["--db", str(db), "--no-baseline"], home / "config", HOME=str(home))
     try:
         watcher.wait_started()
