@@ -316,7 +316,12 @@ class HttpServer:
                 # Go's wording for a request it cannot parse, e.g. "431 Request Header Fields Too Large";
                 # a head over Go's limit is 431 whatever else is wrong with it, as when it comes in pieces.
                 oversize = not head_done and consumed() - request_start > MAX_HEADER_BYTES
-                await plain(431 if oversize else error.error_status_hint)
+                if oversize:
+                    await plain(431)
+                elif error.error_status_hint == 501:  # a Transfer-Encoding other than chunked
+                    await plain(501, text="Unsupported transfer encoding")
+                else:
+                    await plain(error.error_status_hint)
                 return
             except _TimedOut:
                 if conn.their_state is not h11.IDLE or conn.trailing_data[0]:

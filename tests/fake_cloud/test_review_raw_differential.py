@@ -66,6 +66,8 @@ CASES: dict[str, bytes] = {
     "HTTP/1.9 request line": b"GET /health HTTP/1.9\r\nHost: f\r\nConnection: close\r\n\r\n",
     "HTTP/0.9 request line": b"GET /health HTTP/0.9\r\nHost: f\r\n\r\n",
     "h2 preface": b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+    "Transfer-Encoding gzip, chunked": push(b"Transfer-Encoding: gzip, chunked\r\n") + b"0\r\n\r\n",
+    "Transfer-Encoding identity": push(b"Transfer-Encoding: identity\r\n") + b"{}",
     "GET declaring 300 kB": b"GET /health HTTP/1.1\r\nHost: f\r\nContent-Length: 300000\r\n\r\n",
     "Expect 100-continue": push(b"Content-Length: %d\r\n" % len(ENTRY), b"Expect: 100-continue\r\n"),
 }
@@ -77,7 +79,6 @@ KNOWN_DIFFERENCES = {
     "GET declaring 100 bytes": ("no answer", "200"),
     # v1.20 decodes what fits and answers the JSON; the fake refuses the declared size from the head.
     "Content-Length 2^63-1": ("400 empty_batch", "413 upgrade_repairable_payload_too_large"),
-    "Transfer-Encoding gzip, chunked": ("501 Unsupported transfer encoding", "501 501 Not Implemented"),
     # v1.20 keeps the connection open after OPTIONS * (HTTP/1.1); the fake closes it.
     "OPTIONS * keep-alive": ("200, open", "200, closed"),
 }
