@@ -78,7 +78,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[None]:
     try:
         return (yield)
-    except RefusedAsPredicted:
+    except RefusedAsPredicted as refusal:
+        # Shown in --junitxml: which v2/v3 runs ended at the refusal.
+        pyfuncitem.user_properties.append(("ended_at_predicted_refusal", str(refusal)))
         return None
 
 
