@@ -229,6 +229,14 @@ def test_cwd_alias_wins_over_key_alias() -> None:
     assert (result.resolution, result.project) == (Resolution.ALIAS_CWD, "agent-memory")
 
 
+def test_a_blank_detected_name_falls_back_to_the_repository() -> None:
+    context = RowContext(
+        cwd="/w/repo", repo_name="Repo", detected="   ", detected_source=CandidateSource.GIT_REMOTE
+    )
+    result = derive(context, AliasMap(), ENROLLED)
+    assert (result.candidate, result.source, result.inbox_key) == ("repo", CandidateSource.GIT_REPO, "repo")
+
+
 @pytest.mark.parametrize(
     ("name", "expected"),
     [
