@@ -244,6 +244,7 @@ def test_a_blank_detected_name_falls_back_to_the_repository() -> None:
         ("My Repo", "my-repo"),
         ("a _ b", "a-b"),
         ("already-slug", "already-slug"),
+        ("  Spaced Repo\t", "spaced-repo"),  # surrounding blanks are trimmed, not hyphens
     ],
 )
 def test_slug(name: str, expected: str) -> None:
