@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from real_parts import missing
 
 from harness.engram_env import EngramEnvironment
 from harness.engram_install import DEFAULT_VERSION, find_engram
@@ -24,7 +25,6 @@ from harness.engram_install import DEFAULT_VERSION, find_engram
 pytest_plugins = ["cloud_fixtures", "engram_schemas.per_version"]
 
 TIERS = ("unit", "engram", "docker")
-IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -56,12 +56,6 @@ def no_leaked_threads() -> Iterator[None]:
             leaked.append(thread.name)
     if leaked:
         pytest.fail(f"threads still running after the test: {', '.join(sorted(leaked))}", pytrace=False)
-
-
-def missing(reason: str) -> None:
-    if IN_CI:
-        pytest.fail(f"CI=true and {reason}", pytrace=False)
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")

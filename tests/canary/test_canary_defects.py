@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from canary_support import CANARY, canary_env, run_canary
+from real_parts import missing
 
 from canary.checks import CheckResult
 from canary.config import CanaryConfig
@@ -76,7 +77,7 @@ def test_a_lock_timeout_says_locked(exclusively_locked: Path, tmp_path: Path) ->
 def read_only_directory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A WAL database in a directory the (unprivileged) canary cannot write; world-traversable."""
     if shutil.which("setpriv") is None or os.geteuid() != 0:
-        pytest.skip("needs root and setpriv to run the canary as an unprivileged user")
+        missing("this test needs root and setpriv (util-linux) to run the canary as an unprivileged user")
     base = Path(f"/tmp/canary-ro-{os.getpid()}-{threading.get_ident()}")
     db = wal_database(base / "data" / "engram.db")
     (base / "xdg").mkdir()

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from real_parts import missing
 
 from fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
 from harness.engram_env import EngramEnvironment, meaningful_stderr
@@ -29,7 +30,6 @@ V3_VERSION = os.environ.get("ENGRAM_V3_VERSION", "v3.2.1")
 TOKEN = "v3-token"
 PROJECT = "v3proj"
 TICK_WAIT = 45.0  # one autosync poll tick plus slack
-IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 # engram's remote transport since v2.0.0-rc.10 (reference notes, issue #1145 upstream).
 HTTPS_REQUIRED = "bearer token requires an HTTPS remote URL"
 
@@ -39,9 +39,7 @@ def engram_v3_bin() -> Path:
     candidate = Path(os.environ.get("ENGRAM_BIN_V3") or cached_binary(V3_VERSION))
     if not (candidate.is_file() and os.access(candidate, os.X_OK)):
         reason = f"engram {V3_VERSION} is not installed (run: engram-harness engram install {V3_VERSION})"
-        if IN_CI:
-            pytest.fail(f"CI=true and {reason}", pytrace=False)
-        pytest.skip(reason)
+        missing(reason)
     return candidate
 
 
