@@ -114,10 +114,11 @@ def parse_expiry(text: str, now: datetime) -> str:
             if len(text.strip()) == 10:
                 parsed += timedelta(days=1)
             moment = parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
-            if moment <= now:
-                raise BaselineError(f"--expires {text!r}: that moment has already passed")
     except OverflowError as error:
         raise BaselineError(f"--expires {text!r}: beyond the calendar (year 9999 at the latest)") from error
+    if moment <= now:
+        # a zero duration too: an acknowledgement that has expired when recorded silences nothing
+        raise BaselineError(f"--expires {text!r}: that moment has already passed")
     return iso(moment)
 
 

@@ -116,7 +116,7 @@ def test_expiry_forms(text: str, expected: str) -> None:
     assert parse_expiry(text, NOW) == expected
 
 
-@pytest.mark.parametrize("text", ["soon", "2026-11-01", "-3d", ""])
+@pytest.mark.parametrize("text", ["soon", "2026-11-01", "-3d", "", "0d", "0h", "0.0w"])
 def test_bad_expiry_is_one_clear_error(text: str) -> None:
     with pytest.raises(BaselineError, match="--expires"):
         parse_expiry(text, NOW)
