@@ -324,6 +324,9 @@ def claim_command(
     "--unattributed", is_flag=True, help="the legacy-lane rows without a project (the cloud refuses them)"
 )
 @click.option("--seq", "seqs", help="exact rows N[,N...] that engram cannot deliver (inbox or refused rows)")
+@click.option(
+    "--all-cwds", is_flag=True, help="drop the memories of 'unsorted' rows of every directory at once"
+)
 @_db_option
 @_aliases_option
 @_write_options
@@ -333,6 +336,7 @@ def drop_command(
     cwd: str | None,
     unattributed: bool,
     seqs: str | None,
+    all_cwds: bool,
     db: Path | None,
     aliases_path: Path | None,
     backup_dir: Path | None,
@@ -347,10 +351,12 @@ def drop_command(
     ]
     if len(chosen) != 1:
         raise TriageError("drop needs exactly one of --project KEY, --unattributed or --seq N[,N...]")
-    if key is None and (noise or cwd is not None):
-        raise TriageError("--noise and --cwd narrow a --project selection; they do not apply to " + chosen[0])
+    if key is None and (noise or cwd is not None or all_cwds):
+        raise TriageError(
+            "--noise, --cwd and --all-cwds narrow a --project selection; they do not apply to " + chosen[0]
+        )
     if key is not None:
-        selection = Selection(key=key, cwd=resolve_cwd(cwd), telemetry_only=noise)
+        selection = Selection(key=key, cwd=resolve_cwd(cwd), telemetry_only=noise, all_cwds=all_cwds)
         _run(
             db,
             aliases_path,

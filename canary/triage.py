@@ -309,7 +309,7 @@ def plan_claim(
     rows = select_rows(snapshot, selection)
     if not rows:
         raise _nothing_selected("claim", selection)
-    _refuse_scattered_unsorted(rows, selection)
+    _refuse_scattered_unsorted(rows, selection, "claim")
     if as_project is None:
         resolved = {row.derivation.project for row in rows}
         if len(resolved) != 1 or None in resolved:
@@ -380,16 +380,22 @@ def near_enrolled_name(project: str, enrolled: frozenset[str]) -> str | None:
     return close[0] if close else None
 
 
-def _refuse_scattered_unsorted(rows: Sequence[InboxRow], selection: Selection) -> None:
-    """`unsorted` gathers unrelated directories; claiming them all at once is rarely what was meant."""
-    if normalize_project(selection.key) != UNSORTED or selection.cwd is not None or selection.all_cwds:
+def _refuse_scattered_unsorted(rows: Sequence[InboxRow], selection: Selection, verb: str) -> None:
+    """`unsorted` gathers unrelated directories; claiming or dropping the memories of them all at once
+    is rarely what was meant (telemetry noise is dropped across directories freely)."""
+    if (
+        normalize_project(selection.key) != UNSORTED
+        or selection.cwd is not None
+        or selection.all_cwds
+        or selection.telemetry_only
+    ):
         return
     cwds = sorted({row.cwd or "(unknown)" for row in rows})
     if len(cwds) > 1:
         shown = ", ".join(cwds[:5]) + (", ..." if len(cwds) > 5 else "")
         raise TriageError(
             f"inbox key 'unsorted' holds rows from {len(cwds)} directories ({shown}); "
-            "pick one with --cwd, or pass --all-cwds to claim them all"
+            f"pick one with --cwd, or pass --all-cwds to {verb} them all"
         )
 
 
@@ -397,6 +403,7 @@ def plan_drop(snapshot: InboxSnapshot, selection: Selection) -> Plan:
     rows = select_rows(snapshot, selection)
     if not rows:
         raise _nothing_selected("drop", selection)
+    _refuse_scattered_unsorted(rows, selection, "drop")
     return Plan(
         operation="drop",
         selection=selection,

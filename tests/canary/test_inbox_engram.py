@@ -328,7 +328,7 @@ def test_drop_noise_then_drop_acks_without_delivering_or_deleting(inbox_world: I
         "applied: drop 2 rows of inbox key 'unsorted' (noise: session and prompt rows only) (write lock held "
     )
     assert by_key(inbox_json(inbox_world.world))["unsorted"]["entities"] == {"observation": 3}
-    rest = canary(inbox_world.world, "inbox", "drop", "--project", "unsorted", "--apply")
+    rest = canary(inbox_world.world, "inbox", "drop", "--project", "unsorted", "--all-cwds", "--apply")
     assert rest.returncode == 0, rest.stderr
     assert "unsorted" not in by_key(inbox_json(inbox_world.world))
     assert query(db, "SELECT COUNT(*) FROM sync_mutations")[0][0] == total
@@ -344,7 +344,8 @@ def test_drop_noise_then_drop_acks_without_delivering_or_deleting(inbox_world: I
 
 def test_cleanup_phantoms_deletes_only_empty_foreign_states(inbox_world: InboxWorld) -> None:
     db = inbox_world.db
-    assert canary(inbox_world.world, "inbox", "drop", "--project", "unsorted", "--apply").returncode == 0
+    dropped = canary(inbox_world.world, "inbox", "drop", "--project", "unsorted", "--all-cwds", "--apply")
+    assert dropped.returncode == 0, dropped.stderr
     mutations = table_digest(db, "sync_mutations")
     dry = canary(inbox_world.world, "cleanup-phantoms")
     assert dry.returncode == 0, dry.stderr

@@ -154,6 +154,19 @@ def test_claiming_unsorted_across_directories_needs_all_cwds(home: Home) -> None
     assert result.stdout.startswith("dry run: claim 2 rows of inbox key 'unsorted' (memories: ")
 
 
+def test_dropping_unsorted_memories_across_directories_needs_all_cwds(home: Home) -> None:
+    refused(
+        canary(home.world, "inbox", "drop", "--project", "unsorted"),
+        f"inbox key 'unsorted' holds rows from 2 directories ({home.ana}, {home.scratch}); "
+        "pick one with --cwd, or pass --all-cwds to drop them all",
+    )
+    result = canary(home.world, "inbox", "drop", "--project", "unsorted", "--all-cwds")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("dry run: drop "), result.stdout
+    noise = canary(home.world, "inbox", "drop", "--project", "unsorted", "--noise")  # telemetry: no guard
+    assert noise.returncode == 0, noise.stderr
+
+
 def test_a_near_miss_project_name_gets_a_did_you_mean(home: Home) -> None:
     refused(
         canary(home.world, "inbox", "claim", "--project", "side-project", "--as", "client-portal"),
@@ -233,7 +246,7 @@ def test_drop_seq_takes_exact_undeliverable_rows(home: Home) -> None:
         (("--seq", "99999"), "seq 99999: no such row in sync_mutations (nothing was changed)"),
         (
             ("--seq", "1", "--noise"),
-            "--noise and --cwd narrow a --project selection; they do not apply to --seq",
+            "--noise, --cwd and --all-cwds narrow a --project selection; they do not apply to --seq",
         ),
         ((), "drop needs exactly one of --project KEY, --unattributed or --seq N[,N...]"),
         (

@@ -230,7 +230,7 @@ def planner_for(operation: tuple[object, ...]) -> Planner:
         )
     if name == "drop":
         _, key, noise = operation
-        dropped = Selection(str(key), telemetry_only=bool(noise))
+        dropped = Selection(str(key), telemetry_only=bool(noise), all_cwds=True)
         return InboxPlanner(AliasMap(), lambda snapshot: plan_drop(snapshot, dropped))
     if name == "drop-unattributed":
         return LaneRowsPlanner(RowSelection(unattributed=True))
