@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from canary.config import state_file_for
@@ -209,17 +209,7 @@ class GitRepoResolver:
         designation = session_designation(None, project, directory)
         if designation is None:
             # engram named the session after the cwd (git root or basename): the repo decides. A missing
-            # cwd with nothing remembered is no evidence of a repo (export-keys/--key-map), unless
-            # engram's name is a proper ancestor's and not the cwd's own: only a git root gives that.
-            if missing and directory:
-                root = _recorded_git_root(directory, project)
-                if root is not None:
-                    return RowContext(
-                        cwd=directory,
-                        detected=root,
-                        detected_source=CandidateSource.RECORDED,
-                        cwd_missing=True,
-                    )
+            # cwd with nothing remembered is no evidence of a repo: no candidate (export-keys/--key-map).
             return RowContext(cwd=directory, repo_name=self.repo_name(directory), cwd_missing=missing)
         if directory and not missing:
             if self.origin_name(directory) == project:
@@ -229,18 +219,6 @@ class GitRepoResolver:
         return RowContext(
             designation=designation, cwd=directory, repo_name=self.repo_name(directory), cwd_missing=missing
         )
-
-
-def _recorded_git_root(directory: str, project: str) -> str | None:
-    """The ancestor of DIRECTORY that engram's recorded PROJECT names, when it can only have been the git
-    root: v1.20 names a session after the git root or else the cwd's own basename."""
-    path = PurePosixPath(normalize_cwd(directory))
-    if not project or normalize_project(path.name) == project:
-        return None
-    return next(
-        (parent.name for parent in path.parents if parent.name and normalize_project(parent.name) == project),
-        None,
-    )
 
 
 # Directory names engram's child scan skips (internal/project/detect.go noiseSet, v1.20.0).

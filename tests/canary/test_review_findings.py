@@ -601,13 +601,12 @@ def test_install_systemd_refuses_a_value_that_would_add_a_unit_line(
 
 
 @pytest.mark.engram
-def test_a_repo_renamed_before_the_canary_ran_keeps_its_key_when_saved_from_a_subdirectory(
+def test_a_repo_renamed_before_the_canary_ran_goes_to_unsorted_even_when_saved_from_a_subdirectory(
     engram_world: EngramEnvironment,
 ) -> None:
-    """engram v1.20 names a session after the git root, the cwd's basename, or a remote/child/designation.
-    A recorded project that is the name of a proper ancestor of a (now missing) cwd, and not the cwd's
-    own basename, can only have come from that ancestor being the git root: the project engram recorded
-    is the repo's key, even though the canary never saw the repo."""
+    """A recorded project that names an ancestor of a missing cwd is no proof of a git root: the design
+    measured one non-repo directory filed under two keys at two times (context-dependent resolution),
+    so a cwd gone before the canary saw it goes to `unsorted`, marked missing, as docs/canary.md says."""
     world = engram_world
     repo = world.home / "código" / "Deep_Old"
     (repo / "src").mkdir(parents=True)
@@ -621,5 +620,5 @@ def test_a_repo_renamed_before_the_canary_ran_keeps_its_key_when_saved_from_a_su
     listed = canary(world, "inbox", "list", "--format", "json")
     assert listed.returncode == 0, listed.stderr
     entries = {entry["key"]: entry for entry in json.loads(listed.stdout)}
-    assert "unsorted" not in entries, entries
-    assert entries["deep-old"]["missing_cwds"] == [str(repo / "src")]
+    assert "deep-old" not in entries, entries
+    assert entries["unsorted"]["missing_cwds"] == [str(repo / "src")]
