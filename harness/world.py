@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import queue
 import re
 import signal
@@ -616,7 +617,16 @@ class World:
 
 
 def engram_version(binary: Path) -> str:
-    result = subprocess.run([str(binary), "version"], capture_output=True, text=True, timeout=30, check=False)
+    # An explicit environment: the child then never reads the C library's environ, which another thread
+    # may reallocate meanwhile (CI once saw execve fail with EFAULT on this very call).
+    result = subprocess.run(
+        [str(binary), "version"],
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     match = re.search(r"(\d+\.\d+\.\d+(?:-[0-9A-Za-z.]+)?)", result.stdout)
     if match is None:
         raise HarnessError(f"{binary}: `engram version` printed no version ({result.stdout.strip()!r})")

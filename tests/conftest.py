@@ -7,6 +7,7 @@ a green CI run must mean that every tier ran.
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -37,6 +38,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # Threads that outlive one test by design: the scenario plugin's session pools.
 LONG_LIVED_THREADS = ("scenario",)
 THREAD_GRACE_SECONDS = 2.0
+
+
+# Every spawn with fork(), not vfork(): a vfork child shares the worker's memory while it execs, and one
+# CI run saw execve fail with EFAULT (Bad address) on a spawn of engram. CPython documents this switch for
+# such cases ("Disabling use of vfork() or posix_spawn()", subprocess, 3.11+).
+subprocess._USE_VFORK = False  # type: ignore[misc]  # typeshed marks it Final; the docs invite setting it
 
 
 @pytest.fixture(autouse=True)
