@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from engram_schemas.builder import (
+    ALL_TIME,
     ENROLLED,
     FIXTURE_VERSIONS,
     PHANTOM_TARGET,
@@ -34,6 +35,7 @@ EXPECTED_VERSION = {FIXTURE_V120: V120, FIXTURE_V2: V2, FIXTURE_V3: V3}
 SOURCE_FIXTURES = (FIXTURE_V2, FIXTURE_V3)
 # The checks whose semantics depend on the database kind (lane health is pinned in its own tests).
 TARGET_CHECKS = {"foreign_sync_target", "foreign_mutation_target", "undelivered_project_lane"}
+NO_PROJECT = "(no project)"
 
 
 def run(*args: str) -> tuple[int, str]:
@@ -333,3 +335,68 @@ def test_an_odd_user_version_is_read_and_named_never_written(user_version: int, 
     assert result["summary"]["engram_schema"] == named
     code, output = run("inbox", "drop", "--db", str(path), "--project", stray_key(path), "--apply")
     assert code != 0 and output.count("\n") == 1 and f"looks like engram {named}" in output, output
+
+
+# --- per-version wording and counting ---
+
+
+def add_projectless_rows(db: Path, *, disposition: str | None) -> None:
+    """SIMULATED DATA: a save without --project journals an observation with project '' on the legacy
+    lane (v1.20 observed); on v2/v3 engram's recovery may quarantine it (disposition, predicted from
+    internal/cloud/autosync/manager.go @0cd24e8a)."""
+    columns = ", disposition, disposition_reason, disposition_at" if disposition else ""
+    values = ", ?, 'payload_invalid', ?" if disposition else ""
+    extra: tuple[str, ...] = (disposition, ALL_TIME) if disposition else ()
+    with contextlib.closing(sqlite3.connect(db)) as connection:
+        connection.execute(
+            "INSERT INTO sync_mutations (target_key, entity, entity_key, op, payload, source, project, "
+            f"occurred_at{columns}) VALUES ('cloud', 'observation', 'obs-loose', 'upsert', '{{}}', 'local', '', "
+            f"?{values})",
+            (ALL_TIME, *extra),
+        )
+        connection.commit()
+
+
+@pytest.mark.parametrize("version", [v for v in FIXTURE_VERSIONS if v != FIXTURE_V120])
+def test_a_quarantined_row_without_a_project_is_not_unattributed(version: str, db: Path) -> None:
+    add_projectless_rows(db, disposition="quarantined")
+    assert NO_PROJECT not in inbox_entries(db)
+    code, output = run("check", "--db", str(db), "--format", "json", "--no-baseline")
+    checks = {finding["check"] for finding in json.loads(output)["findings"]}
+    assert "unattributed_mutations" not in checks, output
+
+
+def test_a_waiting_row_without_a_project_is_unattributed(version: str, db: Path) -> None:
+    add_projectless_rows(db, disposition=None)
+    assert inbox_entries(db)[NO_PROJECT]["count"] == 1
+
+
+NOTES = {
+    "v1.20.0": "note: engram v1.20 journals every mutation in the legacy 'cloud' lane with a project column; ",
+    "v2-1be5d11f": "note: engram v2 (predicted from store.go @1be5d11f) journals an enrolled project's mutations in the legacy "
+    "'cloud' lane and in its 'cloud:<project>' lane, and its worker reads only 'cloud'; ",
+    "v3-d4397781": "note: engram v3 (predicted from store.go @d4397781) journals an enrolled project's mutations in the legacy "
+    "'cloud' lane and in its 'cloud:<project>' lane, and its worker reads only 'cloud'; ",
+}
+
+
+def test_check_text_notes_the_lanes_of_the_version_it_read(version: str, db: Path) -> None:
+    code, output = run("check", "--db", str(db), "--no-baseline")
+    assert code >= 1, output
+    notes = [line for line in output.splitlines() if line.startswith("note: ")]
+    assert len(notes) == 1, output
+    assert notes[0].startswith(NOTES[version]), notes[0]
+    assert notes[0].endswith(
+        "project_unacked_rows counts unacked rows (any lane) whose project maps to this target"
+    )
+
+
+def test_check_text_notes_design_routing_on_a_design_conforming_database(design_db: Path) -> None:
+    code, output = run("check", "--db", str(design_db), "--no-baseline")
+    assert code >= 1, output
+    notes = [line for line in output.splitlines() if line.startswith("note: ")]
+    assert notes == [
+        "note: engram v3 follows the design's routing here: rows of unenrolled projects wait on 'cloud:inbox' "
+        "and each enrolled project's 'cloud:<project>' lane delivers; project_unacked_rows counts unacked rows "
+        "(any lane) whose project maps to this target"
+    ], output
