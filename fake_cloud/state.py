@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from engram_contract import payload_digest
 from engram_contract.journal_match import mismatched_fields
@@ -229,20 +229,13 @@ class FakeCloudState:
         self, match: Mapping[str, Any], since_seq: int = 0, limit: int = 5
     ) -> list[dict[str, Any]]:
         """The stored mutations nearest to MATCH (fewest mismatched fields, newest first), without payloads."""
-        ranked = sorted(
-            (
-                (len(_received_mismatches(item, match)), -item.seq, item)
-                for item in self.received_since(since_seq)
-            ),
-            key=lambda ranked_item: (ranked_item[0], ranked_item[1]),
+        return _closest(
+            self.received_since(since_seq),
+            lambda item: _received_mismatches(item, match),
+            lambda item: item.seq,
+            lambda item: {key: value for key, value in item.to_dict().items() if key != "payload"},
+            limit,
         )
-        return [
-            {
-                **{key: value for key, value in item.to_dict().items() if key != "payload"},
-                "mismatched": _received_mismatches(item, match),
-            }
-            for _, _, item in ranked[:limit]
-        ]
 
     @property
     def next_seq(self) -> int:
@@ -382,13 +375,13 @@ class FakeCloudState:
         return [entry for entry in self.journal_since(since_id) if _mismatches(entry, match) == []]
 
     def closest(self, match: Mapping[str, Any], since_id: int = 0, limit: int = 5) -> list[dict[str, Any]]:
-        ranked = sorted(
-            ((len(_mismatches(entry, match)), -entry.id, entry) for entry in self.journal_since(since_id)),
-            key=lambda item: (item[0], item[1]),
+        return _closest(
+            self.journal_since(since_id),
+            lambda entry: _mismatches(entry, match),
+            lambda entry: entry.id,
+            JournalEntry.to_dict,
+            limit,
         )
-        return [
-            {**entry.to_dict(), "mismatched": _mismatches(entry, match)} for _, _, entry in ranked[:limit]
-        ]
 
     # ----- faults -----
 
@@ -477,6 +470,21 @@ def go_quote(text: str) -> str:
 def _bound(store: dict[Any, Any], limit: int) -> None:
     while len(store) > limit:
         del store[next(iter(store))]
+
+
+Recorded = TypeVar("Recorded")
+
+
+def _closest(
+    items: Iterable[Recorded],
+    mismatches: Callable[[Recorded], list[str]],
+    newness: Callable[[Recorded], int],
+    shown: Callable[[Recorded], dict[str, Any]],
+    limit: int,
+) -> list[dict[str, Any]]:
+    """The LIMIT items nearest a match (fewest mismatched fields, newest first), each with its misses."""
+    ranked = sorted(items, key=lambda item: (len(mismatches(item)), -newness(item)))
+    return [{**shown(item), "mismatched": mismatches(item)} for item in ranked[:limit]]
 
 
 def _mismatches(entry: JournalEntry, match: Mapping[str, Any]) -> list[str]:
