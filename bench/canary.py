@@ -296,7 +296,7 @@ def check_against(db: Path, env: dict[str, str], rounds: int, revision: str) -> 
     CPU seconds (the child's user + system) are kept too: on a shared machine they move less than wall."""
     import resource
 
-    from bench.inbox import checkout
+    from bench.worktree import checkout
 
     command = [str(CANARY), "check", "--db", str(db), "--format", "json"]
     with checkout(revision, db.parent) as tree:

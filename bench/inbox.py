@@ -26,8 +26,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import closing, contextmanager
+from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ import click
 import httpx
 
 from bench.canary import build_database
+from bench.worktree import checkout
 from canary.db import EngramDb
 from canary.derive import AliasMap
 from canary.inbox import read_inbox, summarize
@@ -82,24 +83,6 @@ selection = Selection("side-project", **({"memories_only": False} if "memories_o
 planner = InboxPlanner(AliasMap(), lambda snapshot: plan_claim(snapshot, selection, "main-proj"))
 print(apply(Path(sys.argv[1]), planner, backup_dir=Path(sys.argv[2])).lock_held_ms)
 """
-
-
-@contextmanager
-def checkout(revision: str, workdir: Path) -> Iterator[Path]:
-    tree = workdir / f"tree-{revision}"
-    subprocess.run(
-        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), revision],
-        check=True,
-        capture_output=True,
-    )
-    try:
-        yield tree
-    finally:
-        subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
-            check=False,
-            capture_output=True,
-        )
 
 
 def child_claim_lock_ms(tree: Path, db: Path) -> float:

@@ -32,6 +32,7 @@ from harness.step_results import (
     CommandOutput,
     DoctorResult,
     SaveResult,
+    StatusInboxLine,
     StepResults,
     save_result_name,
 )
@@ -57,13 +58,6 @@ class SaveWarning:
     key: str
     cwd: str
     enroll_project: str | None
-
-
-@dataclass(frozen=True)
-class StatusInboxLine:
-    memories: int
-    keys: int
-    oldest_days: int | None
 
 
 @dataclass(frozen=True)

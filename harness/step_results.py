@@ -10,12 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
-
-if TYPE_CHECKING:
-    from harness.design_checks import StatusInboxLine
+from typing import Any, ClassVar, TypeVar
 
 SAVE_RESULT_PREFIX = "save:"
+
+
+@dataclass(frozen=True)
+class StatusInboxLine:
+    """The inbox line of `engram cloud status` (design section 'surfaces')."""
+
+    memories: int
+    keys: int
+    oldest_days: int | None
 
 
 def save_result_name(label: str) -> str:

@@ -10,7 +10,6 @@ import pytest
 from pydantic import ValidationError
 
 from harness.checks import EVALUATORS, Observed, evaluate
-from harness.design_checks import StatusInboxLine
 from harness.errors import ScenarioError
 from harness.lanes import LaneTable
 from harness.loader import parse_scenario
@@ -31,6 +30,7 @@ from harness.step_results import (
     InboxListResult,
     RunResult,
     SaveResult,
+    StatusInboxLine,
     StepResults,
     UnsupportedResult,
 )
