@@ -31,6 +31,7 @@ from canary.triage import (
     with_project,
 )
 from engram_contract import LEGACY_TARGET, PushRefusal
+from engram_contract.gojson import go_json
 
 # The worker's own listing (ListPendingSyncMutations in v1.20): unacked legacy-lane rows whose project is
 # empty or enrolled, in seq order, on idx_sync_mutations_pending.
@@ -152,7 +153,7 @@ def derive_fix(row: InboxRow, refusal: PushRefusal, deriver: Deriver) -> Fix | s
             if value is None:
                 return f"engram's tables do not record its {current.field}"
             body[current.field] = value[0]
-            payload = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+            payload = go_json(body, sort_keys=False)
             changes.append(f"{current.field} {value[0]!r} from {value[1]}")
         else:
             return "the refusal names no field to derive"

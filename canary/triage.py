@@ -49,6 +49,7 @@ from canary.targets import (
     project_target,
 )
 from engram_contract import LEGACY_TARGET, PushRefusal, enrolled_name, refusal_for_entry
+from engram_contract.gojson import go_json
 
 _CHUNK = 500
 WRITE_CACHE_KIB = 64 * 1024
@@ -454,7 +455,7 @@ def derived_session_directory(row: InboxRow, refusal: PushRefusal) -> str | None
 def _set_field(payload: str, name: str, value: object) -> str:
     decoded = json.loads(payload)
     decoded[name] = value
-    return json.dumps(decoded, ensure_ascii=False, separators=(",", ":"))
+    return go_json(decoded, sort_keys=False)
 
 
 _LANE_ROW_COLUMNS = "seq, target_key, entity, entity_key, op, payload, project, occurred_at, acked_at"
@@ -548,7 +549,7 @@ def with_project(payload: str, project: str) -> str:
     if not isinstance(decoded, dict):
         return payload
     decoded["project"] = project
-    return json.dumps(decoded, ensure_ascii=False, separators=(",", ":"))
+    return go_json(decoded, sort_keys=False)
 
 
 def plan_cleanup(
