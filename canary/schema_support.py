@@ -128,10 +128,13 @@ def lane_note(kind: DatabaseKind) -> str:
     if kind.version == V120:
         return f"engram v1.20 journals every mutation in the legacy 'cloud' lane with a project column; {_UNACKED_NOTE}"
     if kind.version in _SOURCE_COMMIT:
+        # Single journaling (docs/version-reach.md): the newer store and worker tests journal, ack and
+        # retarget on 'cloud' only; cloud:<project> counts come from the project column.
         return (
-            f"engram {kind.version.split()[0]} (predicted from store.go @{_SOURCE_COMMIT[kind.version]}) journals "
-            "an enrolled project's mutations in the legacy 'cloud' lane and in its 'cloud:<project>' lane, and its "
-            f"worker reads only 'cloud'; {_UNACKED_NOTE}"
+            f"engram {kind.version.split()[0]} (predicted from source, schema of store.go "
+            f"@{_SOURCE_COMMIT[kind.version]}) journals every mutation in the legacy 'cloud' lane with a project "
+            "column, as v1.20 does; 'cloud:<project>' is a sync_state row, and its worker reads only 'cloud'; "
+            f"{_UNACKED_NOTE}"
         )
     return f"engram {kind.version}: lanes not known to the canary; {_UNACKED_NOTE}"
 

@@ -84,11 +84,11 @@ def fill_simulated(version: str, db: Path, *, design_conforming: bool = False) -
     legacy lane, one unenrolled project waiting there, and the derived phantom sync_state row.
 
     v1.20 (observed on the real binary): a save journals to `cloud` only and mints `cloud:<project>` in
-    sync_state (pending); the three unacked rows on `cloud:<enrolled>` are SIMULATED LEGACY DATA, as an
-    older engram left them (scenarios/per-project-lane-never-delivers does the same). v2/v3 (predicted
-    from source: internal/store/cloud_inbox_test.go @1be5d11f): a write is journaled to both `cloud` and
-    `cloud:<project>`; engram's own migrate seeds `cloud:inbox` with lifecycle `inbox` (the fixture does
-    that part); sync_mutations carries a disposition, one row is quarantined as engram's recovery
+    sync_state (pending). v2/v3 journal to `cloud` only as well (predicted from source,
+    docs/version-reach.md "Journaling"), and engram's own migrate seeds `cloud:inbox` with lifecycle
+    `inbox` (the fixture does that part). On every version the three unacked rows on `cloud:<enrolled>`
+    are SIMULATED LEGACY DATA, as an older engram left them (upstream #264, #1013;
+    scenarios/per-project-lane-never-delivers does the same), kept across upgrades; sync_mutations carries a disposition, one row is quarantined as engram's recovery
     leaves a malformed legacy row (internal/cloud/autosync/manager.go @0cd24e8a), and one prompt is
     superseded (reason local_entity_deleted) as engram retires a row whose local entity is gone.
 
@@ -155,7 +155,7 @@ def fill_simulated(version: str, db: Path, *, design_conforming: bool = False) -
             ]
             rows += [(lane, entity, key, payload, project, acked) for entity, key, payload in entries]
             if project == ENROLLED:
-                # The enrolled project's writes are journaled to its own lane too; a legacy-only worker
+                # Legacy rows an older engram left on the enrolled project's own lane; a legacy-only worker
                 # never reads it (never acked), a design-conforming one delivers from it.
                 project_lane_acked = ALL_TIME if design_conforming else None
                 rows += [(f"cloud:{ENROLLED}", e, k, p, project, project_lane_acked) for e, k, p in entries]
