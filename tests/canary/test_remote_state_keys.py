@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -130,3 +131,24 @@ def test_a_huge_cloud_json_is_not_read_whole(db: Path) -> None:
     add_state_rows(db, LIVE_KEY)
     _, result = check_json(db)
     assert result["summary"]["remote_state_keys"]["cloud_json"] == "unreadable: larger than 1 MiB"
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "deep", "dangling-symlink"])
+def test_a_cloud_json_that_is_not_a_file_of_json_is_unreadable_in_one_line(db: Path, kind: str) -> None:
+    path = db.parent / "cloud.json"
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)  # nobody writes: a blocking open would hang the check
+    elif kind == "deep":
+        path.write_text('{"projects": ' + "[" * 100_000 + "]" * 100_000 + "}", encoding="utf-8")
+    else:
+        path.symlink_to(db.parent / "missing.json")
+    add_state_rows(db, LIVE_KEY)
+    _, result = check_json(db)
+    state = result["summary"]["remote_state_keys"]
+    if kind == "dangling-symlink":
+        assert state == {"cloud_json": "absent", "live": []}
+        return
+    assert state["cloud_json"].startswith("unreadable: ") and "\n" not in state["cloud_json"], state
+    assert LIVE_KEY not in foreign_keys(result)
