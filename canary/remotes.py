@@ -94,12 +94,13 @@ def _no_follow_fifo(file: str, flags: int) -> int:
 
 
 def _field(document: dict[str, Any], name: str) -> Any:
-    """Go's struct decoding: an exact key, else one that matches case-insensitively; the last one wins."""
+    """Go's struct decoding: every key that names the field (case-insensitively) sets it in turn, so the
+    last one wins."""
     value = None
     for key, item in document.items():
         if key.casefold() == name:
             value = item
-    return document.get(name, value)
+    return value
 
 
 def _string(value: Any, what: str) -> str:

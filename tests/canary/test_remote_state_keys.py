@@ -152,3 +152,16 @@ def test_a_cloud_json_that_is_not_a_file_of_json_is_unreadable_in_one_line(db: P
         return
     assert state["cloud_json"].startswith("unreadable: ") and "\n" not in state["cloud_json"], state
     assert LIVE_KEY not in foreign_keys(result)
+
+
+def test_cloud_json_names_match_as_go_decodes_them(db: Path) -> None:
+    """encoding/json matches field names case-insensitively, the last key naming a field wins, and
+    unknown fields are ignored."""
+    override = {"SERVER_URL": TEAM_URL, "Token": TEAM_TOKEN, "note": "x"}
+    write_cloud_json(db.parent, json.dumps({"projects": None, "Projects": {"alpha": override}, "x": 1}))
+    add_state_rows(db, LIVE_KEY)
+    _, result = check_json(db)
+    assert result["summary"]["remote_state_keys"] == {"cloud_json": "read", "live": [LIVE_KEY]}
+    write_cloud_json(db.parent, json.dumps({"Projects": {"alpha": override}, "projects": None}))
+    _, result = check_json(db)
+    assert result["summary"]["remote_state_keys"] == {"cloud_json": "read", "live": []}
