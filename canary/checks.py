@@ -45,10 +45,12 @@ from canary.findings import (
 )
 from canary.inbox_cursor import cursor_tripwire_findings
 from canary.lane_health import kept_lane_findings
+from canary.remotes import NO_REMOTES, RemoteStateKeys, remote_state_keys
 from canary.schema_support import identify, lane_note, waiting_filter
 from canary.stage_a import stage_a_findings
 from canary.targets import INBOX_TARGET, LOCAL_TARGET, allowed_targets, project_target
 from engram_contract import LEGACY_TARGET
+from engram_contract.remotes import REMOTE_STATE_KEY_PREFIX, is_remote_state_key
 
 RESULT_SCHEMA = "engram-canary/check/v1"
 __all__ = ["FOREIGN_CHECKS", "FOREIGN_MUTATION_TARGET", "FOREIGN_SYNC_TARGET", "overall_status"]
@@ -84,6 +86,7 @@ class TargetSpace:
     sync_state: dict[str, SyncStateRow]
     mutation_targets: set[str] = field(default_factory=set)
     last_seq: int = 0
+    remotes: RemoteStateKeys = NO_REMOTES
 
     def foreign_sync_targets(self) -> list[str]:
         return sorted(key for key in self.sync_state if key not in self.allowed)
@@ -134,12 +137,20 @@ def read_target_space(
     incremental view); without it they are read by skip-scan."""
     enrolled = enrolled_projects(connection, schema)
     keys, seq = mutations if mutations is not None else (distinct_values(connection, "target_key"), None)
+    sync_state = read_sync_state(connection, schema, SYNC_STATE_FIELDS)
+    remotes = remote_state_keys(connection)
+    # The live remotes' `cloud@<id>` keys are allowed; while cloud.json cannot be read the remotes are
+    # unknown, so no key of that shape is called foreign (engram's doctor does the same).
+    remote_keys = remotes.live
+    if remote_keys is None:
+        remote_keys = frozenset(key for key in {*sync_state, *keys} if is_remote_state_key(key))
     return TargetSpace(
         enrolled=sorted(enrolled),
-        allowed=allowed_targets(enrolled, extra_allowed),
-        sync_state=read_sync_state(connection, schema, SYNC_STATE_FIELDS),
+        allowed=allowed_targets(enrolled, extra_allowed) | remote_keys,
+        sync_state=sync_state,
         mutation_targets=set(keys),
         last_seq=last_seq(connection) if seq is None else seq,
+        remotes=remotes,
     )
 
 
@@ -220,6 +231,14 @@ class EvidenceReader:
         return evidence
 
 
+def orphaned_remote_note(key: str) -> str:
+    remote = key.removeprefix(REMOTE_STATE_KEY_PREFIX)
+    return (
+        f"orphaned: no remote in cloud.json has id {remote} (a per-project remote's state key; a removed "
+        "remote or a rotated token leaves one behind; engram's doctor warns orphaned remote sync state)"
+    )
+
+
 def stuck_rows(evidence: dict[str, Any]) -> int:
     return int(evidence.get("unacked_rows") or 0) + int(evidence.get("project_unacked_rows") or 0)
 
@@ -235,6 +254,8 @@ def foreign_target_findings(
         if wanted is not None and key not in wanted:
             continue
         evidence = reader.sync_target_evidence(space.sync_state[key])
+        if is_remote_state_key(key):
+            evidence["remote_state"] = orphaned_remote_note(key)
         rows = stuck_rows(evidence)
         findings.append(
             Finding(
@@ -312,6 +333,7 @@ def summarize(
         "unacked_rows_by_target": unacked,
         "unacked_rows": sum(value or 0 for value in unacked.values()),
         "legacy_target": LEGACY_TARGET,
+        "remote_state_keys": space.remotes.summary(),
     }
 
 

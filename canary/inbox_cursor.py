@@ -45,10 +45,11 @@ from canary.inbox import (
     select_inbox_rows,
     select_unattributed,
 )
+from canary.schema_support import waiting_filter
 from canary.targets import INBOX_TARGET
 from engram_contract import LEGACY_TARGET
 
-CURSOR_SCHEMA = "engram-canary/inbox-cursor/v1"
+CURSOR_SCHEMA = "engram-canary/inbox-cursor/v2"  # v2: the fingerprint counts waiting rows only
 CURSOR_KIND = "inbox-cursor"
 # A bound on what the fingerprint cannot see (a session's directory rewritten in place, a remote added,
 # a session row inserted after rows that name it).
@@ -76,9 +77,12 @@ class Cursor(BaseModel):
     inputs: dict[str, Any]
 
 
-def _inbox_unacked(connection: sqlite3.Connection, up_to: int) -> int:
+def _inbox_unacked(connection: sqlite3.Connection, up_to: int, waiting: str) -> int:
+    # Waiting rows only: a v2/v3 engram retires a row (quarantined, superseded) by an UPDATE that moves
+    # neither the high-water mark nor the number of unacked rows, and the inbox must drop it at once.
     row = connection.execute(
-        "SELECT count(*) FROM sync_mutations WHERE target_key IN (?, ?) AND acked_at IS NULL AND seq <= ?",
+        "SELECT count(*) FROM sync_mutations WHERE target_key IN (?, ?) AND acked_at IS NULL AND seq <= ?"
+        + waiting,
         (LEGACY_TARGET, INBOX_TARGET, up_to),
     ).fetchone()
     return int(row[0])
@@ -111,6 +115,7 @@ def _cwd_facts(cwds: set[str], resolver: GitRepoResolver) -> dict[str, list[str 
 
 def _fingerprint(
     connection: sqlite3.Connection,
+    schema: Schema,
     snapshot_high_water: int,
     enrolled: frozenset[str],
     aliases: AliasMap,
@@ -118,7 +123,7 @@ def _fingerprint(
 ) -> Fingerprint:
     return Fingerprint(
         high_water=snapshot_high_water,
-        unacked=_inbox_unacked(connection, snapshot_high_water),
+        unacked=_inbox_unacked(connection, snapshot_high_water, waiting_filter(schema)),
         enrolled=sorted(enrolled),
         aliases=_aliases_digest(aliases),
         cwds=cwds,
@@ -176,7 +181,7 @@ def tripwire_inputs(
             resolver = GitRepoResolver(read_key_entries(memory) if memory is not None else None)
             seen = kept.fingerprint
             still = _fingerprint(
-                connection, seen.high_water, enrolled, aliases, _cwd_facts(set(seen.cwds), resolver)
+                connection, schema, seen.high_water, enrolled, aliases, _cwd_facts(set(seen.cwds), resolver)
             )
             if still == seen:
                 inputs = _inputs_from_json(kept.inputs)
@@ -185,18 +190,19 @@ def tripwire_inputs(
                 later = select_inbox_rows(connection, schema, aliases, after_seq=seen.high_water)
                 inputs.add(TripwireInputs.from_rows(later.rows))
                 cwds = {**seen.cwds, **_cwd_facts(_snapshot_cwds(later), resolver)}
-                _save(path, _cursor(connection, high_water, enrolled, aliases, cwds, inputs))
+                _save(path, _cursor(connection, schema, high_water, enrolled, aliases, cwds, inputs))
                 return inputs, enrolled, unattributed, CursorMode.APPENDED
         snapshot = select_inbox_rows(connection, schema, aliases)
         inputs = TripwireInputs.from_rows(snapshot.rows)
         if use_cursor:
             cwds = _cwd_facts(_snapshot_cwds(snapshot), GitRepoResolver())
-            _save(path, _cursor(connection, snapshot.high_water, enrolled, aliases, cwds, inputs))
+            _save(path, _cursor(connection, schema, snapshot.high_water, enrolled, aliases, cwds, inputs))
     return inputs, enrolled, unattributed, CursorMode.FULL
 
 
 def _cursor(
     connection: sqlite3.Connection,
+    schema: Schema,
     high_water: int,
     enrolled: frozenset[str],
     aliases: AliasMap,
@@ -204,7 +210,7 @@ def _cursor(
     inputs: TripwireInputs,
 ) -> Cursor:
     return Cursor(
-        fingerprint=_fingerprint(connection, high_water, enrolled, aliases, cwds),
+        fingerprint=_fingerprint(connection, schema, high_water, enrolled, aliases, cwds),
         computed_at=time.time(),
         inputs=_inputs_to_json(inputs),
     )

@@ -32,6 +32,7 @@ from canary.inbox import InboxRow
 from canary.schema_support import identify, waiting_filter
 from canary.targets import project_target
 from engram_contract import LEGACY_TARGET, PushRefusal
+from engram_contract.prompt_preflight import PROMPT_PROVENANCE_BLOCKED
 
 if TYPE_CHECKING:
     from canary.repair import Deriver
@@ -62,6 +63,7 @@ class LaneHealth:
     lifecycle: str | None = None
     last_error: str | None = None
     consecutive_failures: int = 0
+    reason_code: str | None = None
     pending: int = 0
     blockers: list[Blocker] = field(default_factory=list)
     held_back: Counter[str] = field(default_factory=Counter)
@@ -110,7 +112,7 @@ def _lane(connection: sqlite3.Connection, schema: Schema, deriver: Deriver, targ
     health = LaneHealth(target_key)
     columns = [
         name
-        for name in ("lifecycle", "last_error", "consecutive_failures")
+        for name in ("lifecycle", "last_error", "consecutive_failures", "reason_code")
         if schema.has_column("sync_state", name)
     ]
     if columns:
@@ -122,6 +124,7 @@ def _lane(connection: sqlite3.Connection, schema: Schema, deriver: Deriver, targ
             health.lifecycle = str(values.get("lifecycle") or "") or None
             health.last_error = str(values["last_error"]) if values.get("last_error") else None
             health.consecutive_failures = int(values.get("consecutive_failures") or 0)
+            health.reason_code = str(values.get("reason_code") or "").strip() or None
     for row in pending_listed_rows(connection, schema, target_key):
         health.pending += 1
         if health.first_pending_seq is None:
@@ -163,6 +166,7 @@ def lane_finding(health: LaneHealth, db: Path | None = None) -> Finding | None:
         "lifecycle": health.lifecycle,
         "last_error": health.last_error,
         "consecutive_failures": health.consecutive_failures,
+        "reason_code": health.reason_code,
         "pending_rows": health.pending,
         "held_back_rows": held,
         "held_back_by_project": by_project,
@@ -193,11 +197,7 @@ def lane_finding(health: LaneHealth, db: Path | None = None) -> Finding | None:
             clear_command=None,
             clear_commands=[],
         )
-        message = (
-            f"lane {health.target_key!r} is degraded with {health.pending} rows pending: the last push failed "
-            f"({health.last_error}); no pending row fails the push contract, so fix what the error names; engram "
-            "retries on its next cycle (v1.20 stops after 10 consecutive failures until it restarts)"
-        )
+        message = degraded_message(health)
     return Finding(
         check=LEGACY_LANE_BLOCKED if health.target_key == LEGACY_TARGET else PROJECT_LANE_BLOCKED,
         severity="critical",
@@ -206,6 +206,23 @@ def lane_finding(health: LaneHealth, db: Path | None = None) -> Finding | None:
         # What an acknowledgement compares: the rows the block keeps from the cloud.
         size=len(health.blockers) + held if health.blockers else health.pending,
         evidence=evidence,
+    )
+
+
+def degraded_message(health: LaneHealth) -> str:
+    if health.reason_code == PROMPT_PROVENANCE_BLOCKED:
+        # v2/v3 (predicted from source): a local preflight denial, not a failed push (MarkSyncBlocked).
+        rows = "1 row" if health.pending == 1 else f"{health.pending} rows"
+        return (
+            f"lane {health.target_key!r} holds back a prompt engram's provenance preflight refused "
+            f"({PROMPT_PROVENANCE_BLOCKED}: {health.last_error}): engram keeps it pending and never sends it "
+            "until its local origin and session owner verify, while the lane's other rows keep delivering; "
+            f"retrying does not clear it ({rows} pending)"
+        )
+    return (
+        f"lane {health.target_key!r} is degraded with {health.pending} rows pending: the last push failed "
+        f"({health.last_error}); no pending row fails the push contract, so fix what the error names; engram "
+        "retries on its next cycle (v1.20 stops after 10 consecutive failures until it restarts)"
     )
 
 
@@ -224,11 +241,11 @@ def lane_findings(connection: sqlite3.Connection, schema: Schema, db: Path | Non
 
 LANE_STATE_KIND = "lane-health"
 # Bumped whenever a lane finding's shape changes, so a kept answer of an older canary is never reused.
-LANE_STATE_SCHEMA = "engram-canary/lane-health/v2"
+LANE_STATE_SCHEMA = "engram-canary/lane-health/v3"
 # A bound on what the fingerprint cannot see (a sessions or observations row rewritten in place, which
 # can turn an unrepairable blocker into a repairable one).
 LANE_STATE_MAX_AGE_SECONDS = 3600.0
-_SYNC_STATE_COLUMNS = ("target_key", "lifecycle", "last_error", "consecutive_failures")
+_SYNC_STATE_COLUMNS = ("target_key", "lifecycle", "last_error", "consecutive_failures", "reason_code")
 _DERIVED_FROM = ("sessions", "observations", "user_prompts")
 
 

@@ -31,7 +31,10 @@ V3 = "v3 (schema of store.go @d4397781)"
 # Versions whose databases triage has written in tests against the real binary. v2/v3 are read (check,
 # inbox, dry runs) from source-transcribed fixtures only, so triage refuses to write them.
 WRITE_TESTED = frozenset({V120})
+# v2/v3 retire a row without acking it by setting its disposition: `quarantined` (an irreparable legacy
+# row) or `superseded` (e.g. reason local_entity_deleted); neither reaches transport again.
 QUARANTINED = "quarantined"
+SUPERSEDED = "superseded"
 PENDING_DISPOSITION = "pending"
 
 
@@ -125,18 +128,22 @@ def lane_note(kind: DatabaseKind) -> str:
     if kind.version == V120:
         return f"engram v1.20 journals every mutation in the legacy 'cloud' lane with a project column; {_UNACKED_NOTE}"
     if kind.version in _SOURCE_COMMIT:
+        # Single journaling (docs/version-reach.md): the newer store and worker tests journal, ack and
+        # retarget on 'cloud' only; cloud:<project> counts come from the project column.
         return (
-            f"engram {kind.version.split()[0]} (predicted from store.go @{_SOURCE_COMMIT[kind.version]}) journals "
-            "an enrolled project's mutations in the legacy 'cloud' lane and in its 'cloud:<project>' lane, and its "
-            f"worker reads only 'cloud'; {_UNACKED_NOTE}"
+            f"engram {kind.version.split()[0]} (predicted from source, schema of store.go "
+            f"@{_SOURCE_COMMIT[kind.version]}) journals every mutation in the legacy 'cloud' lane with a project "
+            "column, as v1.20 does; 'cloud:<project>' is a sync_state row, and its worker reads only 'cloud'; "
+            f"{_UNACKED_NOTE}"
         )
     return f"engram {kind.version}: lanes not known to the canary; {_UNACKED_NOTE}"
 
 
 def waiting_filter(schema: Schema, alias: str = "") -> str:
-    """SQL that keeps only rows engram's worker would still send: v2/v3 quarantine a row by setting its
-    disposition, and the transport reads pending rows only (index idx_sync_mutations_transport on
-    (target_key, disposition, acked_at, seq), store.go @1be5d11f / @d4397781)."""
+    """SQL that keeps only rows engram's worker would still send: v2/v3 retire a row (quarantined,
+    superseded) by setting its disposition, and the transport reads pending rows only (index
+    idx_sync_mutations_transport on (target_key, disposition, acked_at, seq), store.go @1be5d11f /
+    @d4397781)."""
     if not schema.has_column("sync_mutations", "disposition"):
         return ""
     return f" AND {alias}disposition = '{PENDING_DISPOSITION}'"

@@ -94,7 +94,7 @@ def cli() -> None:
     default="v3",
     show_default=True,
     help="Which real server to answer as: v1.20 (observed), v2 or v3 (predicted from engram's source; "
-    "v3 serves the prompt-provenance routes) [env ENGRAM_FAKE_CLOUD_SERVER_VERSION].",
+    "v2 and v3 serve the prompt-provenance routes) [env ENGRAM_FAKE_CLOUD_SERVER_VERSION].",
 )
 def serve(
     host: str,

@@ -5,6 +5,8 @@ in internal/cloud/cloudserver/cloudserver.go @d4397781; the three handlers live 
 reference index names only by content (session authority: file id 70376908309; prompt pair claim:
 70242872058; attestation and its /verify: 70549957305). Each function below follows its handler's
 validation order step by step, with the statuses and texts it writes (``http.Error`` text, or JSON).
+`--server-version v2` serves the same handlers: the newer v2 worker calls register and claim (manager.go,
+module /v2, index file id 71019478362), and v2's own handlers are not stored (an assumption).
 
 The fake models the server `engram cloud serve` runs with one legacy bearer token (and its project
 allowlist), the same server the v1.20 routes model: a legacy token resolves to no principal, so the

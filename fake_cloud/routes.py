@@ -1,7 +1,9 @@
 """The client-facing routes of engram's cloud server, as data: what the HTTP layer may answer from a
 request's head (Go's ServeMux 404/405, the bearer token's 401, a declared size's 413) and what the
 handlers need to know about each route. v1.20's routes are served by every server version; the
-provenance routes only by v3 (an older server's mux answers them 404)."""
+provenance routes by v2 and v3 (v1.20's mux answers them 404): the newer v2 worker calls them before it
+pushes a prompt that carries source_inbox_id (docs/version-reach.md), so the fake's v2 serves them as
+v3's handlers do (v2's own handlers are not stored in the reference index: an assumption)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ class SyncRoute:
     fault_route: Route | None  # which scheduled faults can hit it; None: none can
     needs_token: bool
     push: bool  # its body is capped by max_push_bytes (413)
-    # A v3 provenance route: its handler decides when an oversize body is 413 (some check auth first)
+    # A v2/v3 provenance route: its handler decides when an oversize body is 413 (some check auth first)
     # and words it, so the head's 413 does not apply; older servers do not route it.
     provenance: bool = False
 
@@ -63,7 +65,7 @@ def match(path: str, version: ServerVersion) -> SyncRoute | None:
     ("/sync/pull/{chunkID}" is one segment)."""
     route = SYNC_ROUTES.get(path)
     if route is not None:
-        return None if route.provenance and version != "v3" else route
+        return None if route.provenance and version == "v1.20" else route
     if path.startswith("/sync/pull/") and path.count("/") == 3 and path != "/sync/pull/":
         return CHUNK_READ
     return None

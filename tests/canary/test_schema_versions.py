@@ -373,10 +373,12 @@ def test_a_waiting_row_without_a_project_is_unattributed(version: str, db: Path)
 
 NOTES = {
     "v1.20.0": "note: engram v1.20 journals every mutation in the legacy 'cloud' lane with a project column; ",
-    "v2-1be5d11f": "note: engram v2 (predicted from store.go @1be5d11f) journals an enrolled project's mutations in the legacy "
-    "'cloud' lane and in its 'cloud:<project>' lane, and its worker reads only 'cloud'; ",
-    "v3-d4397781": "note: engram v3 (predicted from store.go @d4397781) journals an enrolled project's mutations in the legacy "
-    "'cloud' lane and in its 'cloud:<project>' lane, and its worker reads only 'cloud'; ",
+    "v2-1be5d11f": "note: engram v2 (predicted from source, schema of store.go @1be5d11f) journals every mutation in the "
+    "legacy 'cloud' lane with a project column, as v1.20 does; 'cloud:<project>' is a sync_state row, and its worker "
+    "reads only 'cloud'; ",
+    "v3-d4397781": "note: engram v3 (predicted from source, schema of store.go @d4397781) journals every mutation in the "
+    "legacy 'cloud' lane with a project column, as v1.20 does; 'cloud:<project>' is a sync_state row, and its worker "
+    "reads only 'cloud'; ",
 }
 
 

@@ -72,6 +72,7 @@ class SimulatedData:
     stray_rows: int = 3  # session, observation, prompt of the unenrolled project (legacy lane or cloud:inbox)
     project_lane_rows: int = 3  # the enrolled project's rows on cloud:<enrolled>
     quarantined_rows: int = 0
+    superseded_rows: int = 0
 
 
 def _payload(**fields: object) -> str:
@@ -83,12 +84,13 @@ def fill_simulated(version: str, db: Path, *, design_conforming: bool = False) -
     legacy lane, one unenrolled project waiting there, and the derived phantom sync_state row.
 
     v1.20 (observed on the real binary): a save journals to `cloud` only and mints `cloud:<project>` in
-    sync_state (pending); the three unacked rows on `cloud:<enrolled>` are SIMULATED LEGACY DATA, as an
-    older engram left them (scenarios/per-project-lane-never-delivers does the same). v2/v3 (predicted
-    from source: internal/store/cloud_inbox_test.go @1be5d11f): a write is journaled to both `cloud` and
-    `cloud:<project>`; engram's own migrate seeds `cloud:inbox` with lifecycle `inbox` (the fixture does
-    that part); sync_mutations carries a disposition, and one row is quarantined as engram's recovery
-    leaves a malformed legacy row (internal/cloud/autosync/manager.go @0cd24e8a).
+    sync_state (pending). v2/v3 journal to `cloud` only as well (predicted from source,
+    docs/version-reach.md "Journaling"), and engram's own migrate seeds `cloud:inbox` with lifecycle
+    `inbox` (the fixture does that part). On every version the three unacked rows on `cloud:<enrolled>`
+    are SIMULATED LEGACY DATA, as an older engram left them (upstream #264, #1013;
+    scenarios/per-project-lane-never-delivers does the same), kept across upgrades; sync_mutations carries a disposition, one row is quarantined as engram's recovery
+    leaves a malformed legacy row (internal/cloud/autosync/manager.go @0cd24e8a), and one prompt is
+    superseded (reason local_entity_deleted) as engram retires a row whose local entity is gone.
 
     design_conforming=True simulates an engram that implements the design (no release does yet): the
     unenrolled project's rows are journaled to `cloud:inbox`, and the enrolled lane delivers (acked).
@@ -153,7 +155,7 @@ def fill_simulated(version: str, db: Path, *, design_conforming: bool = False) -
             ]
             rows += [(lane, entity, key, payload, project, acked) for entity, key, payload in entries]
             if project == ENROLLED:
-                # The enrolled project's writes are journaled to its own lane too; a legacy-only worker
+                # Legacy rows an older engram left on the enrolled project's own lane; a legacy-only worker
                 # never reads it (never acked), a design-conforming one delivers from it.
                 project_lane_acked = ALL_TIME if design_conforming else None
                 rows += [(f"cloud:{ENROLLED}", e, k, p, project, project_lane_acked) for e, k, p in entries]
@@ -163,7 +165,7 @@ def fill_simulated(version: str, db: Path, *, design_conforming: bool = False) -
                 "occurred_at, acked_at) VALUES (?, ?, ?, 'upsert', ?, 'local', ?, ?, ?)",
                 (lane, entity, key, payload, project, ALL_TIME, acked),
             )
-        quarantined = 0
+        quarantined = superseded = 0
         if has_disposition:
             connection.execute(
                 "INSERT INTO sync_mutations (target_key, entity, entity_key, op, payload, source, project, "
@@ -172,12 +174,33 @@ def fill_simulated(version: str, db: Path, *, design_conforming: bool = False) -
                 (ENROLLED, ALL_TIME, ALL_TIME),
             )
             quarantined = 1
+            # A prompt engram retired because its local entity was deleted: unacked, never sent again
+            # (doctor test seeding disposition 'superseded', reason 'local_entity_deleted'; internal/
+            # diagnostic, index file ids 70306711781 and 68490790294).
+            connection.execute(
+                "INSERT INTO sync_mutations (target_key, entity, entity_key, op, payload, source, project, "
+                "occurred_at, disposition, disposition_reason, disposition_evidence, disposition_at) VALUES "
+                "('cloud', 'prompt', 'prompt-retired', 'upsert', ?, 'local', ?, ?, 'superseded', "
+                "'local_entity_deleted', '{\"entity_key\":\"prompt-retired\"}', ?)",
+                (
+                    _payload(
+                        sync_id="prompt-retired",
+                        session_id=f"sess-{ENROLLED}",
+                        content="old",
+                        project=ENROLLED,
+                    ),
+                    ENROLLED,
+                    ALL_TIME,
+                    ALL_TIME,
+                ),
+            )
+            superseded = 1
         last_seq = connection.execute("SELECT max(seq) FROM sync_mutations").fetchone()[0]
         connection.execute(
             "UPDATE sync_state SET last_enqueued_seq = ? WHERE target_key = 'cloud'", (last_seq,)
         )
         connection.execute("COMMIT")
-    return SimulatedData(quarantined_rows=quarantined)
+    return SimulatedData(quarantined_rows=quarantined, superseded_rows=superseded)
 
 
 def build(version: str, db: Path, *, design_conforming: bool = False) -> SimulatedData:
