@@ -16,6 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from canary.checks import CheckResult
 from canary.config import CanaryConfig
 from canary.findings import Acknowledgement, Finding
+from canary.reconcile import LaneReport, ReconcileResult
+from canary.reconcile import write_textfile as write_reconcile_textfile
 from canary.report import TEXTFILE_MAX_ITEMIZED, TEXTFILE_MAX_LABEL_CHARS, finding_id, write_textfile
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -167,7 +169,8 @@ def test_an_unknown_check_says_why_in_the_textfile(tmp_path: Path) -> None:
 
 
 def emitted_metrics(tmp_path: Path) -> set[str]:
-    """Every metric family the textfile can carry: a result with each kind of finding, and an UNKNOWN."""
+    """Every metric family the canary's textfiles can carry: check's with each kind of finding and an
+    UNKNOWN one, and reconcile's."""
     names: set[str] = set()
     full = result_of(
         [LANE, UNATTRIBUTED, foreign("side")],
@@ -175,11 +178,22 @@ def emitted_metrics(tmp_path: Path) -> set[str]:
         inbox_keys={"side": {"memories": 1, "telemetry": 1, "oldest_memory_age_days": 2.0}},
     )
     unknown = CheckResult(status="unknown", db=DB, checked_at="2026-12-01T10:00:00Z", error="locked")
-    for index, result in enumerate((full, unknown)):
-        directory = tmp_path / str(index)
-        directory.mkdir()
-        text = write_textfile(result, directory).read_text()
-        names |= set(re.findall(r"^# TYPE (\w+) ", text, re.MULTILINE))
+    reconciled = ReconcileResult(
+        status="critical",
+        db=DB,
+        checked_at="2026-12-01T10:00:00Z",
+        lanes=[LaneReport(lane="cloud", project="alpha", enrolled=True, acked=6, lost=6)],
+        cloud_only={"beta": 1},
+    )
+    for name in ("check", "unknown", "reconcile"):
+        (tmp_path / name).mkdir()
+    written = [
+        write_textfile(full, tmp_path / "check"),
+        write_textfile(unknown, tmp_path / "unknown"),
+        write_reconcile_textfile(reconciled, tmp_path / "reconcile"),
+    ]
+    for path in written:
+        names |= set(re.findall(r"^# TYPE (\w+) ", path.read_text(), re.MULTILINE))
     return names
 
 
@@ -203,7 +217,7 @@ def used_metrics() -> tuple[set[str], set[str]]:
 def test_every_emitted_metric_is_used_by_a_rule_or_a_panel_or_listed_unused(tmp_path: Path) -> None:
     emitted = emitted_metrics(tmp_path)
     by_rules, by_panels = used_metrics()
-    assert len(emitted) >= 15
+    assert len(emitted) >= 22
     assert emitted - by_rules - by_panels - set(DELIBERATELY_UNUSED) == set()
     # and nothing queries a metric the textfile does not have
     assert (by_rules | by_panels) - emitted == set()
