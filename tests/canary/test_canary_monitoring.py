@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 from canary_support import run_canary
-from fleet_support import MONITORING, RULES, prometheus_tools
+from fleet_support import ALERTMANAGER_CONFIG, MONITORING, RULES, alertmanager_tools, prometheus_tools
 
 from harness.engram_env import EngramEnvironment
 
@@ -70,6 +70,15 @@ def test_textfile_gauges_per_inbox_key_and_per_finding_with_acknowledged_labels(
     ) in prom
     assert f'engram_canary_acknowledged_findings{{db="{db}"}} 1.0' in prom
     assert f'engram_canary_new_foreign_targets{{db="{db}"}} 0.0' in prom
+
+
+def test_amtool_accepts_the_shipped_alertmanager_config() -> None:
+    _, amtool = alertmanager_tools()
+    checked = subprocess.run(
+        [amtool, "check-config", str(ALERTMANAGER_CONFIG)], capture_output=True, text=True, check=False
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "1 inhibit rules" in checked.stdout
 
 
 def alert_names() -> list[str]:
