@@ -232,7 +232,7 @@ def write_textfile(result: CheckResult, directory: Path, config: CanaryConfig | 
         for finding in itemized:
             if not finding.new:
                 continue
-            lane = finding.target_key or "" if finding.check in LANE_CHECKS else ""
+            lane = (finding.target_key or "") if finding.check in LANE_CHECKS else ""
             info.labels(
                 db,
                 finding_id(db, finding),
