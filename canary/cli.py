@@ -190,7 +190,7 @@ def check(
         result = unknown_result(db_path, str(error))
     if textfile_dir is not None:
         try:
-            write_textfile(result, textfile_dir)
+            write_textfile(result, textfile_dir, config)
         except CanaryError as error:
             click.echo(f"{PROG}: error: {error}", err=True)
             result = CheckResult.model_validate(

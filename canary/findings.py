@@ -133,12 +133,20 @@ def alarming(findings: Iterable[Finding]) -> list[Finding]:
     return [finding for finding in findings if finding.new]
 
 
+def counted_severities(findings: Iterable[Finding], critical_new_foreign_targets: int) -> dict[str, Status]:
+    """Each unacknowledged finding's weight in the status, by identity: its own severity, and CRITICAL for
+    every foreign target when that many unacknowledged foreign targets exist at once (the fleet view pages
+    with these, so an alert's severity is the status it stands for)."""
+    counted = alarming(findings)
+    foreign = {finding.target_key for finding in counted if finding.check in FOREIGN_CHECKS}
+    many = len(foreign) >= critical_new_foreign_targets
+    return {
+        finding.identity: Status.CRITICAL if many and finding.check in FOREIGN_CHECKS else finding.status
+        for finding in counted
+    }
+
+
 def overall_status(findings: Iterable[Finding], critical_new_foreign_targets: int) -> Status:
     """The status policy of both `check` and `watch`: the worst unacknowledged finding, and CRITICAL
     when that many unacknowledged foreign targets exist at once."""
-    counted = alarming(findings)
-    status = max((finding.status for finding in counted), default=Status.OK)
-    foreign = {finding.target_key for finding in counted if finding.check in FOREIGN_CHECKS}
-    if len(foreign) >= critical_new_foreign_targets:
-        status = Status.CRITICAL
-    return status
+    return max(counted_severities(findings, critical_new_foreign_targets).values(), default=Status.OK)

@@ -64,6 +64,7 @@ _LEGACY_INBOX_WHERE = f"""m.target_key = '{LEGACY_TARGET}' AND m.acked_at IS NUL
 _DESIGN_INBOX_WHERE = f"m.target_key = '{INBOX_TARGET}' AND m.acked_at IS NULL"
 
 
+UNATTRIBUTED_MUTATIONS = "unattributed_mutations"
 # Legacy-lane rows journaled without a project (v1.20's `engram save` without --project): the worker sends
 # them, but the cloud refuses an entry with an empty project (400), so they never deliver either.
 # `+target_key` keeps the planner on idx_sync_mutations_project: on target_key it scans every legacy row
@@ -709,7 +710,7 @@ def findings_from(
 
 def unattributed_finding(summary: KeySummary) -> Finding:
     return Finding(
-        check="unattributed_mutations",
+        check=UNATTRIBUTED_MUTATIONS,
         severity="warning",
         message=(
             f"{summary.total} unacked rows in the legacy lane have no project ({summary.count} memories, "

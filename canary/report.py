@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shlex
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -10,7 +12,8 @@ from typing import Any
 from canary.checks import FOREIGN_CHECKS, CheckResult
 from canary.config import CanaryConfig
 from canary.errors import CanaryError
-from canary.findings import Finding
+from canary.findings import Finding, Status, counted_severities
+from canary.inbox import UNATTRIBUTED_MUTATIONS
 from canary.lane_health import LANE_CHECKS
 from canary.text import printable
 
@@ -122,13 +125,63 @@ def render_json(result: CheckResult) -> str:
     return result.model_dump_json(by_alias=True, indent=2)
 
 
-def write_textfile(result: CheckResult, directory: Path) -> Path:
+# A machine's textfile stays bounded however many phantom targets or inbox keys its database holds: the
+# per-finding series (info, rows, rows per foreign target) cover the first TEXTFILE_MAX_ITEMIZED findings,
+# the most urgent first, and the per-key inbox series the fullest TEXTFILE_MAX_ITEMIZED keys; the counts
+# of what was left out are series of their own (engram_canary_not_itemized).
+TEXTFILE_MAX_ITEMIZED = 20
+# The reason and command labels of engram_canary_finding_info: one line, at most this many characters.
+TEXTFILE_MAX_LABEL_CHARS = 1024
+
+
+def finding_id(db: str, finding: Finding) -> str:
+    """A short stable id of one finding on one database: the alert rules' annotations look a finding's
+    reason and command up by it (a label value safe to quote in PromQL, whatever the path or key holds)."""
+    return hashlib.sha256(f"{db}\0{finding.identity}".encode()).hexdigest()[:16]
+
+
+def clearing_command(finding: Finding, db: str) -> str:
+    """The command that clears FINDING, as the canary knows it; else the check that shows the evidence."""
+    for name in ("clear_command", "claim_command"):
+        command = finding.evidence.get(name)
+        if isinstance(command, str) and command.strip():
+            return command
+    if finding.check in FOREIGN_CHECKS:
+        projects = finding.evidence.get("projects")
+        if isinstance(projects, list) and len(projects) == 1 and isinstance(projects[0], str) and projects[0]:
+            return shlex.join(["engram", "cloud", "enroll", projects[0]])
+    if finding.check == UNATTRIBUTED_MUTATIONS:
+        return shlex.join(["engram-canary", "inbox", "drop", "--unattributed", "--db", db, "--apply"])
+    return shlex.join(["engram-canary", "check", "--db", db])
+
+
+def _label_text(text: str) -> str:
+    line = printable(text)
+    if len(line) <= TEXTFILE_MAX_LABEL_CHARS:
+        return line
+    return line[: TEXTFILE_MAX_LABEL_CHARS - 1] + "\u2026"
+
+
+def _urgency(finding: Finding, severities: dict[str, Status]) -> tuple[bool, bool, int, int, str]:
+    """Sort key: unacknowledged first, a blocked lane first among them, then the worst and the biggest."""
+    weight = severities.get(finding.identity, finding.status) if finding.new else Status.OK
+    return (
+        not finding.new,
+        finding.check not in LANE_CHECKS,
+        -int(weight),
+        -finding.measure(),
+        finding.identity,
+    )
+
+
+def write_textfile(result: CheckResult, directory: Path, config: CanaryConfig | None = None) -> Path:
     """node_exporter textfile collector format; prometheus_client writes tmp + rename (atomic)."""
     # Imported here: only --textfile-dir needs it, and it costs a one-shot check ~20 ms of start-up.
     from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
 
     if not directory.is_dir():
         raise ReportError(f"--textfile-dir {directory}: not a directory")
+    thresholds = (config or CanaryConfig()).thresholds
     registry = CollectorRegistry()
     db = result.db
     Gauge("engram_canary_status", "0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN", ["db"], registry=registry).labels(
@@ -137,7 +190,14 @@ def write_textfile(result: CheckResult, directory: Path) -> Path:
     Gauge(
         "engram_canary_last_check_timestamp_seconds", "When the check ran", ["db"], registry=registry
     ).labels(db).set(_timestamp(result.checked_at))
-    if result.error is None:
+    if result.error is not None:
+        Gauge(
+            "engram_canary_unknown_info",
+            "1 while the check is UNKNOWN, with the one line that says why",
+            ["db", "reason"],
+            registry=registry,
+        ).labels(db, _label_text(result.error)).set(1)
+    else:
         summary = result.summary
         for name, help_text in (
             ("foreign_targets", "Sync target keys outside the closed target space"),
@@ -159,13 +219,38 @@ def write_textfile(result: CheckResult, directory: Path) -> Path:
             ["db"],
             registry=registry,
         ).labels(db).set(summary.get("unacknowledged_findings", 0))
+        severities = counted_severities(result.findings, thresholds.critical_new_foreign_targets)
+        ranked = sorted(result.findings, key=lambda finding: _urgency(finding, severities))
+        itemized = ranked[:TEXTFILE_MAX_ITEMIZED]
+        info = Gauge(
+            "engram_canary_finding_info",
+            "1 per unacknowledged finding: severity as the status counts it, the canary's one-line reason "
+            "and the command that clears it (lane: a blocked lane's target key)",
+            ["db", "finding", "check", "severity", "lane", "target_key", "key", "reason", "clear_command"],
+            registry=registry,
+        )
+        for finding in itemized:
+            if not finding.new:
+                continue
+            lane = (finding.target_key or "") if finding.check in LANE_CHECKS else ""
+            info.labels(
+                db,
+                finding_id(db, finding),
+                finding.check,
+                severities[finding.identity].label,
+                lane,
+                "" if lane else finding.target_key or "",
+                finding.key or "",
+                _label_text(finding.message),
+                _label_text(clearing_command(finding, db)),
+            ).set(1)
         per_target = Gauge(
             "engram_canary_foreign_target_unacked_rows",
             "Unacked rows on (or mapped by project to) a foreign target",
             ["db", "check", "target_key", "new"],
             registry=registry,
         )
-        for finding in result.findings:
+        for finding in itemized:
             if finding.check in FOREIGN_CHECKS and finding.target_key is not None:
                 rows = int(finding.evidence.get("unacked_rows") or 0)
                 rows += int(finding.evidence.get("project_unacked_rows") or 0)
@@ -190,7 +275,7 @@ def write_textfile(result: CheckResult, directory: Path) -> Path:
             ["db", "check", "target_key", "key", "acknowledged"],
             registry=registry,
         )
-        for finding in result.findings:
+        for finding in itemized:
             per_finding.labels(
                 db,
                 finding.check,
@@ -210,11 +295,22 @@ def write_textfile(result: CheckResult, directory: Path) -> Path:
             ["db", "key"],
             registry=registry,
         )
-        for key, totals in summary.get("inbox_keys", {}).items():
+        inbox_keys: dict[str, Any] = summary.get("inbox_keys", {})
+        fullest = sorted(inbox_keys.items(), key=lambda item: (-item[1]["memories"], item[0]))
+        for key, totals in fullest[:TEXTFILE_MAX_ITEMIZED]:
             inbox_rows.labels(db, key, "memories").set(totals["memories"])
             inbox_rows.labels(db, key, "telemetry").set(totals["telemetry"])
             if totals.get("oldest_memory_age_days") is not None:
                 inbox_age.labels(db, key).set(totals["oldest_memory_age_days"])
+        not_itemized = Gauge(
+            "engram_canary_not_itemized",
+            f"Findings (what=findings) or inbox keys (what=inbox_keys) beyond the textfile's cap of "
+            f"{TEXTFILE_MAX_ITEMIZED} per-item series",
+            ["db", "what"],
+            registry=registry,
+        )
+        not_itemized.labels(db, "findings").set(len(ranked) - len(itemized))
+        not_itemized.labels(db, "inbox_keys").set(max(0, len(fullest) - TEXTFILE_MAX_ITEMIZED))
         counts: dict[tuple[str, str, str], int] = {}
         for finding in result.findings:
             labels = (finding.check, finding.severity, str(finding.acknowledged).lower())

@@ -60,6 +60,12 @@ if prometheus_tools=$(bash scripts/prometheus.sh); then
 else
   echo "test.sh: no prometheus; the fleet-view tests will skip (fail under CI=true)" >&2
 fi
+# Debian's Alertmanager and amtool for the fleet view's one-problem-one-page tests (installs them when root).
+if alertmanager_tools=$(bash scripts/alertmanager.sh); then
+  export ENGRAM_KIT_ALERTMANAGER="$alertmanager_tools"
+else
+  echo "test.sh: no alertmanager; the fleet-view notification tests will skip (fail under CI=true)" >&2
+fi
 
 export TESTCONTAINERS_RYUK_DISABLED=true
 export TESTCONTAINERS_CONNECTION_MODE=docker_host

@@ -44,9 +44,9 @@ V120_ONLY: dict[str, str] = {
         "shows the invariant's model has teeth through a triage write (drop-unattributed --apply), v1.20 only"
     ),
     # Left on v1.20 for the time budget (each costs ~10 s per version for little the other runs lack):
-    "test_canary_monitoring::test_prometheus_fires_for_a_new_foreign_target_and_resolves_after_an_enroll": (
-        "time: starts real Prometheus and node_exporter; the textfile they read is pinned per version by "
-        "test_textfile_gauges_per_inbox_key_and_per_finding_with_acknowledged_labels"
+    "test_canary_fleet::test_three_machines_page_once_per_problem_naming_the_machine_the_finding_and_the_fix": (
+        "time: three homes, real Prometheus, Alertmanager and node_exporters; the textfile they read is pinned "
+        "per version by test_textfile_gauges_per_inbox_key_and_per_finding_with_acknowledged_labels"
     ),
     "test_triage_defects::test_drop_refuses_bad_selections_in_one_line": (
         "time: six homes per version for argument errors, five of which are refused before the database is read"
