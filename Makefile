@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 ENGRAM_VERSION ?= v1.20.0
 
-.PHONY: demo test test-v3 venv engram lint typecheck bench clean
+.PHONY: demo test test-v3 venv engram lint typecheck bench mutation clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,5 +38,8 @@ demo: engram
 bench: engram
 	$(BIN)/python -m bench
 
+mutation: venv
+	bash scripts/mutation.sh
+
 clean:
-	rm -rf $(VENV) .cache build *.egg-info
+	rm -rf $(VENV) .cache build *.egg-info mutants
