@@ -39,4 +39,4 @@ bench: engram
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .cache build *.egg-info
+	rm -rf $(VENV) .cache dist

@@ -85,10 +85,10 @@ def _a_number(_context: click.Context, _parameter: click.Parameter, value: float
 
 
 def _print_version(context: click.Context, _parameter: click.Parameter, value: bool) -> None:
-    """click's version line, with the version looked up only when asked for (canary.__getattr__)."""
+    """click's version line (click's own version_option would read the installed metadata)."""
     if not value or context.resilient_parsing:
         return
-    from canary import __version__
+    from engram_contract.version import __version__
 
     click.echo(f"{PROG}, version {__version__}")
     context.exit()
