@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +24,13 @@ pytestmark = pytest.mark.engram
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 HARNESS_ONLY = {"rich", "faker", "pytest", "docker", "testcontainers"}
+PROJECT = tomllib.loads((REPOSITORY / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+# The installed import names: "" while the packages install at the top level, "engram_sync_kit." once
+# they live under the kit's own namespace (read from the entry point, so this test holds either way).
+IMPORT_PREFIX = PROJECT["scripts"]["engram-canary"].split(":")[0].removesuffix("canary.command")
+TOP_LEVEL = (
+    {IMPORT_PREFIX.rstrip(".")} if IMPORT_PREFIX else {"canary", "harness", "fake_cloud", "engram_contract"}
+)
 
 
 def _without_go(path: str) -> str:
@@ -58,6 +66,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     assert _tree_entries() - before == set(), "the build wrote into the source folder"
     (wheel,) = (work / "dist").glob("engram_sync_kit-*.whl")
     assert wheel.name == f"engram_sync_kit-{__version__}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel) as archive:
+        modules = [name for name in archive.namelist() if name.endswith(".py")]
+    assert {name.split("/")[0] for name in modules} == TOP_LEVEL
 
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
@@ -128,7 +139,8 @@ def test_a_new_user_installs_the_wheel_and_checks_a_real_engram_home(
         [
             str(installed / "python"),
             "-c",
-            "import canary, harness.library as l; print(canary.__file__); print(l.scenario_library())",
+            f"import {IMPORT_PREFIX}canary as c, {IMPORT_PREFIX}harness.library as l;"
+            " print(c.__file__); print(l.scenario_library())",
         ],
         env,
         tmp_path,
@@ -181,10 +193,10 @@ def test_the_base_dependencies_are_what_the_canary_and_the_fake_cloud_import() -
     dependency, and no base dependency belongs to the harness only."""
     import ast
 
-    project = tomllib.loads((REPOSITORY / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    project = PROJECT
     distribution_of = {"yaml": "pyyaml", "prometheus_client": "prometheus-client"}
     base = {re.split(r"[=<>\[ ]", requirement)[0].lower() for requirement in project["dependencies"]}
-    ours = {"canary", "fake_cloud", "engram_contract", "harness"}
+    ours = {"canary", "fake_cloud", "engram_contract", "harness", "engram_sync_kit"}
     imported: set[str] = set()
     for package in ("canary", "fake_cloud", "engram_contract"):
         for source in (REPOSITORY / package).rglob("*.py"):
