@@ -27,7 +27,7 @@ HARNESS_ONLY = {"rich", "faker", "pytest", "docker", "testcontainers"}
 PROJECT = tomllib.loads((REPOSITORY / "pyproject.toml").read_text(encoding="utf-8"))["project"]
 # The installed import names: "" while the packages install at the top level, "engram_sync_kit." once
 # they live under the kit's own namespace (read from the entry point, so this test holds either way).
-IMPORT_PREFIX = PROJECT["scripts"]["engram-canary"].split(":")[0].removesuffix("canary.command")
+IMPORT_PREFIX = PROJECT["scripts"]["engram-canary"].split(":")[0].rpartition("canary.")[0]
 TOP_LEVEL = (
     {IMPORT_PREFIX.rstrip(".")} if IMPORT_PREFIX else {"canary", "harness", "fake_cloud", "engram_contract"}
 )
