@@ -32,6 +32,8 @@ def test_the_sections_come_in_the_users_order() -> None:
 
 def test_install_comes_before_the_first_command_and_make_comes_last() -> None:
     assert README.index("pipx install engram-sync-kit") < README.index("engram-canary check")
+    # The walk-through's new user had pipx and no `build` module: the wheel is built through pipx too.
+    assert "pipx run build --wheel" in README and "python -m build" not in README
     assert README.index("make demo") > README.index("## Development")
 
 
