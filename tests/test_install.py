@@ -20,7 +20,8 @@ from test_readme import first_check_output
 
 from engram_contract.version import __version__
 
-pytestmark = pytest.mark.engram
+# One build and one venv for the module: the tests share a worker under xdist (make test runs --dist loadgroup).
+pytestmark = [pytest.mark.engram, pytest.mark.xdist_group("install")]
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 HARNESS_ONLY = {"rich", "faker", "pytest", "docker", "testcontainers"}
