@@ -42,4 +42,4 @@ mutation: venv
 	bash scripts/mutation.sh
 
 clean:
-	rm -rf $(VENV) .cache build *.egg-info mutants
+	rm -rf $(VENV) .cache dist mutants

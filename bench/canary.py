@@ -63,9 +63,12 @@ class Watch:
     lines: queue.Queue[tuple[float, str]]
 
     @classmethod
-    def start(cls, db: Path, env: dict[str, str], *extra: str) -> Watch:
+    def start(cls, db: Path, env: dict[str, str], watch_settings: dict[str, Any] | None = None) -> Watch:
+        """watch on db, with these config-file `watch:` settings (JSON is YAML)."""
+        config = db.with_name("bench-canary.yaml")
+        config.write_text(json.dumps({"watch": watch_settings or {}}), encoding="utf-8")
         process = subprocess.Popen(
-            [str(CANARY), "watch", "--db", str(db), *extra],
+            [str(CANARY), "--config", str(config), "watch", "--db", str(db)],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -139,8 +142,11 @@ def fresh_copy(cached: Path, workdir: Path) -> Path:
     return db
 
 
-def measure_latency(db: Path, env: dict[str, str], events: int, *extra: str) -> dict[str, Any]:
-    watch = Watch.start(db, env, "--full-every", "3600", *extra)
+def measure_latency(db: Path, env: dict[str, str], events: int, poll: bool = False) -> dict[str, Any]:
+    settings: dict[str, Any] = {"full_recheck_seconds": 3600}
+    if poll:
+        settings |= {"poll": True, "poll_interval_seconds": 0.05}
+    watch = Watch.start(db, env, settings)
     writer = subprocess.Popen(
         [sys.executable, "-c", WRITER, str(db)],
         stdin=subprocess.PIPE,
@@ -150,7 +156,7 @@ def measure_latency(db: Path, env: dict[str, str], events: int, *extra: str) -> 
     )
     assert writer.stdin is not None and writer.stdout is not None
     latencies: list[float] = []
-    tag = "poll" if "--poll" in extra else "inotify"
+    tag = "poll" if poll else "inotify"
     try:
         for number in range(events):
             key = f"cloud:bench-{tag}-{number:04d}"
@@ -215,11 +221,15 @@ def core_check_seconds(db: Path) -> dict[str, float]:
     return {"target_space_s": round(middle - began, 3), "inbox_tripwires_s": round(end - middle, 3)}
 
 
-def measure_idle(db: Path, env: dict[str, str], seconds: float, *extra: str) -> dict[str, Any]:
+def measure_idle(
+    db: Path, env: dict[str, str], seconds: float, full_recheck_seconds: float | None = None
+) -> dict[str, Any]:
     wal = Path(f"{db}-wal")
     wal_before = wal.stat().st_size if wal.exists() else 0
     began = time.monotonic()
-    watch = Watch.start(db, env, *extra)
+    watch = Watch.start(
+        db, env, {} if full_recheck_seconds is None else {"full_recheck_seconds": full_recheck_seconds}
+    )
     startup = time.monotonic() - began
     cpu_before = watch.cpu_seconds()
     wal_started = wal.stat().st_size if wal.exists() else 0
@@ -228,7 +238,9 @@ def measure_idle(db: Path, env: dict[str, str], seconds: float, *extra: str) -> 
     wal_after = wal.stat().st_size if wal.exists() else 0
     watch.stop()
     return {
-        "options": list(extra),
+        "options": []
+        if full_recheck_seconds is None
+        else [f"watch.full_recheck_seconds={full_recheck_seconds:g}"],
         "startup_s": round(startup, 3),
         "seconds": seconds,
         "cpu_seconds": round(cpu_after - cpu_before, 6),
@@ -445,11 +457,9 @@ def main(
     doctor = timed([str(engram), "doctor", "--json"], doctor_env, runs=doctor_runs)
     db = fresh_copy(cached, workdir)
     idle = measure_idle(db, env, idle_seconds)
-    backstop = measure_idle(db, env, idle_seconds, "--full-every", "10")
+    backstop = measure_idle(db, env, idle_seconds, full_recheck_seconds=10)
     inotify = measure_latency(db, env, events)
-    polling = (
-        measure_latency(db, env, poll_events, "--poll", "--poll-interval", "0.05") if poll_events else None
-    )
+    polling = measure_latency(db, env, poll_events, poll=True) if poll_events else None
 
     results: dict[str, Any] = {
         "benchmark": "canary",

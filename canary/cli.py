@@ -10,6 +10,7 @@ import importlib
 import math
 import sqlite3
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,11 +27,21 @@ from canary.baseline import (
     record_baseline,
 )
 from canary.checks import CheckResult, now_iso, run_check, unknown_result
-from canary.config import CanaryConfig, WatchSettings, default_config_path, load_config
+from canary.config import CanaryConfig, WatchSettings
 from canary.db import default_db_path
 from canary.errors import CanaryError
 from canary.findings import Status
 from canary.report import render_json, render_text, write_textfile
+from canary.settings import (
+    CONFIG_ENV,
+    chosen_config_file,
+    config_file_option,
+    default_config_hint,
+    deprecated_option,
+    effective_config,
+    render_settings,
+    settings_with_sources,
+)
 from canary.text import printable
 from engram_contract.one_line_cli import OneLineErrorGroup
 
@@ -85,10 +96,10 @@ def _a_number(_context: click.Context, _parameter: click.Parameter, value: float
 
 
 def _print_version(context: click.Context, _parameter: click.Parameter, value: bool) -> None:
-    """click's version line, with the version looked up only when asked for (canary.__getattr__)."""
+    """click's version line (click's own version_option would read the installed metadata)."""
     if not value or context.resilient_parsing:
         return
-    from canary import __version__
+    from engram_contract.version import __version__
 
     click.echo(f"{PROG}, version {__version__}")
     context.exit()
@@ -103,7 +114,14 @@ def _print_version(context: click.Context, _parameter: click.Parameter, value: b
     callback=_print_version,
     help="Show the version and exit.",
 )
-def cli() -> None:
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    envvar=CONFIG_ENV,
+    help=default_config_hint(),
+)
+def cli(config_file: Path | None) -> None:
     """Watch engram's sync target space and triage its virtual inbox."""
 
 
@@ -114,18 +132,12 @@ db_option = click.option(
     type=click.Path(path_type=Path),
     help="engram.db (default: config `db`, else $ENGRAM_DATA_DIR/engram.db, else ~/.engram/engram.db).",
 )
-config_option = click.option(
-    "--config",
-    "config_file",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help=f"YAML config (default: {default_config_path()}).",
-)
-baseline_option = click.option(
-    "--baseline",
-    "baseline_file",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Baseline file (default: baseline.json next to the config).",
-)
+
+
+def baseline_option(command: str) -> Callable[[Any], Any]:
+    return deprecated_option(
+        "--baseline", command, "baseline_file", type=click.Path(path_type=Path, dir_okay=False)
+    )
 
 
 def resolve_db(db: Path | None, config: CanaryConfig) -> Path:
@@ -136,15 +148,23 @@ def resolve_db(db: Path | None, config: CanaryConfig) -> Path:
     return default_db_path()
 
 
-def _load(config_file: Path | None, baseline_file: Path | None) -> tuple[CanaryConfig, Path, Path]:
-    config, config_path = load_config(config_file)
-    return config, config_path, baseline_file or baseline_path_for(config_path)
+def _load(
+    config_file: Path | None, baseline_file: Path | None, **typed: Any
+) -> tuple[CanaryConfig, Path, Path]:
+    config, config_path = effective_config(config_file, {"baseline": baseline_file, **typed})
+    return config, config_path, config.baseline or baseline_path_for(config_path)
+
+
+@cli.command("config")
+def config_command() -> None:
+    """Print the settings in effect and where each came from (config file line, environment, default)."""
+    click.echo(render_settings(*settings_with_sources()))
 
 
 @cli.command()
 @db_option
-@config_option
-@baseline_option
+@config_file_option("check")
+@baseline_option("check")
 @click.option(
     "--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True
 )
@@ -159,13 +179,7 @@ def _load(config_file: Path | None, baseline_file: Path | None) -> tuple[CanaryC
 @click.option(
     "--full", is_flag=True, help="Read every inbox row again instead of the cursor in the canary's state dir."
 )
-@click.option(
-    "--key-map",
-    "key_map",
-    type=click.Path(path_type=Path, dir_okay=False),
-    envvar="ENGRAM_CANARY_KEY_MAP",
-    help="`inbox export-keys` of the database's own machine (a copied database); else config `key_map`.",
-)
+@deprecated_option("--key-map", "check", "key_map", type=click.Path(path_type=Path, dir_okay=False))
 def check(
     db: Path | None,
     config_file: Path | None,
@@ -180,10 +194,11 @@ def check(
     config = CanaryConfig()
     db_path = db if db is not None else default_db_path()
     try:
-        config, _, baseline_path = _load(config_file, baseline_file)
+        config, _, baseline_path = _load(
+            config_file, baseline_file, key_map=key_map, textfile_dir=textfile_dir
+        )
         db_path = resolve_db(db, config)
-        if key_map is not None:
-            config = config.model_copy(update={"key_map": key_map})
+        textfile_dir = config.textfile_dir
         baseline: Baseline | None = None if no_baseline else load_baseline(baseline_path)
         result = run_check(db_path, config, baseline, use_cursor=not full)
     except CanaryError as error:
@@ -202,8 +217,8 @@ def check(
 
 @cli.command("baseline")
 @db_option
-@config_option
-@baseline_option
+@config_file_option("baseline")
+@baseline_option("baseline")
 @click.option("--reason", help="Why these findings are acceptable for now (shown next to each of them).")
 @click.option("--expires", help="When the acknowledgements lapse: 12h, 30d, 2w, a date or an ISO time.")
 def baseline_command(
@@ -231,19 +246,22 @@ def baseline_command(
 
 @cli.command("watch")
 @db_option
-@config_option
-@baseline_option
+@config_file_option("watch")
+@baseline_option("watch")
 @click.option("--no-baseline", is_flag=True, help="Alert on every foreign target, ignoring the baseline.")
-@click.option("--poll", is_flag=True, help="Use the polling observer (filesystems without inotify).")
-@click.option("--poll-interval", type=click.FloatRange(min=0.01), help="Seconds between polls (with --poll).")
-@click.option("--debounce-ms", type=click.FloatRange(min=0), help="Coalesce file events for this long.")
+@deprecated_option("--poll", "watch", is_flag=True)
+@deprecated_option("--poll-interval", "watch", type=click.FloatRange(min=0.01))
+@deprecated_option("--debounce-ms", "watch", type=click.FloatRange(min=0))
+@deprecated_option("--full-every", "watch", type=click.FloatRange(min=0.1))
 @click.option(
-    "--full-every", type=click.FloatRange(min=0.1), help="Seconds between full re-checks (backstop)."
+    "--exec",
+    "exec_command",
+    help="Shell command run for each alert (line on stdin, ENGRAM_CANARY_*); else config watch.exec.",
 )
 @click.option(
-    "--exec", "exec_command", help="Shell command run for each alert (line on stdin, ENGRAM_CANARY_*)."
+    "--ping-url",
+    help="Healthchecks-style URL, pinged as URL/<exit status> on each full check; else config watch.ping_url.",
 )
-@click.option("--ping-url", help="Healthchecks-style URL; pinged as URL/<exit status> on each full check.")
 @click.option("--verbose", "-v", is_flag=True, help="Also log every confirmed commit and full check.")
 def watch_command(
     db: Path | None,
@@ -262,20 +280,25 @@ def watch_command(
     # Imported here: watchdog and httpx cost a one-shot `check` about 0.1 s of start-up.
     from canary.watch import WatchOptions, watch
 
-    config, _, baseline_path = _load(config_file, baseline_file)
+    config, _, baseline_path = _load(
+        config_file,
+        baseline_file,
+        **{"watch.exec": exec_command, "watch.ping_url": ping_url, "watch.poll": poll or None},
+    )
     watch_settings = _watch_settings(
         config.watch,
         {"--poll-interval": poll_interval, "--debounce-ms": debounce_ms, "--full-every": full_every},
     )
     config = config.model_copy(update={"watch": watch_settings})
+    ping_url = watch_settings.ping_url
     if ping_url is not None and not ping_url.startswith(("http://", "https://")):
         raise click.BadParameter(f"{ping_url!r} is not an http(s) URL", param_hint="--ping-url")
     options = WatchOptions(
         db_path=resolve_db(db, config),
         config=config,
         baseline=None if no_baseline else load_baseline(baseline_path),
-        poll=poll,
-        exec_command=exec_command,
+        poll=watch_settings.poll,
+        exec_command=watch_settings.exec,
         ping_url=ping_url,
         verbose=verbose,
     )
@@ -302,17 +325,17 @@ def _watch_settings(settings: WatchSettings, options: dict[str, float | None]) -
 
 @cli.command("install-systemd")
 @db_option
-@config_option
+@config_file_option("install-systemd")
 @click.option("--system", is_flag=True, help="System units in /etc/systemd/system (default: user units).")
 @click.option("--user", "run_as", help="With --system: the account the services run as.")
 @click.option("--print", "print_only", is_flag=True, help="Print the units instead of writing them.")
 @click.option(
     "--unit-dir", type=click.Path(path_type=Path, file_okay=False), help="Where to write (default per mode)."
 )
-@click.option("--textfile-dir", type=click.Path(path_type=Path, file_okay=False), help="Passed to check.")
+@deprecated_option("--textfile-dir", "install-systemd", type=click.Path(path_type=Path, file_okay=False))
 @click.option("--on-calendar", default="*:0/15", show_default=True, help="When the backstop check runs.")
-@click.option("--exec", "exec_command", help="Passed to watch --exec.")
-@click.option("--ping-url", help="Passed to watch --ping-url.")
+@deprecated_option("--exec", "install-systemd", "exec_command")
+@deprecated_option("--ping-url", "install-systemd")
 def install_systemd(
     db: Path | None,
     config_file: Path | None,
@@ -335,17 +358,20 @@ def install_systemd(
         write_units,
     )
 
-    config, _ = load_config(config_file)
+    config, config_path = effective_config(
+        config_file, {"textfile_dir": textfile_dir, "watch.exec": exec_command, "watch.ping_url": ping_url}
+    )
+    named_config = config_file or chosen_config_file()
     options = UnitOptions(
         executable=default_executable(),
         db_path=resolve_db(db, config).resolve(),
-        config_path=config_file.resolve() if config_file is not None else None,
-        textfile_dir=textfile_dir.resolve() if textfile_dir is not None else None,
+        config_path=config_path.resolve() if named_config is not None else None,
+        textfile_dir=config.textfile_dir.resolve() if config.textfile_dir is not None else None,
         on_calendar=on_calendar,
         system=system,
         user=run_as,
-        exec_command=exec_command,
-        ping_url=ping_url,
+        exec_command=config.watch.exec,
+        ping_url=config.watch.ping_url,
     )
     units = render_units(options)
     if print_only:
@@ -359,7 +385,7 @@ def install_systemd(
 
 @cli.command("reconcile")
 @db_option
-@config_option
+@config_file_option("reconcile")
 @click.option(
     "--cloud-url", help="The cloud's base URL (default: $ENGRAM_CLOUD_SERVER, else cloud.json's server_url)."
 )
@@ -411,7 +437,7 @@ def reconcile_command(
     db_path = db if db is not None else default_db_path()
     config_error: str | None = None
     try:
-        config, _ = load_config(config_file)
+        config, _ = effective_config(config_file)
         db_path = resolve_db(db, config)
     except CanaryError as error:
         config_error = str(error)

@@ -50,6 +50,18 @@ class WatchSettings(BaseModel):
         default=False,
         description="also run the inbox tripwires in every full re-check (seconds of CPU on big databases)",
     )
+    poll: bool = Field(default=False, description="use the polling observer (filesystems without inotify)")
+    exec: str | None = Field(default=None, description="shell command run for each alert (as watch --exec)")
+    ping_url: str | None = Field(default=None, description="Healthchecks-style URL (as watch --ping-url)")
+
+
+class BackupSettings(BaseModel):
+    """Where the writers (`inbox claim`, `inbox drop`, `repair`, `cleanup-phantoms`) keep their backups."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dir: Path | None = Field(default=None, description="default: engram-canary-backups/ next to the database")
+    keep: int = Field(default=10, ge=1, description="after --apply, keep only this many newest backups")
 
 
 class CanaryConfig(BaseModel):
@@ -66,9 +78,16 @@ class CanaryConfig(BaseModel):
         default=None,
         description="`inbox export-keys` output of the database's own machine, for a copied database",
     )
+    baseline: Path | None = Field(
+        default=None, description="baseline file; default: baseline.json next to the config"
+    )
+    textfile_dir: Path | None = Field(
+        default=None, description="also write engram_canary.prom here on each check (node_exporter)"
+    )
     thresholds: Thresholds = Field(default_factory=Thresholds)
     inbox: InboxSettings = Field(default_factory=InboxSettings)
     watch: WatchSettings = Field(default_factory=WatchSettings)
+    backups: BackupSettings = Field(default_factory=BackupSettings)
 
     @field_validator("allowed_targets")
     @classmethod

@@ -482,35 +482,35 @@ def _set_oldest(summary: KeySummary, moments: Iterable[datetime | None], now: da
 
 
 def claim_command(
-    key: str, project: str, *, cwd: str | None = None, db: Path | None = None, aliases: Path | None = None
+    key: str, project: str, *, cwd: str | None = None, db: Path | None = None, config: Path | None = None
 ) -> str:
-    parts = ["engram-canary", "inbox", "claim", "--project", key]
+    parts = ["engram-canary", *(["--config", str(config)] if config is not None else []), "inbox", "claim"]
+    parts += ["--project", key]
     if cwd is not None:
         parts += ["--cwd", cwd]
     parts += ["--as", project]
     if db is not None:
         parts += ["--db", str(db)]
-    if aliases is not None:
-        parts += ["--aliases", str(aliases)]
     return shlex.join(parts)
 
 
 def summarize(
-    snapshot: InboxSnapshot, *, db: Path | None = None, aliases: Path | None = None
+    snapshot: InboxSnapshot, *, db: Path | None = None, config: Path | None = None
 ) -> list[KeySummary]:
     """One summary per inbox key: real keys by name, `unsorted` last.
 
-    `db` and `aliases` are repeated in the printed claim commands when the user named them.
+    `db` and the config file (which names the alias map) are repeated in the printed claim commands when
+    the user named them.
     """
     by_key: dict[str, list[InboxRow]] = {}
     for row in snapshot.rows:
         by_key.setdefault(row.key, []).append(row)
-    summaries = [_summarize_key(key, rows, snapshot, db, aliases) for key, rows in by_key.items()]
+    summaries = [_summarize_key(key, rows, snapshot, db, config) for key, rows in by_key.items()]
     return sorted(summaries, key=lambda summary: (summary.key == UNSORTED, summary.key))
 
 
 def _summarize_key(
-    key: str, rows: Sequence[InboxRow], snapshot: InboxSnapshot, db: Path | None, aliases: Path | None
+    key: str, rows: Sequence[InboxRow], snapshot: InboxSnapshot, db: Path | None, config: Path | None
 ) -> KeySummary:
     summary = KeySummary(key=key)
     summary.missing_cwds = sorted({row.cwd for row in rows if row.cwd_missing and row.cwd is not None})
@@ -530,7 +530,7 @@ def _summarize_key(
                 (project,) = projects
                 if project is not None and project in snapshot.enrolled:
                     summary.cwd_claim_commands[cwd] = claim_command(
-                        key, project, cwd=cwd, db=db, aliases=aliases
+                        key, project, cwd=cwd, db=db, config=config
                     )
         return summary
     projects = {row.derivation.project for row in rows}
@@ -538,7 +538,7 @@ def _summarize_key(
         (project,) = projects
         summary.resolved_to = project
         if project is not None and project in snapshot.enrolled:
-            summary.claim_command = claim_command(key, project, db=db, aliases=aliases)
+            summary.claim_command = claim_command(key, project, db=db, config=config)
         elif project is not None:
             summary.hint = f"aliased to {project!r}, which is not enrolled: engram cloud enroll {project}"
     return summary

@@ -25,9 +25,9 @@ from canary.inbox import (
     waiting_memory,
 )
 from canary.repair import RepairPlanner, plan_repair
+from canary.settings import chosen_config_file, deprecated_option, effective_config
 from canary.text import printable
 from canary.triage import (
-    DEFAULT_KEEP_BACKUPS,
     CleanupPlanner,
     InboxPlanner,
     LaneRowsPlanner,
@@ -46,7 +46,6 @@ from canary.triage import (
 )
 
 DB_HELP = "engram database (default: $ENGRAM_DATA_DIR/engram.db, else ~/.engram/engram.db)"
-ALIASES_HELP = "alias map YAML (default: $XDG_CONFIG_HOME/engram-canary/aliases.yaml)"
 # Measured (bench/results/inbox.json): about 2,000 rows fit in engram v1.20's ~85 ms busy-retry budget.
 LARGE_SELECTION_ROWS = 2000
 INBOX_SCHEMA = "engram-canary/inbox/v1"
@@ -57,28 +56,36 @@ def _db_option(function: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--db", "db", type=click.Path(path_type=Path, dir_okay=False), help=DB_HELP)(function)
 
 
-def _aliases_option(function: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option(
-        "--aliases", "aliases_path", type=click.Path(path_type=Path, dir_okay=False), help=ALIASES_HELP
-    )(function)
-
-
-def _write_options(function: Callable[..., Any]) -> Callable[..., Any]:
-    function = click.option(
-        "--keep-backups",
-        type=click.IntRange(min=1),
-        default=DEFAULT_KEEP_BACKUPS,
-        show_default=True,
-        help="after --apply, keep only this many newest backups of the database in the backup directory",
-    )(function)
-    function = click.option(
-        "--backup-dir",
-        type=click.Path(path_type=Path, file_okay=False),
-        help="where --apply writes its backup (default: engram-canary-backups/ next to the database)",
-    )(function)
-    return click.option("--apply", "do_apply", is_flag=True, help="make the changes (default: dry run)")(
-        function
+def _aliases_option(command: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The old --aliases; the alias map is config inbox.aliases (read by `_aliases_path`)."""
+    return deprecated_option(
+        "--aliases", command, "aliases_path", type=click.Path(path_type=Path, dir_okay=False)
     )
+
+
+def _aliases_path(typed: Path | None) -> Path | None:
+    config, _ = effective_config(None, {"inbox.aliases": typed})
+    return config.inbox.aliases
+
+
+def _write_options(command: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """--apply, and the old --backup-dir and --keep-backups (now config backups.dir and backups.keep)."""
+
+    def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
+        function = deprecated_option("--keep-backups", command, type=click.IntRange(min=1))(function)
+        function = deprecated_option(
+            "--backup-dir", command, type=click.Path(path_type=Path, file_okay=False)
+        )(function)
+        return click.option("--apply", "do_apply", is_flag=True, help="make the changes (default: dry run)")(
+            function
+        )
+
+    return decorate
+
+
+def _backups(backup_dir: Path | None, keep_backups: int | None) -> tuple[Path | None, int]:
+    config, _ = effective_config(None, {"backups.dir": backup_dir, "backups.keep": keep_backups})
+    return config.backups.dir, config.backups.keep
 
 
 def _snapshot(db: Path, aliases: AliasMap) -> InboxSnapshot:
@@ -87,17 +94,17 @@ def _snapshot(db: Path, aliases: AliasMap) -> InboxSnapshot:
 
 
 @click.group("inbox")
-@click.option(
-    "--key-map",
-    "key_map_path",
-    type=click.Path(path_type=Path, dir_okay=False),
-    envvar="ENGRAM_CANARY_KEY_MAP",
-    help="keys.json from `inbox export-keys` on the database's own machine (for a copied database)",
-)
+@deprecated_option("--key-map", "inbox", "key_map_path", type=click.Path(path_type=Path, dir_okay=False))
 @click.pass_context
 def inbox(context: click.Context, key_map_path: Path | None) -> None:
-    """The virtual inbox: legacy-lane rows of projects that are not enrolled, which engram never delivers."""
-    context.obj = load_key_map(key_map_path) if key_map_path is not None else {}
+    """The virtual inbox: legacy-lane rows of projects that are not enrolled, which engram never delivers.
+
+    On a copied database, config key_map (or ENGRAM_CANARY_KEY_MAP) names the `inbox export-keys` output of
+    the database's own machine."""
+    if context.resilient_parsing:
+        return
+    key_map = effective_config(None, {"key_map": key_map_path})[0].key_map
+    context.obj = load_key_map(key_map) if key_map is not None else {}
 
 
 def _with_key_map(aliases: AliasMap) -> AliasMap:
@@ -118,15 +125,16 @@ def export_keys_command(db: Path | None) -> None:
 
 @inbox.command("list")
 @_db_option
-@_aliases_option
+@_aliases_option("list")
 @click.option(
     "--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True
 )
 def list_command(db: Path | None, aliases_path: Path | None, output_format: str) -> None:
     """Count, oldest age and entities per inbox key; unsorted broken down by cwd; rows without a project."""
+    aliases_path = _aliases_path(aliases_path)
     aliases, _ = load_aliases(aliases_path)
     snapshot = _snapshot(db or default_db_path(), aliases)
-    summaries = summarize(snapshot, db=db, aliases=aliases_path)
+    summaries = summarize(snapshot, db=db, config=chosen_config_file())
     if output_format == "json":
         # Rows without a project are listed last under the reserved key "(no project)" (never claimable).
         listed = [*summaries, *([snapshot.unattributed] if snapshot.unattributed is not None else [])]
@@ -154,7 +162,7 @@ def _require_writable(path: Path) -> None:
         writable = nearest is not None and nearest.is_dir() and os.access(nearest, os.W_OK)
     if not writable:
         raise TriageError(
-            f"{path}: the alias file cannot be written there; nothing was changed (choose --aliases)"
+            f"{path}: the alias file cannot be written there; nothing was changed (set inbox.aliases in the config file)"
         )
 
 
@@ -165,11 +173,11 @@ def _run(
     *,
     do_apply: bool,
     backup_dir: Path | None,
-    keep_backups: int,
+    keep_backups: int | None,
     headline: Callable[[Plan], str],
 ) -> None:
     database = db or default_db_path()
-    aliases, resolved_aliases_path = _load_aliases_for_write(aliases_path)
+    aliases, resolved_aliases_path = _load_aliases_for_write(_aliases_path(aliases_path))
     plan = build(_snapshot(database, aliases))
     if plan.alias is not None:
         section, alias, project = plan.alias
@@ -195,10 +203,11 @@ def _report(
     *,
     do_apply: bool,
     backup_dir: Path | None,
-    keep_backups: int,
+    keep_backups: int | None,
     headline: Callable[[Plan], str],
     aliases_path: Path | None = None,
 ) -> None:
+    backup_dir, keep_backups = _backups(backup_dir, keep_backups)
     if len(plan.acks) > LARGE_SELECTION_ROWS:
         click.echo(
             f"note: {len(plan.acks)} rows: the write lock may outlast engram's ~85 ms busy retry, so an engram "
@@ -221,7 +230,7 @@ def _report(
     if result.new_seqs:
         click.echo(f"new seqs: {', '.join(str(seq) for seq in result.new_seqs)}")
     if result.pruned_backups:
-        click.echo(f"pruned {len(result.pruned_backups)} old backups (--keep-backups {keep_backups})")
+        click.echo(f"pruned {len(result.pruned_backups)} old backups (backups.keep {keep_backups})")
     if result.plan.alias is not None:
         section, alias, project = result.plan.alias
         state = "registered" if result.alias_registered else "already present"
@@ -242,7 +251,7 @@ def _claim_headline(selection: Selection) -> Callable[[Plan], str]:
 @click.argument("key")
 @click.option("--cwd", help="only rows whose working directory is exactly this path")
 @_db_option
-@_aliases_option
+@_aliases_option("show")
 @click.option(
     "--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True
 )
@@ -250,7 +259,7 @@ def show_command(
     key: str, cwd: str | None, db: Path | None, aliases_path: Path | None, output_format: str
 ) -> None:
     """The memories waiting under KEY (type, title, date, first line), to read before a claim or drop."""
-    aliases, _ = load_aliases(aliases_path)
+    aliases, _ = load_aliases(_aliases_path(aliases_path))
     snapshot = _snapshot(db or default_db_path(), aliases)
     selection = Selection(key=key, cwd=resolve_cwd(cwd))
     rows = select_rows(snapshot, selection)
@@ -285,8 +294,8 @@ def show_command(
     "--repair", is_flag=True, help="copy refused rows with a value derived from engram's tables (see dry run)"
 )
 @_db_option
-@_aliases_option
-@_write_options
+@_aliases_option("claim")
+@_write_options("claim")
 def claim_command(
     key: str,
     as_project: str | None,
@@ -297,7 +306,7 @@ def claim_command(
     db: Path | None,
     aliases_path: Path | None,
     backup_dir: Path | None,
-    keep_backups: int,
+    keep_backups: int | None,
     do_apply: bool,
 ) -> None:
     """Copy an inbox key's memories into the legacy lane of an enrolled project, then ack the originals.
@@ -328,8 +337,8 @@ def claim_command(
     "--all-cwds", is_flag=True, help="drop the memories of 'unsorted' rows of every directory at once"
 )
 @_db_option
-@_aliases_option
-@_write_options
+@_aliases_option("drop")
+@_write_options("drop")
 def drop_command(
     key: str | None,
     noise: bool,
@@ -340,7 +349,7 @@ def drop_command(
     db: Path | None,
     aliases_path: Path | None,
     backup_dir: Path | None,
-    keep_backups: int,
+    keep_backups: int | None,
     do_apply: bool,
 ) -> None:
     """Ack rows as discarded: never delivered, never deleted. Select by --project, --unattributed or --seq."""
@@ -385,13 +394,15 @@ def drop_command(
 
 @click.command("cleanup-phantoms")
 @_db_option
-@click.option("--keep", multiple=True, help="a further sync target key to keep (repeatable)")
-@_write_options
+@deprecated_option("--keep", "cleanup-phantoms", multiple=True)
+@_write_options("cleanup-phantoms")
 def cleanup_phantoms_command(
-    db: Path | None, keep: tuple[str, ...], backup_dir: Path | None, keep_backups: int, do_apply: bool
+    db: Path | None, keep: tuple[str, ...], backup_dir: Path | None, keep_backups: int | None, do_apply: bool
 ) -> None:
-    """Delete sync_state rows outside the allowed targets that hold 0 unacked rows (sync_mutations untouched)."""
+    """Delete sync_state rows outside the allowed targets (config allowed_targets too) that hold 0 unacked
+    rows (sync_mutations untouched)."""
     database = db or default_db_path()
+    keep = (*effective_config()[0].allowed_targets, *keep)
     try:
         aliases, _ = load_aliases(None)
     except AliasError:
@@ -407,6 +418,7 @@ def cleanup_phantoms_command(
         if not plan.is_empty:
             click.echo("run again with --apply to make these changes (a backup is taken first)")
         return
+    backup_dir, keep_backups = _backups(backup_dir, keep_backups)
     result = apply(database, CleanupPlanner(keep, aliases), backup_dir=backup_dir, keep_backups=keep_backups)
     click.echo(f"backup: {result.backup}")
     click.echo(
@@ -419,8 +431,10 @@ def cleanup_phantoms_command(
 
 @click.command("repair")
 @_db_option
-@_write_options
-def repair_command(db: Path | None, backup_dir: Path | None, keep_backups: int, do_apply: bool) -> None:
+@_write_options("repair")
+def repair_command(
+    db: Path | None, backup_dir: Path | None, keep_backups: int | None, do_apply: bool
+) -> None:
     """Pending rows the cloud refuses: append a corrected copy where engram's tables know the value.
 
     A session without a directory, an observation without content or type, a row without a project: the

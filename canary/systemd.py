@@ -77,11 +77,10 @@ def command_line(arguments: list[str]) -> str:
     return " ".join(quote_argument(argument) for argument in arguments)
 
 
-def _common_arguments(options: UnitOptions) -> list[str]:
-    arguments = ["--db", str(options.db_path)]
-    if options.config_path is not None:
-        arguments += ["--config", str(options.config_path)]
-    return arguments
+def _command(options: UnitOptions, command: str) -> list[str]:
+    """`engram-canary [--config FILE] COMMAND --db DB`: the config file is the program's option."""
+    config = ["--config", str(options.config_path)] if options.config_path is not None else []
+    return [str(options.executable), *config, command, "--db", str(options.db_path)]
 
 
 def _writable_paths(options: UnitOptions) -> str:
@@ -96,7 +95,7 @@ def _service_user(options: UnitOptions) -> str:
 
 
 def watch_service(options: UnitOptions) -> str:
-    arguments = [str(options.executable), "watch", *_common_arguments(options)]
+    arguments = _command(options, "watch")
     if options.exec_command:
         arguments += ["--exec", options.exec_command]
     if options.ping_url:
@@ -124,7 +123,7 @@ def watch_service(options: UnitOptions) -> str:
 
 
 def check_service(options: UnitOptions) -> str:
-    arguments = [str(options.executable), "check", *_common_arguments(options)]
+    arguments = _command(options, "check")
     if options.textfile_dir is not None:
         arguments += ["--textfile-dir", str(options.textfile_dir)]
     return (

@@ -647,7 +647,7 @@ def private_backup_dir(backup_dir: Path, *, ours: bool) -> Path:
     except OSError as error:
         raise TriageError(
             f"{backup_dir}: cannot write the backup ({error.strerror or error}); "
-            "nothing was changed (choose another --backup-dir)"
+            "nothing was changed (set backups.dir in the config file)"
         ) from error
     return backup_dir
 
@@ -669,7 +669,7 @@ def backup_database(connection: sqlite3.Connection, db_path: Path, backup_dir: P
         target.unlink(missing_ok=True)
         raise TriageError(
             f"{backup_dir}: cannot write the backup ({getattr(error, 'strerror', None) or error}); "
-            "nothing was changed (choose another --backup-dir)"
+            "nothing was changed (set backups.dir in the config file)"
         ) from error
     if status != "ok":
         target.unlink(missing_ok=True)

@@ -1,15 +1,5 @@
 """engram-sync-kit fake cloud: a recording, fault-injecting stand-in for engram's self-hosted cloud."""
 
-from typing import Any
+from engram_contract.version import __version__
 
-
-def __getattr__(name: str) -> Any:
-    # Resolved lazily: reading package metadata costs start-up time the server does not need.
-    if name == "__version__":
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            return version("engram-sync-kit")
-        except PackageNotFoundError:  # a checkout that was never installed
-            return "0.0.0"
-    raise AttributeError(name)
+__all__ = ["__version__"]

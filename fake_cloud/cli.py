@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from engram_contract.version import __version__
 from fake_cloud.errors import FakeCloudError
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ def _env_bool(name: str) -> bool:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="engram-sync-kit", prog_name="engram-fake-cloud")
+@click.version_option(__version__, prog_name="engram-fake-cloud")
 def cli() -> None:
     """A recording, fault-injecting stand-in for engram's self-hosted cloud."""
 

@@ -1,8 +1,5 @@
 """engram-sync-kit harness: replays YAML scenarios against the real engram binary."""
 
-from importlib.metadata import PackageNotFoundError, version
+from engram_contract.version import __version__
 
-try:
-    __version__ = version("engram-sync-kit")
-except PackageNotFoundError:  # running from a checkout that was never installed
-    __version__ = "0.0.0"
+__all__ = ["__version__"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from engram_contract.one_line_cli import OneLineErrorGroup
-from harness import __version__
+from engram_contract.version import __version__
 from harness.cloud_cli import cloud_group
 from harness.deployment_cli import make_deployment
 from harness.engram_install import DEFAULT_VERSION, find_engram, install_engram

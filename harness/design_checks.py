@@ -1,6 +1,6 @@
 """Parsers of the design's quoted outputs and the checks on them (issue 14).
 
-The shapes, as the design (../shared/seed, §2a, §2c, §3) quotes them:
+The shapes, as the design (engram issue #1013, §2a, §2c, §3) quotes them:
 
     warning: saved to inbox: "<key>" (cwd <path>) is not enrolled — will not sync to cloud.
     To enroll it: engram cloud enroll <project>

@@ -1,4 +1,4 @@
-"""The sections of the design (../shared/seed) a design expectation can come from.
+"""The sections of the design (engram issue #1013) a design expectation can come from.
 
 Every `tag: design` expectation names one (`design_section: §2a`), so a run can say, section by section,
 how far an engram version is from the design. The upstream regression scenarios' fixes are not design

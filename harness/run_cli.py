@@ -16,6 +16,7 @@ from harness.cloud_image import ensure_image
 from harness.design_conformance import conformance_table
 from harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
 from harness.errors import HarnessError
+from harness.library import scenario_library
 from harness.loader import Scenario, load_all
 from harness.report import matrix_table, print_result, summary_table, write_json, write_junit
 from harness.results import ExpectMode, ScenarioResult, StepRecord
@@ -155,13 +156,14 @@ def run_command(
     verbose: bool,
     keep: bool,
 ) -> None:
-    """Run the scenarios under PATHS (default: scenarios/) against the real engram."""
+    """Run the scenarios under PATHS (default: the shipped scenario library) against the real engram."""
     console = Console(highlight=False, width=None if Console().is_terminal else 160)
     expect = cast(ExpectMode, mode)
     try:
-        scenarios = load_all(list(paths) or [Path("scenarios")])
+        selected = list(paths) or [scenario_library()]
+        scenarios = load_all(selected)
         if not scenarios:
-            raise click.UsageError(f"no *.scenario.yaml under {', '.join(map(str, paths or ('scenarios',)))}")
+            raise click.UsageError(f"no *.scenario.yaml under {', '.join(map(str, selected))}")
         if db_source is not None and len(scenarios) != 1:
             raise click.UsageError(f"--db runs exactly one scenario; {len(scenarios)} were selected")
         for option, report_path in (("--json", json_path), ("--junit", junit_path)):

@@ -564,19 +564,25 @@ def _side_file(world: World, name: str, content: dict[str, Any]) -> Path:
 
 
 def do_canary(world: World, step: s.CanaryStep) -> None:
-    command = [_kit_command("engram-canary"), "check", "--db", str(world.db_path), "--format", "json"]
-    if step.no_baseline:
-        command.append("--no-baseline")
+    command = [_kit_command("engram-canary")]
     if step.config is not None:
         command += ["--config", str(_side_file(world, f"canary-{step.as_}.yaml", step.config))]
+    command += ["check", "--db", str(world.db_path), "--format", "json"]
+    if step.no_baseline:
+        command.append("--no-baseline")
     code, report = _json_command(world, command, "engram-canary check")
     world.results.record(step.as_, CanaryResult(code, _json_object(report, "engram-canary check")))
 
 
 def do_inbox(world: World, step: s.InboxStep) -> None:
-    command = [_kit_command("engram-canary"), "inbox", "list", "--db", str(world.db_path), "--format", "json"]
+    command = [_kit_command("engram-canary")]
     if step.aliases is not None:
-        command += ["--aliases", str(_side_file(world, f"aliases-{step.as_}.yaml", step.aliases))]
+        aliases = _side_file(world, f"aliases-{step.as_}.yaml", step.aliases)
+        command += [
+            "--config",
+            str(_side_file(world, f"canary-{step.as_}.yaml", {"inbox": {"aliases": str(aliases)}})),
+        ]
+    command += ["inbox", "list", "--db", str(world.db_path), "--format", "json"]
     code, listing = _json_command(world, command, "engram-canary inbox list")
     if not isinstance(listing, list) or not all(isinstance(entry, dict) for entry in listing):
         raise StepFailed(f"engram-canary inbox list exited {code} with JSON that is not a list of keys")

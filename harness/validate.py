@@ -55,7 +55,7 @@ TICK_TIMEOUT = TICK_SECONDS + 20.0
 SERVE_READY_TIMEOUT = 180.0
 PLAN_OPERATIONS = (("inbox", "claim"), ("inbox", "drop"))
 # The what-if supplies these itself: a plan line must not point the command at another database.
-PLAN_RESERVED_OPTIONS = ("--db", "--apply", "--backup-dir", "--aliases", "--keep-backups")
+PLAN_RESERVED_OPTIONS = ("--db", "--apply", "--backup-dir", "--aliases", "--keep-backups", "--config")
 STATUS_RANK = {"ok": 0, "warning": 1, "critical": 2, "unknown": 3}
 
 Progress = Callable[[str], None]
@@ -547,9 +547,12 @@ def apply_plan(db: Path, steps: Sequence[PlanStep], aliases: Path, backup_dir: P
 
     runner = CliRunner()
     outcomes = []
+    # A disposable copy: one backup at a time is plenty.
+    settings = {"inbox": {"aliases": str(aliases)}, "backups": {"dir": str(backup_dir), "keep": 1}}
+    config = backup_dir.parent / "what-if-canary.yaml"
+    config.write_text(json.dumps(settings), encoding="utf-8")  # JSON is YAML
     for step in steps:
-        args = [*step.args, "--db", str(db), "--aliases", str(aliases), "--backup-dir", str(backup_dir)]
-        args += ["--keep-backups", "1"]  # a disposable copy: one backup at a time is plenty
+        args = ["--config", str(config), *step.args, "--db", str(db)]
         result = runner.invoke(canary_cli, [*args, "--apply"], catch_exceptions=True)
         if result.exception is not None and not isinstance(result.exception, SystemExit):
             raise ValidateError(

@@ -20,7 +20,7 @@ fi
 
 build=$(mktemp -d)
 trap 'rm -rf "$build"' EXIT
-# setuptools warns on stderr about its own deprecations; show the log only when the build fails.
+# The build log is shown only when the build fails.
 # A fixed SOURCE_DATE_EPOCH makes the project wheel byte-identical when the source is, so the image
 # layer that installs it stays cached.
 SOURCE_DATE_EPOCH=315532800 "$python" -m pip wheel --disable-pip-version-check --find-links "$wheelhouse/deps" "$here" -w "$build" \

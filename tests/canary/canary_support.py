@@ -44,6 +44,14 @@ def run_canary(
     )
 
 
+def write_settings(config_home: Path, text: str) -> Path:
+    """The canary's config file at its default location under XDG_CONFIG_HOME=config_home."""
+    config = config_home / "engram-canary" / "config.yaml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(text, encoding="utf-8")
+    return config
+
+
 def rows_digest(db_path: Path) -> str:
     """A digest of every row of every table (read with a plain read-only connection)."""
     connection = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)

@@ -114,8 +114,8 @@ def engram_serve(world: EngramEnvironment, **extra_env: str) -> Iterator[EngramS
         daemon.close()
 
 
-def inbox_json(world: EngramEnvironment, *extra: str) -> list[dict[str, Any]]:
-    result = canary(world, "inbox", "list", "--format", "json", *extra)
+def inbox_json(world: EngramEnvironment, *extra: str, **extra_env: str) -> list[dict[str, Any]]:
+    result = canary(world, "inbox", "list", "--format", "json", *extra, **extra_env)
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert isinstance(data, list)

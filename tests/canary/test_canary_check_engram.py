@@ -113,10 +113,11 @@ def test_text_output_follows_the_plugin_convention(
 
 def test_config_extra_allowed_key(engram_world: EngramEnvironment, scratch: Path, tmp_path: Path) -> None:
     save(engram_world, scratch, "scratch")
-    config = tmp_path / "canary.yaml"
+    config = tmp_path / "xdg" / "engram-canary" / "config.yaml"  # the default location
+    config.parent.mkdir(parents=True)
     config.write_text("allowed_targets:\n  - cloud:scratch\n")
 
-    code, document = check_json(engram_world, tmp_path / "xdg", "--config", str(config))
+    code, document = check_json(engram_world, tmp_path / "xdg")
 
     assert code == 0
     assert "cloud:scratch" in document["allowed_targets"]
@@ -162,12 +163,13 @@ def test_baseline_silences_known_targets_only(
 def test_many_new_targets_are_critical(
     engram_world: EngramEnvironment, scratch: Path, tmp_path: Path
 ) -> None:
-    config = tmp_path / "canary.yaml"
+    config = tmp_path / "xdg" / "engram-canary" / "config.yaml"  # the default location
+    config.parent.mkdir(parents=True)
     config.write_text("thresholds:\n  critical_new_foreign_targets: 2\n")
     save(engram_world, scratch, "one")
     save(engram_world, scratch, "two")
 
-    code, document = check_json(engram_world, tmp_path / "xdg", "--config", str(config))
+    code, document = check_json(engram_world, tmp_path / "xdg")
 
     assert (code, document["status"]) == (2, "critical")
 
@@ -177,10 +179,11 @@ def test_a_foreign_target_is_critical_from_exactly_its_threshold_of_rows(
     engram_world: EngramEnvironment, scratch: Path, tmp_path: Path, threshold: int, severity: str, code: int
 ) -> None:
     save(engram_world, scratch, "scratch")  # two unacked rows: the session and the observation
-    config = tmp_path / "canary.yaml"
+    config = tmp_path / "xdg" / "engram-canary" / "config.yaml"  # the default location
+    config.parent.mkdir(parents=True)
     config.write_text(f"thresholds:\n  critical_unacked_rows: {threshold}\n")
 
-    exit_code, document = check_json(engram_world, tmp_path / "xdg", "--config", str(config))
+    exit_code, document = check_json(engram_world, tmp_path / "xdg")
 
     [finding] = document["findings"]
     assert (finding["check"], finding["size"], finding["severity"]) == ("foreign_sync_target", 2, severity)

@@ -89,7 +89,7 @@ def test_config_error_is_unknown_with_file_and_line(tmp_path: Path) -> None:
     config = tmp_path / "canary.yaml"
     config.write_text("allowed_targets: []\nthresholds:\n  critical_new_foreign_target: 3\n")
 
-    result = run_canary(["check", "--config", str(config), "--db", str(tmp_path / "x.db")], tmp_path)
+    result = run_canary(["--config", str(config), "check", "--db", str(tmp_path / "x.db")], tmp_path)
 
     assert result.returncode == 3
     assert result.stdout == (
@@ -115,7 +115,7 @@ def test_explicit_missing_config_is_an_error(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("bogus: 1\n", ":1: unknown key 'bogus' (allowed: allowed_targets, db, "),
+        ("bogus: 1\n", ":1: unknown key 'bogus' (allowed: allowed_targets, backups, baseline, db, "),
         ("watch:\n  debounce_ms: -1\n", ":2: watch.debounce_ms: Input should be greater than or equal to 0"),
         (
             "allowed_targets:\n  - ''\n",

@@ -53,10 +53,12 @@ def test_watch_overrides_keep_the_settings_bounds(
     tmp_path: Path, option: str, value: str, shown: str
 ) -> None:
     # Before the fix, --debounce-ms was assigned past WatchSettings' bound (at most 10000 ms) and the
-    # watch went on to open the database.
+    # watch went on to open the database. The old spelling still works for a release, and says so.
     result = invoke(tmp_path, "watch", "--db", str(tmp_path / "engram.db"), option, value)
     assert result.exit_code == 3
     assert result.stderr == (
+        "engram-canary: watch --debounce-ms is deprecated and goes in the next release; "
+        "set watch.debounce_ms in the config file\n"
         f"engram-canary watch: error: Invalid value for '{option}': {shown}: "
         "Input should be less than or equal to 10000 (see engram-canary watch --help)\n"
     )

@@ -73,12 +73,12 @@ def test_check_and_watch_report_a_bad_setting_in_one_line(tmp_path: Path, text: 
     env = {"XDG_CONFIG_HOME": str(tmp_path / "xdg"), "XDG_STATE_HOME": str(tmp_path / "state")}
     db = str(tmp_path / "engram.db")
 
-    checked = runner.invoke(cli, ["check", "--db", db, "--config", str(config)], env=env)
+    checked = runner.invoke(cli, ["--config", str(config), "check", "--db", db], env=env)
     assert checked.exit_code == 3 and isinstance(checked.exception, SystemExit)
     assert checked.stdout.startswith(f"ENGRAM-CANARY UNKNOWN - {config}{message}")
     assert checked.stdout.count("\n") == 1
 
-    watched = runner.invoke(cli, ["watch", "--db", db, "--config", str(config)], env=env)
+    watched = runner.invoke(cli, ["--config", str(config), "watch", "--db", db], env=env)
     assert watched.exit_code == 3 and isinstance(watched.exception, SystemExit)
     assert watched.stdout == ""
     assert watched.stderr.startswith(f"engram-canary: error: {config}{message}")
@@ -110,7 +110,7 @@ def test_a_path_setting_that_cannot_be_read_is_unknown_in_one_line(
     config.write_text(text, encoding="utf-8")
     env = {"XDG_CONFIG_HOME": str(tmp_path / "xdg"), "ENGRAM_CANARY_STATE_DIR": str(tmp_path / "state")}
     checked = CliRunner(mix_stderr=False).invoke(
-        cli, ["check", "--db", str(db), "--config", str(config)], env=env
+        cli, ["--config", str(config), "check", "--db", str(db)], env=env
     )
     assert checked.exit_code == 3 and isinstance(checked.exception, SystemExit)
     assert checked.stdout.startswith(f"ENGRAM-CANARY UNKNOWN - {shown}")

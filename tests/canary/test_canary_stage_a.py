@@ -93,7 +93,9 @@ def test_a_key_alias_reaches_the_renamed_repos_old_rows(messy: EngramEnvironment
     messy.run(["cloud", "enroll", "new-name"])
     aliases = messy.root / "aliases.yaml"
     aliases.write_text("keys:\n  old-name: new-name\n")
-    result = canary(messy, "inbox", "claim", "--project", "old-name", "--aliases", str(aliases))
+    config = messy.root / "canary.yaml"
+    config.write_text(f"inbox:\n  aliases: {aliases}\n")
+    result = canary(messy, "--config", str(config), "inbox", "claim", "--project", "old-name")
     assert result.returncode == 0, result.stderr
     assert "into enrolled project 'new-name'" in result.stdout
 
@@ -116,15 +118,13 @@ def test_a_copied_database_gets_its_own_machines_keys(messy: EngramEnvironment, 
     without = {key: entry["count"] for key, entry in listing(messy, **other_machine).items()}
     # Without its map the copy cannot tell a remote- or child-detected repo from a designation.
     assert without == {"designated_name": 1, "kid_repo": 1, "real_repo": 1, "unsorted": 3}
-    with_map = listing(messy, "--key-map", str(keys), **other_machine)
+    with_map = listing(messy, ENGRAM_CANARY_KEY_MAP=str(keys), **other_machine)
     assert {key: entry["count"] for key, entry in with_map.items()} == before
     assert all(entry["missing_cwds"] for entry in with_map.values())
-    # check's tripwires take the same map (--key-map, ENGRAM_CANARY_KEY_MAP or config key_map)
+    # check's tripwires take the same map (config key_map, or ENGRAM_CANARY_KEY_MAP)
     config = tmp_path / "canary.yaml"
-    config.write_text("inbox:\n  age_days: 0.000001\n")
-    checked = canary(
-        messy, "check", "--format", "json", "--config", str(config), "--key-map", str(keys), **other_machine
-    )
+    config.write_text(f"key_map: {keys}\ninbox:\n  age_days: 0.000001\n")
+    checked = canary(messy, "--config", str(config), "check", "--format", "json", **other_machine)
     aged = sorted(f["key"] for f in json.loads(checked.stdout)["findings"] if f["check"] == "inbox_age")
     assert aged == sorted(key for key in before if key != "unsorted")
 
@@ -132,7 +132,7 @@ def test_a_copied_database_gets_its_own_machines_keys(messy: EngramEnvironment, 
 def test_a_bad_key_map_is_one_line(messy: EngramEnvironment, tmp_path: Path) -> None:
     bad = tmp_path / "keys.json"
     bad.write_text('{"schema": "something else"}')
-    result = canary(messy, "inbox", "--key-map", str(bad), "list")
+    result = canary(messy, "inbox", "list", ENGRAM_CANARY_KEY_MAP=str(bad))
     assert result.returncode == 3
     assert result.stderr == (
         f"engram-canary: error: --key-map {bad}: not an export of `engram-canary inbox export-keys` "

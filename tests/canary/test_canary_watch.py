@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from canary_support import CANARY, WatchProcess, canary_env, rows_digest, run_canary
+from canary_support import CANARY, WatchProcess, canary_env, rows_digest, run_canary, write_settings
 from engram_schemas.open_as import open_as
 from engram_schemas.per_version import current
 
@@ -57,10 +57,11 @@ def test_each_foreign_target_is_reported_once_on_appear_and_once_on_disappear(
     scratch.mkdir()
     save(engram_world, scratch, "seed")
     engram_world.run(["cloud", "enroll", "seed"])
-    args = ["--db", str(engram_world.db_path), "--full-every", "600"]
+    settings = "watch:\n  full_recheck_seconds: 600\n"
     if mode == "poll":
-        args += ["--poll", "--poll-interval", "0.05"]
-    watcher = WatchProcess(args, tmp_path / "xdg")
+        settings += "  poll: true\n  poll_interval_seconds: 0.05\n"
+    write_settings(tmp_path / "xdg", settings)
+    watcher = WatchProcess(["--db", str(engram_world.db_path)], tmp_path / "xdg")
     watcher_factory.append(watcher)
     watcher.wait_started()
 
@@ -90,9 +91,8 @@ def test_watch_never_triggers_itself_and_never_writes(
     scratch.mkdir()
     save(engram_world, scratch, "scratch")
     before = rows_digest(engram_world.db_path)
-    watcher = WatchProcess(
-        ["--db", str(engram_world.db_path), "--full-every", "0.2", "--verbose"], tmp_path / "xdg"
-    )
+    write_settings(tmp_path / "xdg", "watch:\n  full_recheck_seconds: 0.2\n")
+    watcher = WatchProcess(["--db", str(engram_world.db_path), "--verbose"], tmp_path / "xdg")
     watcher_factory.append(watcher)
     watcher.wait_started()
 
@@ -144,9 +144,9 @@ def test_exec_and_ping_url(
         f'printf \'{{"event":"%s","key":"%s","status":"%s","stdin":"%s"}}\\n\' '
         f'"$ENGRAM_CANARY_EVENT" "$ENGRAM_CANARY_TARGET_KEY" "$ENGRAM_CANARY_STATUS" "$(cat)" >> {exec_log}'
     )
+    write_settings(tmp_path / "xdg", "watch:\n  full_recheck_seconds: 600\n")
     watcher = WatchProcess(
-        ["--db", str(engram_world.db_path), "--exec", command, "--ping-url", url, "--full-every", "600"],
-        tmp_path / "xdg",
+        ["--db", str(engram_world.db_path), "--exec", command, "--ping-url", url], tmp_path / "xdg"
     )
     watcher_factory.append(watcher)
     try:
@@ -195,7 +195,8 @@ def test_engram_serve_keeps_writing_while_watched(
         eventually(healthy, timeout=30, what="engram serve", error=AssertionError)
         # On a v2/v3 run: the file as that version's open leaves it, while v1.20's serve keeps writing.
         open_as(current(), engram_world.db_path)
-        watcher = WatchProcess(["--db", str(engram_world.db_path), "--full-every", "0.3"], tmp_path / "xdg")
+        write_settings(tmp_path / "xdg", "watch:\n  full_recheck_seconds: 0.3\n")
+        watcher = WatchProcess(["--db", str(engram_world.db_path)], tmp_path / "xdg")
         watcher_factory.append(watcher)
         watcher.wait_started()
         statuses: list[int] = []

@@ -272,15 +272,17 @@ def test_an_unwritable_backup_dir_is_one_line_and_writes_nothing(inbox_world: In
     not_a_dir = inbox_world.world.root / "a-file"
     not_a_dir.write_text("")
     backup_dir = not_a_dir / "backups"
-    args = ("--project", "side-project", "--as", "main-proj", "--backup-dir", str(backup_dir), "--apply")
+    config = inbox_world.world.root / "canary.yaml"
+    config.write_text(f"backups:\n  dir: {backup_dir}\n")
+    args = ("--project", "side-project", "--as", "main-proj", "--apply")
 
-    result = canary(inbox_world.world, "inbox", "claim", *args)
+    result = canary(inbox_world.world, "--config", str(config), "inbox", "claim", *args)
 
     assert (result.returncode, result.stdout, result.stderr) == (
         3,
         "",
         f"engram-canary: error: {backup_dir}: cannot write the backup (Not a directory); nothing was changed "
-        "(choose another --backup-dir)\n",
+        "(set backups.dir in the config file)\n",
     )
     assert db_digest(inbox_world.db) == before
 
@@ -403,9 +405,13 @@ def test_mcp_saves_get_the_designs_keys(engram_world: EngramEnvironment) -> None
 def test_claim_commands_repeat_a_named_db_and_alias_file(inbox_world: InboxWorld) -> None:
     aliases = inbox_world.world.root / "my-aliases.yaml"
     aliases.write_text("keys:\n  side-project: main-proj\n")
-    entries = by_key(inbox_json(inbox_world.world, "--db", str(inbox_world.db), "--aliases", str(aliases)))
+    config = inbox_world.world.root / "canary.yaml"
+    config.write_text(f"inbox:\n  aliases: {aliases}\n")
+    entries = by_key(
+        inbox_json(inbox_world.world, "--db", str(inbox_world.db), ENGRAM_CANARY_CONFIG=str(config))
+    )
     assert entries["side-project"]["claim_command"] == (
-        f"engram-canary inbox claim --project side-project --as main-proj --db {inbox_world.db} --aliases {aliases}"
+        f"engram-canary --config {config} inbox claim --project side-project --as main-proj --db {inbox_world.db}"
     )
     claim = canary(inbox_world.world, *entries["side-project"]["claim_command"].split()[1:], "--apply")
     assert claim.returncode == 0, claim.stderr

@@ -96,10 +96,9 @@ def test_check_reports_both_tripwires_in_json_and_exit_code(world: EngramEnviron
         "--format",
         "json",
         "--no-baseline",
-        "--config",
-        str(config),
         "--textfile-dir",
         str(textfiles),
+        ENGRAM_CANARY_CONFIG=str(config),
     )
     report = json.loads(result.stdout)
     assert (result.returncode, report["status"]) == (1, "warning"), result.stderr
@@ -116,7 +115,7 @@ def test_check_reports_both_tripwires_in_json_and_exit_code(world: EngramEnviron
 def test_check_rejects_a_bad_threshold_with_file_and_line(world: EngramEnvironment) -> None:
     config = world.root / "canary.yaml"
     config.write_text("inbox:\n  age_days: 7\n  unsorted_growth: 5\n")
-    result = canary(world, "check", "--db", str(world.db_path), "--config", str(config))
+    result = canary(world, "--config", str(config), "check", "--db", str(world.db_path))
     assert result.returncode == 3
     assert "canary.yaml:3: unknown key 'inbox.unsorted_growth'" in result.stdout + result.stderr
 

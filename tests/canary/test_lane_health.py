@@ -98,8 +98,10 @@ def test_watch_says_when_the_lane_blocks_and_when_it_clears(
     world = blocked
     config_home = tmp_path / "config"
     (config_home / "engram-canary").mkdir(parents=True)
-    (config_home / "engram-canary" / "config.yaml").write_text("watch:\n  full_recheck_seconds: 0.5\n")
-    watcher = WatchProcess(["--db", str(world.db_path), "--poll"], config_home)
+    (config_home / "engram-canary" / "config.yaml").write_text(
+        "watch:\n  full_recheck_seconds: 0.5\n  poll: true\n"
+    )
+    watcher = WatchProcess(["--db", str(world.db_path)], config_home)
     try:
         watcher.wait_started()
         watcher.wait_for(

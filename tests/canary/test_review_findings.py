@@ -46,6 +46,18 @@ def invoke(home: Path, *args: str, **env: str | None) -> Result:
     return runner.invoke(cli, list(args), prog_name="engram-canary", env=environment)
 
 
+def default_baseline(home: Path) -> Path:
+    """The baseline next to the default config (XDG_CONFIG_HOME is home/config in `invoke`)."""
+    return home / "config" / "engram-canary" / "baseline.json"
+
+
+def default_config(home: Path, text: str) -> Path:
+    config = home / "config" / "engram-canary" / "config.yaml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(text, encoding="utf-8")
+    return config
+
+
 def one_line_error(result: Result, exit_code: int = 3) -> str:
     """The result is an exit with `exit_code` and exactly one line of output, never a traceback."""
     assert not isinstance(result.exception, Exception) or isinstance(
@@ -73,18 +85,16 @@ def db_of(home: Path) -> Path:
 
 @pytest.mark.parametrize("expires", ["99999999999d", "9999-12-31", "0001-01-01T00:00:00+14:00"])
 def test_an_expiry_beyond_the_calendar_is_one_line(home: Path, expires: str) -> None:
-    baseline = home / "baseline.json"
-    result = invoke(
-        home, "baseline", "--db", str(db_of(home)), "--baseline", str(baseline), "--expires", expires
-    )
+    baseline = default_baseline(home)
+    result = invoke(home, "baseline", "--db", str(db_of(home)), "--expires", expires)
     line = one_line_error(result)
     assert line.startswith(f"engram-canary: error: --expires {expires!r}: "), line
     assert not baseline.exists()
 
 
 def recorded_baseline(home: Path) -> tuple[Path, dict[str, Any]]:
-    baseline = home / "baseline.json"
-    recorded = invoke(home, "baseline", "--db", str(db_of(home)), "--baseline", str(baseline))
+    baseline = default_baseline(home)
+    recorded = invoke(home, "baseline", "--db", str(db_of(home)))
     assert recorded.exit_code == 0, recorded.stderr
     document = json.loads(baseline.read_text(encoding="utf-8"))
     return baseline, document
@@ -100,7 +110,7 @@ def with_expiry(baseline: Path, document: dict[str, Any], expires: str) -> None:
 def test_a_hand_edited_expiry_that_is_no_time_is_one_line_unknown(home: Path) -> None:
     baseline, document = recorded_baseline(home)
     with_expiry(baseline, document, "next week")
-    result = invoke(home, "check", "--db", str(db_of(home)), "--baseline", str(baseline))
+    result = invoke(home, "check", "--db", str(db_of(home)))
     line = one_line_error(result)
     assert line.startswith(f"ENGRAM-CANARY UNKNOWN - {baseline}: not a readable canary baseline ("), line
     assert "expires" in line
@@ -109,23 +119,24 @@ def test_a_hand_edited_expiry_that_is_no_time_is_one_line_unknown(home: Path) ->
 def test_a_hand_edited_expiry_without_a_zone_is_utc(home: Path) -> None:
     """As --expires reads an ISO time without a zone: UTC (it was a TypeError traceback)."""
     baseline, document = recorded_baseline(home)
-    silenced = invoke(home, "check", "--db", str(db_of(home)), "--baseline", str(baseline))
+    silenced = invoke(home, "check", "--db", str(db_of(home)))
     assert silenced.exit_code == 0, silenced.stdout
     with_expiry(baseline, document, "2999-01-01T00:00:00")
-    still = invoke(home, "check", "--db", str(db_of(home)), "--baseline", str(baseline))
+    still = invoke(home, "check", "--db", str(db_of(home)))
     assert (still.exit_code, still.stdout.splitlines()[0]) == (0, silenced.stdout.splitlines()[0])
     assert "until 2999-01-01T00:00:00Z" in still.stdout
     with_expiry(baseline, document, "2001-01-01T00:00:00")
-    lapsed = invoke(home, "check", "--db", str(db_of(home)), "--baseline", str(baseline), "--format", "json")
+    lapsed = invoke(home, "check", "--db", str(db_of(home)), "--format", "json")
     assert lapsed.exit_code != 0, lapsed.stdout
     realarms = {finding["realarm"] for finding in json.loads(lapsed.stdout)["findings"]}
     assert realarms == {"acknowledgement expired at 2001-01-01T00:00:00Z"}
 
 
 def test_a_deeply_nested_baseline_is_one_line_unknown(home: Path) -> None:
-    baseline = home / "baseline.json"
+    baseline = default_baseline(home)
+    baseline.parent.mkdir(parents=True)
     baseline.write_text("[" * DEEP + "]" * DEEP, encoding="utf-8")
-    result = invoke(home, "check", "--db", str(db_of(home)), "--baseline", str(baseline))
+    result = invoke(home, "check", "--db", str(db_of(home)))
     line = one_line_error(result)
     assert line.startswith(f"ENGRAM-CANARY UNKNOWN - {baseline}: not a readable canary baseline ("), line
 
@@ -141,7 +152,7 @@ def test_a_deeply_nested_baseline_is_one_line_unknown(home: Path) -> None:
 def test_a_recursive_or_deep_yaml_config_is_one_line_unknown(home: Path, text: str) -> None:
     config = home / "config.yaml"
     config.write_text(text, encoding="utf-8")
-    result = invoke(home, "check", "--db", str(db_of(home)), "--config", str(config))
+    result = invoke(home, "--config", str(config), "check", "--db", str(db_of(home)))
     line = one_line_error(result)
     assert line.startswith(f"ENGRAM-CANARY UNKNOWN - {config}:"), line
     assert "invalid YAML" in line
@@ -150,7 +161,8 @@ def test_a_recursive_or_deep_yaml_config_is_one_line_unknown(home: Path, text: s
 def test_a_deep_alias_file_is_one_line(home: Path) -> None:
     aliases = home / "aliases.yaml"
     aliases.write_text("[" * 20_000 + "]" * 20_000 + "\n", encoding="utf-8")
-    result = invoke(home, "inbox", "list", "--db", str(db_of(home)), "--aliases", str(aliases))
+    default_config(home, f"inbox:\n  aliases: {aliases}\n")
+    result = invoke(home, "inbox", "list", "--db", str(db_of(home)))
     line = one_line_error(result)
     assert line.startswith(f"engram-canary: error: {aliases}:"), line
 
@@ -159,7 +171,7 @@ def test_a_deep_alias_file_is_one_line(home: Path) -> None:
 def test_an_unsorted_window_beyond_the_calendar_is_a_config_error(home: Path, value: str) -> None:
     config = home / "config.yaml"
     config.write_text(f"inbox:\n  unsorted_window_days: {value}\n", encoding="utf-8")
-    result = invoke(home, "check", "--db", str(db_of(home)), "--config", str(config))
+    result = invoke(home, "--config", str(config), "check", "--db", str(db_of(home)))
     line = one_line_error(result)
     assert line.startswith(f"ENGRAM-CANARY UNKNOWN - {config}:2: inbox.unsorted_window_days: "), line
 
@@ -167,11 +179,11 @@ def test_an_unsorted_window_beyond_the_calendar_is_a_config_error(home: Path, va
 def test_a_deeply_nested_key_map_is_one_line(home: Path) -> None:
     key_map = home / "keys.json"
     key_map.write_text("[" * DEEP, encoding="utf-8")
-    checked = invoke(home, "check", "--db", str(db_of(home)), "--key-map", str(key_map))
+    checked = invoke(home, "check", "--db", str(db_of(home)), ENGRAM_CANARY_KEY_MAP=str(key_map))
     assert one_line_error(checked).startswith(
         f"ENGRAM-CANARY UNKNOWN - --key-map {key_map}: "
     ), checked.stdout
-    listed = invoke(home, "inbox", "--key-map", str(key_map), "list", "--db", str(db_of(home)))
+    listed = invoke(home, "inbox", "list", "--db", str(db_of(home)), ENGRAM_CANARY_KEY_MAP=str(key_map))
     assert one_line_error(listed).startswith(f"engram-canary: error: --key-map {key_map}: "), listed.stderr
 
 
@@ -309,13 +321,18 @@ def test_reconcile_a_deeply_nested_or_non_utf8_cloud_json_is_one_line_unknown(
 
 
 @pytest.mark.parametrize(
-    "options",
-    [("--full-every", "inf"), ("--full-every", "1e308"), ("--poll", "--poll-interval", "1e308")],
+    ("settings", "key"),
+    [
+        ("full_recheck_seconds: .inf", "watch.full_recheck_seconds"),
+        ("full_recheck_seconds: 1e308", "watch.full_recheck_seconds"),
+        ("poll: true\n  poll_interval_seconds: 1e308", "watch.poll_interval_seconds"),
+    ],
     ids=["full-every-inf", "full-every-huge", "poll-interval-huge"],
 )
-def test_watch_periods_beyond_the_clock_are_one_line(home: Path, options: tuple[str, ...]) -> None:
+def test_watch_periods_beyond_the_clock_are_one_line(home: Path, settings: str, key: str) -> None:
+    config = default_config(home, f"watch:\n  {settings}\n")
     done = subprocess.run(
-        [str(CANARY), "watch", "--db", str(db_of(home)), *options],
+        [str(CANARY), "watch", "--db", str(db_of(home))],
         env=canary_env(home / "config", HOME=str(home)),
         capture_output=True,
         text=True,
@@ -325,7 +342,8 @@ def test_watch_periods_beyond_the_clock_are_one_line(home: Path, options: tuple[
     assert done.returncode == 3, (done.returncode, done.stderr[-2000:])
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
-    assert lines[0].startswith("engram-canary watch: error: Invalid value for "), lines[0]
+    assert lines[0].startswith(f"engram-canary: error: {config}:"), lines[0]
+    assert f": {key}: Input should be less than or equal to " in lines[0], lines[0]
 
 
 # --- issue 12 on the real engram: an acknowledged lane block alarms again when it grows ------------------
@@ -441,7 +459,7 @@ def test_a_project_name_with_a_newline_never_forges_a_line(home: Path) -> None:
     listed = invoke(home, "inbox", "list", "--db", str(db))
     assert listed.exit_code == 0, listed.stderr
     no_forged_line(listed.stdout)
-    recorded = invoke(home, "baseline", "--db", str(db), "--baseline", str(home / "baseline.json"))
+    recorded = invoke(home, "baseline", "--db", str(db))
     assert recorded.exit_code == 0, recorded.stderr
     no_forged_line(recorded.stdout)
     for triage in (
@@ -468,9 +486,8 @@ def test_watch_says_unknown_when_the_database_goes_away_and_reads_its_replacemen
     home: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     db = db_of(home)
-    watcher = WatchProcess(
-        ["--db", str(db), "--no-baseline", "--full-every", "0.2"], home / "config", HOME=str(home)
-    )
+    default_config(home, "watch:\n  full_recheck_seconds: 0.2\n")
+    watcher = WatchProcess(["--db", str(db), "--no-baseline"], home / "config", HOME=str(home))
     try:
         watcher.wait_started()
         db.unlink()
@@ -550,12 +567,10 @@ def test_a_relative_cwd_inside_a_symlinked_directory_is_the_path_engram_recorded
 def test_relative_xdg_directories_are_ignored(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`XDG_CONFIG_HOME=relative` made check miss the baseline in ~/.config (every finding new again) and
     `XDG_STATE_HOME=relative` wrote the canary's state into whatever directory cron ran it from."""
-    recorded = invoke(
-        home, "baseline", "--db", str(db_of(home)), "--baseline", str(home / ".config" / "x.json")
-    )
+    recorded = invoke(home, "baseline", "--db", str(db_of(home)))
     assert recorded.exit_code == 0, recorded.stderr
     (home / ".config" / "engram-canary").mkdir(parents=True)
-    (home / ".config" / "x.json").replace(home / ".config" / "engram-canary" / "baseline.json")
+    default_baseline(home).replace(home / ".config" / "engram-canary" / "baseline.json")
     elsewhere = home / "cron cwd"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
@@ -581,8 +596,8 @@ def test_relative_xdg_directories_are_ignored(home: Path, monkeypatch: pytest.Mo
     [
         ("--db", "/tmp/x y\nExecStartPre=/bin/evil"),
         ("--on-calendar", "*:0/15\nExecStartPre=/bin/evil"),
-        ("--exec", "logger alert\nExecStartPre=/bin/evil"),
-        ("--ping-url", "https://hc.example/x\rExecStartPre=/bin/evil"),
+        ("exec", "logger alert\nExecStartPre=/bin/evil"),
+        ("ping_url", "https://hc.example/x\rExecStartPre=/bin/evil"),
         ("--system", "--user", "me\nExecStartPre=/bin/evil"),
     ],
     ids=["db", "on-calendar", "exec", "ping-url", "user"],
@@ -590,6 +605,9 @@ def test_relative_xdg_directories_are_ignored(home: Path, monkeypatch: pytest.Mo
 def test_install_systemd_refuses_a_value_that_would_add_a_unit_line(
     home: Path, options: tuple[str, ...]
 ) -> None:
+    if options[0] in ("exec", "ping_url"):
+        default_config(home, f"watch:\n  {options[0]}: {json.dumps(options[1])}\n")
+        options = ()
     result = invoke(home, "install-systemd", "--print", "--db", str(db_of(home)), *options)
     line = one_line_error(result)
     assert line.startswith("engram-canary: error: "), line

@@ -230,12 +230,13 @@ def test_old_acks_on_a_project_lane_keep_a_v120_database_legacy_only(tmp_path: P
 
 
 def test_baseline_then_check_and_textfile(version: str, db: Path, tmp_path: Path) -> None:
-    baseline = tmp_path / "baseline.json"
-    code, output = run("baseline", "--db", str(db), "--baseline", str(baseline), "--reason", "known")
+    config = tmp_path / "canary.yaml"
+    config.write_text(f"baseline: {tmp_path / 'baseline.json'}\n", encoding="utf-8")
+    code, output = run("--config", str(config), "baseline", "--db", str(db), "--reason", "known")
     assert code == 0, output
     prom = tmp_path / "prom"
     prom.mkdir()
-    code, output = run("check", "--db", str(db), "--baseline", str(baseline), "--textfile-dir", str(prom))
+    code, output = run("--config", str(config), "check", "--db", str(db), "--textfile-dir", str(prom))
     assert code == 0, output
     assert output.startswith("ENGRAM-CANARY OK - no unacknowledged foreign sync target"), output
     metrics = (prom / "engram_canary.prom").read_text(encoding="utf-8")
@@ -300,9 +301,10 @@ def test_check_json_names_the_schema_and_lane_model_it_read(version: str, db: Pa
 def test_watch_alerts_on_a_new_phantom_and_never_on_the_inbox_row(
     version: str, db: Path, tmp_path: Path
 ) -> None:
-    from canary_support import WatchProcess
+    from canary_support import WatchProcess, write_settings
 
-    watcher = WatchProcess(["--db", str(db), "--full-every", "600"], tmp_path / "xdg")
+    write_settings(tmp_path / "xdg", "watch:\n  full_recheck_seconds: 600\n")
+    watcher = WatchProcess(["--db", str(db)], tmp_path / "xdg")
     try:
         watcher.wait_started()
         with contextlib.closing(sqlite3.connect(db)) as connection:

@@ -90,26 +90,28 @@ def test_an_older_wide_backup_dir_and_log_are_tightened(home: Home) -> None:
 
 
 def test_keep_backups_prunes_the_oldest_and_the_log_says_so(home: Home) -> None:
+    keep_two = home.world.root / "canary.yaml"
+    keep_two.write_text("backups:\n  keep: 2\n")
     runs = (
         ("inbox", "drop", "--project", "side-project", "--noise"),
         ("inbox", "drop", "--unattributed"),
         ("inbox", "drop", "--project", "side-project"),
     )
     for run in runs:
-        result = canary(home.world, *run, "--keep-backups", "2", "--apply")
+        result = canary(home.world, *run, "--apply", ENGRAM_CANARY_CONFIG=str(keep_two))
         assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines()[-1] == "pruned 1 old backups (--keep-backups 2)"
+    assert result.stdout.splitlines()[-1] == "pruned 1 old backups (backups.keep 2)"
     kept = sorted(path.name for path in home.backups.glob("*.db"))
     assert len(kept) == 2 and kept[0].endswith(".drop.db")
     entries = log_entries(home)
     assert [len(entry["pruned_backups"]) for entry in entries] == [0, 0, 1]  # type: ignore[arg-type]
     assert entries[2]["pruned_backups"] == [entries[0]["backup"]]
-    bad = canary(home.world, "inbox", "drop", "--unattributed", "--keep-backups", "0")
+    keep_two.write_text("backups:\n  keep: 0\n")
+    bad = canary(home.world, "inbox", "drop", "--unattributed", ENGRAM_CANARY_CONFIG=str(keep_two))
     assert (bad.returncode, bad.stdout, bad.stderr) == (
         3,
         "",
-        "engram-canary inbox drop: error: Invalid value for '--keep-backups': 0 is not in the range x>=1. "
-        "(see engram-canary inbox drop --help)\n",
+        f"engram-canary: error: {keep_two}:2: backups.keep: Input should be greater than or equal to 1\n",
     )
 
 
@@ -177,8 +179,10 @@ def test_a_near_miss_project_name_gets_a_did_you_mean(home: Home) -> None:
 
 def test_a_new_aliases_file_is_created(home: Home) -> None:
     new_file = home.world.root / "fresh dir" / "aliases.yaml"
-    args = ("--project", "side-project", "--as", "main-proj", "--aliases", str(new_file), "--apply")
-    result = canary(home.world, "inbox", "claim", *args)
+    config = home.world.root / "canary.yaml"
+    config.write_text(f"inbox:\n  aliases: {new_file}\n")
+    args = ("--project", "side-project", "--as", "main-proj", "--apply")
+    result = canary(home.world, "--config", str(config), "inbox", "claim", *args)
     assert result.returncode == 0, result.stderr
     assert new_file.read_text() == 'keys:\n  "side-project": "main-proj"\n'
     assert f"alias registered: keys 'side-project' -> 'main-proj' in {new_file}" in result.stdout
@@ -292,10 +296,13 @@ def test_an_alias_file_that_cannot_be_written_refuses_before_any_write(home: Hom
     blocker.write_text("")
     before = db_digest(home.db)
     aliases = blocker / "aliases.yaml"
-    args = ("--project", "side-project", "--as", "main-proj", "--aliases", str(aliases), "--apply")
+    config = home.world.root / "canary.yaml"
+    config.write_text(f"inbox:\n  aliases: {aliases}\n")
+    args = ("--project", "side-project", "--as", "main-proj", "--apply")
     refused(
-        canary(home.world, "inbox", "claim", *args),
-        f"{aliases}: the alias file cannot be written there; nothing was changed (choose --aliases)",
+        canary(home.world, "--config", str(config), "inbox", "claim", *args),
+        f"{aliases}: the alias file cannot be written there; nothing was changed "
+        "(set inbox.aliases in the config file)",
     )
     assert db_digest(home.db) == before
     assert not home.backups.exists()

@@ -1,0 +1,71 @@
+"""The README starts with the user: what it is, install, the first check, what each finding means, then
+the rest in the issue's order; benchmark tables live in bench/README.md."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+README = (REPOSITORY / "README.md").read_text(encoding="utf-8")
+DESIGN_URL = "https://github.com/Gentleman-Programming/engram/issues/1013"
+
+SECTIONS = [
+    "Install",
+    "First check",
+    "What the check tells you",
+    "Cron and systemd",
+    "Fleets",
+    "The harness (for maintainers)",
+    "validate (for beta testers)",
+    "Development",
+    "Links",
+]
+
+
+def test_the_sections_come_in_the_users_order() -> None:
+    headings = re.findall(r"^## (.+)$", README, flags=re.MULTILINE)
+    assert [heading for heading in headings if heading in SECTIONS] == SECTIONS
+    intro = README.split("\n## ", 1)[0].split("\n", 1)[1].strip()
+    assert len(intro.splitlines()) == 3
+
+
+def test_install_comes_before_the_first_command_and_make_comes_last() -> None:
+    assert README.index("pipx install engram-sync-kit") < README.index("engram-canary check")
+    # The walk-through's new user had pipx and no `build` module: the wheel is built through pipx too.
+    assert "pipx run build --wheel" in README and "python -m build" not in README
+    assert README.index("make demo") > README.index("## Development")
+
+
+def test_the_readme_speaks_of_the_product_not_the_build_machines() -> None:
+    for phrase in ("../shared", "shared/seed", "module proxy", "these machines", "can be built here"):
+        assert phrase not in README
+    assert DESIGN_URL in README
+
+
+def test_at_most_five_headline_figures_and_no_benchmark_table() -> None:
+    assert not [line for line in README.splitlines() if line.startswith("|") and re.search(r"\d ms\b", line)]
+    development = README.split("## Development", 1)[1].split("\n## ", 1)[0]
+    assert 1 <= len(re.findall(r"^- ", development, flags=re.MULTILINE)) <= 5
+    assert "| what | measured | goal |" in (REPOSITORY / "bench" / "README.md").read_text(encoding="utf-8")
+
+
+def test_every_finding_the_canary_reports_is_explained() -> None:
+    explained = README.split("## What the check tells you", 1)[1].split("\n## ", 1)[0]
+    sources = _canary_sources()
+    constants = dict(re.findall(r'^([A-Z_]+) = "([a-z_]+)"$', sources, flags=re.MULTILINE))
+    checks = set(re.findall(r'check="([a-z_]+)"', sources))
+    checks |= {constants[name] for name in re.findall(r"check=([A-Z_]+)\b", sources) if name in constants}
+    assert {"foreign_sync_target", "legacy_lane_blocked", "unattributed_mutations"} <= checks
+    assert {check for check in checks if f"`{check}`" not in explained} == set()
+
+
+def _canary_sources() -> str:
+    return "\n".join(path.read_text(encoding="utf-8") for path in (REPOSITORY / "canary").glob("*.py"))
+
+
+def first_check_output() -> str:
+    """The console block under "First check": what `engram-canary check` printed, as pasted."""
+    section = README.split("## First check", 1)[1]
+    block = section.split("```console\n", 1)[1].split("```", 1)[0]
+    return block.split("$ engram-canary check\n", 1)[1].split("$ echo", 1)[0]
