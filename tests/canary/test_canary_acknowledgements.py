@@ -248,20 +248,14 @@ def test_status_is_one_policy_for_check_and_watch(engram_world: EngramEnvironmen
         WatchOptions(db_path=engram_world.db_path, config=config, baseline=None, stream=io.StringIO())
     )
     watcher._notify_status = lambda status, body: pings.append(status)  # type: ignore[method-assign]
-    watcher._open()
-    try:
-        watcher._full_check(initial=True)
-        expected = run_check(engram_world.db_path, config, None).exit_status
-        assert expected is Status.WARNING
-        assert watcher.status is expected and watcher.current_status() is expected
-        save(engram_world, scratch, "side", "an enrolled write: a commit without a new target")
-        assert watcher._changed()
-        watcher._incremental_check()
-        assert watcher.status is Status.WARNING
-        assert pings == [Status.WARNING]  # no flap to OK and back
-    finally:
-        assert watcher.db is not None
-        watcher.db.close()
+    watcher._full_check(initial=True)
+    expected = run_check(engram_world.db_path, config, None).exit_status
+    assert expected is Status.WARNING
+    assert watcher.status is expected and watcher.current_status() is expected
+    save(engram_world, scratch, "side", "an enrolled write: a commit without a new target")
+    assert watcher._incremental_check()
+    assert watcher.status is Status.WARNING
+    assert pings == [Status.WARNING]  # no flap to OK and back
 
 
 @pytest.mark.engram
@@ -283,20 +277,14 @@ def test_watch_keeps_an_acknowledged_target_silent_until_a_full_check_sees_it_gr
     watcher = Watcher(
         WatchOptions(db_path=engram_world.db_path, config=CanaryConfig(), baseline=baseline, stream=stream)
     )
-    watcher._open()
-    try:
-        watcher._full_check(initial=True)
-        assert (watcher.alerted, watcher.status) == ({}, Status.OK)
-        save(engram_world, scratch, "known", "more rows on the acknowledged target")
-        assert watcher._changed()
-        watcher._incremental_check()
-        assert watcher.alerted == {}  # between full checks an acknowledged target stays silent
-        watcher._full_check(initial=False)
-        assert set(watcher.alerted) == {"cloud:known"}
-        assert watcher.status is Status.WARNING
-    finally:
-        assert watcher.db is not None
-        watcher.db.close()
+    watcher._full_check(initial=True)
+    assert (watcher.alerted, watcher.status) == ({}, Status.OK)
+    save(engram_world, scratch, "known", "more rows on the acknowledged target")
+    assert watcher._incremental_check()
+    assert watcher.alerted == {}  # between full checks an acknowledged target stays silent
+    watcher._full_check(initial=False)
+    assert set(watcher.alerted) == {"cloud:known"}
+    assert watcher.status is Status.WARNING
     line = next(text for text in stream.getvalue().splitlines() if "cloud:known" in text)
     assert "acknowledged, alarms again: grew from 2 to 4 rows since acknowledged" in line
 
