@@ -15,12 +15,10 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
@@ -28,7 +26,6 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
-import httpx
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
@@ -51,6 +48,7 @@ from canary.db_files import FileFingerprint, lock_holder, wal_frame_bytes, wal_p
 from canary.errors import CanaryError
 from canary.findings import Finding, Status, overall_status
 from canary.lane_health import lane_transitions
+from canary.notify import Alert, HookRunner, Pinger
 from canary.text import printable
 
 WRITE_EVENTS = frozenset({"modified", "created", "deleted", "moved", "closed"})
@@ -66,8 +64,8 @@ SETTLE_POLL_SECONDS = 0.002
 LONG_LIVED_REMEMBERED = 64
 # SQLite calls the progress handler every this many VM steps: a replace or a stop aborts a read this fast.
 PROGRESS_STEPS = 10_000
-EXEC_TIMEOUT_SECONDS = 30.0
-PING_TIMEOUT_SECONDS = 10.0
+# A stop (SIGTERM, SIGINT) ends the watcher within this many seconds, whatever the hook queue holds.
+STOP_WITHIN_SECONDS = 2.0
 # syslog priorities; journald reads a "<N>" line prefix on a stream it owns (SyslogLevelPrefix=yes).
 CRITICAL, ERROR, WARNING, NOTICE, INFO = 2, 3, 4, 5, 6
 
@@ -107,14 +105,6 @@ def rows_seen(space: TargetSpace) -> tuple[object, ...]:
     the worker's progress and enrollments land in sync_state and sync_enrolled_projects."""
     states = tuple(sorted((key, tuple(sorted(row.fields.items()))) for key, row in space.sync_state.items()))
     return (space.last_seq, tuple(space.enrolled), states)
-
-
-@dataclass(frozen=True)
-class Alert:
-    event: str  # "appeared" | "gone"
-    target_key: str
-    line: str
-    status: Status
 
 
 @dataclass
@@ -170,7 +160,10 @@ class Watcher:
         self.fingerprint: FileFingerprint | None = None
         self.rows_seen: tuple[object, ...] | None = None  # what the last check read; a commit changes it
         self.long_lived: dict[int, None] = {}  # pids of engram processes that stay inside the file
-        self.notifier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="canary-notify")
+        self.stop_asked_at: float | None = None
+        self.say_lock = threading.Lock()  # the hook and ping threads say things too
+        self.hooks: HookRunner | None = None
+        self.pinger: Pinger | None = None
         # Resolved once: the baseline's key is the db's resolved path (file-system calls). Acknowledged
         # targets stay silent between full checks; a full check re-alarms the ones that grew or expired.
         self.known_targets = options.known_targets
@@ -180,6 +173,8 @@ class Watcher:
     # -- lifecycle -------------------------------------------------------------------------------
 
     def stop(self) -> None:
+        if self.stop_asked_at is None:
+            self.stop_asked_at = time.monotonic()
         self.stop_event.set()
         self.wake_event.set()
 
@@ -207,6 +202,10 @@ class Watcher:
         handler = _DatabaseFileHandler(db.name, self.wake_event.set, self.file_replaced)
         observer.schedule(handler, str(db.parent), recursive=False)
         observer.start()
+        if self.options.exec_command:
+            self.hooks = HookRunner(self.options.exec_command, db, self._say_from_thread)
+        if self.options.ping_url:
+            self.pinger = Pinger(self.options.ping_url, self._say_from_thread)
         try:
             self._full_check(initial=True)
             mode = "polling" if self.options.poll else "native file events"
@@ -216,9 +215,9 @@ class Watcher:
             )
             self._loop()
         finally:
+            self._close_notifiers()
             observer.stop()
             observer.join(timeout=5)
-            self.notifier.shutdown(wait=True)
         stats = self.stats
         self._say(
             f"engram-canary: stopped ({stats.file_events} file events, {stats.confirmed_changes} commits seen, "
@@ -474,56 +473,31 @@ class Watcher:
         self.stats.alerts += 1
         priorities = {Status.CRITICAL: CRITICAL, Status.WARNING: WARNING}
         self._say(alert.line, priorities.get(alert.status, NOTICE))
-        if self.options.exec_command:
-            self.notifier.submit(self._run_exec, alert)
+        if self.hooks is not None:
+            self.hooks.submit(alert)
 
     def _say(self, line: str, priority: int = INFO) -> None:
         prefix = f"<{priority}>" if self.journal else ""
-        self.options.stream.write(f"{prefix}{printable(line)}\n")
-        self.options.stream.flush()
+        with self.say_lock:
+            self.options.stream.write(f"{prefix}{printable(line)}\n")
+            self.options.stream.flush()
 
-    def _run_exec(self, alert: Alert) -> None:
-        command = self.options.exec_command
-        assert command is not None
-        env = dict(os.environ)
-        env.update(
-            {
-                "ENGRAM_CANARY_EVENT": alert.event,
-                "ENGRAM_CANARY_TARGET_KEY": alert.target_key,
-                "ENGRAM_CANARY_STATUS": alert.status.label,
-                "ENGRAM_CANARY_DB": str(self.options.db_path),
-                "ENGRAM_CANARY_MESSAGE": printable(alert.line),
-            }
-        )
-        try:
-            completed = subprocess.run(
-                ["/bin/sh", "-c", command],
-                input=printable(alert.line) + "\n",
-                text=True,
-                env=env,
-                capture_output=True,
-                timeout=EXEC_TIMEOUT_SECONDS,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as error:
-            self._say(f"engram-canary: --exec failed: {error}", ERROR)
-            return
-        if completed.returncode != 0:
-            self._say(
-                f"engram-canary: --exec exited {completed.returncode}: {completed.stderr.strip()[:200]}",
-                ERROR,
-            )
+    def _say_from_thread(self, line: str, is_error: bool) -> None:
+        self._say(line, ERROR if is_error else NOTICE)
 
     def _notify_status(self, status: Status, body: str) -> None:
-        if self.options.ping_url:
-            self.notifier.submit(self._ping, status, body)
+        if self.pinger is not None:
+            self.pinger.submit(status, body)
 
-    def _ping(self, status: Status, body: str) -> None:
-        url = f"{self.options.ping_url.rstrip('/')}/{int(status)}" if self.options.ping_url else ""
-        try:
-            httpx.post(url, content=f"{status.name} - {body}".encode(), timeout=PING_TIMEOUT_SECONDS)
-        except httpx.HTTPError as error:
-            self._say(f"engram-canary: ping {url} failed: {error}", ERROR)
+    def _close_notifiers(self) -> None:
+        """Queued hook runs and pings are dropped; a running hook gets what is left of the stop budget
+        (less a margin for its SIGTERM and SIGKILL), so the watcher ends within STOP_WITHIN_SECONDS."""
+        asked = self.stop_asked_at if self.stop_asked_at is not None else time.monotonic()
+        grace = STOP_WITHIN_SECONDS - 0.9 - (time.monotonic() - asked)
+        if self.hooks is not None:
+            self.hooks.close(grace)
+        if self.pinger is not None:
+            self.pinger.close(STOP_WITHIN_SECONDS - 0.2 - (time.monotonic() - asked))
 
 
 def watch(options: WatchOptions, *, install_signals: bool = True) -> int:

@@ -54,6 +54,12 @@ V120_ONLY: dict[str, str] = {
     "test_canary_watch_restore::test_a_restore_with_mv_under_watch_is_not_undone": (
         "time: two homes and a watcher per run; the restore is SQLite's WAL at work, the same for every schema"
     ),
+    "test_canary_watch_exec::test_alerts_that_arrive_during_a_hook_run_are_one_next_run": (
+        "time: the hook queue and the stop are the watcher's own, the same for every schema"
+    ),
+    "test_canary_watch_exec::test_a_stop_ends_the_watcher_within_2_s_whatever_is_queued": (
+        "time: the hook queue and the stop are the watcher's own, the same for every schema"
+    ),
     "test_engram_db::test_each_command_discovers_once_per_connection": (
         "counts schema discoveries per connection of each command; on v2/v3 drop --apply stops at the "
         "refusal before triage's write connection (the refusal is pinned by test_schema_versions)"
