@@ -6,6 +6,7 @@ read transactions. Columns are discovered with PRAGMA table_info so v1.x, v2 and
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 from collections.abc import Iterator, Sequence
@@ -19,6 +20,10 @@ from urllib.parse import quote
 from canary.errors import CanaryError
 
 BUSY_TIMEOUT_MS = 5000
+# One value that is not valid UTF-8 must not fail a whole read: it comes back with U+FFFD in place of
+# the bad bytes (C speed, no Python call per value). Readers that must know, such as the payloads the
+# inbox offers to triage, read the bytes (CAST(... AS BLOB)) and decode them themselves.
+LENIENT_TEXT = functools.partial(str, encoding="utf-8", errors="replace")
 REQUIRED_TABLES = ("sync_state", "sync_mutations")
 
 
@@ -87,6 +92,7 @@ class EngramDb:
         try:
             connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             connection.execute("PRAGMA query_only = 1")
+            connection.text_factory = LENIENT_TEXT
             schema = discover_schema(connection, path)
         except sqlite3.DatabaseError as error:
             connection.close()

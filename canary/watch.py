@@ -50,6 +50,7 @@ from canary.findings import Finding, Status, overall_status
 from canary.lane_health import lane_transitions
 from canary.notify import Alert, HookRunner, Pinger
 from canary.text import printable
+from canary.undecodable import UNDECODABLE_PAYLOAD
 
 WRITE_EVENTS = frozenset({"modified", "created", "deleted", "moved", "closed"})
 # Events that put another file at --db, or none: the check in progress is abandoned at once.
@@ -400,12 +401,26 @@ class Watcher:
             self._emit(
                 Alert(lane.event, lane.target_key, lane.line, Status.CRITICAL if lane.critical else Status.OK)
             )
+        self._undecodable_transition(previous, self.standing)
         self._reconcile(foreign, foreign_findings, space)
         for key in foreign:
             self.alerted[key] = [f for f in foreign_findings if f.target_key == key]
         # Every full check pings (a heartbeat); its status and current_status() are the same policy.
         self.status = result.exit_status
         self._notify_status(self.status, f"{len(foreign)} new foreign targets")
+
+    def _undecodable_transition(self, previous: list[Finding], current: list[Finding]) -> None:
+        """Rows whose payload is not valid UTF-8, said when the full check's set of them changes: the same
+        finding `check` reports."""
+        before = next((f for f in previous if f.check == UNDECODABLE_PAYLOAD), None)
+        now = next((f for f in current if f.check == UNDECODABLE_PAYLOAD), None)
+        db = self.options.db_path
+        if now is not None and (before is None or before.evidence != now.evidence):
+            line = f"engram-canary WARNING: {UNDECODABLE_PAYLOAD} {now.message} db={db}"
+            self._emit(Alert("appeared", "", line, Status.WARNING))
+        elif now is None and before is not None:
+            line = f"engram-canary OK: no payload that is not valid UTF-8 is left db={db}"
+            self._emit(Alert("gone", "", line, Status.OK))
 
     def _warn_of_a_foreign_wal(self) -> None:
         """A -wal with frames next to a file that was just put in place was written for the file before it
