@@ -300,3 +300,54 @@ def test_findings_are_values_acknowledging_returns_new_ones() -> None:
     assert (silenced.new, silenced.acknowledgement) == (False, acks[original.identity])
     with pytest.raises(ValidationError):
         original.new = False  # type: ignore[misc]  # the point: a frozen Finding refuses the write
+
+
+def test_an_expired_acknowledgement_is_labelled_expired_and_a_grown_one_worse() -> None:
+    from canary.checks import CheckResult
+    from canary.config import CanaryConfig
+    from canary.report import render_text
+
+    expires = parse_expiry("1d", NOW)
+    empty, grown = finding("foreign_sync_target", 0, target="cloud:gone"), finding("inbox_age", 2, key="side")
+    acks = {a.identity: a for a in acknowledge([empty], "t", reason=None, expires=expires)}
+    acks |= {
+        a.identity: a
+        for a in acknowledge([finding("inbox_age", 1, key="side")], "t", reason=None, expires=None)
+    }
+    empty, grown = apply_acknowledgements([empty, grown], acks, NOW + timedelta(days=2))
+    result = CheckResult(status="warning", db="/x/engram.db", checked_at="t", findings=[empty, grown])
+    lines = render_text(result, CanaryConfig()).splitlines()
+    assert "[EXPIRED] warning foreign_sync_target: m" in lines
+    assert "[WORSE] warning inbox_age: m" in lines
+
+
+@pytest.mark.engram
+def test_check_labels_an_expired_acknowledgement_of_an_empty_target_expired(
+    engram_world: EngramEnvironment, tmp_path: Path
+) -> None:
+    config_home = tmp_path / "xdg"
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    save(engram_world, scratch, "gone")
+    dropped = run_canary(
+        ["inbox", "drop", "--project", "gone", "--db", str(engram_world.db_path), "--apply"], config_home
+    )
+    assert dropped.returncode == 0, dropped.stdout + dropped.stderr
+    recorded = run_canary(["baseline", "--db", str(engram_world.db_path), "--expires", "1d"], config_home)
+    assert recorded.returncode == 0, recorded.stderr
+    baseline_file = config_home / "engram-canary" / "baseline.json"
+    document = json.loads(baseline_file.read_text())
+    for entry in document["databases"].values():  # a day later: the acknowledgements have expired
+        for ack in entry["acknowledgements"]:
+            ack["expires"] = "2020-01-01T00:00:00Z"
+    baseline_file.write_text(json.dumps(document))
+
+    code, result, text = check(engram_world, config_home, text=True)
+    assert code == 1, text
+    [target] = [f for f in result["findings"] if f["target_key"] == "cloud:gone"]
+    assert target["size"] == 0 and target["realarm"] == "acknowledgement expired at 2020-01-01T00:00:00Z"
+    assert (
+        "[EXPIRED] warning foreign_sync_target: sync target cloud:gone is outside the closed target space "
+        "(0 unacked rows)" in text.splitlines()
+    ), text
+    assert "[WORSE]" not in text
