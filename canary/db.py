@@ -46,6 +46,11 @@ class Schema:
 
     columns: dict[str, frozenset[str]]
     user_version: int = 0
+    cookie: int = 0  # PRAGMA schema_version: SQLite bumps it on every schema change
+
+    def still_current(self, connection: sqlite3.Connection) -> bool:
+        """True while the open file's schema is unchanged since this was discovered (one header read)."""
+        return int(connection.execute("PRAGMA schema_version").fetchone()[0]) == self.cookie
 
     def has_table(self, table: str) -> bool:
         return table in self.columns
@@ -77,9 +82,10 @@ class EngramDb:
         return f"EngramDb({str(self.path)!r}, user_version={self.schema.user_version})"
 
     @classmethod
-    def open(cls, path: Path) -> EngramDb:
+    def open(cls, path: Path, known: Schema | None = None) -> EngramDb:
         """A read-only connection (never immutable=1: engram keeps writing through its WAL), or
-        DatabaseUnavailable in one line when the file is missing, unreadable or not engram's."""
+        DatabaseUnavailable in one line when the file is missing, unreadable or not engram's. `known`:
+        the schema an earlier open of the same file discovered, reused while its cookie still matches."""
         if not path.exists():
             raise DatabaseUnavailable(f"{path}: no such file (pass --db or set ENGRAM_DATA_DIR)")
         if not path.is_file():
@@ -93,7 +99,10 @@ class EngramDb:
             connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             connection.execute("PRAGMA query_only = 1")
             connection.text_factory = LENIENT_TEXT
-            schema = discover_schema(connection, path)
+            if known is not None and known.still_current(connection):
+                schema = known
+            else:
+                schema = discover_schema(connection, path)
         except sqlite3.DatabaseError as error:
             connection.close()
             raise DatabaseUnavailable(describe_read_error(path, error, "cannot be read as SQLite")) from error
@@ -161,7 +170,8 @@ def discover_schema(connection: sqlite3.Connection, path: Path) -> Schema:
         )
     columns = {table: table_columns(connection, table) for table in tables}
     user_version = int(connection.execute("PRAGMA user_version").fetchone()[0])
-    return Schema(columns=columns, user_version=user_version)
+    cookie = int(connection.execute("PRAGMA schema_version").fetchone()[0])
+    return Schema(columns=columns, user_version=user_version, cookie=cookie)
 
 
 def table_columns(connection: sqlite3.Connection, table: str) -> frozenset[str]:

@@ -19,6 +19,7 @@ from pathlib import Path
 SQLITE_LOCK_FIRST = 0x40000000
 SQLITE_LOCK_BYTES = 512
 WAL_HEADER_BYTES = 32
+WAL_INDEX_HEADER_BYTES = 48
 _FLOCK = struct.Struct("hhqqi4x")  # struct flock on 64-bit Linux: type, whence, start, len, pid
 
 
@@ -28,13 +29,16 @@ def wal_path(db: Path) -> Path:
 
 @dataclass(frozen=True)
 class FileFingerprint:
-    """What a writer changes and a reader never does: the database file's identity, size and mtime, and
-    the `-wal`'s size and mtime once it holds more than its header (a reader may create an empty one)."""
+    """What a writer changes and a reader does not: the database file's identity, size and mtime, the
+    `-wal`'s size and mtime once it holds more than its header (a reader may create an empty one), and
+    the wal-index header in `-shm`, whose change counter and last frame move with every commit (file
+    mtimes are as coarse as the kernel tick, and a reset `-wal` is rewritten without growing)."""
 
     identity: tuple[int, int]
     size: int
     mtime_ns: int
     wal: tuple[int, int] | None
+    wal_index: bytes
 
     @classmethod
     def read(cls, db: Path) -> FileFingerprint | None:
@@ -43,7 +47,13 @@ class FileFingerprint:
             found = os.stat(db)
         except OSError:
             return None
-        return cls((found.st_dev, found.st_ino), found.st_size, found.st_mtime_ns, _wal_state(db))
+        return cls(
+            (found.st_dev, found.st_ino),
+            found.st_size,
+            found.st_mtime_ns,
+            _wal_state(db),
+            _wal_index_header(db),
+        )
 
 
 def _wal_state(db: Path) -> tuple[int, int] | None:
@@ -52,6 +62,16 @@ def _wal_state(db: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return (found.st_size, found.st_mtime_ns) if found.st_size > WAL_HEADER_BYTES else None
+
+
+def _wal_index_header(db: Path) -> bytes:
+    """The first copy of the wal-index header (SQLite's WAL format: iVersion, iChange, mxFrame, nPage,
+    checksums, salts), read as plain bytes; a torn read only costs one more look."""
+    try:
+        with open(db.with_name(f"{db.name}-shm"), "rb") as index:
+            return index.read(WAL_INDEX_HEADER_BYTES)
+    except OSError:
+        return b""
 
 
 def wal_frame_bytes(db: Path) -> int:

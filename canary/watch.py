@@ -43,7 +43,7 @@ from canary.checks import (
     stuck_rows,
 )
 from canary.config import CanaryConfig
-from canary.db import DatabaseUnavailable, EngramDb, describe_read_error
+from canary.db import DatabaseUnavailable, EngramDb, Schema, describe_read_error
 from canary.db_files import FileFingerprint, lock_holder, wal_frame_bytes, wal_path
 from canary.errors import CanaryError
 from canary.findings import Finding, Status, overall_status
@@ -125,10 +125,10 @@ class FileState(Enum):
 
 
 class _DatabaseFileHandler(FileSystemEventHandler):
-    def __init__(self, db_name: str, on_write: Callable[[], None], on_replace: Callable[[], None]) -> None:
+    def __init__(self, db_name: str, on_event: Callable[[], None], on_replace: Callable[[], None]) -> None:
         self.db_name = db_name
         self.names = frozenset({db_name, f"{db_name}-wal"})
-        self.on_write = on_write
+        self.on_event = on_event
         self.on_replace = on_replace
 
     def on_any_event(self, event: FileSystemEvent) -> None:
@@ -140,7 +140,7 @@ class _DatabaseFileHandler(FileSystemEventHandler):
         if event.event_type in REPLACE_EVENTS and self.db_name in names:
             self.on_replace()
         if any(name in self.names for name in names):
-            self.on_write()
+            self.on_event()
 
 
 class Watcher:
@@ -160,6 +160,7 @@ class Watcher:
         # The files as the last look found them; None after they went away (what comes back is new).
         self.fingerprint: FileFingerprint | None = None
         self.rows_seen: tuple[object, ...] | None = None  # what the last check read; a commit changes it
+        self.schema: Schema | None = None  # the file's, reused by each open while its cookie matches
         self.long_lived: dict[int, None] = {}  # pids of engram processes that stay inside the file
         self.stop_asked_at: float | None = None
         self.say_lock = threading.Lock()  # the hook and ping threads say things too
@@ -304,7 +305,8 @@ class Watcher:
         abort the read within PROGRESS_STEPS steps (sqlite3.OperationalError 'interrupted')."""
         self._let_writer_close()
         self.fingerprint = FileFingerprint.read(self.options.db_path)
-        db = EngramDb.open(self.options.db_path)
+        db = EngramDb.open(self.options.db_path, self.schema)
+        self.schema = db.schema
         try:
             db.connection.set_progress_handler(lambda: int(self._abandoning()), PROGRESS_STEPS)
             yield db
@@ -370,7 +372,7 @@ class Watcher:
             if state is FileState.REPLACED:
                 self._say(f"engram-canary: {path} was replaced; reading the new file", NOTICE)
                 self._warn_of_a_foreign_wal()
-                self.last_seq, self.mutation_targets, self.rows_seen = 0, set(), None
+                self.last_seq, self.mutation_targets, self.rows_seen, self.schema = 0, set(), None, None
         self.stats.full_checks += 1
         if self.options.verbose:
             self._say(f"engram-canary: full check {self.stats.full_checks}")

@@ -197,3 +197,31 @@ def test_a_replace_during_a_check_releases_the_old_file_within_100_ms(
     assert checked[2] == os.stat(engram_world.db_path).st_ino  # then read the new file
     assert f"{engram_world.db_path} was replaced; reading the new file" in stream.getvalue()
     assert "UNKNOWN" not in stream.getvalue()
+
+
+def test_a_restore_while_another_reader_keeps_the_wal_is_warned_about(
+    engram_world: EngramEnvironment, tmp_path: Path
+) -> None:
+    """A restore made while some process is still inside the file (engram serve, an MCP session; here a
+    plain reader): engram's close cannot checkpoint, its -wal stays next to the restored file, and the
+    watcher says what engram's next open would do with it."""
+    db = engram_world.db_path
+    save(engram_world, "seed")
+    copy = tmp_path / "copy.db"
+    backup(db, copy)
+    wal = db.with_name("engram.db-wal")
+    with (
+        watching(engram_world, tmp_path) as watcher,
+        contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as inside,
+    ):
+        inside.execute("SELECT count(*) FROM sync_state").fetchone()
+        save(engram_world, "written while another process is inside")
+        frames = wal.stat().st_size - 32
+        assert frames > 0
+        os.replace(copy, db)
+        line = watcher.wait_for(says(" bytes of frames written before "), what="the warning")
+    assert line == (
+        f"engram-canary WARNING: {wal} holds {frames} bytes of frames written before engram.db was replaced; "
+        "unless it was restored with the file, engram's next open replays them over it: stop engram and move "
+        "engram.db-wal and engram.db-shm aside (docs/canary.md, restoring a backup)"
+    )
