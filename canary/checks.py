@@ -49,6 +49,7 @@ from canary.remotes import NO_REMOTES, RemoteStateKeys, remote_state_keys
 from canary.schema_support import identify, lane_note, waiting_filter
 from canary.stage_a import stage_a_findings
 from canary.targets import INBOX_TARGET, LOCAL_TARGET, allowed_targets, project_target
+from canary.undecodable import undecodable_findings
 from engram_contract import LEGACY_TARGET
 from engram_contract.remotes import REMOTE_STATE_KEY_PREFIX, is_remote_state_key
 
@@ -426,6 +427,10 @@ def check_snapshot(
     # Stage A's assumption (design §4): no session spans two directories. Its own read transaction.
     stage_a, summary["stage_a"] = stage_a_findings(connection, schema, db_path, use_cursor=use_cursor)
     findings.extend(stage_a)
+    # Payloads that are not valid UTF-8, named by seq (the reads above replace their bad bytes).
+    undecodable, counted = undecodable_findings(connection, schema, db_path, use_cursor=use_cursor)
+    findings.extend(undecodable)
+    summary.update(counted)
     return finish(findings, summary, db_path, config, baseline, sorted(space.allowed)), space
 
 

@@ -6,6 +6,7 @@ read transactions. Columns are discovered with PRAGMA table_info so v1.x, v2 and
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 from collections.abc import Iterator, Sequence
@@ -19,6 +20,10 @@ from urllib.parse import quote
 from canary.errors import CanaryError
 
 BUSY_TIMEOUT_MS = 5000
+# One value that is not valid UTF-8 must not fail a whole read: it comes back with U+FFFD in place of
+# the bad bytes (C speed, no Python call per value). Readers that must know, such as the payloads the
+# inbox offers to triage, read the bytes (CAST(... AS BLOB)) and decode them themselves.
+LENIENT_TEXT = functools.partial(str, encoding="utf-8", errors="replace")
 REQUIRED_TABLES = ("sync_state", "sync_mutations")
 
 
@@ -41,6 +46,11 @@ class Schema:
 
     columns: dict[str, frozenset[str]]
     user_version: int = 0
+    cookie: int = 0  # PRAGMA schema_version: SQLite bumps it on every schema change
+
+    def still_current(self, connection: sqlite3.Connection) -> bool:
+        """True while the open file's schema is unchanged since this was discovered (one header read)."""
+        return int(connection.execute("PRAGMA schema_version").fetchone()[0]) == self.cookie
 
     def has_table(self, table: str) -> bool:
         return table in self.columns
@@ -72,9 +82,10 @@ class EngramDb:
         return f"EngramDb({str(self.path)!r}, user_version={self.schema.user_version})"
 
     @classmethod
-    def open(cls, path: Path) -> EngramDb:
+    def open(cls, path: Path, known: Schema | None = None) -> EngramDb:
         """A read-only connection (never immutable=1: engram keeps writing through its WAL), or
-        DatabaseUnavailable in one line when the file is missing, unreadable or not engram's."""
+        DatabaseUnavailable in one line when the file is missing, unreadable or not engram's. `known`:
+        the schema an earlier open of the same file discovered, reused while its cookie still matches."""
         if not path.exists():
             raise DatabaseUnavailable(f"{path}: no such file (pass --db or set ENGRAM_DATA_DIR)")
         if not path.is_file():
@@ -87,7 +98,11 @@ class EngramDb:
         try:
             connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             connection.execute("PRAGMA query_only = 1")
-            schema = discover_schema(connection, path)
+            connection.text_factory = LENIENT_TEXT
+            if known is not None and known.still_current(connection):
+                schema = known
+            else:
+                schema = discover_schema(connection, path)
         except sqlite3.DatabaseError as error:
             connection.close()
             raise DatabaseUnavailable(describe_read_error(path, error, "cannot be read as SQLite")) from error
@@ -155,7 +170,8 @@ def discover_schema(connection: sqlite3.Connection, path: Path) -> Schema:
         )
     columns = {table: table_columns(connection, table) for table in tables}
     user_version = int(connection.execute("PRAGMA user_version").fetchone()[0])
-    return Schema(columns=columns, user_version=user_version)
+    cookie = int(connection.execute("PRAGMA schema_version").fetchone()[0])
+    return Schema(columns=columns, user_version=user_version, cookie=cookie)
 
 
 def table_columns(connection: sqlite3.Connection, table: str) -> frozenset[str]:

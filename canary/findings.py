@@ -20,6 +20,9 @@ FOREIGN_CHECKS = frozenset({FOREIGN_SYNC_TARGET, FOREIGN_MUTATION_TARGET})
 _SIZE_EVIDENCE = ("unacked_rows", "rows", "count", "total")
 
 
+EXPIRED_REALARM = "acknowledgement expired at"
+
+
 class Status(IntEnum):
     """Exit codes of the monitoring-plugin convention; a larger value is worse."""
 
@@ -96,6 +99,11 @@ class Finding(BaseModel):
         return identity_of(self.check, self.target_key, self.key)
 
     @property
+    def acknowledgement_expired(self) -> bool:
+        """It alarms again because its acknowledgement expired (whether or not it also grew)."""
+        return self.realarm is not None and self.realarm.startswith(EXPIRED_REALARM)
+
+    @property
     def acknowledged(self) -> bool:
         """Silenced by an acknowledgement (it does not count toward the status)."""
         return self.acknowledgement is not None and not self.new
@@ -122,7 +130,7 @@ def _acknowledged(finding: Finding, acknowledgement: Acknowledgement | None, now
     if acknowledgement is not None:
         size = finding.measure()
         if acknowledgement.expired(now):
-            realarm = f"acknowledgement expired at {acknowledgement.expires}"
+            realarm = f"{EXPIRED_REALARM} {acknowledgement.expires}"
         elif acknowledgement.size is not None and size > acknowledgement.size:
             realarm = f"grew from {acknowledgement.size} to {size} rows since acknowledged"
     new = acknowledgement is None or realarm is not None

@@ -46,7 +46,7 @@ from engram_contract.files import atomic_write
 
 # Rows of the legacy lane that the v1.20 worker skips: unacked, non-empty project, not enrolled.
 _INBOX_ROWS_SQL = f"""
-SELECT m.seq, m.entity, m.entity_key, m.op, m.payload, m.project, m.occurred_at,
+SELECT m.seq, m.entity, m.entity_key, m.op, CAST(m.payload AS BLOB), m.project, m.occurred_at,
        s.id, s.project, s.directory
 FROM sync_mutations AS m
 LEFT JOIN sessions AS s ON s.id = CASE
@@ -301,6 +301,7 @@ class InboxSnapshot:
     taken_at: datetime
     high_water: int = 0
     unattributed: KeySummary | None = None
+    undecodable: tuple[int, ...] = ()  # seqs of inbox rows left out: their payload is not valid UTF-8
 
 
 @dataclass
@@ -362,6 +363,19 @@ def _iso(moment: datetime | None) -> str | None:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ") if moment is not None else None
 
 
+def undecodable_note(seqs: tuple[int, ...], shown: int = 20) -> str | None:
+    """The line `inbox list` and `show` end with when inbox rows were left out for their bytes."""
+    if not seqs:
+        return None
+    listed = ", ".join(str(seq) for seq in seqs[:shown]) + (", ..." if len(seqs) > shown else "")
+    rows = "1 inbox row" if len(seqs) == 1 else f"{len(seqs)} inbox rows"
+    its = "its payload is" if len(seqs) == 1 else "their payloads are"
+    return (
+        f"note: {rows} left out, {its} not valid UTF-8 (seq {listed}); "
+        "`engram-canary check` reports it as undecodable_payload"
+    )
+
+
 def _payload_object(payload: str) -> dict[str, Any]:
     try:
         decoded = json.loads(payload)
@@ -399,6 +413,7 @@ def select_inbox_rows(
     if not schema.has_table("sync_enrolled_projects"):
         sql = sql.replace("AND m.project NOT IN (SELECT project FROM sync_enrolled_projects)", "")
     rows: list[InboxRow] = []
+    undecodable: list[int] = []
     for (
         seq,
         entity,
@@ -411,7 +426,12 @@ def select_inbox_rows(
         sproject,
         sdirectory,
     ) in connection.execute(sql, (after_seq,)):
-        payload_text = str(payload)
+        try:
+            payload_text = payload.decode("utf-8") if isinstance(payload, bytes) else str(payload)
+        except UnicodeDecodeError:
+            # Never offered to triage: a claim would copy it with the bad bytes replaced.
+            undecodable.append(int(seq))
+            continue
         if sid is None and entity == "session":
             body = _payload_object(payload_text)
             sid, sproject, sdirectory = entity_key, body.get("project"), body.get("directory")
@@ -437,7 +457,11 @@ def select_inbox_rows(
         write_key_entries(memory, resolver.remembered)
     high_water = int(connection.execute("SELECT ifnull(MAX(seq), 0) FROM sync_mutations").fetchone()[0])
     return InboxSnapshot(
-        rows=tuple(rows), enrolled=enrolled, taken_at=now or datetime.now(UTC), high_water=high_water
+        rows=tuple(rows),
+        enrolled=enrolled,
+        taken_at=now or datetime.now(UTC),
+        high_water=high_water,
+        undecodable=tuple(undecodable),
     )
 
 

@@ -22,6 +22,7 @@ from canary.inbox import (
     render_memories,
     render_text,
     summarize,
+    undecodable_note,
     waiting_memory,
 )
 from canary.repair import RepairPlanner, plan_repair
@@ -143,6 +144,15 @@ def list_command(db: Path | None, aliases_path: Path | None, output_format: str)
         click.echo(json.dumps(entries, indent=2, ensure_ascii=False))
     else:
         click.echo(render_text(summaries, snapshot.unattributed))
+    _note_undecodable(snapshot, output_format)
+
+
+def _note_undecodable(snapshot: InboxSnapshot, output_format: str) -> None:
+    """Rows left out for their bytes are named last: on stdout with text, on stderr with JSON (the document
+    stays what it was)."""
+    note = undecodable_note(snapshot.undecodable)
+    if note is not None:
+        click.echo(note, err=output_format == "json")
 
 
 def _load_aliases_for_write(aliases_path: Path | None) -> tuple[AliasMap, Path]:
@@ -280,6 +290,7 @@ def show_command(
         click.echo(json.dumps(document, indent=2, ensure_ascii=False))
     else:
         click.echo(render_memories(key, memories, telemetry))
+    _note_undecodable(snapshot, output_format)
 
 
 @inbox.command("claim")

@@ -82,7 +82,9 @@ def _evidence_text(evidence: dict[str, Any]) -> str:
 def _marker(finding: Finding) -> str:
     if finding.acknowledged:
         return "acknowledged"
-    return "NEW" if finding.acknowledgement is None else "WORSE"
+    if finding.acknowledgement is None:
+        return "NEW"
+    return "EXPIRED" if finding.acknowledgement_expired else "WORSE"
 
 
 def _acknowledgement_text(finding: Finding) -> str | None:

@@ -4,7 +4,8 @@ Every operation is a dry run unless applied. Applying takes a backup with SQLite
 then makes every change in ONE transaction (BEGIN IMMEDIATE, busy timeout), re-planned inside it so a
 concurrent engram write is never lost or double-counted. The mutation log is append-only: rows are
 retired by setting acked_at (engram's ack), never deleted or rewritten. The sync_state bookkeeping
-mirrors engram v1.20's enqueueSyncMutationTx and AckSyncMutationSeqs (internal/store/store.go).
+mirrors engram v1.20's enqueueSyncMutationTx and AckSyncMutationSeqs (internal/store/store.go), except
+that a triage ack never clears a lane's failure record (see _SyncState.keeps_failure_record).
 
 pause_midway() marks the halfway point of an --apply transaction and does nothing. The crash-safety test
 runs the CLI through a launcher that replaces it, to SIGKILL the process at a known point.
@@ -745,40 +746,39 @@ class _SyncState:
 
     def get(self, target_key: str) -> dict[str, Any]:
         self.ensure(target_key)
-        columns = "lifecycle, last_enqueued_seq, last_acked_seq, backoff_until"
-        if self.has_reason:
-            columns += ", reason_code"
+        columns = "lifecycle, last_enqueued_seq, last_acked_seq, consecutive_failures"
         row = self.connection.execute(
             f"SELECT {columns} FROM sync_state WHERE target_key = ?", (target_key,)
         ).fetchone()
         names = [name.strip() for name in columns.split(",")]
         return dict(zip(names, row, strict=True))
 
-    def actively_degraded(self, state: dict[str, Any]) -> bool:
-        if state["lifecycle"] != "degraded":
-            return False
-        if str(state.get("reason_code") or "").strip() in {
-            "blocked_unenrolled",
-            "paused",
-            "auth_required",
-            "policy_forbidden",
-            "cloud_config_error",
-        }:
-            return True
-        backoff = state.get("backoff_until")
-        if backoff:
-            try:
-                return datetime.fromisoformat(str(backoff).strip().replace("Z", "+00:00")) > datetime.now(UTC)
-            except ValueError:
-                return False
-        return False
+    def keeps_failure_record(self, state: dict[str, Any]) -> bool:
+        """A lane whose worker cycle failed (degraded, or a failure count) keeps that record through a triage
+        ack. In engram v1.20 only a cycle's outcome writes it (MarkSyncFailure, MarkSyncHealthy,
+        MarkSyncBlocked in internal/store/store.go); AckSyncMutationSeqs clears it because the worker acks
+        only what the cloud just accepted, and a triage ack is no such evidence. The worker keeps its own
+        count and backoff in memory (internal/cloud/autosync/manager.go), so a cleared record would only
+        hide the failure and restart the stored count below the worker's."""
+        return state["lifecycle"] == "degraded" or int(state.get("consecutive_failures") or 0) > 0
 
-    def set_cursor(self, target_key: str, lifecycle: str, assignments: str, values: Sequence[object]) -> None:
+    def set_cursor(
+        self,
+        target_key: str,
+        lifecycle: str,
+        assignments: str,
+        values: Sequence[object],
+        state: dict[str, Any],
+    ) -> None:
+        if self.keeps_failure_record(state):
+            self.connection.execute(
+                f"UPDATE sync_state SET {assignments}, updated_at = datetime('now') WHERE target_key = ?",
+                (*values, target_key),
+            )
+            return
         clear = ", consecutive_failures = 0, backoff_until = NULL, last_error = NULL"
         if self.has_reason:
             clear += ", reason_code = NULL, reason_message = NULL"
-        if lifecycle == "degraded":
-            clear = ""
         self.connection.execute(
             f"UPDATE sync_state SET {assignments}, lifecycle = ?{clear}, updated_at = datetime('now') "
             "WHERE target_key = ?",
@@ -836,9 +836,7 @@ class _SyncState:
             LEGACY_TARGET,
         )
         lifecycle = "healthy" if remaining == 0 else "pending"
-        if self.actively_degraded(state):
-            lifecycle = "degraded"
-        self.set_cursor(LEGACY_TARGET, lifecycle, "last_acked_seq = ?", (max_seq,))
+        self.set_cursor(LEGACY_TARGET, lifecycle, "last_acked_seq = ?", (max_seq,), state)
         for project in prepared.acked_projects:
             self.refresh_project(project)
 
@@ -874,8 +872,6 @@ class _SyncState:
             project,
         )
         lifecycle = "pending" if pending else "healthy"
-        if self.actively_degraded(state):
-            lifecycle = "degraded"
         self.set_cursor(
             target_key,
             lifecycle,
@@ -884,6 +880,7 @@ class _SyncState:
                 max(max_enqueued, int(state["last_enqueued_seq"])),
                 max(max_acked, int(state["last_acked_seq"])),
             ),
+            state,
         )
 
 

@@ -1,8 +1,13 @@
-"""Real-time watch: file events on engram.db / engram.db-wal, confirmed by PRAGMA data_version.
+"""Real-time watch: file events on engram.db / engram.db-wal, confirmed by a look at the rows.
 
-Why it cannot trigger itself: it holds one read-only connection open for its whole life, reacts only to
-writes (modify/create/delete/move/close-after-write of the two files), and a wake-up only leads to a
-check when data_version says another connection committed. Its own reads never change data_version.
+It holds no SQLite connection between checks. A reader that stays open keeps SQLite's shared lock, so
+engram's last close cannot checkpoint and remove its `-wal`; after a restore with `mv` engram's next
+open would replay that `-wal` over the restored file. Each check opens, reads in short transactions and
+closes; before it opens, it lets a writer that is closing (an `engram save` a moment after its commit)
+leave first. A replace or delete of the file aborts a check in progress.
+
+Why it cannot trigger itself: a wake-up leads to a check only when the files' stat fingerprint changed
+(size, mtime, identity; a reader changes none of them), and only a change of the rows counts as a commit.
 """
 
 from __future__ import annotations
@@ -10,18 +15,17 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
-import httpx
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
@@ -39,18 +43,30 @@ from canary.checks import (
     stuck_rows,
 )
 from canary.config import CanaryConfig
-from canary.db import EngramDb, describe_read_error
+from canary.db import DatabaseUnavailable, EngramDb, Schema, describe_read_error
+from canary.db_files import FileFingerprint, lock_holder, wal_frame_bytes, wal_path
 from canary.errors import CanaryError
 from canary.findings import Finding, Status, overall_status
 from canary.lane_health import lane_transitions
+from canary.notify import Alert, HookRunner, Pinger
 from canary.text import printable
+from canary.undecodable import UNDECODABLE_PAYLOAD
 
 WRITE_EVENTS = frozenset({"modified", "created", "deleted", "moved", "closed"})
+# Events that put another file at --db, or none: the check in progress is abandoned at once.
+REPLACE_EVENTS = frozenset({"created", "deleted", "moved"})
 # A commit's last write to -wal can land a moment before the wal-index says it is committed;
-# re-confirm a few times before deciding an event was not a commit.
+# look again a few times when a write showed no new rows.
 CONFIRM_RETRIES_SECONDS = (0.005, 0.02, 0.1)
-EXEC_TIMEOUT_SECONDS = 30.0
-PING_TIMEOUT_SECONDS = 10.0
+# An `engram save` closes the file a few ms after its commit; a holder still there after this long is a
+# long-lived engram (serve, an MCP session), read beside it from then on.
+WRITER_SETTLE_SECONDS = 0.25
+SETTLE_POLL_SECONDS = 0.002
+LONG_LIVED_REMEMBERED = 64
+# SQLite calls the progress handler every this many VM steps: a replace or a stop aborts a read this fast.
+PROGRESS_STEPS = 10_000
+# A stop (SIGTERM, SIGINT) ends the watcher within this many seconds, whatever the hook queue holds.
+STOP_WITHIN_SECONDS = 2.0
 # syslog priorities; journald reads a "<N>" line prefix on a stream it owns (SyslogLevelPrefix=yes).
 CRITICAL, ERROR, WARNING, NOTICE, INFO = 2, 3, 4, 5, 6
 
@@ -85,12 +101,11 @@ class WatchOptions:
         return self.baseline.targets_for(self.db_path) if self.baseline is not None else frozenset()
 
 
-@dataclass(frozen=True)
-class Alert:
-    event: str  # "appeared" | "gone"
-    target_key: str
-    line: str
-    status: Status
+def rows_seen(space: TargetSpace) -> tuple[object, ...]:
+    """What a check read that any engram commit changes: every write journals a sync_mutations row, and
+    the worker's progress and enrollments land in sync_state and sync_enrolled_projects."""
+    states = tuple(sorted((key, tuple(sorted(row.fields.items()))) for key, row in space.sync_state.items()))
+    return (space.last_seq, tuple(space.enrolled), states)
 
 
 @dataclass
@@ -102,17 +117,30 @@ class WatchStats:
     alerts: int = 0
 
 
+class FileState(Enum):
+    UNCHANGED = "unchanged"  # nobody wrote since the last look (a reader's events, the canary's own)
+    WRITTEN = "written"
+    REPLACED = "replaced"  # another file is at --db: read it from scratch
+    GONE = "gone"
+
+
 class _DatabaseFileHandler(FileSystemEventHandler):
-    def __init__(self, names: frozenset[str], on_write: Callable[[], None]) -> None:
-        self.names = names
-        self.on_write = on_write
+    def __init__(self, db_name: str, on_event: Callable[[], None], on_replace: Callable[[], None]) -> None:
+        self.db_name = db_name
+        self.names = frozenset({db_name, f"{db_name}-wal"})
+        self.on_event = on_event
+        self.on_replace = on_replace
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         if event.is_directory or event.event_type not in WRITE_EVENTS:
             return
-        paths = [event.src_path, getattr(event, "dest_path", "")]
-        if any(os.path.basename(os.fsdecode(path)) in self.names for path in paths if path):
-            self.on_write()
+        names = [
+            os.path.basename(os.fsdecode(path)) for path in (event.src_path, getattr(event, "dest_path", ""))
+        ]
+        if event.event_type in REPLACE_EVENTS and self.db_name in names:
+            self.on_replace()
+        if any(name in self.names for name in names):
+            self.on_event()
 
 
 class Watcher:
@@ -121,6 +149,7 @@ class Watcher:
         self.stats = WatchStats()
         self.stop_event = threading.Event()
         self.wake_event = threading.Event()
+        self.replaced_event = threading.Event()  # set by the observer thread: abandon the current read
         self.alerted: dict[str, list[Finding]] = {}
         # The last full check's other findings (lanes, inbox, ...): they keep counting toward the status
         # between full checks, so an incremental check never flaps the status it cannot see.
@@ -128,10 +157,15 @@ class Watcher:
         self.status = Status.OK
         self.mutation_targets: set[str] = set()
         self.last_seq = 0
-        self.db: EngramDb | None = None
-        self.db_identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the file self.db reads
-        self.last_version: int | None = None
-        self.notifier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="canary-notify")
+        # The files as the last look found them; None after they went away (what comes back is new).
+        self.fingerprint: FileFingerprint | None = None
+        self.rows_seen: tuple[object, ...] | None = None  # what the last check read; a commit changes it
+        self.schema: Schema | None = None  # the file's, reused by each open while its cookie matches
+        self.long_lived: dict[int, None] = {}  # pids of engram processes that stay inside the file
+        self.stop_asked_at: float | None = None
+        self.say_lock = threading.Lock()  # the hook and ping threads say things too
+        self.hooks: HookRunner | None = None
+        self.pinger: Pinger | None = None
         # Resolved once: the baseline's key is the db's resolved path (file-system calls). Acknowledged
         # targets stay silent between full checks; a full check re-alarms the ones that grew or expired.
         self.known_targets = options.known_targets
@@ -141,7 +175,14 @@ class Watcher:
     # -- lifecycle -------------------------------------------------------------------------------
 
     def stop(self) -> None:
+        if self.stop_asked_at is None:
+            self.stop_asked_at = time.monotonic()
         self.stop_event.set()
+        self.wake_event.set()
+
+    def file_replaced(self) -> None:
+        """From the observer thread: a file was moved to, moved from, created at or deleted from --db."""
+        self.replaced_event.set()
         self.wake_event.set()
 
     def install_signal_handlers(self) -> None:
@@ -159,25 +200,26 @@ class Watcher:
     def run(self) -> int:
         """Watch until stop(); returns the exit code (0 after a clean stop)."""
         db = self.options.db_path
-        self._open()
-        self._full_check(initial=True)
-        names = frozenset({db.name, f"{db.name}-wal"})
         observer = self._observer()
-        observer.schedule(_DatabaseFileHandler(names, self.wake_event.set), str(db.parent), recursive=False)
+        handler = _DatabaseFileHandler(db.name, self.wake_event.set, self.file_replaced)
+        observer.schedule(handler, str(db.parent), recursive=False)
         observer.start()
-        mode = "polling" if self.options.poll else "native file events"
-        self._say(
-            f"engram-canary: watching {db} ({mode}); "
-            f"{len(self.alerted)} foreign targets open, {len(self.known_targets)} known in baseline"
-        )
+        if self.options.exec_command:
+            self.hooks = HookRunner(self.options.exec_command, db, self._say_from_thread)
+        if self.options.ping_url:
+            self.pinger = Pinger(self.options.ping_url, self._say_from_thread)
         try:
+            self._full_check(initial=True)
+            mode = "polling" if self.options.poll else "native file events"
+            self._say(
+                f"engram-canary: watching {db} ({mode}); "
+                f"{len(self.alerted)} foreign targets open, {len(self.known_targets)} known in baseline"
+            )
             self._loop()
         finally:
+            self._close_notifiers()
             observer.stop()
             observer.join(timeout=5)
-            self.notifier.shutdown(wait=True)
-            if self.db is not None:
-                self.db.close()
         stats = self.stats
         self._say(
             f"engram-canary: stopped ({stats.file_events} file events, {stats.confirmed_changes} commits seen, "
@@ -201,130 +243,158 @@ class Watcher:
                 if self.options.debounce_seconds:
                     time.sleep(self.options.debounce_seconds)
                     self.wake_event.clear()
-                retries = [time.monotonic() + delay for delay in CONFIRM_RETRIES_SECONDS]
             now = time.monotonic()
             if now >= next_full:
                 self._full_check(initial=False)
                 next_full = now + full_every
                 retries = []
                 continue
-            if woke or (retries and now >= retries[0]):
-                if self._changed():
-                    retries = []
-                    self._incremental_check()
-                elif not woke:
-                    retries.pop(0)
+            retry = bool(retries) and now >= retries[0]
+            if not woke and not retry:
+                continue
+            if retry:
+                retries.pop(0)
+            state = self._file_state()
+            if state is FileState.UNCHANGED and not retry:
+                continue
+            if state is FileState.GONE and self.fingerprint is None:
+                continue  # said so already; the next full check says it again
+            if state in (FileState.GONE, FileState.REPLACED):
+                retries = []
+                self._full_check(initial=False, state=state)
+                continue
+            if self._incremental_check():
+                retries = []
+            elif state is FileState.WRITTEN:
+                retries = [time.monotonic() + delay for delay in CONFIRM_RETRIES_SECONDS]
 
     # -- reading ---------------------------------------------------------------------------------
 
-    def _open(self) -> None:
-        self.db = EngramDb.open(self.options.db_path)
-        self.last_version = self.db.data_version()
-        found = os.stat(self.options.db_path)
-        self.db_identity = (found.st_dev, found.st_ino)
+    def _file_state(self) -> FileState:
+        found = FileFingerprint.read(self.options.db_path)
+        replaced = self.replaced_event.is_set()
+        self.replaced_event.clear()
+        if found is None:
+            return FileState.GONE
+        if self.fingerprint is None or replaced or found.identity != self.fingerprint.identity:
+            return FileState.REPLACED
+        return FileState.UNCHANGED if found == self.fingerprint else FileState.WRITTEN
 
-    def _same_file(self) -> bool:
-        """Is self.db still reading the file at --db? An open connection keeps reading a deleted or
-        replaced file, so without this a watch would report a ghost as healthy forever."""
-        path = self.options.db_path
+    def _let_writer_close(self) -> None:
+        """Wait (bounded) while another process is inside the file: reading now would hold SQLite's shared
+        lock at the moment an `engram save` closes, and its -wal would outlive it."""
+        holder = lock_holder(self.options.db_path)
+        if holder is None or holder in self.long_lived:
+            return
+        deadline = time.monotonic() + WRITER_SETTLE_SECONDS
+        while holder is not None and not self._abandoning():
+            if time.monotonic() >= deadline:
+                self.long_lived[holder] = None
+                while len(self.long_lived) > LONG_LIVED_REMEMBERED:
+                    del self.long_lived[next(iter(self.long_lived))]
+                return
+            time.sleep(SETTLE_POLL_SECONDS)
+            holder = lock_holder(self.options.db_path)
+
+    def _abandoning(self) -> bool:
+        return self.stop_event.is_set() or self.replaced_event.is_set()
+
+    @contextmanager
+    def _reading(self) -> Iterator[EngramDb]:
+        """One connection for one check, closed when it ends; a replace of the file or a stop makes SQLite
+        abort the read within PROGRESS_STEPS steps (sqlite3.OperationalError 'interrupted')."""
+        self._let_writer_close()
+        self.fingerprint = FileFingerprint.read(self.options.db_path)
+        db = EngramDb.open(self.options.db_path, self.schema)
+        self.schema = db.schema
         try:
-            found = os.stat(path)
-        except OSError as error:
-            why = f"{path}: {(error.strerror or str(error)).lower()}; engram's database is gone"
-            self._say(f"engram-canary: UNKNOWN - {why}", ERROR)
-            self._notify_status(Status.UNKNOWN, why)
-            return False
-        if (found.st_dev, found.st_ino) == self.db_identity:
-            return True
-        self._say(f"engram-canary: {path} was replaced; reading the new file", NOTICE)
-        previous = self.db
-        try:
-            self._open()
-        except CanaryError as error:
-            self._say(f"engram-canary: UNKNOWN - {error}", ERROR)
-            self._notify_status(Status.UNKNOWN, str(error))
-            return False
+            db.connection.set_progress_handler(lambda: int(self._abandoning()), PROGRESS_STEPS)
+            yield db
         finally:
-            if previous is not None and previous is not self.db:
-                previous.close()
-        return True
+            db.close()
 
-    def _changed(self) -> bool:
-        assert self.db is not None
-        try:
-            version = self.db.data_version()
-        except sqlite3.DatabaseError as error:
-            self._say(
-                f"engram-canary: UNKNOWN - {describe_read_error(self.options.db_path, error, 'read failed')}",
-                ERROR,
-            )
-            return False
-        if version == self.last_version:
-            return False
-        self.last_version = version
-        self.stats.confirmed_changes += 1
-        return True
+    def _read_failed(self, error: Exception) -> None:
+        if self._abandoning():
+            return  # a replace or a stop: the loop reads the new file or ends
+        if isinstance(error, sqlite3.Error):
+            why = describe_read_error(self.options.db_path, error, "read failed")
+        else:
+            why = str(error)
+        self._say(f"engram-canary: UNKNOWN - {why}", ERROR)
+        self._notify_status(Status.UNKNOWN, why)
 
-    def _incremental_check(self) -> None:
-        """Only the small tables plus the sync_mutations rows appended since the last look."""
-        assert self.db is not None
-        connection, schema, config = self.db.connection, self.db.schema, self.options.config
+    def _incremental_check(self) -> bool:
+        """Only the small tables plus the sync_mutations rows appended since the last look; True when the
+        rows changed (a commit was seen)."""
+        config = self.options.config
         self.stats.incremental_checks += 1
-        if self.options.verbose:
-            self._say(f"engram-canary: commit seen (data_version {self.last_version}), incremental check")
         try:
-            with self.db.read_transaction():
-                new_keys, self.last_seq = mutation_targets_since(connection, self.last_seq)
-                self.mutation_targets |= new_keys
+            with self._reading() as db, db.read_transaction() as connection:
+                new_keys, last_seq = mutation_targets_since(connection, self.last_seq)
+                mutation_targets = self.mutation_targets | new_keys
                 space = read_target_space(
-                    connection,
-                    schema,
-                    config.allowed_targets,
-                    mutations=(self.mutation_targets, self.last_seq),
+                    connection, db.schema, config.allowed_targets, mutations=(mutation_targets, last_seq)
                 )
                 foreign = space.foreign_keys() - self.silenced
                 appeared = foreign - set(self.alerted)
                 findings = (
-                    foreign_target_findings(space, EvidenceReader(connection, schema), config, only=appeared)
+                    foreign_target_findings(
+                        space, EvidenceReader(connection, db.schema), config, only=appeared
+                    )
                     if appeared
                     else []
                 )
-        except sqlite3.DatabaseError as error:
-            self._say(
-                f"engram-canary: UNKNOWN - {describe_read_error(self.options.db_path, error, 'read failed')}",
-                ERROR,
-            )
-            return
+        except (sqlite3.DatabaseError, CanaryError) as error:
+            self._read_failed(error)
+            return False
+        self.last_seq, self.mutation_targets = last_seq, mutation_targets
+        seen = rows_seen(space)
+        if seen == self.rows_seen:
+            return False
+        self.rows_seen = seen
+        self.stats.confirmed_changes += 1
+        if self.options.verbose:
+            self._say(f"engram-canary: commit seen (last seq {self.last_seq}), incremental check")
         self._reconcile(foreign, findings, space)
         self._set_status(self.current_status(), "incremental")
+        return True
 
-    def _full_check(self, *, initial: bool) -> None:
-        if not initial and not self._same_file():
-            return
-        assert self.db is not None
+    def _full_check(self, *, initial: bool, state: FileState | None = None) -> None:
+        path = self.options.db_path
+        if not initial:
+            state = state or self._file_state()
+            if state is FileState.GONE:
+                self.fingerprint = None
+                why = f"{path}: no such file or directory; engram's database is gone"
+                self._say(f"engram-canary: UNKNOWN - {why}", ERROR)
+                self._notify_status(Status.UNKNOWN, why)
+                return
+            if state is FileState.REPLACED:
+                self._say(f"engram-canary: {path} was replaced; reading the new file", NOTICE)
+                self._warn_of_a_foreign_wal()
+                self.last_seq, self.mutation_targets, self.rows_seen, self.schema = 0, set(), None, None
         self.stats.full_checks += 1
         if self.options.verbose:
             self._say(f"engram-canary: full check {self.stats.full_checks}")
         try:
-            result, space = check_snapshot(
-                self.db,
-                self.options.config,
-                self.options.baseline,
-                include_inbox=self.options.config.watch.inbox_tripwires,
-            )
-        except sqlite3.DatabaseError as error:
-            self._say(
-                f"engram-canary: UNKNOWN - {describe_read_error(self.options.db_path, error, 'read failed')}",
-                ERROR,
-            )
-            self._notify_status(Status.UNKNOWN, f"read failed: {error}")
+            with self._reading() as db:
+                result, space = check_snapshot(
+                    db,
+                    self.options.config,
+                    self.options.baseline,
+                    include_inbox=self.options.config.watch.inbox_tripwires,
+                )
+        except DatabaseUnavailable as error:
+            if initial:
+                raise
+            self._read_failed(error)
             return
-        except CanaryError as error:
-            self._say(f"engram-canary: UNKNOWN - {error}", ERROR)
-            self._notify_status(Status.UNKNOWN, str(error))
+        except (sqlite3.DatabaseError, CanaryError) as error:
+            self._read_failed(error)
             return
         self.last_seq = space.last_seq
         self.mutation_targets = set(space.mutation_targets)
+        self.rows_seen = rows_seen(space)
         foreign_findings = [f for f in result.findings if f.check in FOREIGN_CHECKS and f.new]
         foreign = {f.target_key for f in foreign_findings if f.target_key is not None}
         self.silenced = set(self.known_targets) - foreign
@@ -333,12 +403,40 @@ class Watcher:
             self._emit(
                 Alert(lane.event, lane.target_key, lane.line, Status.CRITICAL if lane.critical else Status.OK)
             )
+        self._undecodable_transition(previous, self.standing)
         self._reconcile(foreign, foreign_findings, space)
         for key in foreign:
             self.alerted[key] = [f for f in foreign_findings if f.target_key == key]
         # Every full check pings (a heartbeat); its status and current_status() are the same policy.
         self.status = result.exit_status
         self._notify_status(self.status, f"{len(foreign)} new foreign targets")
+
+    def _undecodable_transition(self, previous: list[Finding], current: list[Finding]) -> None:
+        """Rows whose payload is not valid UTF-8, said when the full check's set of them changes: the same
+        finding `check` reports."""
+        before = next((f for f in previous if f.check == UNDECODABLE_PAYLOAD), None)
+        now = next((f for f in current if f.check == UNDECODABLE_PAYLOAD), None)
+        db = self.options.db_path
+        if now is not None and (before is None or before.evidence != now.evidence):
+            line = f"engram-canary WARNING: {UNDECODABLE_PAYLOAD} {now.message} db={db}"
+            self._emit(Alert("appeared", "", line, Status.WARNING))
+        elif now is None and before is not None:
+            line = f"engram-canary OK: no payload that is not valid UTF-8 is left db={db}"
+            self._emit(Alert("gone", "", line, Status.OK))
+
+    def _warn_of_a_foreign_wal(self) -> None:
+        """A -wal with frames next to a file that was just put in place was written for the file before it
+        (unless the two were restored together): engram's next open replays it over the new file."""
+        frames = wal_frame_bytes(self.options.db_path)
+        if frames:
+            wal = wal_path(self.options.db_path)
+            self._say(
+                f"engram-canary WARNING: {wal} holds {frames} bytes of frames written before "
+                f"{self.options.db_path.name} was replaced; unless it was restored with the file, engram's next "
+                f"open replays them over it: stop engram and move {wal.name} and "
+                f"{self.options.db_path.name}-shm aside (docs/canary.md, restoring a backup)",
+                WARNING,
+            )
 
     # -- alerting --------------------------------------------------------------------------------
 
@@ -392,56 +490,31 @@ class Watcher:
         self.stats.alerts += 1
         priorities = {Status.CRITICAL: CRITICAL, Status.WARNING: WARNING}
         self._say(alert.line, priorities.get(alert.status, NOTICE))
-        if self.options.exec_command:
-            self.notifier.submit(self._run_exec, alert)
+        if self.hooks is not None:
+            self.hooks.submit(alert)
 
     def _say(self, line: str, priority: int = INFO) -> None:
         prefix = f"<{priority}>" if self.journal else ""
-        self.options.stream.write(f"{prefix}{printable(line)}\n")
-        self.options.stream.flush()
+        with self.say_lock:
+            self.options.stream.write(f"{prefix}{printable(line)}\n")
+            self.options.stream.flush()
 
-    def _run_exec(self, alert: Alert) -> None:
-        command = self.options.exec_command
-        assert command is not None
-        env = dict(os.environ)
-        env.update(
-            {
-                "ENGRAM_CANARY_EVENT": alert.event,
-                "ENGRAM_CANARY_TARGET_KEY": alert.target_key,
-                "ENGRAM_CANARY_STATUS": alert.status.label,
-                "ENGRAM_CANARY_DB": str(self.options.db_path),
-                "ENGRAM_CANARY_MESSAGE": printable(alert.line),
-            }
-        )
-        try:
-            completed = subprocess.run(
-                ["/bin/sh", "-c", command],
-                input=printable(alert.line) + "\n",
-                text=True,
-                env=env,
-                capture_output=True,
-                timeout=EXEC_TIMEOUT_SECONDS,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as error:
-            self._say(f"engram-canary: --exec failed: {error}", ERROR)
-            return
-        if completed.returncode != 0:
-            self._say(
-                f"engram-canary: --exec exited {completed.returncode}: {completed.stderr.strip()[:200]}",
-                ERROR,
-            )
+    def _say_from_thread(self, line: str, is_error: bool) -> None:
+        self._say(line, ERROR if is_error else NOTICE)
 
     def _notify_status(self, status: Status, body: str) -> None:
-        if self.options.ping_url:
-            self.notifier.submit(self._ping, status, body)
+        if self.pinger is not None:
+            self.pinger.submit(status, body)
 
-    def _ping(self, status: Status, body: str) -> None:
-        url = f"{self.options.ping_url.rstrip('/')}/{int(status)}" if self.options.ping_url else ""
-        try:
-            httpx.post(url, content=f"{status.name} - {body}".encode(), timeout=PING_TIMEOUT_SECONDS)
-        except httpx.HTTPError as error:
-            self._say(f"engram-canary: ping {url} failed: {error}", ERROR)
+    def _close_notifiers(self) -> None:
+        """Queued hook runs and pings are dropped; a running hook gets what is left of the stop budget
+        (less a margin for its SIGTERM and SIGKILL), so the watcher ends within STOP_WITHIN_SECONDS."""
+        asked = self.stop_asked_at if self.stop_asked_at is not None else time.monotonic()
+        grace = STOP_WITHIN_SECONDS - 0.9 - (time.monotonic() - asked)
+        if self.hooks is not None:
+            self.hooks.close(grace)
+        if self.pinger is not None:
+            self.pinger.close(STOP_WITHIN_SECONDS - 0.2 - (time.monotonic() - asked))
 
 
 def watch(options: WatchOptions, *, install_signals: bool = True) -> int:

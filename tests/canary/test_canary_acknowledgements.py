@@ -248,20 +248,14 @@ def test_status_is_one_policy_for_check_and_watch(engram_world: EngramEnvironmen
         WatchOptions(db_path=engram_world.db_path, config=config, baseline=None, stream=io.StringIO())
     )
     watcher._notify_status = lambda status, body: pings.append(status)  # type: ignore[method-assign]
-    watcher._open()
-    try:
-        watcher._full_check(initial=True)
-        expected = run_check(engram_world.db_path, config, None).exit_status
-        assert expected is Status.WARNING
-        assert watcher.status is expected and watcher.current_status() is expected
-        save(engram_world, scratch, "side", "an enrolled write: a commit without a new target")
-        assert watcher._changed()
-        watcher._incremental_check()
-        assert watcher.status is Status.WARNING
-        assert pings == [Status.WARNING]  # no flap to OK and back
-    finally:
-        assert watcher.db is not None
-        watcher.db.close()
+    watcher._full_check(initial=True)
+    expected = run_check(engram_world.db_path, config, None).exit_status
+    assert expected is Status.WARNING
+    assert watcher.status is expected and watcher.current_status() is expected
+    save(engram_world, scratch, "side", "an enrolled write: a commit without a new target")
+    assert watcher._incremental_check()
+    assert watcher.status is Status.WARNING
+    assert pings == [Status.WARNING]  # no flap to OK and back
 
 
 @pytest.mark.engram
@@ -283,20 +277,14 @@ def test_watch_keeps_an_acknowledged_target_silent_until_a_full_check_sees_it_gr
     watcher = Watcher(
         WatchOptions(db_path=engram_world.db_path, config=CanaryConfig(), baseline=baseline, stream=stream)
     )
-    watcher._open()
-    try:
-        watcher._full_check(initial=True)
-        assert (watcher.alerted, watcher.status) == ({}, Status.OK)
-        save(engram_world, scratch, "known", "more rows on the acknowledged target")
-        assert watcher._changed()
-        watcher._incremental_check()
-        assert watcher.alerted == {}  # between full checks an acknowledged target stays silent
-        watcher._full_check(initial=False)
-        assert set(watcher.alerted) == {"cloud:known"}
-        assert watcher.status is Status.WARNING
-    finally:
-        assert watcher.db is not None
-        watcher.db.close()
+    watcher._full_check(initial=True)
+    assert (watcher.alerted, watcher.status) == ({}, Status.OK)
+    save(engram_world, scratch, "known", "more rows on the acknowledged target")
+    assert watcher._incremental_check()
+    assert watcher.alerted == {}  # between full checks an acknowledged target stays silent
+    watcher._full_check(initial=False)
+    assert set(watcher.alerted) == {"cloud:known"}
+    assert watcher.status is Status.WARNING
     line = next(text for text in stream.getvalue().splitlines() if "cloud:known" in text)
     assert "acknowledged, alarms again: grew from 2 to 4 rows since acknowledged" in line
 
@@ -312,3 +300,54 @@ def test_findings_are_values_acknowledging_returns_new_ones() -> None:
     assert (silenced.new, silenced.acknowledgement) == (False, acks[original.identity])
     with pytest.raises(ValidationError):
         original.new = False  # type: ignore[misc]  # the point: a frozen Finding refuses the write
+
+
+def test_an_expired_acknowledgement_is_labelled_expired_and_a_grown_one_worse() -> None:
+    from canary.checks import CheckResult
+    from canary.config import CanaryConfig
+    from canary.report import render_text
+
+    expires = parse_expiry("1d", NOW)
+    empty, grown = finding("foreign_sync_target", 0, target="cloud:gone"), finding("inbox_age", 2, key="side")
+    acks = {a.identity: a for a in acknowledge([empty], "t", reason=None, expires=expires)}
+    acks |= {
+        a.identity: a
+        for a in acknowledge([finding("inbox_age", 1, key="side")], "t", reason=None, expires=None)
+    }
+    empty, grown = apply_acknowledgements([empty, grown], acks, NOW + timedelta(days=2))
+    result = CheckResult(status="warning", db="/x/engram.db", checked_at="t", findings=[empty, grown])
+    lines = render_text(result, CanaryConfig()).splitlines()
+    assert "[EXPIRED] warning foreign_sync_target: m" in lines
+    assert "[WORSE] warning inbox_age: m" in lines
+
+
+@pytest.mark.engram
+def test_check_labels_an_expired_acknowledgement_of_an_empty_target_expired(
+    engram_world: EngramEnvironment, tmp_path: Path
+) -> None:
+    config_home = tmp_path / "xdg"
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    save(engram_world, scratch, "gone")
+    dropped = run_canary(
+        ["inbox", "drop", "--project", "gone", "--db", str(engram_world.db_path), "--apply"], config_home
+    )
+    assert dropped.returncode == 0, dropped.stdout + dropped.stderr
+    recorded = run_canary(["baseline", "--db", str(engram_world.db_path), "--expires", "1d"], config_home)
+    assert recorded.returncode == 0, recorded.stderr
+    baseline_file = config_home / "engram-canary" / "baseline.json"
+    document = json.loads(baseline_file.read_text())
+    for entry in document["databases"].values():  # a day later: the acknowledgements have expired
+        for ack in entry["acknowledgements"]:
+            ack["expires"] = "2020-01-01T00:00:00Z"
+    baseline_file.write_text(json.dumps(document))
+
+    code, result, text = check(engram_world, config_home, text=True)
+    assert code == 1, text
+    [target] = [f for f in result["findings"] if f["target_key"] == "cloud:gone"]
+    assert target["size"] == 0 and target["realarm"] == "acknowledgement expired at 2020-01-01T00:00:00Z"
+    assert (
+        "[EXPIRED] warning foreign_sync_target: sync target cloud:gone is outside the closed target space "
+        "(0 unacked rows)" in text.splitlines()
+    ), text
+    assert "[WORSE]" not in text

@@ -94,26 +94,22 @@ def test_each_command_discovers_once_per_connection(
 
 
 @pytest.mark.engram
-def test_the_watcher_reuses_the_schema_of_its_one_open(
+def test_the_watcher_discovers_the_schema_once_per_file(
     world: EngramEnvironment, discoveries: list[Schema]
 ) -> None:
+    """The watcher opens the file for each check (it holds no connection between checks, see
+    test_canary_watch_restore) and reuses the schema it discovered while PRAGMA schema_version is unchanged."""
     from canary.watch import Watcher, WatchOptions
 
     watcher = Watcher(
         WatchOptions(db_path=world.db_path, config=CanaryConfig(), baseline=None, stream=io.StringIO())
     )
-    watcher._open()
-    try:
-        watcher._full_check(initial=True)
-        save(world, "other", "a new foreign target")
-        assert watcher._changed()
-        watcher._incremental_check()
-        watcher._full_check(initial=False)
-        assert set(watcher.alerted) == {"cloud:side", "cloud:other"}
-        assert watcher.db is not None and discoveries == [watcher.db.schema]
-    finally:
-        assert watcher.db is not None
-        watcher.db.close()
+    watcher._full_check(initial=True)
+    save(world, "other", "a new foreign target")
+    assert watcher._incremental_check()
+    watcher._full_check(initial=False)
+    assert set(watcher.alerted) == {"cloud:side", "cloud:other"}
+    assert discoveries == [watcher.schema]
 
 
 @pytest.mark.engram

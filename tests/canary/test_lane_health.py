@@ -253,9 +253,15 @@ def test_lane_health_kept_in_the_state_dir_equals_check_full_across_changes(
     degraded, used = kept_and_full()
     assert used == 1 and degraded[0]["evidence"]["consecutive_failures"] == 2
 
-    # The blockers acked; drop also moves the lane out of `degraded` (triage resets its sync_state).
+    # The blockers acked. The failure record stays (only the worker's next cycle changes it, see
+    # test_triage_sync_state): the lane is still degraded, now with no row failing the contract.
     assert canary(world, "inbox", "drop", "--unattributed", "--apply").returncode == 0
-    assert kept_and_full() == ([], 1)
+    [waiting], used = kept_and_full()
+    assert used == 1 and waiting["evidence"]["blocking_rows"] == 0
+    assert (waiting["evidence"]["lifecycle"], waiting["evidence"]["consecutive_failures"]) == ("degraded", 2)
+    assert waiting["evidence"]["last_error"] == "push mutations: 400 mutation entries must specify a project"
+    simulate(world.db_path, ("UPDATE sync_state SET lifecycle = 'healthy' WHERE target_key = 'cloud'", ()))
+    assert kept_and_full() == ([], 1)  # the worker's next successful cycle
     simulate(  # SIMULATION OF LEGACY DATA: a failure without a contract blocker, rows still pending
         world.db_path,
         (

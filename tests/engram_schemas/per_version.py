@@ -51,6 +51,18 @@ V120_ONLY: dict[str, str] = {
     "test_triage_defects::test_drop_refuses_bad_selections_in_one_line": (
         "time: six homes per version for argument errors, five of which are refused before the database is read"
     ),
+    "test_canary_watch_restore::test_a_restore_with_mv_under_watch_is_not_undone": (
+        "time: two homes and a watcher per run; the restore is SQLite's WAL at work, the same for every schema"
+    ),
+    "test_canary_watch_exec::test_alerts_that_arrive_during_a_hook_run_are_one_next_run": (
+        "time: the hook queue and the stop are the watcher's own, the same for every schema"
+    ),
+    "test_canary_watch_exec::test_a_stop_ends_the_watcher_within_2_s_whatever_is_queued": (
+        "time: the hook queue and the stop are the watcher's own, the same for every schema"
+    ),
+    "test_triage_sync_state::test_drop_keeps_the_failure_record_of_a_failing_worker": (
+        "time: four 30 s ticks of v1.20's own worker; on v2/v3 triage writes nothing (refusal pinned elsewhere)"
+    ),
     "test_engram_db::test_each_command_discovers_once_per_connection": (
         "counts schema discoveries per connection of each command; on v2/v3 drop --apply stops at the "
         "refusal before triage's write connection (the refusal is pinned by test_schema_versions)"
