@@ -6,9 +6,12 @@ from __future__ import annotations
 import contextlib
 import socket
 import ssl
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
@@ -83,3 +86,67 @@ def test_an_ascii_token_still_works(tmp_path: Path) -> None:
         assert status_of(cloud, "GET", "/sync/mutations/pull?since_seq=0", b"Bearer plain") == 200
         assert status_of(cloud, "GET", "/_fake/journal", b"Bearer control") == 200
         assert status_of(cloud, "GET", "/_fake/journal", b"Bearer contro") == 401
+
+
+# ----- item 12: a request that began before a reset never appears after it -----
+
+ROW = {
+    "project": "alpha",
+    "entity": "session",
+    "entity_key": "held",
+    "op": "upsert",
+    "payload": {"id": "held"},
+}
+
+
+@pytest.mark.parametrize("route", ["mutations_push", "chunk_push"])
+def test_a_push_held_by_a_latency_fault_across_a_reset_never_appears_after_it(route: str) -> None:
+    chunk = {
+        "chunk_id": "0123abcd",
+        "created_by": "laptop",
+        "project": "alpha",
+        "data": {"sessions": [{"id": "held", "project": "alpha", "directory": "/tmp"}]},
+    }
+    body = {"entries": [ROW]} if route == "mutations_push" else chunk
+    path = "/sync/mutations/push" if route == "mutations_push" else "/sync/push"
+    answers: list[object] = []
+    with fake(token="t") as cloud:
+        cloud.client.add_faults([{"route": route, "action": "latency", "latency_ms": 3000}])
+
+        def post() -> None:
+            try:
+                answers.append(
+                    httpx.post(
+                        cloud.base_url + path,
+                        json=body,
+                        headers={"Authorization": "Bearer t"},
+                        trust_env=False,
+                        timeout=10,
+                    ).status_code
+                )
+            except httpx.HTTPError as error:
+                answers.append(type(error).__name__)
+
+        pusher = threading.Thread(target=post)
+        pusher.start()
+        time.sleep(0.8)  # well inside the push's 3 s of latency
+        cloud.client.reset()
+        pusher.join(timeout=10)
+        assert not pusher.is_alive()
+        time.sleep(0.2)
+
+        pulled = httpx.get(
+            f"{cloud.base_url}/sync/mutations/pull?since_seq=0",
+            headers={"Authorization": "Bearer t"},
+            trust_env=False,
+        ).json()
+        manifest = httpx.get(
+            f"{cloud.base_url}/sync/pull?project=alpha",
+            headers={"Authorization": "Bearer t"},
+            trust_env=False,
+        ).json()
+        received = cloud.client.received()
+        journal = [entry for entry in cloud.client.journal().entries if entry.method == "POST"]
+
+    assert answers == ["ReadError"]  # the connection is reset without an answer
+    assert (pulled["mutations"], manifest.get("chunks") or [], received, journal) == ([], [], [], [])
