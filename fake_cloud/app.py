@@ -204,9 +204,9 @@ class FakeCloudApp:
             return None, None
         if fault.action is FaultAction.LATENCY:
             await asyncio.sleep(fault.latency_ms / 1000)
-            if epoch != self.state.epoch:
-                # A reset came while it waited: the request belongs to a cloud that no longer exists, so
-                # it stores nothing and gets no answer, as from a server restarted under it.
+            if route.push and epoch != self.state.epoch:
+                # A reset came while it waited: the push belongs to a cloud that no longer exists, so it
+                # stores nothing and gets no answer, as from a server restarted under it.
                 return fault, DROP
             return fault, None
         if fault.action is FaultAction.STATUS:
