@@ -416,9 +416,9 @@ def install_systemd(
     "--timeout",
     type=click.FloatRange(min=0.1, max=3600),
     callback=_a_number,
-    default=30.0,
+    default=300.0,
     show_default=True,
-    help="Seconds per request.",
+    help="Seconds for the whole cloud read: every connection, TLS handshake, answer and page.",
 )
 def reconcile_command(
     db: Path | None,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import ssl
 import time
 from collections.abc import Iterator, Mapping
@@ -25,10 +26,20 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from canary.deadline_http import DeadlineTransport
 from canary.errors import CanaryError
 
 PULL_PAGE_LIMIT = 100  # the server's own cap (cloudserver/mutations.go defaultPullLimit)
-DEFAULT_TIMEOUT_SECONDS = 30.0
+# --timeout bounds the whole cloud read: every connect, handshake, answer and page.
+DEFAULT_TIMEOUT_SECONDS = 300.0
+# A cloud decides how many answers it gives; these caps decide how many reconcile asks for.
+MAX_PULL_PAGES = 50_000  # 5,000,000 rows, 48x the benchmark deployment; beyond it --since is the way
+MAX_SEARCH_PROBES = 200  # a --since search over the whole int64 seq space needs at most ~128
+MAX_CHUNK_READS = 10_000
+# cloud_mutations.seq is a Postgres BIGSERIAL (cloudstore.go): 1 .. 2^63-1; Go's int64 decodes no more.
+SEQ_MAX = 2**63 - 1
+# v1.20's ids are 8 hex characters (chunkcodec); anything that could change the request's path is refused.
+CHUNK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 # A pull page is at most 100 rows and a chunk push at most the server's body limit (8 MiB by default).
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
 CLOUD_CONFIG_FILE = "cloud.json"
@@ -175,12 +186,19 @@ class ChunkEntry:
 
 
 class CloudReader:
-    """GET-only client over one httpx connection pool; counts the requests it made."""
+    """GET-only client over one httpx connection pool; counts the requests it made.
 
-    def __init__(self, settings: CloudSettings, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> None:
+    Everything it reads ends by one deadline, `timeout` seconds after `started` (time.monotonic(); by
+    default when the reader is made)."""
+
+    def __init__(
+        self, settings: CloudSettings, timeout: float = DEFAULT_TIMEOUT_SECONDS, started: float | None = None
+    ) -> None:
         self.settings = settings
         self.requests = 0
+        self.chunks_read = 0
         self.timeout = timeout
+        self.deadline = (time.monotonic() if started is None else started) + timeout
         headers = {"Accept": "application/json", "User-Agent": "engram-canary-reconcile"}
         if settings.token is not None:
             headers["Authorization"] = f"Bearer {settings.token}"
@@ -193,7 +211,11 @@ class CloudReader:
                 f"CA file {settings.ca_file}: not a usable PEM bundle ({error})"
             ) from None
         self._http = httpx.Client(
-            base_url=settings.url, headers=headers, timeout=timeout, verify=verify, trust_env=False
+            base_url=settings.url,
+            headers=headers,
+            timeout=timeout,
+            transport=DeadlineTransport(verify, self.deadline),
+            trust_env=False,
         )
 
     def close(self) -> None:
@@ -208,8 +230,9 @@ class CloudReader:
     def _get(self, path: str, params: dict[str, str | int] | None = None) -> tuple[int, bytes]:
         """(status, body) of one GET; the whole answer must arrive within the timeout and the size cap."""
         where = f"GET {path}"
+        if time.monotonic() >= self.deadline:
+            raise CloudUnavailable(self._late(where))
         self.requests += 1
-        deadline = time.monotonic() + self.timeout
         try:
             with self._http.stream("GET", path, params=params) as response:
                 body = bytearray()
@@ -217,15 +240,13 @@ class CloudReader:
                     body += piece
                     if len(body) > MAX_ANSWER_BYTES:
                         raise CloudUnavailable(f"{where}: answer larger than {MAX_ANSWER_BYTES >> 20} MiB")
-                    if time.monotonic() > deadline:
+                    if time.monotonic() > self.deadline:
                         raise httpx.ReadTimeout("too slow")
                 status = response.status_code
         except httpx.ConnectError as error:
             raise CloudUnavailable(_connect_failure(self.settings, where, error)) from None
         except httpx.TimeoutException:
-            raise CloudUnavailable(
-                f"{where} on {self.settings.url}: no answer within {self.timeout:g} s"
-            ) from None
+            raise CloudUnavailable(self._late(where)) from None
         except httpx.RemoteProtocolError as error:
             raise CloudUnavailable(
                 f"{where} on {self.settings.url}: truncated answer ({one_line(str(error))})"
@@ -244,6 +265,9 @@ class CloudReader:
         if status != 200:
             raise CloudUnavailable(f"{where}: HTTP {status} {_error_text(body)}")
         return status, bytes(body)
+
+    def _late(self, where: str) -> str:
+        return f"{where} on {self.settings.url}: not done within --timeout {self.timeout:g} s ({self.requests} requests)"
 
     def _json(self, path: str, params: dict[str, str | int] | None = None) -> Any:
         _, body = self._get(path, params)
@@ -264,10 +288,15 @@ class CloudReader:
             raise CloudUnavailable(f"GET {path}: 'has_more' is not a boolean")
         mutations = [_cloud_mutation(raw, index, path) for index, raw in enumerate(body["mutations"])]
         previous = since_seq
-        for mutation in mutations:
+        for index, mutation in enumerate(mutations):
             if mutation.seq <= previous:
                 raise CloudUnavailable(
                     f"GET {path}?since_seq={since_seq}: seq {mutation.seq} does not increase past {previous}"
+                )
+            if mutation.seq > SEQ_MAX:
+                raise CloudUnavailable(
+                    f"GET {path}?since_seq={since_seq}: mutations[{index}].seq {mutation.seq} "
+                    f"is outside the protocol's range 1..{SEQ_MAX}"
                 )
             previous = mutation.seq
         if has_more and not mutations:
@@ -278,12 +307,18 @@ class CloudReader:
 
     def pull_from(self, since_seq: int) -> Iterator[CloudMutation]:
         """Every mutation after since_seq, page by page, the way engram's own worker pages."""
-        while True:
+        rows = 0
+        for _ in range(MAX_PULL_PAGES):
             page = self.pull_page(since_seq)
             yield from page.mutations
             if not page.has_more:
                 return
+            rows += len(page.mutations)
             since_seq = page.mutations[-1].seq
+        raise CloudUnavailable(
+            f"GET /sync/mutations/pull?since_seq={since_seq}: has_more after {MAX_PULL_PAGES} pages "
+            f"({rows} rows); reconcile stops there (a cloud this size needs --since)"
+        )
 
     def first_after(self, since_seq: int) -> CloudMutation | None:
         page = self.pull_page(since_seq, limit=1)
@@ -296,7 +331,15 @@ class CloudReader:
         on occurred_at growing with seq (both are assigned on insert: cloudstore.go, cloud_mutations).
         """
 
+        probes = 0
+
         def settled(since: int) -> tuple[bool, int]:
+            nonlocal probes
+            if probes >= MAX_SEARCH_PROBES:
+                raise CloudUnavailable(
+                    f"GET /sync/mutations/pull: the --since search did not settle within {MAX_SEARCH_PROBES} one-row pulls"
+                )
+            probes += 1
             probe = self.first_after(since)
             if probe is None or _instant(probe.occurred_at) >= cutoff:
                 return True, since
@@ -305,12 +348,12 @@ class CloudReader:
         done, low = settled(0)
         if done:
             return 0
-        high = max(2 * (low + 1), 1)
-        while True:
+        high = min(2 * (low + 1), SEQ_MAX)
+        while True:  # ends: high doubles up to SEQ_MAX, and no row may lie past it
             done, older = settled(high)
             if done:
                 break
-            low, high = older, 2 * (older + 1)
+            low, high = older, min(2 * (older + 1), SEQ_MAX)
         while high - low > 1:
             middle = (low + high) // 2
             done, older = settled(middle)
@@ -328,23 +371,63 @@ class CloudReader:
             chunks = []
         if not isinstance(chunks, list):
             raise CloudUnavailable(f"GET {path}?project={project}: answer has no 'chunks' list")
+        where = f"GET {path}?project={project}"
         entries = []
         for index, raw in enumerate(chunks):
             if not isinstance(raw, dict) or not isinstance(raw.get("id"), str) or not raw["id"].strip():
-                raise CloudUnavailable(f"GET {path}?project={project}: chunks[{index}] has no id")
-            entries.append(
-                ChunkEntry(
-                    raw["id"].strip(), str(raw.get("created_by") or ""), str(raw.get("created_at") or "")
-                )
+                raise CloudUnavailable(f"{where}: chunks[{index}] has no id")
+            chunk_id = raw["id"].strip()
+            if not CHUNK_ID.fullmatch(chunk_id):
+                raise CloudUnavailable(f"{where}: chunks[{index}].id {chunk_id!r} is not a chunk id")
+            created_by, created_at = (
+                _optional_text(raw, name, f"{where}: chunks[{index}]")
+                for name in ("created_by", "created_at")
             )
+            entries.append(ChunkEntry(chunk_id, created_by, created_at))
         return entries
 
     def chunk(self, project: str, chunk_id: str) -> dict[str, Any]:
+        """One chunk, its shape checked: the lists reconcile reads hold objects with string keys."""
         path = f"/sync/pull/{chunk_id}"
+        where = f"GET {path}?project={project}"
+        if self.chunks_read >= MAX_CHUNK_READS:
+            raise CloudUnavailable(
+                f"{where}: more than {MAX_CHUNK_READS} chunks to read; reconcile stops there"
+            )
+        self.chunks_read += 1
         body = self._json(path, {"project": project})
         if not isinstance(body, dict):
-            raise CloudUnavailable(f"GET {path}?project={project}: the chunk is not a JSON object")
+            raise CloudUnavailable(f"{where}: the chunk is not a JSON object")
+        for name, keys in CHUNK_LISTS.items():
+            items = body.get(name)
+            if items is None:
+                continue
+            if not isinstance(items, list):
+                raise CloudUnavailable(f"{where}: {name!r} is not a list")
+            for index, item in enumerate(items):
+                if not isinstance(item, dict):
+                    raise CloudUnavailable(f"{where}: {name}[{index}] is not an object")
+                for key in keys:
+                    _optional_text(item, key, f"{where}: {name}[{index}]")
         return body
+
+
+# The lists of a chunk that reconcile reads, and the fields of their items that must be text when present.
+CHUNK_LISTS = {
+    "mutations": ("entity", "entity_key", "op"),
+    "sessions": ("id",),
+    "observations": ("sync_id",),
+    "prompts": ("sync_id",),
+}
+
+
+def _optional_text(raw: dict[str, Any], name: str, where: str) -> str:
+    value = raw.get(name)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise CloudUnavailable(f"{where}.{name} is not a string")
+    return value
 
 
 def _cloud_mutation(raw: Any, index: int, path: str) -> CloudMutation:
@@ -359,11 +442,12 @@ def _cloud_mutation(raw: Any, index: int, path: str) -> CloudMutation:
         if not isinstance(value, str):
             raise CloudUnavailable(f"GET {path}: mutations[{index}].{name} is not a string")
         fields[name] = value.strip()
+    where = f"GET {path}: mutations[{index}]"
     return CloudMutation(
         seq=seq,
-        project=str(raw.get("project") or ""),
+        project=_optional_text(raw, "project", where),
         payload=raw.get("payload"),
-        occurred_at=str(raw.get("occurred_at") or ""),
+        occurred_at=_optional_text(raw, "occurred_at", where),
         **fields,
     )
 

@@ -31,7 +31,13 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from canary.cloud_client import CloudMutation, CloudReader, CloudSettings, one_line
+from canary.cloud_client import (
+    DEFAULT_TIMEOUT_SECONDS,
+    CloudMutation,
+    CloudReader,
+    CloudSettings,
+    one_line,
+)
 from canary.db import EngramDb
 from canary.errors import CanaryError
 from canary.findings import Status
@@ -385,7 +391,7 @@ class ReconcileOptions:
     db_path: Path
     settings: CloudSettings
     since: datetime | None = None
-    timeout: float = 30.0
+    timeout: float = DEFAULT_TIMEOUT_SECONDS  # the whole cloud read, from the start of the run
 
 
 def reconcile(options: ReconcileOptions) -> ReconcileResult:
@@ -394,7 +400,7 @@ def reconcile(options: ReconcileOptions) -> ReconcileResult:
     url = options.settings.url
     try:
         journal = read_journal(options.db_path, options.since)
-        with CloudReader(options.settings, options.timeout) as cloud:
+        with CloudReader(options.settings, options.timeout, started) as cloud:
             matcher, since_seq, chunks_read = _read_cloud(cloud, journal, options.since)
             requests = cloud.requests
         missing = matcher.settle(read_payloads(options.db_path, [row.seq for row in matcher.remaining()]))

@@ -7,9 +7,10 @@ from typing import Any
 
 
 def decoded_payload(payload: Any) -> Any:
-    """A journal payload as an object: JSON text is decoded; anything else, or bad JSON, is as given."""
+    """A journal payload as an object: JSON text is decoded; anything else, or text that does not decode
+    (bad JSON, nesting past the interpreter's stack, an integer past 4,300 digits), is as given."""
     if isinstance(payload, str):
-        with contextlib.suppress(json.JSONDecodeError):
+        with contextlib.suppress(ValueError, RecursionError):
             return json.loads(payload)
     return payload
 

@@ -204,6 +204,10 @@ class FakeCloudApp:
             return None, None
         if fault.action is FaultAction.LATENCY:
             await asyncio.sleep(fault.latency_ms / 1000)
+            if route.push and epoch != self.state.epoch:
+                # A reset came while it waited: the push belongs to a cloud that no longer exists, so it
+                # stores nothing and gets no answer, as from a server restarted under it.
+                return fault, DROP
             return fault, None
         if fault.action is FaultAction.STATUS:
             await self.record(request, request_id, epoch, route.transport, fault.status, items)

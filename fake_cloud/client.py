@@ -73,7 +73,8 @@ class FakeCloudClient:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         verify: Any = str(ca_file) if ca_file is not None else True
-        headers = {"Authorization": f"Bearer {control_token}"} if control_token else {}
+        # UTF-8 bytes: the token as the fake compares it (httpx would refuse a non-ASCII str)
+        headers = {b"Authorization": f"Bearer {control_token}".encode()} if control_token else {}
         self._http = httpx.Client(
             base_url=self.base_url, verify=verify, timeout=timeout, trust_env=False, headers=headers
         )

@@ -8,7 +8,6 @@ Control requests are not journaled. They need no token on loopback; a fake start
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import time
 from collections import deque
@@ -19,7 +18,7 @@ from typing import Any, Protocol
 from engram_contract.errors import ContractError
 from engram_contract.gojson import go_loads
 from fake_cloud.faults import Fault, InvalidControlRequest
-from fake_cloud.httpserver import Request, RequestHead, Response
+from fake_cloud.httpserver import Request, RequestHead, Response, bearer_matches
 from fake_cloud.state import (
     MATCH_FIELDS,
     RECEIVED_MATCH_FIELDS,
@@ -76,8 +75,7 @@ def refuse_unauthorized(control_token: str | None, head: RequestHead) -> Respons
     if control_token is None:
         return None
     sent = head.headers.get("authorization", "").strip()
-    expected = f"Bearer {control_token}"
-    if hmac.compare_digest(sent.encode("latin-1", "replace"), expected.encode("latin-1", "replace")):
+    if bearer_matches(sent, f"Bearer {control_token}"):
         return None
     return _json(401, {"error": "the control API needs 'Authorization: Bearer <control token>'"})
 

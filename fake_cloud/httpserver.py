@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import socket
 import ssl
 import struct
@@ -440,6 +441,20 @@ def _head(event: h11.Request) -> RequestHead:
         headers=headers,
         content_length=int(length) if length is not None and "transfer-encoding" not in headers else None,
     )
+
+
+def wire_bytes(text: str) -> bytes:
+    """A header value as it arrived: _head decodes each byte as one Latin-1 character, so this undoes
+    it exactly (text that never came off the wire, with characters past U+00FF, is taken as UTF-8)."""
+    try:
+        return text.encode("latin-1")
+    except UnicodeEncodeError:
+        return text.encode()
+
+
+def bearer_matches(header: str, token: str) -> bool:
+    """Whether a header value is exactly `token` (sent as UTF-8 bytes), compared in constant time."""
+    return hmac.compare_digest(wire_bytes(header), token.encode())
 
 
 def _request(head: RequestHead, body: bytes, too_large: bool) -> Request:

@@ -20,6 +20,7 @@ from fake_cloud import chunkcodec
 from fake_cloud.chunkcodec import ChunkError
 from fake_cloud.errors import FakeCloudError
 from fake_cloud.faults import Fault, Route
+from fake_cloud.httpserver import bearer_matches
 from fake_cloud.wire import FORBIDDEN, NO_PRINCIPAL, Reply
 
 DEFAULT_MAX_PUSH_BYTES = 8 * 1024 * 1024
@@ -314,7 +315,7 @@ class FakeCloudState:
         parts = header.split()
         if len(parts) != 2 or parts[0].lower() != "bearer":
             return "unauthorized: authorization must use Bearer token"
-        if parts[1] != self.token:
+        if not bearer_matches(parts[1], self.token):
             return "unauthorized: unknown token"
         return None
 

@@ -354,7 +354,9 @@ def test_a_cloud_that_never_answers(synced: Synced) -> None:
     ran = reconcile_here(synced.db, synced.env, "--timeout", "0.5")
 
     assert_unknown(
-        ran, rf"GET /sync/mutations/pull on {re.escape(synced.cloud.base_url)}: no answer within 0.5 s"
+        ran,
+        rf"GET /sync/mutations/pull on {re.escape(synced.cloud.base_url)}: not done within --timeout 0.5 s "
+        r"\(1 requests\)",
     )
 
 
@@ -415,7 +417,10 @@ def test_a_cloud_that_drips_its_answer_byte_by_byte(synced: Synced) -> None:
     with canned(http_answer("200 OK", body), drip_seconds=0.2) as server:
         ran = reconcile_here(synced.db, {"ENGRAM_CLOUD_SERVER": server.url}, "--timeout", "1")
 
-    assert_unknown(ran, r"GET /sync/mutations/pull on http://127\.0\.0\.1:\d+: no answer within 1 s")
+    assert_unknown(
+        ran,
+        r"GET /sync/mutations/pull on http://127\.0\.0\.1:\d+: not done within --timeout 1 s \(1 requests\)",
+    )
 
 
 def test_a_huge_answer_is_cut_off(synced: Synced) -> None:

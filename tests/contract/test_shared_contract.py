@@ -105,3 +105,16 @@ def test_a_current_state_delivers_a_row_when_it_carries_every_field_but_the_igno
     assert not carries_fields({"id": "o1", "title": "other", "project": "My-App"}, local)
     assert not carries_fields("o1", local)
     assert not carries_fields(state, "o1")
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["[" * 1000, "[" * 100_000, "9" * 5000, '{"a": ' * 2000],
+    ids=["1000 [", "100000 [", "5000 digits", "deep object"],
+)
+def test_a_payload_string_that_does_not_decode_is_digested_as_given(text: str) -> None:
+    """A payload that is a JSON string of 1,000 `[` gave the fake cloud a RecursionError (issue 24, item 11)."""
+    from engram_contract import decoded_payload, payload_digest
+
+    assert decoded_payload(text) == text
+    assert payload_digest(text) == payload_digest(text)

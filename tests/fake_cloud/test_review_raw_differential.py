@@ -35,6 +35,19 @@ def chunked(size_line: bytes, rest: bytes = b"\r\n0\r\n\r\n") -> bytes:
 
 
 HEX = b"%x" % len(ENTRY)
+
+
+def push_entry(entity: str, op: str, payload: bytes) -> bytes:
+    body = b'{"entries":[{"project":"alpha","entity":"%s","entity_key":"k","op":"%s","payload":%s}]}' % (
+        entity.encode(),
+        op.encode(),
+        payload,
+    )
+    return push(b"Content-Length: %d\r\n" % len(body)) + body
+
+
+# A payload that is a JSON string whose text opens 1,000 or more arrays (issue 24, item 11).
+DEEP_STRING = b'"' + b"[" * 1000 + b'"'
 CASES: dict[str, bytes] = {
     "chunked": chunked(HEX),
     "chunk line of 4087 bytes": chunked(HEX + b";x=" + b"a" * 4082),
@@ -69,6 +82,11 @@ CASES: dict[str, bytes] = {
     "Transfer-Encoding identity": push(b"Transfer-Encoding: identity\r\n") + b"{}",
     "GET declaring 300 kB": b"GET /health HTTP/1.1\r\nHost: f\r\nContent-Length: 300000\r\n\r\n",
     "Expect 100-continue": push(b"Content-Length: %d\r\n" % len(ENTRY), b"Expect: 100-continue\r\n"),
+    "payload a string of 1000 [ (delete)": push_entry("thing", "delete", DEEP_STRING),
+    "payload a string of 5000 [ (delete)": push_entry("thing", "delete", b'"' + b"[" * 5000 + b'"'),
+    "session payload a string of 1000 [": push_entry("session", "upsert", DEEP_STRING),
+    "observation payload a string of 1000 [": push_entry("observation", "upsert", DEEP_STRING),
+    "relation payload a string of 1000 [": push_entry("relation", "upsert", DEEP_STRING),
 }
 # Kept on purpose (observed on v1.20.0): v1.20's answer, then the fake's.
 KNOWN_DIFFERENCES = {

@@ -1,0 +1,152 @@
+"""The fake cloud against peers that attack it, over a real socket: tokens that a lossy encoding would
+confuse, a push held across a reset, and idle TLS connections by the thousand."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
+
+# ô is Latin-1; ✓ and 令牌 are not, so a Latin-1 encoding with "replace" turns each into one "?".
+CONTROL_TOKEN = "contrôle-✓-令牌"
+SYNC_TOKEN = "sync-ô-✓-令牌"
+
+
+def lossy(token: str) -> bytes:
+    """What the fake compared before: the token through Latin-1 with replacement."""
+    return token.encode("latin-1", "replace")
+
+
+def status_of(cloud: RunningFakeCloud, method: str, path: str, authorization: bytes) -> int:
+    """One request on a fresh connection, its Authorization header exactly these bytes."""
+    host, port = cloud.base_url.split("://")[1].rsplit(":", 1)
+    request = (
+        f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: 0\r\n".encode()
+        + b"Authorization: "
+        + authorization
+        + b"\r\n\r\n"
+    )
+    with socket.create_connection((host, int(port)), timeout=10) as raw:
+        connection: socket.socket = raw
+        if cloud.base_url.startswith("https"):
+            context = ssl.create_default_context(cafile=str(cloud.ca_file))
+            connection = context.wrap_socket(raw, server_hostname=host)
+        connection.sendall(request)
+        answer = b""
+        while b"\r\n" not in answer:
+            piece = connection.recv(4096)
+            if not piece:
+                break
+            answer += piece
+    return int(answer.split(b" ", 2)[1])
+
+
+@contextlib.contextmanager
+def fake(**options: object) -> Iterator[RunningFakeCloud]:
+    with start_fake_cloud(FakeCloudConfig(server_version="v1.20", **options)) as cloud:  # type: ignore[arg-type]
+        yield cloud
+
+
+# ----- item 9: tokens compared as bytes, in constant time -----
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+def test_the_control_token_is_compared_as_bytes_never_through_a_lossy_encoding(tls: bool) -> None:
+    with fake(token="t", control_token=CONTROL_TOKEN, tls=tls) as cloud:
+        exact = status_of(cloud, "GET", "/_fake/journal", b"Bearer " + CONTROL_TOKEN.encode())
+        question_marks = status_of(cloud, "GET", "/_fake/journal", b"Bearer " + lossy(CONTROL_TOKEN))
+        latin1_only = status_of(cloud, "GET", "/_fake/journal", b"Bearer contr\xf4le-?-??")
+
+    assert (exact, question_marks, latin1_only) == (200, 401, 401)
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+def test_the_sync_token_is_compared_as_bytes_never_through_a_lossy_encoding(tls: bool) -> None:
+    pull = "/sync/mutations/pull?since_seq=0"
+    with fake(token=SYNC_TOKEN, tls=tls) as cloud:
+        exact = status_of(cloud, "GET", pull, b"Bearer " + SYNC_TOKEN.encode())
+        question_marks = status_of(cloud, "GET", pull, b"Bearer " + lossy(SYNC_TOKEN))
+        mojibake = status_of(cloud, "GET", pull, b"Bearer " + SYNC_TOKEN.encode().decode("latin-1").encode())
+        ascii_token_sent_as_non_ascii = status_of(cloud, "GET", pull, b"Bearer sync-\xc3\xb4")
+
+    assert (exact, question_marks, mojibake, ascii_token_sent_as_non_ascii) == (200, 401, 401, 401)
+
+
+def test_an_ascii_token_still_works(tmp_path: Path) -> None:
+    with fake(token="plain", control_token="control") as cloud:
+        assert status_of(cloud, "GET", "/sync/mutations/pull?since_seq=0", b"Bearer plain") == 200
+        assert status_of(cloud, "GET", "/_fake/journal", b"Bearer control") == 200
+        assert status_of(cloud, "GET", "/_fake/journal", b"Bearer contro") == 401
+
+
+# ----- item 12: a request that began before a reset never appears after it -----
+
+ROW = {
+    "project": "alpha",
+    "entity": "session",
+    "entity_key": "held",
+    "op": "upsert",
+    "payload": {"id": "held"},
+}
+
+
+@pytest.mark.parametrize("route", ["mutations_push", "chunk_push"])
+def test_a_push_held_by_a_latency_fault_across_a_reset_never_appears_after_it(route: str) -> None:
+    chunk = {
+        "chunk_id": "0123abcd",
+        "created_by": "laptop",
+        "project": "alpha",
+        "data": {"sessions": [{"id": "held", "project": "alpha", "directory": "/tmp"}]},
+    }
+    body = {"entries": [ROW]} if route == "mutations_push" else chunk
+    path = "/sync/mutations/push" if route == "mutations_push" else "/sync/push"
+    answers: list[object] = []
+    with fake(token="t") as cloud:
+        cloud.client.add_faults([{"route": route, "action": "latency", "latency_ms": 3000}])
+
+        def post() -> None:
+            try:
+                answers.append(
+                    httpx.post(
+                        cloud.base_url + path,
+                        json=body,
+                        headers={"Authorization": "Bearer t"},
+                        trust_env=False,
+                        timeout=10,
+                    ).status_code
+                )
+            except httpx.HTTPError as error:
+                answers.append(type(error).__name__)
+
+        pusher = threading.Thread(target=post)
+        pusher.start()
+        time.sleep(0.8)  # well inside the push's 3 s of latency
+        cloud.client.reset()
+        pusher.join(timeout=10)
+        assert not pusher.is_alive()
+        time.sleep(0.2)
+
+        pulled = httpx.get(
+            f"{cloud.base_url}/sync/mutations/pull?since_seq=0",
+            headers={"Authorization": "Bearer t"},
+            trust_env=False,
+        ).json()
+        manifest = httpx.get(
+            f"{cloud.base_url}/sync/pull?project=alpha",
+            headers={"Authorization": "Bearer t"},
+            trust_env=False,
+        ).json()
+        received = cloud.client.received()
+        journal = [entry for entry in cloud.client.journal().entries if entry.method == "POST"]
+
+    assert answers == ["ReadError"]  # the connection is reset without an answer
+    assert (pulled["mutations"], manifest.get("chunks") or [], received, journal) == ([], [], [], [])
