@@ -8,8 +8,10 @@ expected and actual lane tables, engram's stderr and an excerpt of the cloud jou
 from __future__ import annotations
 
 import argparse
+import difflib
 import io
 import os
+from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
@@ -44,7 +46,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "after the first are named scenario[mode] and must reach the first mode's baseline results.",
     )
     group.addoption(
-        "--scenario-engram", default=None, help="The engram binary (default: ENGRAM_BIN or v1.20.0)."
+        "--scenario-engram",
+        default=None,
+        help="The engram binary (default: ENGRAM_BIN, else the v1.20.0 that `engram-harness engram install` "
+        "built). With none, collected scenarios fail the run.",
+    )
+    group.addoption(
+        "--scenario-skip-without-engram",
+        action="store_true",
+        help="Skip the scenarios, instead of failing the run, when no engram binary is found.",
     )
     group.addoption(
         "--scenario-jobs",
@@ -98,9 +108,83 @@ PREFETCH = pytest.StashKey["_Prefetch"]()
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "scenario: a *.scenario.yaml replayed against the real engram")
+    config.addinivalue_line("markers", "engram: needs the real engram binary")
+    config.addinivalue_line("markers", "docker: needs a Docker engine")
+    config.stash[INI_MARKERS] = _marker_names(config)
     config.addinivalue_line(
         "markers", "xdist_group(name): pytest-xdist --dist loadgroup runs a group together"
     )
+
+
+def engram_binary(config: pytest.Config) -> Path | None:
+    """--scenario-engram, else ENGRAM_BIN, else the installed v1.20.0; a named one must be executable."""
+    option = config.getoption("--scenario-engram")
+    if option:
+        binary = Path(option).expanduser()
+        if not (binary.is_file() and os.access(binary, os.X_OK)):
+            raise pytest.UsageError(f"--scenario-engram {option}: not an executable file")
+        return binary.absolute()
+    found = find_engram(DEFAULT_VERSION)
+    if found is not None and not (found.is_file() and os.access(found, os.X_OK)):
+        raise pytest.UsageError(f"ENGRAM_BIN={found}: not an executable file")
+    return found
+
+
+MISSING_ENGRAM = (
+    "no engram binary for {count} scenario(s): give --scenario-engram PATH, set ENGRAM_BIN=PATH, or run "
+    "`engram-harness engram install`; --scenario-skip-without-engram skips them instead"
+)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # trylast: after -m/-k deselection, so only scenarios that would run count.
+    scenarios = [item for item in items if isinstance(item, ScenarioItem)]
+    if not scenarios:
+        return
+    _flag_tag_typos(config, scenarios)
+    binary = engram_binary(config)
+    if binary is None:
+        if not config.getoption("--scenario-skip-without-engram"):
+            # A gate that skipped every scenario would be green having tested nothing.
+            raise pytest.UsageError(MISSING_ENGRAM.format(count=len(scenarios)))
+        skip = pytest.mark.skip(reason="no engram binary (--scenario-skip-without-engram)")
+        for item in scenarios:
+            if not item.typo:  # a misspelt tag is wrong with or without engram
+                item.add_marker(skip)
+    config.stash[BINARY] = binary
+
+
+BINARY = pytest.StashKey["Path | None"]()
+
+
+def _flag_tag_typos(config: pytest.Config, items: list[ScenarioItem]) -> None:
+    """Under --strict-markers, a tag that no markers line declares and that is a near miss of a declared
+    marker or of a tag more scenarios use is refused as a typo. Other tags declare themselves."""
+    if not (config.option.strict_markers or config.option.strict):
+        return
+    declared = config.stash[INI_MARKERS]
+    uses = Counter(tag for item in items for tag in set(item.scenario.header.tags))
+    for item in items:
+        for tag in item.scenario.header.tags:
+            if tag in declared:
+                continue
+            likelier = sorted(declared | {other for other, count in uses.items() if count > uses[tag]})
+            near = difflib.get_close_matches(tag, likelier, n=1, cutoff=0.8)
+            if near:
+                item.typo = (
+                    f"{item.path}:{item.scenario.line}: tag {tag!r}: did you mean {near[0]!r}? "
+                    f"(a new tag declares itself unless it is this close to a known one: "
+                    f"then add it to the markers option)"
+                )
+                break
+
+
+INI_MARKERS = pytest.StashKey[set[str]]()
+
+
+def _marker_names(config: pytest.Config) -> set[str]:
+    return {line.split(":")[0].split("(")[0].strip() for line in config.getini("markers")}
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -156,16 +240,12 @@ class ScenarioFile(pytest.File):
         except ScenarioError as error:
             return [InvalidScenarioItem.from_parent(self, name=self.path.name, message=str(error))]
         modes: tuple[CloudMode, ...] = self.config.getoption("--scenario-cloud")
-        # Tags are markers the project declares (the markers ini option): under --strict-markers an
-        # undeclared one makes the scenario invalid. Read from this run's config, not pytest.mark's cache.
-        if self.config.option.strict_markers or self.config.option.strict:
-            declared = {line.split(":")[0].split("(")[0].strip() for line in self.config.getini("markers")}
-            for tag in scenario.header.tags:
-                if tag not in declared:
-                    message = (
-                        f"{self.path}: tag {tag!r} is not a declared marker (add it to the markers option)"
-                    )
-                    return [InvalidScenarioItem.from_parent(self, name=self.path.name, message=message)]
+        # A scenario's tags declare themselves as markers (--strict-markers then refuses only a misspelt
+        # mark elsewhere, or a tag that is a near miss of a known one: see _flag_tag_typos).
+        declared = _marker_names(self.config)
+        for tag in scenario.header.tags:
+            if tag not in declared:
+                self.config.addinivalue_line("markers", f"{tag}: scenario tag")
         tag_marks = [getattr(pytest.mark, tag) for tag in scenario.header.tags]
         items: list[pytest.Item] = []
         for index, cloud_mode in enumerate(modes):
@@ -205,18 +285,16 @@ class ScenarioItem(pytest.Item):
         super().__init__(**kwargs)
         self.scenario = scenario
         self.cloud_mode = cloud_mode
+        #: set when a tag looks like a misspelling of a known marker (under --strict-markers)
+        self.typo = ""
         #: the name of the same scenario's item in the first --scenario-cloud mode, whose results this
         #: item's must match (None for the first mode itself)
         self.reference: str | None = None
 
     def _binary(self) -> Path:
-        option = self.config.getoption("--scenario-engram")
-        binary = Path(option) if option else find_engram(DEFAULT_VERSION)
-        if binary is None:
-            reason = f"engram {DEFAULT_VERSION} is not installed (run: engram-harness engram install)"
-            if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
-                pytest.fail(f"CI=true and {reason}", pytrace=False)
-            pytest.skip(reason)
+        binary = self.config.stash.get(BINARY, None)
+        if binary is None:  # collection failed or skipped the run when there is none
+            raise InvalidScenario(MISSING_ENGRAM.format(count=1))
         return binary
 
     @property
@@ -237,13 +315,14 @@ class ScenarioItem(pytest.Item):
             return None
         prefetch = self.config.stash.get(PREFETCH, None)
         if prefetch is None:
-            self._binary()  # skip or fail once here, before anything starts
-            items = [item for item in self.session.items if isinstance(item, ScenarioItem)]
+            items = [item for item in self.session.items if isinstance(item, ScenarioItem) and not item.typo]
             prefetch = _Prefetch(items, jobs)
             self.config.stash[PREFETCH] = prefetch
         return prefetch
 
     def runtest(self) -> None:
+        if self.typo:
+            raise InvalidScenario(self.typo)
         prefetch = self._prefetch()
         image_error = prefetch.image_error() if prefetch is not None and self.cloud_mode == "docker" else ""
         if image_error:
@@ -273,7 +352,7 @@ class ScenarioItem(pytest.Item):
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         failure = excinfo.value
-        if isinstance(failure, ScenarioDiffers):
+        if isinstance(failure, ScenarioDiffers | InvalidScenario):
             return str(failure)
         if not isinstance(failure, ScenarioFailed):
             return str(super().repr_failure(excinfo))

@@ -15,7 +15,7 @@ from harness.cloud_cli import show_progress
 from harness.cloud_image import ensure_image
 from harness.design_conformance import conformance_table
 from harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
-from harness.errors import HarnessError
+from harness.errors import EngramInstallError, HarnessError
 from harness.loader import Scenario, load_all
 from harness.report import matrix_table, print_result, summary_table, write_json, write_junit
 from harness.results import ExpectMode, ScenarioResult, StepRecord
@@ -23,14 +23,32 @@ from harness.runner import run_many
 from harness.schema import json_schema_text
 from harness.world import CloudMode, CloudTarget
 
+NO_ENGRAM = (
+    "no engram binary: give --engram PATH, set ENGRAM_BIN=PATH, or run `engram-harness engram install` "
+    "(building {version} failed: {reason}); --skip-without-engram skips the scenarios instead"
+)
 
-def _binaries(engram_path: Path | None, versions: str | None) -> list[Path]:
+
+def _binaries(engram_path: Path | None, versions: str | None, skip_without: bool) -> list[Path]:
+    """The binaries to run against; [] only when none is found and skipping was asked for."""
     if engram_path is not None and versions:
         raise click.UsageError("--engram and --engram-version are exclusive; give one")
     if engram_path is not None:
-        if not os.access(engram_path, os.X_OK):
+        if not (engram_path.is_file() and os.access(engram_path, os.X_OK)):
             raise click.UsageError(f"--engram {engram_path}: not an executable file")
         return [engram_path]
+    if versions is None:
+        found = find_engram(DEFAULT_VERSION)
+        if found is not None:
+            if not (found.is_file() and os.access(found, os.X_OK)):
+                raise click.UsageError(f"ENGRAM_BIN={found}: not an executable file")
+            return [found]
+        try:
+            return [install_engram(DEFAULT_VERSION)]
+        except EngramInstallError as error:
+            if skip_without:
+                return []
+            raise click.ClickException(NO_ENGRAM.format(version=DEFAULT_VERSION, reason=error)) from None
     binaries = []
     for version in (versions or DEFAULT_VERSION).split(","):
         version = version.strip()
@@ -138,6 +156,11 @@ def _cloud_target(
 @click.option(
     "--keep", is_flag=True, help="Keep every scenario's directory, passed or not (evidence/, logs/)."
 )
+@click.option(
+    "--skip-without-engram",
+    is_flag=True,
+    help="When no engram binary is found, report the scenarios as skipped and exit 0 (default: exit 1).",
+)
 def run_command(
     paths: tuple[Path, ...],
     engram_path: Path | None,
@@ -154,6 +177,7 @@ def run_command(
     jobs: int,
     verbose: bool,
     keep: bool,
+    skip_without_engram: bool,
 ) -> None:
     """Run the scenarios under PATHS (default: scenarios/) against the real engram."""
     console = Console(highlight=False, width=None if Console().is_terminal else 160)
@@ -167,7 +191,10 @@ def run_command(
         for option, report_path in (("--json", json_path), ("--junit", junit_path)):
             if report_path is not None and not report_path.parent.is_dir():
                 raise click.UsageError(f"{option} {report_path}: no such directory {report_path.parent}")
-        binaries = _binaries(engram_path, versions)
+        binaries = _binaries(engram_path, versions, skip_without_engram)
+        if not binaries:
+            console.print(f"skipped {len(scenarios)} scenario(s): no engram binary (--skip-without-engram)")
+            return
         cloud_target = _cloud_target(cloud_mode, cloud_url, cloud_token, cloud_control_token, cloud_ca)
         cloud_mode = cloud_mode or "process"
         if cloud_target is not None:
