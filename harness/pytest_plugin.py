@@ -11,12 +11,14 @@ import argparse
 import difflib
 import io
 import os
+import shlex
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from _pytest.config.findpaths import determine_setup
 from rich.console import Console
 
 from harness.cloud_image import ensure_image
@@ -57,6 +59,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="Skip the scenarios, instead of failing the run, when no engram binary is found.",
     )
     group.addoption(
+        "--scenario-keep",
+        default=None,
+        metavar="DIR",
+        help="Keep every scenario's directory (evidence/, logs/), passed or not, in DIR (created if missing). "
+        "Without it a failing scenario's directory is kept in the system's temporary directory.",
+    )
+    group.addoption(
         "--scenario-jobs",
         type=int,
         default=8,
@@ -66,6 +75,50 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 CLOUD_MODES = ("process", "docker", "inprocess")
+#: the plugin's options that take a value as the next token (`--scenario-engram PATH`)
+VALUE_OPTIONS = (
+    "--scenario-expect",
+    "--scenario-cloud",
+    "--scenario-engram",
+    "--scenario-jobs",
+    "--scenario-keep",
+)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str]) -> None:
+    """Choose the rootdir and ini file as if our options' values were not test paths.
+
+    pytest picks its configuration before it loads plugins, so `--scenario-engram /x/bin/engram` (two
+    tokens) looks to it like a test path, and a config file above the binary (another project's
+    pyproject.toml) wins over the consumer's own. The `=` spelling never had the problem; this makes the
+    two-token spelling choose the same configuration.
+    """
+    original = [*shlex.split(os.environ.get("PYTEST_ADDOPTS", "")), *early_config.invocation_params.args]
+    ours = {index for index, token in enumerate(original[:-1]) if token in VALUE_OPTIONS}
+    if not ours:
+        return
+    parser = early_config._parser
+    namespace, unknown = parser.parse_known_and_unknown_args(
+        [token for index, token in enumerate(original) if index not in ours and index - 1 not in ours]
+    )
+    rootpath, inipath, inicfg = determine_setup(
+        inifile=namespace.inifilename,
+        args=namespace.file_or_dir + unknown,
+        rootdir_cmd_arg=namespace.rootdir or None,
+        invocation_dir=early_config.invocation_params.dir,
+    )
+    if (rootpath, inipath) == (early_config.rootpath, early_config.inipath):
+        return
+    wrong_addopts = len(early_config.getini("addopts")) if "addopts" in early_config.inicfg else 0
+    old_cutdir = str(early_config.inipath.parent if early_config.inipath else early_config.rootpath)
+    early_config._rootpath, early_config._inipath, early_config.inicfg = rootpath, inipath, inicfg
+    early_config._inicache.clear()
+    parser.extra_info["rootdir"] = str(rootpath)
+    parser.extra_info["inifile"] = str(inipath)
+    args[:] = [*early_config.getini("addopts"), *args[wrong_addopts:]]
+    if early_config.known_args_namespace.confcutdir == old_cutdir:
+        early_config.known_args_namespace.confcutdir = str(inipath.parent if inipath else rootpath)
 
 
 def _cloud_modes(text: str) -> tuple[CloudMode, ...]:
@@ -307,7 +360,12 @@ class ScenarioItem(pytest.Item):
             self._binary(),
             cloud_mode=self.cloud_mode,
             expect=self.mode,
+            keep_dir=self._keep_dir(),
         )
+
+    def _keep_dir(self) -> Path | None:
+        option = self.config.getoption("--scenario-keep")
+        return (self.config.invocation_params.dir / Path(option).expanduser()) if option else None
 
     def _prefetch(self) -> _Prefetch | None:
         jobs = int(self.config.getoption("--scenario-jobs"))

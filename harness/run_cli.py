@@ -16,7 +16,7 @@ from harness.cloud_image import ensure_image
 from harness.design_conformance import conformance_table
 from harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
 from harness.errors import EngramInstallError, HarnessError
-from harness.loader import Scenario, load_all
+from harness.loader import SCENARIO_SUFFIX, Scenario, load_all
 from harness.report import matrix_table, print_result, summary_table, write_json, write_junit
 from harness.results import ExpectMode, ScenarioResult, StepRecord
 from harness.runner import run_many
@@ -55,6 +55,21 @@ def _binaries(engram_path: Path | None, versions: str | None, skip_without: bool
         found = find_engram(version) if versions is None else None
         binaries.append(found or install_engram(version))
     return binaries
+
+
+KEEP_IN_TEMP = "\0temp"
+
+
+def _keep_dir(keep_to: str | None) -> Path | None:
+    if keep_to is None or keep_to == KEEP_IN_TEMP:
+        return None
+    path = Path(keep_to)
+    if path.name.endswith(SCENARIO_SUFFIX) or (path.is_dir() and any(path.rglob(f"*{SCENARIO_SUFFIX}"))):
+        # `run --keep scenarios/` would otherwise keep the runs among the scenarios and run the default path
+        raise click.UsageError(f"--keep {keep_to}: that holds scenarios; write --keep=DIR, or --keep last")
+    if path.exists() and not path.is_dir():
+        raise click.UsageError(f"--keep {keep_to}: not a directory")
+    return path.absolute()
 
 
 def _cloud_target(
@@ -154,7 +169,14 @@ def _cloud_target(
     help="Print every scenario's evidence (journal, answers, commands, logs).",
 )
 @click.option(
-    "--keep", is_flag=True, help="Keep every scenario's directory, passed or not (evidence/, logs/)."
+    "--keep",
+    "keep_to",
+    is_flag=False,
+    flag_value=KEEP_IN_TEMP,
+    default=None,
+    metavar="[DIR]",
+    help="Keep every scenario's directory, passed or not (evidence/, logs/): in DIR (created if missing), "
+    "or in the system's temporary directory when DIR is left out.",
 )
 @click.option(
     "--skip-without-engram",
@@ -176,7 +198,7 @@ def run_command(
     db_source: Path | None,
     jobs: int,
     verbose: bool,
-    keep: bool,
+    keep_to: str | None,
     skip_without_engram: bool,
 ) -> None:
     """Run the scenarios under PATHS (default: scenarios/) against the real engram."""
@@ -191,6 +213,7 @@ def run_command(
         for option, report_path in (("--json", json_path), ("--junit", junit_path)):
             if report_path is not None and not report_path.parent.is_dir():
                 raise click.UsageError(f"{option} {report_path}: no such directory {report_path.parent}")
+        keep_dir = _keep_dir(keep_to)
         binaries = _binaries(engram_path, versions, skip_without_engram)
         if not binaries:
             console.print(f"skipped {len(scenarios)} scenario(s): no engram binary (--skip-without-engram)")
@@ -238,7 +261,8 @@ def run_command(
             expect=expect,
             progress=progress,
             done=done,
-            keep=keep,
+            keep=keep_to is not None,
+            keep_dir=keep_dir,
         )
     for result in results:
         print_result(console, result, expect, verbose=verbose)

@@ -107,13 +107,23 @@ def run_scenario(
     db_copy_source: Path | None = None,
     root: Path | None = None,
     keep: bool = False,
+    keep_dir: Path | None = None,
     expect: ExpectMode = "all",
     progress: Callable[[Scenario, StepRecord], None] | None = None,
 ) -> ScenarioResult:
+    """Play one scenario. Its directory is `root`, else a new one in `keep_dir` (kept, passed or not),
+    else a temporary one, removed when the scenario passes unless `keep`."""
     started = time.monotonic()
     binary = binary.absolute()  # engram runs in other directories (workspaces, HOME)
     own_root = root is None
-    base = Path(tempfile.mkdtemp(prefix="engram-harness-")) if root is None else root
+    keep = keep or keep_dir is not None
+    if root is not None:
+        base = root
+    elif keep_dir is not None:
+        keep_dir.mkdir(parents=True, exist_ok=True)
+        base = Path(tempfile.mkdtemp(prefix=f"{scenario.id}-", dir=keep_dir)).absolute()
+    else:
+        base = Path(tempfile.mkdtemp(prefix="engram-harness-"))
     result = ScenarioResult(scenario=scenario, version="?", root=str(base))
     world: World | None = None
     try:
@@ -393,6 +403,7 @@ def run_many(
     progress: Callable[[Scenario, StepRecord], None] | None = None,
     done: Callable[[ScenarioResult], None] | None = None,
     keep: bool = False,
+    keep_dir: Path | None = None,
 ) -> list[ScenarioResult]:
     """Scenarios side by side: they mostly wait on engram's worker, so threads overlap those waits."""
 
@@ -406,6 +417,7 @@ def run_many(
             expect=expect,
             progress=progress,
             keep=keep,
+            keep_dir=keep_dir,
         )
         if done is not None:
             done(outcome)

@@ -182,3 +182,18 @@ def test_without_an_engram_binary_run_fails_in_one_line_unless_skipping_is_asked
         missing.returncode == 2
         and f"ENGRAM_BIN={tmp_path / 'nowhere'}: not an executable file" in missing.stderr
     )
+
+
+@pytest.mark.engram
+def test_keep_dir_keeps_every_run_directory_where_the_user_says(tmp_path: Path, engram_bin: Path) -> None:
+    # Before: --keep was a flag and kept directories landed in the shared temporary directory.
+    (tmp_path / "cli.scenario.yaml").write_text(SCENARIO)
+    result = harness(
+        "run", "cli.scenario.yaml", "--engram", str(engram_bin), "--keep", "runs/here", cwd=tmp_path
+    )
+    assert result.returncode == 1, result.stdout + result.stderr  # the design expectation fails
+    (kept,) = (tmp_path / "runs" / "here").iterdir()
+    assert kept.name.startswith("cli-") and (kept / "evidence").is_dir()
+    assert f"evidence kept in {kept}/evidence" in result.stdout.replace("\n", "")
+    refused = harness("run", "--keep", ".", "cli.scenario.yaml", cwd=tmp_path)
+    assert refused.returncode == 2 and "--keep .: that holds scenarios; write --keep=DIR" in refused.stderr

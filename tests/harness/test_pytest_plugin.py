@@ -148,3 +148,43 @@ def test_a_named_engram_that_is_not_executable_is_one_line(
             f"ERROR: --scenario-engram {missing}: not an executable file"
         ]
     assert result.ret == pytest.ExitCode.USAGE_ERROR
+
+
+@pytest.mark.parametrize("spelling", ["two tokens", "equals"])
+def test_the_engram_option_in_either_spelling_keeps_the_consumers_own_config(
+    pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory, spelling: str
+) -> None:
+    # The binary lives in another project whose pyproject.toml has a pytest section. Before, the two-token
+    # spelling made pytest take that file (the value looked like a test path): its addopts and markers.
+    other = tmp_path_factory.mktemp("other-project")
+    (other / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\naddopts = "--strict-markers -p no:terminalx"\ntestpaths = ["nowhere"]\n'
+    )
+    binary = other / "bin" / "engram"
+    binary.parent.mkdir()
+    binary.write_text("#!/bin/sh\nexit 0\n")
+    binary.chmod(0o755)
+    pytester.makeini("[pytest]\naddopts = --strict-markers\ntestpaths = scenarios\n")
+    (pytester.path / "scenarios").mkdir()
+    (pytester.path / "scenarios" / "plugin.scenario.yaml").write_text(SCENARIO)
+    option = (
+        ["--scenario-engram", str(binary)] if spelling == "two tokens" else [f"--scenario-engram={binary}"]
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider", "--collect-only", "-q", *option)
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    result.stdout.fnmatch_lines(["scenarios/plugin.scenario.yaml::plugin"])
+    config = pytester.parseconfigure(*option)
+    assert (config.rootpath, config.inipath) == (pytester.path, pytester.path / "tox.ini")
+
+
+@pytest.mark.engram
+def test_scenario_keep_keeps_a_passing_scenarios_directory_in_dir(
+    pytester: pytest.Pytester, engram_bin: object
+) -> None:
+    pytester.makefile(".scenario.yaml", plugin=SCENARIO)
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", "--scenario-engram", str(engram_bin), "--scenario-keep", "kept"
+    )
+    result.assert_outcomes(passed=1)
+    (kept,) = (pytester.path / "kept").iterdir()
+    assert kept.name.startswith("plugin-") and (kept / "logs").is_dir()
