@@ -24,6 +24,8 @@ from pydantic import (
 )
 
 from engram_contract import LANE_COUNTS as LANE_COUNTS  # the scenario schema names them too
+from fake_cloud.faults import FaultAction
+from fake_cloud.faults import Route as CloudRoute
 from harness.design_schema import (
     DESIGN_STEP_MODELS,
     CloudStatusCheck,
@@ -241,10 +243,12 @@ class ReviseStep(StepBase):
 
 
 class Fault(Strict):
-    route: Literal["mutations_push", "mutations_pull", "chunk_push", "chunk_pull", "any"] = "any"
+    """A fake-cloud fault: its routes and actions are fake_cloud's own (one source)."""
+
+    route: CloudRoute = CloudRoute.ANY
     project: str | None = None
     times: int = Field(1, ge=1)
-    action: Literal["status", "latency", "reset_after_read", "short_accepted", "hang"] = "status"
+    action: FaultAction = FaultAction.STATUS
     status: int = 503
     latency_ms: int = 200
     keep: int = 0

@@ -387,7 +387,7 @@ def _seed(world: World, mutations: list[s.SeedMutation]) -> None:
 
 
 def _fault(fault: s.Fault) -> dict[str, Any]:
-    data: dict[str, Any] = fault.model_dump(exclude_none=True)
+    data: dict[str, Any] = fault.model_dump(mode="json", exclude_none=True)
     return data
 
 

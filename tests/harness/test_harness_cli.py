@@ -46,7 +46,7 @@ def test_an_invalid_scenario_exits_1_with_file_line_and_no_traceback(tmp_path: P
     result = harness("run", "bad.scenario.yaml", cwd=tmp_path)
     assert result.returncode == 1
     assert result.stderr.startswith(
-        "Error: bad.scenario.yaml:3: steps.0.savee: unknown step 'savee'; allowed: session,"
+        "Error: bad.scenario.yaml:3: steps.0.savee: unknown step 'savee' (did you mean 'save'?); allowed: session,"
     )
     assert "Traceback" not in result.stderr + result.stdout
 

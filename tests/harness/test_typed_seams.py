@@ -160,7 +160,7 @@ ONE_OF = (
     [
         (
             "  - {tag: design, lane: {rows: []}}\n",
-            f"s.scenario.yaml:4: expect.0.lane: unknown key 'lane'; allowed: tag, engram, why, design_section, "
+            f"s.scenario.yaml:4: expect.0.lane: unknown key 'lane' (did you mean 'lanes'?); allowed: tag, engram, why, design_section, "
             f"predicted, {ONE_OF}",
         ),
         (
