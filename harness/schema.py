@@ -353,6 +353,16 @@ class RunStep(StepBase):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
+class ReconcileStep(StepBase):
+    """engram-canary reconcile against the scenario's own cloud: acked rows the cloud does not hold."""
+
+    as_: str = Field("reconcile", alias="as", description="Keeps exit code and output for a `command` check.")
+    since: str | None = Field(
+        None, description="--since (24h, 7d or an ISO moment); left out: reconcile's own default."
+    )
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
 class TimeTravelStep(StepBase):
     """SIMULATES LEGACY DATA: shifts stored timestamps back, since engram has no clock to set."""
 
@@ -445,6 +455,7 @@ STEP_MODELS: dict[str, type[BaseModel]] = {
     "inbox": InboxStep,
     "doctor": DoctorStep,
     "run": RunStep,
+    "reconcile": ReconcileStep,
     "time_travel": TimeTravelStep,
     "legacy_rows": LegacyRowsStep,
     "observe": ObserveStep,
@@ -476,6 +487,25 @@ class LaneRow(Strict):
     stranded: int | None = None
     lost: int | None = None
     duplicated: int | None = None
+
+
+class LostRow(Strict):
+    lane: str = Field(description="sync_mutations.target_key, e.g. cloud.")
+    project: str = Field(description='sync_mutations.project ("" for the empty project).')
+
+    _project = field_validator("project", mode="before")(_empty_project)
+    count: int = Field(
+        ge=1, description="Rows of this lane and project engram acked and the cloud never stored."
+    )
+
+
+class LostCheck(Strict):
+    """Rows an engram version loses today, stated as its baseline; every other lane/project loses none."""
+
+    rows: list[LostRow] = Field(min_length=1)
+    reason: str = Field(
+        min_length=1, description="Why this loss is the baseline (the upstream bug, e.g. engram #264)."
+    )
 
 
 class LanesCheck(Strict):
@@ -549,6 +579,23 @@ class CommandCheck(Strict):
     stdout_not_contains: list[str] = Field(default_factory=list)
     stderr_contains: list[str] = Field(default_factory=list)
     stderr_not_contains: list[str] = Field(default_factory=list)
+
+
+JSON_PATH = r"^\$((\.[A-Za-z_][A-Za-z0-9_-]*)|(\[[0-9]+\]))*$"
+
+
+class AnswerCheck(Strict):
+    """A kept answer read as JSON (an http step's body, or a run/reconcile step's stdout)."""
+
+    of: str = Field(description="The `as` of an http, run or reconcile step.")
+    status: int | None = Field(None, description="http: the status it answered.")
+    json_: dict[Annotated[str, Field(pattern=JSON_PATH)], Any] = Field(
+        default_factory=dict,
+        alias="json",
+        description="JSON path ($.a.b[0].c) -> the value found there (null: present and null); "
+        "{absent: true}: no such path.",
+    )
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
 JOURNAL_FIELDS = (
@@ -758,6 +805,22 @@ class LanesExpectation(ExpectationBase):
     lanes: LanesCheck
 
 
+class LostExpectation(ExpectationBase):
+    kind: ClassVar[str] = "lost"
+    lost: LostCheck
+
+    @model_validator(mode="after")
+    def _baseline_only(self) -> LostExpectation:
+        if self.tag != "baseline":
+            raise ValueError("lost: only a baseline states a loss (a design never loses a row)")
+        return self
+
+
+class AnswerExpectation(ExpectationBase):
+    kind: ClassVar[str] = "answer"
+    answer: AnswerCheck
+
+
 class SyncStateTargetsExpectation(ExpectationBase):
     kind: ClassVar[str] = "sync_state_targets"
     sync_state_targets: SetCheck
@@ -837,6 +900,8 @@ EXPECTATION_MODELS: dict[str, type[ExpectationBase]] = {
     model.kind: model
     for model in (
         LanesExpectation,
+        LostExpectation,
+        AnswerExpectation,
         SyncStateTargetsExpectation,
         CanaryExpectation,
         InboxExpectation,
@@ -875,6 +940,8 @@ def _kind_of(data: Any) -> str | None:
 
 Expectation: TypeAlias = Annotated[
     Annotated[LanesExpectation, Tag("lanes")]
+    | Annotated[LostExpectation, Tag("lost")]
+    | Annotated[AnswerExpectation, Tag("answer")]
     | Annotated[SyncStateTargetsExpectation, Tag("sync_state_targets")]
     | Annotated[CanaryExpectation, Tag("canary")]
     | Annotated[InboxExpectation, Tag("inbox")]

@@ -639,6 +639,29 @@ def do_run(world: World, step: s.RunStep) -> None:
         )
 
 
+def do_reconcile(world: World, step: s.ReconcileStep) -> None:
+    # engram's own environment: reconcile finds the cloud, its token and CA the way engram does.
+    command = [_kit_command("engram-canary"), "reconcile", "--db", str(world.db_path), "--format", "json"]
+    if step.since is not None:
+        command += ["--since", step.since]
+    started = time.monotonic()
+    try:
+        result = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env=world.env.env(world.command_env()),
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise StepFailed(f"engram-canary reconcile could not run: {error}") from None
+    world.record_command(
+        [Path(command[0]).name, *command[1:]], Path.cwd(), result, time.monotonic() - started
+    )
+    world.results.record(step.as_, RunResult(result.returncode, result.stdout, result.stderr))
+
+
 def do_time_travel(world: World, step: s.TimeTravelStep) -> None:
     columns = {
         "sync_mutations": ("occurred_at", "acked_at"),
@@ -704,6 +727,7 @@ HANDLERS: dict[str, Callable[[World, Any], None]] = {
     "inbox": do_inbox,
     "doctor": do_doctor,
     "run": do_run,
+    "reconcile": do_reconcile,
     "time_travel": do_time_travel,
     "legacy_rows": do_legacy_rows,
     "http": do_http,

@@ -150,7 +150,7 @@ def errors_of(expect: str) -> list[str]:
 
 
 ONE_OF = (
-    "lanes, sync_state_targets, canary, inbox, doctor, stderr, command, received, journal, sync_state, local, "
+    "lanes, lost, answer, sync_state_targets, canary, inbox, doctor, stderr, command, received, journal, sync_state, local, "
     "save_answer, enroll_hint, cloud_status, doctor_check, inbox_row"
 )
 
