@@ -22,10 +22,11 @@ from _pytest.config.findpaths import determine_setup
 from rich.console import Console
 
 from harness.cloud_image import ensure_image
+from harness.design_conformance import design_outcomes
 from harness.engram_install import DEFAULT_VERSION, find_engram
 from harness.errors import ScenarioError
 from harness.loader import SCENARIO_SUFFIX, Scenario, load_scenario
-from harness.report import print_result
+from harness.report import print_result, write_junit
 from harness.results import ExpectMode, ScenarioResult
 from harness.runner import run_scenario
 from harness.world import CloudMode
@@ -64,6 +65,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="DIR",
         help="Keep every scenario's directory (evidence/, logs/), passed or not, in DIR (created if missing). "
         "Without it a failing scenario's directory is kept in the system's temporary directory.",
+    )
+    group.addoption(
+        "--scenario-junit",
+        default=None,
+        metavar="FILE",
+        help="Also write the harness's own JUnit XML (as `engram-harness run --junit`): the scenarios, then "
+        "one testsuite per design section and engram version.",
     )
     group.addoption(
         "--scenario-jobs",
@@ -244,6 +252,28 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     prefetch = session.config.stash.get(PREFETCH, None)
     if prefetch is not None:
         prefetch.pool.shutdown(wait=True, cancel_futures=True)
+    target = session.config.getoption("--scenario-junit")
+    results = session.config.stash.get(RESULTS, [])
+    if target and results:
+        path = session.config.invocation_params.dir / target
+        worker = getattr(session.config, "workerinput", {}).get("workerid")
+        if worker:  # pytest-xdist: one file per worker process
+            path = path.with_name(f"{path.stem}-{worker}{path.suffix}")
+        write_junit(path, results, cast(ExpectMode, session.config.getoption("--scenario-expect")))
+
+
+RESULTS = pytest.StashKey[list[ScenarioResult]]()
+
+
+def _design_properties(result: ScenarioResult) -> list[tuple[str, str]]:
+    """("design §2a", "fail: ...") per design expectation: pytest's --junitxml shows them as properties."""
+    return [
+        (
+            f"design {section}",
+            outcome.status if outcome.status == "pass" else f"{outcome.status}: {outcome.detail}",
+        )
+        for section, outcome in design_outcomes(result)
+    ]
 
 
 def pytest_collect_file(parent: pytest.Collector, file_path: Path) -> pytest.Collector | None:
@@ -390,6 +420,9 @@ class ScenarioItem(pytest.Item):
             pytest.skip(reason)
         future = prefetch.futures.get(self.nodeid) if prefetch is not None else None
         result = future.result() if future is not None else self.play()
+        self.config.stash.setdefault(RESULTS, []).append(result)
+        for section, outcome in _design_properties(result):
+            self.user_properties.append((section, outcome))
         if result.verdict(self.mode) != "passed":
             raise ScenarioFailed(result, self.mode)
         reference = self._reference_result(prefetch)

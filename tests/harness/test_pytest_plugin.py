@@ -188,3 +188,31 @@ def test_scenario_keep_keeps_a_passing_scenarios_directory_in_dir(
     result.assert_outcomes(passed=1)
     (kept,) = (pytester.path / "kept").iterdir()
     assert kept.name.startswith("plugin-") and (kept / "logs").is_dir()
+
+
+@pytest.mark.engram
+def test_the_plugins_junit_is_grouped_by_design_section(
+    pytester: pytest.Pytester, engram_bin: object
+) -> None:
+    # Before: pytest's JUnit held one testcase per scenario and nothing of the design sections.
+    import xml.etree.ElementTree as ElementTree
+
+    pytester.makefile(
+        ".scenario.yaml",
+        plugin=SCENARIO.replace("  - tag: design\n", "  - tag: design\n    design_section: '§1'\n"),
+    )
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", f"--scenario-engram={engram_bin}", "--scenario-junit", "design.xml",
+        "--junitxml", "pytest.xml",
+    )  # fmt: skip
+    result.assert_outcomes(passed=1)
+    suites = {
+        s.get("name"): s for s in ElementTree.parse(pytester.path / "design.xml").getroot().iter("testsuite")
+    }
+    assert list(suites) == ["engram-harness", "design §1 (engram 1.20.0)"]
+    assert (suites["design §1 (engram 1.20.0)"].get("skipped"), suites["engram-harness"].get("failures")) == (
+        "1",
+        "0",
+    )
+    properties = ElementTree.parse(pytester.path / "pytest.xml").getroot().findall(".//property")
+    assert [(p.get("name"), (p.get("value") or "")[:5]) for p in properties] == [("design §1", "fail:")]
