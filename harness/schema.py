@@ -35,6 +35,7 @@ from harness.design_schema import (
     SaveAnswerCheck,
 )
 from harness.design_sections import SECTION_PATTERN, section_problem
+from harness.schema_rules import is_true, only_with, schema_rules
 
 SCHEMA_ID = "engram-harness/scenario/v1"
 
@@ -81,6 +82,23 @@ class CloudSpec(Strict):
 
 class WorkspaceSpec(Strict):
     """One working directory. Exactly one of git / dir / home / named_like_home / root."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        json_schema_extra=schema_rules(
+            {
+                "oneOf": [
+                    {"required": ["git"]},
+                    {"required": ["dir"]},
+                    is_true("home"),
+                    is_true("named_like_home"),
+                    is_true("root"),
+                ]
+            },
+            {"dependentRequired": {"remote": ["git"]}},
+        ),
+    )
 
     git: str | None = Field(None, description="A git repository whose root directory has this name.")
     remote: str | None = Field(None, description="origin URL of the git repo (engram derives git_remote).")
@@ -203,6 +221,12 @@ class UnenrollStep(EnrollStep):
 class AliasStep(StepBase):
     """Map a derived key, or a workspace's cwd, to a project (the design's alias map, §4)."""
 
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        json_schema_extra=schema_rules({"oneOf": [{"required": ["key"]}, {"required": ["cwd"]}]}),
+    )
+
     key: str | None = None
     cwd: str | None = Field(None, description="A workspace name.")
     project: str
@@ -256,6 +280,19 @@ class Fault(Strict):
 
 
 class CloudStep(StepBase):
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        json_schema_extra=schema_rules(
+            {
+                "anyOf": [
+                    *({"required": [key]} for key in ("allowlist", "pause", "resume", "faults", "seed")),
+                    is_true("clear_faults"),
+                ]
+            }
+        ),
+    )
+
     allowlist: list[str] | None = None
     pause: str | None = None
     resume: str | None = None
@@ -311,7 +348,17 @@ class SyncStep(StepBase, Shorthand):
     cycles: int = Field(1, ge=1, description="autosync: completed cycles to wait for.")
     until: UntilReceived | None = Field(None, description="autosync: wait for the cloud instead of cycles.")
     timeout: float = Field(0, ge=0, description="Seconds; 0 means 45 per cycle.")
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        populate_by_name=True,
+        json_schema_extra=schema_rules(
+            {
+                "if": {"properties": {"via": {"const": "manual"}}, "required": ["via"]},
+                "then": {"required": ["project"]},
+            }
+        ),
+    )
 
     @model_validator(mode="after")
     def _manual_needs_project(self) -> SyncStep:
@@ -674,6 +721,27 @@ SYNC_STATE_FIELDS = (
 class SyncStateCheck(Strict):
     """One sync_state row (a target), at the end or at an `observe` point."""
 
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        json_schema_extra=schema_rules(
+            {
+                "oneOf": [
+                    {
+                        **is_true("absent"),
+                        "not": {
+                            "anyOf": [{"required": [f]} for f in (*SYNC_STATE_FIELDS, "last_error_empty")]
+                        },
+                    },
+                    {
+                        "anyOf": [{"required": [f]} for f in (*SYNC_STATE_FIELDS, "last_error_empty")],
+                        "not": is_true("absent"),
+                    },
+                ]
+            }
+        ),
+    )
+
     target: str = Field("cloud", description="sync_state.target_key: cloud, cloud:my-app, ...")
     at: Label | None = Field(None, description="The `as` of an observe step; omitted: after the last step.")
     absent: bool = Field(False, description="The target has no sync_state row.")
@@ -703,6 +771,19 @@ class SyncStateCheck(Strict):
 class LocalCheck(Strict):
     """Rows in this device's engram database (read-only), matched by title, key or project."""
 
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        json_schema_extra=schema_rules(
+            only_with("title", {"properties": {"entity": {"const": "observation"}}}),
+            only_with("content_contains", {"properties": {"entity": {"enum": ["observation", "prompt"]}}}),
+            {
+                "if": {"required": ["present"], "properties": {"present": {"const": False}}},
+                "then": {"properties": {"count": {"const": 0}}},
+            },
+        ),
+    )
+
     entity: Literal["observation", "session", "prompt", "relation"] = "observation"
     title: str | None = Field(None, description="observation only: its title.")
     key: str | None = Field(None, description="observation/prompt/relation: sync_id; session: its id.")
@@ -725,11 +806,25 @@ class LocalCheck(Strict):
         return self
 
 
-_VERSION_RANGE = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*v?\d+\.\d+\.\d+(-[0-9A-Za-z.]+)?\s*$")
+_RANGE_PART = r"\s*(>=|<=|==|!=|>|<)\s*v?\d+\.\d+\.\d+(-[0-9A-Za-z.]+)?\s*"
+_VERSION_RANGE = re.compile(f"^{_RANGE_PART}$")
 
 
 class ExpectationFields(Strict):
     """What every expectation has besides its one check (also what a zero- or many-check one is read as)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        json_schema_extra=schema_rules(
+            {
+                "if": {"properties": {"tag": {"const": "baseline"}}},
+                "then": {"required": ["engram"], "properties": {"engram": {"type": "string"}}},
+            },
+            only_with("design_section", {"properties": {"tag": {"const": "design"}}}),
+            only_with("predicted", {"properties": {"tag": {"const": "baseline"}}}),
+        ),
+    )
 
     #: every key an expectation may have, as a refusal of an unknown key lists them
     shown_keys: ClassVar[tuple[str, ...]] = ()
@@ -738,6 +833,7 @@ class ExpectationFields(Strict):
     engram: str | None = Field(
         None,
         description="baseline: engram versions it holds for, e.g. '>=1.20.0,<2.0.0'. Required for baseline.",
+        json_schema_extra={"pattern": f"^{_RANGE_PART}(,{_RANGE_PART})*$"},
     )
     why: str = Field("", description="Which measured case or design section this pins.")
     design_section: str | None = Field(
@@ -806,6 +902,12 @@ class LanesExpectation(ExpectationBase):
 
 
 class LostExpectation(ExpectationBase):
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        json_schema_extra=schema_rules({"properties": {"tag": {"const": "baseline"}}}),
+    )
+
     kind: ClassVar[str] = "lost"
     lost: LostCheck
 
@@ -1005,6 +1107,7 @@ def json_schema() -> dict[str, Any]:
     # The expectation union under one name, as when it was one model: only $defs says it is a union.
     schema["$defs"]["Expectation"] = schema["properties"]["expect"]["items"]
     schema["properties"]["expect"]["items"] = {"$ref": "#/$defs/Expectation"}
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["$id"] = SCHEMA_ID
     schema["title"] = "engram-harness scenario"
     return schema

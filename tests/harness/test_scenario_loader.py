@@ -202,3 +202,53 @@ def test_a_misspelt_name_gets_a_did_you_mean() -> None:
     )[0].startswith(
         "s.scenario.yaml:4: expect.0.sync_stat: unknown key 'sync_stat' (did you mean 'sync_state'?);"
     )
+
+
+BASE = "name: r\nworkspaces:\n  app: {git: my-app}\nsteps:\n  - enroll: my-app\n"
+#: one scenario per rule a validator of the loader enforces beyond field types; each must be refused by
+#: the loader and by the exported JSON Schema alike (before: the schema let most of them through)
+RULE_BREAKERS = {
+    "baseline without engram range": BASE + "expect:\n  - {tag: baseline, lanes: {rows: []}}\n",
+    "engram range malformed": BASE + "expect:\n  - {tag: baseline, engram: '~1.20', lanes: {rows: []}}\n",
+    "design_section on a baseline": BASE
+    + "expect:\n  - {tag: baseline, engram: '>=1.0.0', design_section: '§1', lanes: {rows: []}}\n",
+    "predicted on a design": BASE + "expect:\n  - {tag: design, predicted: x, lanes: {rows: []}}\n",
+    "lost on a design": BASE
+    + "expect:\n  - {tag: design, lost: {reason: r, rows: [{lane: c, project: p, count: 1}]}}\n",
+    "workspace with two kinds": "name: r\nworkspaces:\n  a: {git: x, dir: y}\nsteps: []\n",
+    "workspace with no kind": "name: r\nworkspaces:\n  a: {subdir: x}\nsteps: []\n",
+    "remote without git": "name: r\nworkspaces:\n  a: {dir: x, remote: 'git@h:t/r.git'}\nsteps: []\n",
+    "alias with key and cwd": BASE + "  - alias: {key: k, cwd: app, project: p}\n",
+    "alias with neither": BASE + "  - alias: {project: p}\n",
+    "empty cloud step": BASE + "  - cloud: {clear_faults: false}\n",
+    "manual sync without project": BASE + "  - sync: {via: manual}\n",
+    "sync_state absent with a field": BASE
+    + "expect:\n  - {tag: design, sync_state: {absent: true, lifecycle: x}}\n",
+    "sync_state with nothing": BASE + "expect:\n  - {tag: design, sync_state: {target: cloud}}\n",
+    "local title on a session": BASE + "expect:\n  - {tag: design, local: {entity: session, title: t}}\n",
+    "local content on a session": BASE
+    + "expect:\n  - {tag: design, local: {entity: session, content_contains: t}}\n",
+    "local absent with a count": BASE + "expect:\n  - {tag: design, local: {present: false, count: 2}}\n",
+    "engram_inbox claim without project": BASE + "  - engram_inbox: {action: claim}\n",
+    "claim_as on a drop": BASE + "  - engram_inbox: {action: drop, project: p, claim_as: x}\n",
+    "noise on a claim": BASE + "  - engram_inbox: {action: claim, project: p, noise: true}\n",
+    "absent doctor check with a result": BASE
+    + "expect:\n  - {tag: design, doctor_check: {check: c, present: false, result: ok}}\n",
+    "no steps": "name: r\n",
+}
+
+
+def test_every_loader_rule_is_in_the_json_schema_too() -> None:
+    validator = jsonschema.Draft202012Validator(json_schema())
+    let_through = []
+    for rule, text in RULE_BREAKERS.items():
+        assert errors_of(text), rule
+        if validator.is_valid(yaml.safe_load(text)):
+            let_through.append(rule)
+    assert let_through == []
+
+
+def test_the_json_schema_names_its_dialect() -> None:
+    schema = json_schema()
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    jsonschema.Draft202012Validator.check_schema(schema)
