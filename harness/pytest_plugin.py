@@ -259,6 +259,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         worker = getattr(session.config, "workerinput", {}).get("workerid")
         if worker:  # pytest-xdist: one file per worker process
             path = path.with_name(f"{path.stem}-{worker}{path.suffix}")
+        path.parent.mkdir(parents=True, exist_ok=True)
         write_junit(path, results, cast(ExpectMode, session.config.getoption("--scenario-expect")))
 
 
