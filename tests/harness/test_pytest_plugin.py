@@ -125,6 +125,7 @@ def test_no_engram_binary_fails_the_run_in_one_line_unless_skipping_is_asked(
         "run `engram-harness engram install`; --scenario-skip-without-engram skips them instead"
     ]
     pytester.runpytest("-p", "no:cacheprovider", "--scenario-skip-without-engram").assert_outcomes(skipped=1)
+    assert pytester.runpytest("-p", "no:cacheprovider", "--collect-only").ret == pytest.ExitCode.OK
     # deselected scenarios need no binary
     pytester.makepyfile(test_plain="def test_x():\n    pass\n")
     pytester.runpytest("-p", "no:cacheprovider", "-m", "not scenario").assert_outcomes(passed=1)
