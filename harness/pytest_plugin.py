@@ -11,6 +11,7 @@ import argparse
 import difflib
 import io
 import os
+import re
 import shlex
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -230,7 +231,11 @@ def _flag_tag_typos(config: pytest.Config, items: list[ScenarioItem]) -> None:
         for tag in item.scenario.header.tags:
             if tag in declared:
                 continue
-            likelier = sorted(declared | {other for other, count in uses.items() if count > uses[tag]})
+            likelier = sorted(
+                other
+                for other in declared | {other for other, count in uses.items() if count > uses[tag]}
+                if _DIGITS.sub("0", other) != _DIGITS.sub("0", tag)  # engram-264 is no typo of engram-299
+            )
             near = difflib.get_close_matches(tag, likelier, n=1, cutoff=0.8)
             if near:
                 item.typo = (
@@ -242,6 +247,7 @@ def _flag_tag_typos(config: pytest.Config, items: list[ScenarioItem]) -> None:
 
 
 INI_MARKERS = pytest.StashKey[set[str]]()
+_DIGITS = re.compile(r"[0-9]+")
 
 
 def _marker_names(config: pytest.Config) -> set[str]:

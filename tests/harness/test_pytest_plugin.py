@@ -98,10 +98,16 @@ def test_under_strict_markers_a_tag_that_nearly_matches_a_known_one_is_a_typo(
     pytester.makefile(
         ".scenario.yaml", smok=SCENARIO.replace("name: plugin", "name: smok").replace("smoke,", "smok,")
     )
+    # tags that differ only in a number (upstream issue tags) are different tags, not typos
+    pytester.makefile(
+        ".scenario.yaml",
+        issue=SCENARIO.replace("name: plugin", "name: issue").replace("smoke,", "engram-264,"),
+    )
+    pytester.makeini("[pytest]\nmarkers =\n    smoke: declared\n    engram-299: declared\n")
     result = pytester.runpytest(
         "-p", "no:cacheprovider", "--strict-markers", "--scenario-skip-without-engram"
     )
-    result.assert_outcomes(skipped=3, failed=2)
+    result.assert_outcomes(skipped=4, failed=2)
     result.stdout.fnmatch_lines(
         [
             "*odd.scenario.yaml:3: tag 'lane': did you mean 'lanes'? *",
