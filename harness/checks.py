@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +21,15 @@ from harness.design_checks import (
 from harness.lanes import LaneTable
 from harness.localdata import local_key
 from harness.results import StepMarks
-from harness.step_results import CanaryResult, CommandOutput, DoctorResult, InboxListResult, StepResults
+from harness.step_results import (
+    CanaryResult,
+    CommandOutput,
+    DoctorResult,
+    HttpResult,
+    InboxListResult,
+    StepResult,
+    StepResults,
+)
 from harness.world import OutputEntry
 
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.]+))?$")
@@ -98,6 +107,59 @@ def _lanes(check: s.LanesCheck, observed: Observed) -> list[str]:
                 problems.append(
                     f"unexpected lane row {row.lane}/{_project(row.project)} ({row.enqueued} enqueued)"
                 )
+    return problems
+
+
+def _lost(check: s.LostCheck, observed: Observed) -> list[str]:
+    problems = []
+    for want in check.rows:
+        row = observed.lanes.row(want.lane, want.project)
+        actual = row.lost if row else 0
+        if actual != want.count:
+            problems.append(f"{want.lane}/{_project(want.project)} lost: expected {want.count}, got {actual}")
+    return problems
+
+
+_ABSENT = {"absent": True}
+_PATH_PART = re.compile(r"\.([A-Za-z_][A-Za-z0-9_-]*)|\[([0-9]+)\]")
+
+
+def json_at(document: Any, path: str) -> tuple[bool, Any]:
+    """(found, value) at a JSON path like $.upgrade.stage or $.lanes[0].lost."""
+    current = document
+    for key, index in _PATH_PART.findall(path[1:]):
+        if key and isinstance(current, dict) and key in current:
+            current = current[key]
+        elif index and isinstance(current, list) and int(index) < len(current):
+            current = current[int(index)]
+        else:
+            return False, None
+    return True, current
+
+
+def _answer(check: s.AnswerCheck, observed: Observed) -> list[str]:
+    kept = observed.results.get(check.of, StepResult, "http")
+    problems: list[str] = []
+    if isinstance(kept, HttpResult):
+        document = kept.body
+        if check.status is not None and kept.status != check.status:
+            problems.append(f"{check.of}: status {kept.status}, expected {check.status}")
+    elif isinstance(kept, CommandOutput):
+        try:
+            document = json.loads(kept.stdout)
+        except json.JSONDecodeError:
+            return [f"{check.of}: stdout is not JSON: {kept.stdout[:100]!r}"]
+    else:
+        return [f"{check.of}: a {kept.step} result has no JSON answer (http, run or reconcile have)"]
+    for path, want in check.json_.items():
+        found, value = json_at(document, path)
+        if want == _ABSENT:
+            if found:
+                problems.append(f"{check.of} {path}: expected absent, got {json.dumps(value)[:100]}")
+        elif not found:
+            problems.append(f"{check.of} {path}: absent, expected {json.dumps(want)}")
+        elif value != want:
+            problems.append(f"{check.of} {path}: expected {json.dumps(want)}, got {json.dumps(value)[:100]}")
     return problems
 
 
@@ -335,6 +397,8 @@ def _local(check: s.LocalCheck, observed: Observed) -> list[str]:
 #: kind -> the function that judges its check: one entry per expectation model (schema.EXPECTATION_MODELS)
 EVALUATORS: dict[str, Callable[[Any, Observed], list[str]]] = {
     "lanes": _lanes,
+    "lost": _lost,
+    "answer": _answer,
     "sync_state_targets": lambda check, observed: _set(
         check, observed.sync_state_targets, "sync_state targets"
     ),

@@ -16,7 +16,7 @@ from typing import Any
 from rich.table import Table
 
 from harness.design_sections import DESIGN_SECTIONS, section_order, section_title
-from harness.results import ScenarioResult
+from harness.results import ExpectMode, ScenarioResult
 
 NO_SECTION = "(no section)"
 
@@ -150,16 +150,24 @@ def conformance_table(results: Sequence[ScenarioResult]) -> Table:
     return table
 
 
-def junit_suites(parent: ElementTree.Element, results: Sequence[ScenarioResult]) -> None:
-    """One <testsuite> per design section and version, one <testcase> per design expectation."""
+def junit_suites(
+    parent: ElementTree.Element, results: Sequence[ScenarioResult], mode: ExpectMode = "all"
+) -> None:
+    """One <testsuite> per design section and version that has design expectations, one <testcase> per
+    expectation. Under --expect baseline design expectations decide nothing, so a failed one is a
+    <skipped> testcase that says so, never a <failure> in a green run."""
     for item in conformance(results):
+        if not item.outcomes:
+            continue  # a section no scenario covers: no empty suite
+        judged = mode != "baseline"
         suite = ElementTree.SubElement(
             parent,
             "testsuite",
             name=f"design {item.section} (engram {item.engram_version})",
             tests=str(len(item.outcomes)),
-            failures=str(item.failed),
+            failures=str(item.failed if judged else 0),
             errors="0",
+            skipped=str(0 if judged else item.failed),
         )
         for outcome in item.outcomes:
             case = ElementTree.SubElement(
@@ -168,6 +176,11 @@ def junit_suites(parent: ElementTree.Element, results: Sequence[ScenarioResult])
                 classname=f"design.{item.section}.{item.engram_version}",
                 name=f"{outcome.scenario}:{outcome.line} {outcome.check}",
             )
-            if outcome.status != "pass":
+            if outcome.status == "pass":
+                continue
+            if judged:
                 failure = ElementTree.SubElement(case, "failure", message=outcome.detail[:500] or "failed")
                 failure.text = f"{outcome.why}\n{outcome.detail}".strip()
+            else:
+                message = f"design expectation, not judged under --expect baseline: {outcome.detail}"
+                ElementTree.SubElement(case, "skipped", message=message[:500])

@@ -14,6 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from harness.schema_rules import is_true, only_with, schema_rules
+
 MatchValue = str | int | float | bool | None
 
 
@@ -46,6 +48,23 @@ class EngramInboxStep(_Step):
     noise: bool = Field(False, description="drop only: --noise.")
     exit: int | None = Field(0, description="Required exit code; null accepts any.")
     as_: str = Field("engram_inbox", alias="as", description="Result name for `command` checks.")
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        populate_by_name=True,
+        json_schema_extra=schema_rules(
+            {
+                "if": {"properties": {"action": {"enum": ["claim", "drop"]}}},
+                "then": {
+                    "required": ["project"],
+                    "properties": {"project": {"type": "string", "minLength": 1}},
+                },
+            },
+            only_with("claim_as", {"properties": {"action": {"const": "claim"}}}),
+            {"if": is_true("noise"), "then": {"properties": {"action": {"const": "drop"}}}},
+        ),
+    )
 
     @model_validator(mode="after")
     def _fits(self) -> EngramInboxStep:
@@ -108,6 +127,24 @@ class DoctorVerdictCheck(_Strict):
     not_mentions: list[str] = Field(default_factory=list)
     status_not: list[str] = Field(
         default_factory=list, description="The doctor's overall status must not be one of these."
+    )
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        populate_by_name=True,
+        json_schema_extra=schema_rules(
+            {
+                "if": {"required": ["present"], "properties": {"present": {"const": False}}},
+                "then": {
+                    "not": {
+                        "anyOf": [
+                            {"required": [key]} for key in ("result", "severity", "mentions", "reason_code")
+                        ]
+                    }
+                },
+            }
+        ),
     )
 
     @model_validator(mode="after")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import re
 import types
 import typing
 from collections.abc import Iterable, Sequence
@@ -125,19 +127,27 @@ def allowed_keys(model: type[BaseModel]) -> list[str]:
     return [info.alias or name for name, info in model.model_fields.items()]
 
 
+def did_you_mean(name: object, choices: Iterable[str]) -> str:
+    """' (did you mean 'save'?)' when one choice is a near miss of name, else ''."""
+    near = difflib.get_close_matches(str(name), list(choices), n=1, cutoff=0.75)
+    return f" (did you mean {near[0]!r}?)" if near else ""
+
+
 def _explain(model: type[BaseModel], loc: Loc, item: Any) -> str:
     kind = item["type"]
     message = str(item["msg"]).removeprefix("Value error, ")
     if kind == "extra_forbidden":
         parent = _model_at(model, loc[:-1])
-        allowed = f"; allowed: {', '.join(allowed_keys(parent))}" if parent else ""
-        return f"unknown key {loc[-1]!r}{allowed}"
+        keys = allowed_keys(parent) if parent else []
+        allowed = f"; allowed: {', '.join(keys)}" if parent else ""
+        return f"unknown key {loc[-1]!r}{did_you_mean(loc[-1], keys)}{allowed}"
     if kind == "missing":
         return f"missing required key {loc[-1]!r}" if loc else message
     shown = item.get("input")
     if isinstance(shown, dict | list):
         return message
-    return f"{message} (got {shown!r})"
+    hint = did_you_mean(shown, re.findall(r"'([^']+)'", message)) if kind in ("literal_error", "enum") else ""
+    return f"{message} (got {shown!r}){hint}"
 
 
 def _parse_steps(items: Any, loc: Loc, located: _Located) -> tuple[Step, ...]:
@@ -156,7 +166,10 @@ def _parse_steps(items: Any, loc: Loc, located: _Located) -> tuple[Step, ...]:
             continue
         ((name, raw),) = item.items()
         if name not in STEP_MODELS:
-            located.add((*item_loc, name), f"unknown step {name!r}; allowed: {allowed}")
+            located.add(
+                (*item_loc, name),
+                f"unknown step {name!r}{did_you_mean(name, STEP_MODELS)}; allowed: {allowed}",
+            )
             continue
         body = located.validate(STEP_MODELS[name], {} if raw is None else raw, (*item_loc, name))
         if body is None:
@@ -278,7 +291,10 @@ def parse_scenario(text: str, path: Path) -> Scenario:
 
     for key in data:
         if key not in TOP_LEVEL_KEYS:
-            located.add((key,), f"unknown key {key!r}; allowed: {', '.join(TOP_LEVEL_KEYS)}")
+            located.add(
+                (key,),
+                f"unknown key {key!r}{did_you_mean(key, TOP_LEVEL_KEYS)}; allowed: {', '.join(TOP_LEVEL_KEYS)}",
+            )
     header_data = {key: value for key, value in data.items() if key in Header.model_fields}
     header = located.validate(Header, header_data, ())
     if "steps" not in data:

@@ -8,20 +8,26 @@ expected and actual lane tables, engram's stderr and an excerpt of the cloud jou
 from __future__ import annotations
 
 import argparse
+import difflib
 import io
 import os
+import re
+import shlex
+from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from _pytest.config.findpaths import determine_setup
 from rich.console import Console
 
 from harness.cloud_image import ensure_image
+from harness.design_conformance import design_outcomes
 from harness.engram_install import DEFAULT_VERSION, find_engram
 from harness.errors import ScenarioError
 from harness.loader import SCENARIO_SUFFIX, Scenario, load_scenario
-from harness.report import print_result
+from harness.report import print_result, write_junit
 from harness.results import ExpectMode, ScenarioResult
 from harness.runner import run_scenario
 from harness.world import CloudMode
@@ -44,7 +50,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "after the first are named scenario[mode] and must reach the first mode's baseline results.",
     )
     group.addoption(
-        "--scenario-engram", default=None, help="The engram binary (default: ENGRAM_BIN or v1.20.0)."
+        "--scenario-engram",
+        default=None,
+        help="The engram binary (default: ENGRAM_BIN, else the v1.20.0 that `engram-harness engram install` "
+        "built). With none, collected scenarios fail the run.",
+    )
+    group.addoption(
+        "--scenario-skip-without-engram",
+        action="store_true",
+        help="Skip the scenarios, instead of failing the run, when no engram binary is found.",
+    )
+    group.addoption(
+        "--scenario-keep",
+        default=None,
+        metavar="DIR",
+        help="Keep every scenario's directory (evidence/, logs/), passed or not, in DIR (created if missing). "
+        "Without it a failing scenario's directory is kept in the system's temporary directory.",
+    )
+    group.addoption(
+        "--scenario-junit",
+        default=None,
+        metavar="FILE",
+        help="Also write the harness's own JUnit XML (as `engram-harness run --junit`): the scenarios, then "
+        "one testsuite per design section and engram version.",
     )
     group.addoption(
         "--scenario-jobs",
@@ -56,6 +84,50 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 CLOUD_MODES = ("process", "docker", "inprocess")
+#: the plugin's options that take a value as the next token (`--scenario-engram PATH`)
+VALUE_OPTIONS = (
+    "--scenario-expect",
+    "--scenario-cloud",
+    "--scenario-engram",
+    "--scenario-jobs",
+    "--scenario-keep",
+)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str]) -> None:
+    """Choose the rootdir and ini file as if our options' values were not test paths.
+
+    pytest picks its configuration before it loads plugins, so `--scenario-engram /x/bin/engram` (two
+    tokens) looks to it like a test path, and a config file above the binary (another project's
+    pyproject.toml) wins over the consumer's own. The `=` spelling never had the problem; this makes the
+    two-token spelling choose the same configuration.
+    """
+    original = [*shlex.split(os.environ.get("PYTEST_ADDOPTS", "")), *early_config.invocation_params.args]
+    ours = {index for index, token in enumerate(original[:-1]) if token in VALUE_OPTIONS}
+    if not ours:
+        return
+    parser = early_config._parser
+    namespace, unknown = parser.parse_known_and_unknown_args(
+        [token for index, token in enumerate(original) if index not in ours and index - 1 not in ours]
+    )
+    rootpath, inipath, inicfg = determine_setup(
+        inifile=namespace.inifilename,
+        args=namespace.file_or_dir + unknown,
+        rootdir_cmd_arg=namespace.rootdir or None,
+        invocation_dir=early_config.invocation_params.dir,
+    )
+    if (rootpath, inipath) == (early_config.rootpath, early_config.inipath):
+        return
+    wrong_addopts = len(early_config.getini("addopts")) if "addopts" in early_config.inicfg else 0
+    old_cutdir = str(early_config.inipath.parent if early_config.inipath else early_config.rootpath)
+    early_config._rootpath, early_config._inipath, early_config.inicfg = rootpath, inipath, inicfg
+    early_config._inicache.clear()
+    parser.extra_info["rootdir"] = str(rootpath)
+    parser.extra_info["inifile"] = str(inipath)
+    args[:] = [*early_config.getini("addopts"), *args[wrong_addopts:]]
+    if early_config.known_args_namespace.confcutdir == old_cutdir:
+        early_config.known_args_namespace.confcutdir = str(inipath.parent if inipath else rootpath)
 
 
 def _cloud_modes(text: str) -> tuple[CloudMode, ...]:
@@ -98,15 +170,117 @@ PREFETCH = pytest.StashKey["_Prefetch"]()
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "scenario: a *.scenario.yaml replayed against the real engram")
+    config.addinivalue_line("markers", "engram: needs the real engram binary")
+    config.addinivalue_line("markers", "docker: needs a Docker engine")
+    config.stash[INI_MARKERS] = _marker_names(config)
     config.addinivalue_line(
         "markers", "xdist_group(name): pytest-xdist --dist loadgroup runs a group together"
     )
+
+
+def engram_binary(config: pytest.Config) -> Path | None:
+    """--scenario-engram, else ENGRAM_BIN, else the installed v1.20.0; a named one must be executable."""
+    option = config.getoption("--scenario-engram")
+    if option:
+        binary = Path(option).expanduser()
+        if not (binary.is_file() and os.access(binary, os.X_OK)):
+            raise pytest.UsageError(f"--scenario-engram {option}: not an executable file")
+        return binary.absolute()
+    found = find_engram(DEFAULT_VERSION)
+    if found is not None and not (found.is_file() and os.access(found, os.X_OK)):
+        raise pytest.UsageError(f"ENGRAM_BIN={found}: not an executable file")
+    return found
+
+
+MISSING_ENGRAM = (
+    "no engram binary for {count} scenario(s): give --scenario-engram PATH, set ENGRAM_BIN=PATH, or run "
+    "`engram-harness engram install`; --scenario-skip-without-engram skips them instead"
+)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # trylast: after -m/-k deselection, so only scenarios that would run count.
+    scenarios = [item for item in items if isinstance(item, ScenarioItem)]
+    if not scenarios:
+        return
+    _flag_tag_typos(config, scenarios)
+    binary = engram_binary(config)
+    if binary is None and not config.option.collectonly:  # --collect-only plays nothing
+        if not config.getoption("--scenario-skip-without-engram"):
+            # A gate that skipped every scenario would be green having tested nothing.
+            raise pytest.UsageError(MISSING_ENGRAM.format(count=len(scenarios)))
+        skip = pytest.mark.skip(reason="no engram binary (--scenario-skip-without-engram)")
+        for item in scenarios:
+            if not item.typo:  # a misspelt tag is wrong with or without engram
+                item.add_marker(skip)
+    config.stash[BINARY] = binary
+
+
+BINARY = pytest.StashKey["Path | None"]()
+
+
+def _flag_tag_typos(config: pytest.Config, items: list[ScenarioItem]) -> None:
+    """Under --strict-markers, a tag that no markers line declares and that is a near miss of a declared
+    marker or of a tag more scenarios use is refused as a typo. Other tags declare themselves."""
+    if not (config.option.strict_markers or config.option.strict):
+        return
+    declared = config.stash[INI_MARKERS]
+    uses = Counter(tag for item in items for tag in set(item.scenario.header.tags))
+    for item in items:
+        for tag in item.scenario.header.tags:
+            if tag in declared:
+                continue
+            likelier = sorted(
+                other
+                for other in declared | {other for other, count in uses.items() if count > uses[tag]}
+                if _DIGITS.sub("0", other) != _DIGITS.sub("0", tag)  # engram-264 is no typo of engram-299
+            )
+            near = difflib.get_close_matches(tag, likelier, n=1, cutoff=0.8)
+            if near:
+                item.typo = (
+                    f"{item.path}:{item.scenario.line}: tag {tag!r}: did you mean {near[0]!r}? "
+                    f"(a new tag declares itself unless it is this close to a known one: "
+                    f"then add it to the markers option)"
+                )
+                break
+
+
+INI_MARKERS = pytest.StashKey[set[str]]()
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def _marker_names(config: pytest.Config) -> set[str]:
+    return {line.split(":")[0].split("(")[0].strip() for line in config.getini("markers")}
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     prefetch = session.config.stash.get(PREFETCH, None)
     if prefetch is not None:
         prefetch.pool.shutdown(wait=True, cancel_futures=True)
+    target = session.config.getoption("--scenario-junit")
+    results = session.config.stash.get(RESULTS, [])
+    if target and results:
+        path = session.config.invocation_params.dir / target
+        worker = getattr(session.config, "workerinput", {}).get("workerid")
+        if worker:  # pytest-xdist: one file per worker process
+            path = path.with_name(f"{path.stem}-{worker}{path.suffix}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_junit(path, results, cast(ExpectMode, session.config.getoption("--scenario-expect")))
+
+
+RESULTS = pytest.StashKey[list[ScenarioResult]]()
+
+
+def _design_properties(result: ScenarioResult) -> list[tuple[str, str]]:
+    """("design §2a", "fail: ...") per design expectation: pytest's --junitxml shows them as properties."""
+    return [
+        (
+            f"design {section}",
+            outcome.status if outcome.status == "pass" else f"{outcome.status}: {outcome.detail}",
+        )
+        for section, outcome in design_outcomes(result)
+    ]
 
 
 def pytest_collect_file(parent: pytest.Collector, file_path: Path) -> pytest.Collector | None:
@@ -156,16 +330,12 @@ class ScenarioFile(pytest.File):
         except ScenarioError as error:
             return [InvalidScenarioItem.from_parent(self, name=self.path.name, message=str(error))]
         modes: tuple[CloudMode, ...] = self.config.getoption("--scenario-cloud")
-        # Tags are markers the project declares (the markers ini option): under --strict-markers an
-        # undeclared one makes the scenario invalid. Read from this run's config, not pytest.mark's cache.
-        if self.config.option.strict_markers or self.config.option.strict:
-            declared = {line.split(":")[0].split("(")[0].strip() for line in self.config.getini("markers")}
-            for tag in scenario.header.tags:
-                if tag not in declared:
-                    message = (
-                        f"{self.path}: tag {tag!r} is not a declared marker (add it to the markers option)"
-                    )
-                    return [InvalidScenarioItem.from_parent(self, name=self.path.name, message=message)]
+        # A scenario's tags declare themselves as markers (--strict-markers then refuses only a misspelt
+        # mark elsewhere, or a tag that is a near miss of a known one: see _flag_tag_typos).
+        declared = _marker_names(self.config)
+        for tag in scenario.header.tags:
+            if tag not in declared:
+                self.config.addinivalue_line("markers", f"{tag}: scenario tag")
         tag_marks = [getattr(pytest.mark, tag) for tag in scenario.header.tags]
         items: list[pytest.Item] = []
         for index, cloud_mode in enumerate(modes):
@@ -205,18 +375,16 @@ class ScenarioItem(pytest.Item):
         super().__init__(**kwargs)
         self.scenario = scenario
         self.cloud_mode = cloud_mode
+        #: set when a tag looks like a misspelling of a known marker (under --strict-markers)
+        self.typo = ""
         #: the name of the same scenario's item in the first --scenario-cloud mode, whose results this
         #: item's must match (None for the first mode itself)
         self.reference: str | None = None
 
     def _binary(self) -> Path:
-        option = self.config.getoption("--scenario-engram")
-        binary = Path(option) if option else find_engram(DEFAULT_VERSION)
-        if binary is None:
-            reason = f"engram {DEFAULT_VERSION} is not installed (run: engram-harness engram install)"
-            if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
-                pytest.fail(f"CI=true and {reason}", pytrace=False)
-            pytest.skip(reason)
+        binary = self.config.stash.get(BINARY, None)
+        if binary is None:  # collection failed or skipped the run when there is none
+            raise InvalidScenario(MISSING_ENGRAM.format(count=1))
         return binary
 
     @property
@@ -229,7 +397,12 @@ class ScenarioItem(pytest.Item):
             self._binary(),
             cloud_mode=self.cloud_mode,
             expect=self.mode,
+            keep_dir=self._keep_dir(),
         )
+
+    def _keep_dir(self) -> Path | None:
+        option = self.config.getoption("--scenario-keep")
+        return (self.config.invocation_params.dir / Path(option).expanduser()) if option else None
 
     def _prefetch(self) -> _Prefetch | None:
         jobs = int(self.config.getoption("--scenario-jobs"))
@@ -237,13 +410,14 @@ class ScenarioItem(pytest.Item):
             return None
         prefetch = self.config.stash.get(PREFETCH, None)
         if prefetch is None:
-            self._binary()  # skip or fail once here, before anything starts
-            items = [item for item in self.session.items if isinstance(item, ScenarioItem)]
+            items = [item for item in self.session.items if isinstance(item, ScenarioItem) and not item.typo]
             prefetch = _Prefetch(items, jobs)
             self.config.stash[PREFETCH] = prefetch
         return prefetch
 
     def runtest(self) -> None:
+        if self.typo:
+            raise InvalidScenario(self.typo)
         prefetch = self._prefetch()
         image_error = prefetch.image_error() if prefetch is not None and self.cloud_mode == "docker" else ""
         if image_error:
@@ -253,6 +427,9 @@ class ScenarioItem(pytest.Item):
             pytest.skip(reason)
         future = prefetch.futures.get(self.nodeid) if prefetch is not None else None
         result = future.result() if future is not None else self.play()
+        self.config.stash.setdefault(RESULTS, []).append(result)
+        for section, outcome in _design_properties(result):
+            self.user_properties.append((section, outcome))
         if result.verdict(self.mode) != "passed":
             raise ScenarioFailed(result, self.mode)
         reference = self._reference_result(prefetch)
@@ -273,7 +450,7 @@ class ScenarioItem(pytest.Item):
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         failure = excinfo.value
-        if isinstance(failure, ScenarioDiffers):
+        if isinstance(failure, ScenarioDiffers | InvalidScenario):
             return str(failure)
         if not isinstance(failure, ScenarioFailed):
             return str(super().repr_failure(excinfo))

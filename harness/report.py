@@ -352,5 +352,5 @@ def write_junit(path: Path, results: Sequence[ScenarioResult], mode: ExpectMode)
         ElementTree.SubElement(case, "system-err").text = r.stderr[-5000:]
     suite.set("failures", str(failures))
     suite.set("errors", str(errors))
-    junit_suites(root, results)
+    junit_suites(root, results, mode)
     ElementTree.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)

@@ -15,29 +15,62 @@ from harness.cloud_cli import show_progress
 from harness.cloud_image import ensure_image
 from harness.design_conformance import conformance_table
 from harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
-from harness.errors import HarnessError
+from harness.errors import EngramInstallError, HarnessError
 from harness.library import scenario_library
-from harness.loader import Scenario, load_all
+from harness.loader import SCENARIO_SUFFIX, Scenario, load_all
 from harness.report import matrix_table, print_result, summary_table, write_json, write_junit
 from harness.results import ExpectMode, ScenarioResult, StepRecord
 from harness.runner import run_many
 from harness.schema import json_schema_text
 from harness.world import CloudMode, CloudTarget
 
+NO_ENGRAM = (
+    "no engram binary: give --engram PATH, set ENGRAM_BIN=PATH, or run `engram-harness engram install` "
+    "(building {version} failed: {reason}); --skip-without-engram skips the scenarios instead"
+)
 
-def _binaries(engram_path: Path | None, versions: str | None) -> list[Path]:
+
+def _binaries(engram_path: Path | None, versions: str | None, skip_without: bool) -> list[Path]:
+    """The binaries to run against; [] only when none is found and skipping was asked for."""
     if engram_path is not None and versions:
         raise click.UsageError("--engram and --engram-version are exclusive; give one")
     if engram_path is not None:
-        if not os.access(engram_path, os.X_OK):
+        if not (engram_path.is_file() and os.access(engram_path, os.X_OK)):
             raise click.UsageError(f"--engram {engram_path}: not an executable file")
         return [engram_path]
+    if versions is None:
+        found = find_engram(DEFAULT_VERSION)
+        if found is not None:
+            if not (found.is_file() and os.access(found, os.X_OK)):
+                raise click.UsageError(f"ENGRAM_BIN={found}: not an executable file")
+            return [found]
+        try:
+            return [install_engram(DEFAULT_VERSION)]
+        except EngramInstallError as error:
+            if skip_without:
+                return []
+            raise click.ClickException(NO_ENGRAM.format(version=DEFAULT_VERSION, reason=error)) from None
     binaries = []
     for version in (versions or DEFAULT_VERSION).split(","):
         version = version.strip()
         found = find_engram(version) if versions is None else None
         binaries.append(found or install_engram(version))
     return binaries
+
+
+KEEP_IN_TEMP = "\0temp"
+
+
+def _keep_dir(keep_to: str | None) -> Path | None:
+    if keep_to is None or keep_to == KEEP_IN_TEMP:
+        return None
+    path = Path(keep_to)
+    if path.name.endswith(SCENARIO_SUFFIX) or (path.is_dir() and any(path.rglob(f"*{SCENARIO_SUFFIX}"))):
+        # `run --keep scenarios/` would otherwise keep the runs among the scenarios and run the default path
+        raise click.UsageError(f"--keep {keep_to}: that holds scenarios; write --keep=DIR, or --keep last")
+    if path.exists() and not path.is_dir():
+        raise click.UsageError(f"--keep {keep_to}: not a directory")
+    return path.absolute()
 
 
 def _cloud_target(
@@ -137,7 +170,19 @@ def _cloud_target(
     help="Print every scenario's evidence (journal, answers, commands, logs).",
 )
 @click.option(
-    "--keep", is_flag=True, help="Keep every scenario's directory, passed or not (evidence/, logs/)."
+    "--keep",
+    "keep_to",
+    is_flag=False,
+    flag_value=KEEP_IN_TEMP,
+    default=None,
+    metavar="[DIR]",
+    help="Keep every scenario's directory, passed or not (evidence/, logs/): in DIR (created if missing), "
+    "or in the system's temporary directory when DIR is left out.",
+)
+@click.option(
+    "--skip-without-engram",
+    is_flag=True,
+    help="When no engram binary is found, report the scenarios as skipped and exit 0 (default: exit 1).",
 )
 def run_command(
     paths: tuple[Path, ...],
@@ -154,7 +199,8 @@ def run_command(
     db_source: Path | None,
     jobs: int,
     verbose: bool,
-    keep: bool,
+    keep_to: str | None,
+    skip_without_engram: bool,
 ) -> None:
     """Run the scenarios under PATHS (default: the shipped scenario library) against the real engram."""
     console = Console(highlight=False, width=None if Console().is_terminal else 160)
@@ -169,7 +215,11 @@ def run_command(
         for option, report_path in (("--json", json_path), ("--junit", junit_path)):
             if report_path is not None and not report_path.parent.is_dir():
                 raise click.UsageError(f"{option} {report_path}: no such directory {report_path.parent}")
-        binaries = _binaries(engram_path, versions)
+        keep_dir = _keep_dir(keep_to)
+        binaries = _binaries(engram_path, versions, skip_without_engram)
+        if not binaries:
+            console.print(f"skipped {len(scenarios)} scenario(s): no engram binary (--skip-without-engram)")
+            return
         cloud_target = _cloud_target(cloud_mode, cloud_url, cloud_token, cloud_control_token, cloud_ca)
         cloud_mode = cloud_mode or "process"
         if cloud_target is not None:
@@ -213,7 +263,8 @@ def run_command(
             expect=expect,
             progress=progress,
             done=done,
-            keep=keep,
+            keep=keep_to is not None,
+            keep_dir=keep_dir,
         )
     for result in results:
         print_result(console, result, expect, verbose=verbose)

@@ -28,8 +28,9 @@ from harness.lanes import (
 )
 from harness.loader import Scenario
 from harness.localdata import count_local_rows, read_sync_state_rows
+from harness.report import EMPTY_PROJECT
 from harness.results import ExpectationResult, ExpectMode, ScenarioResult, StepMarks, StepRecord
-from harness.schema import LanesExpectation, LocalExpectation, WorkspaceSpec
+from harness.schema import LanesExpectation, LocalExpectation, LostExpectation, WorkspaceSpec
 from harness.steps import StepRunner, plain
 from harness.world import CloudHandle, CloudMode, CloudTarget, World, engram_version
 
@@ -107,13 +108,23 @@ def run_scenario(
     db_copy_source: Path | None = None,
     root: Path | None = None,
     keep: bool = False,
+    keep_dir: Path | None = None,
     expect: ExpectMode = "all",
     progress: Callable[[Scenario, StepRecord], None] | None = None,
 ) -> ScenarioResult:
+    """Play one scenario. Its directory is `root`, else a new one in `keep_dir` (kept, passed or not),
+    else a temporary one, removed when the scenario passes unless `keep`."""
     started = time.monotonic()
     binary = binary.absolute()  # engram runs in other directories (workspaces, HOME)
     own_root = root is None
-    base = Path(tempfile.mkdtemp(prefix="engram-harness-")) if root is None else root
+    keep = keep or keep_dir is not None
+    if root is not None:
+        base = root
+    elif keep_dir is not None:
+        keep_dir.mkdir(parents=True, exist_ok=True)
+        base = Path(tempfile.mkdtemp(prefix=f"{scenario.id}-", dir=keep_dir)).absolute()
+    else:
+        base = Path(tempfile.mkdtemp(prefix="engram-harness-"))
     result = ScenarioResult(scenario=scenario, version="?", root=str(base))
     world: World | None = None
     try:
@@ -331,17 +342,39 @@ def _observe(
                 at.index, at.line, expectation.tag, expectation.kind, status, detail, expectation.why, rows
             )
         )
+    result.expectations.append(_nothing_else_lost(result))
+
+
+def _nothing_else_lost(result: ScenarioResult) -> ExpectationResult:
+    """The invariant: no lane/project loses a row, except what an in-range baseline `lost:` states."""
+    stated: dict[tuple[str, str], int] = {}
+    reasons: list[str] = []
+    judged = {e.index: e.status for e in result.expectations}
+    for at in result.scenario.expectations:
+        if isinstance(at.expectation, LostExpectation) and judged.get(at.index) != "n/a":
+            reasons.append(f"line {at.line}: {at.expectation.lost.reason}")
+            for row in at.expectation.lost.rows:
+                stated[(row.lane, row.project)] = max(stated.get((row.lane, row.project), 0), row.count)
+    unstated = [
+        f"{row.lane}/{row.project or EMPTY_PROJECT}: {row.lost - stated.get((row.lane, row.project), 0)}"
+        for row in result.lanes.rows
+        if row.lost > stated.get((row.lane, row.project), 0)
+    ]
     lost = result.lanes.lost
-    result.expectations.append(
-        ExpectationResult(
-            -1,
-            result.scenario.line,
-            "invariant",
-            "lanes",
-            "fail" if lost else "pass",
-            f"{lost} row(s) acked but never received by the cloud" if lost else "",
-            "lost is always a failure",
-        )
+    if unstated:
+        detail = f"{lost} row(s) acked but never received by the cloud; not stated by a baseline: {', '.join(unstated)}"
+    elif lost:
+        detail = f"{lost} lost row(s), all stated as the baseline ({'; '.join(reasons)})"
+    else:
+        detail = ""
+    return ExpectationResult(
+        -1,
+        result.scenario.line,
+        "invariant",
+        "lanes",
+        "fail" if unstated else "pass",
+        detail,
+        "lost is a failure unless a baseline `lost:` states it",
     )
 
 
@@ -393,6 +426,7 @@ def run_many(
     progress: Callable[[Scenario, StepRecord], None] | None = None,
     done: Callable[[ScenarioResult], None] | None = None,
     keep: bool = False,
+    keep_dir: Path | None = None,
 ) -> list[ScenarioResult]:
     """Scenarios side by side: they mostly wait on engram's worker, so threads overlap those waits."""
 
@@ -406,6 +440,7 @@ def run_many(
             expect=expect,
             progress=progress,
             keep=keep,
+            keep_dir=keep_dir,
         )
         if done is not None:
             done(outcome)

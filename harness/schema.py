@@ -24,6 +24,8 @@ from pydantic import (
 )
 
 from engram_contract import LANE_COUNTS as LANE_COUNTS  # the scenario schema names them too
+from fake_cloud.faults import FaultAction
+from fake_cloud.faults import Route as CloudRoute
 from harness.design_schema import (
     DESIGN_STEP_MODELS,
     CloudStatusCheck,
@@ -33,6 +35,7 @@ from harness.design_schema import (
     SaveAnswerCheck,
 )
 from harness.design_sections import SECTION_PATTERN, section_problem
+from harness.schema_rules import is_true, only_with, schema_rules
 
 SCHEMA_ID = "engram-harness/scenario/v1"
 
@@ -79,6 +82,23 @@ class CloudSpec(Strict):
 
 class WorkspaceSpec(Strict):
     """One working directory. Exactly one of git / dir / home / named_like_home / root."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        json_schema_extra=schema_rules(
+            {
+                "oneOf": [
+                    {"required": ["git"]},
+                    {"required": ["dir"]},
+                    is_true("home"),
+                    is_true("named_like_home"),
+                    is_true("root"),
+                ]
+            },
+            {"dependentRequired": {"remote": ["git"]}},
+        ),
+    )
 
     git: str | None = Field(None, description="A git repository whose root directory has this name.")
     remote: str | None = Field(None, description="origin URL of the git repo (engram derives git_remote).")
@@ -201,6 +221,12 @@ class UnenrollStep(EnrollStep):
 class AliasStep(StepBase):
     """Map a derived key, or a workspace's cwd, to a project (the design's alias map, §4)."""
 
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        json_schema_extra=schema_rules({"oneOf": [{"required": ["key"]}, {"required": ["cwd"]}]}),
+    )
+
     key: str | None = None
     cwd: str | None = Field(None, description="A workspace name.")
     project: str
@@ -241,10 +267,12 @@ class ReviseStep(StepBase):
 
 
 class Fault(Strict):
-    route: Literal["mutations_push", "mutations_pull", "chunk_push", "chunk_pull", "any"] = "any"
+    """A fake-cloud fault: its routes and actions are fake_cloud's own (one source)."""
+
+    route: CloudRoute = CloudRoute.ANY
     project: str | None = None
     times: int = Field(1, ge=1)
-    action: Literal["status", "latency", "reset_after_read", "short_accepted", "hang"] = "status"
+    action: FaultAction = FaultAction.STATUS
     status: int = 503
     latency_ms: int = 200
     keep: int = 0
@@ -252,6 +280,19 @@ class Fault(Strict):
 
 
 class CloudStep(StepBase):
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        json_schema_extra=schema_rules(
+            {
+                "anyOf": [
+                    *({"required": [key]} for key in ("allowlist", "pause", "resume", "faults", "seed")),
+                    is_true("clear_faults"),
+                ]
+            }
+        ),
+    )
+
     allowlist: list[str] | None = None
     pause: str | None = None
     resume: str | None = None
@@ -307,7 +348,17 @@ class SyncStep(StepBase, Shorthand):
     cycles: int = Field(1, ge=1, description="autosync: completed cycles to wait for.")
     until: UntilReceived | None = Field(None, description="autosync: wait for the cloud instead of cycles.")
     timeout: float = Field(0, ge=0, description="Seconds; 0 means 45 per cycle.")
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        populate_by_name=True,
+        json_schema_extra=schema_rules(
+            {
+                "if": {"properties": {"via": {"const": "manual"}}, "required": ["via"]},
+                "then": {"required": ["project"]},
+            }
+        ),
+    )
 
     @model_validator(mode="after")
     def _manual_needs_project(self) -> SyncStep:
@@ -346,6 +397,16 @@ class RunStep(StepBase):
     in_: str | None = Field(None, alias="in")
     exit: int | None = Field(0, description="Required exit code; null accepts any.")
     as_: str | None = Field(None, alias="as", description="Keep exit code and output for a `command` check.")
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class ReconcileStep(StepBase):
+    """engram-canary reconcile against the scenario's own cloud: acked rows the cloud does not hold."""
+
+    as_: str = Field("reconcile", alias="as", description="Keeps exit code and output for a `command` check.")
+    since: str | None = Field(
+        None, description="--since (24h, 7d or an ISO moment); left out: reconcile's own default."
+    )
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
@@ -441,6 +502,7 @@ STEP_MODELS: dict[str, type[BaseModel]] = {
     "inbox": InboxStep,
     "doctor": DoctorStep,
     "run": RunStep,
+    "reconcile": ReconcileStep,
     "time_travel": TimeTravelStep,
     "legacy_rows": LegacyRowsStep,
     "observe": ObserveStep,
@@ -472,6 +534,25 @@ class LaneRow(Strict):
     stranded: int | None = None
     lost: int | None = None
     duplicated: int | None = None
+
+
+class LostRow(Strict):
+    lane: str = Field(description="sync_mutations.target_key, e.g. cloud.")
+    project: str = Field(description='sync_mutations.project ("" for the empty project).')
+
+    _project = field_validator("project", mode="before")(_empty_project)
+    count: int = Field(
+        ge=1, description="Rows of this lane and project engram acked and the cloud never stored."
+    )
+
+
+class LostCheck(Strict):
+    """Rows an engram version loses today, stated as its baseline; every other lane/project loses none."""
+
+    rows: list[LostRow] = Field(min_length=1)
+    reason: str = Field(
+        min_length=1, description="Why this loss is the baseline (the upstream bug, e.g. engram #264)."
+    )
 
 
 class LanesCheck(Strict):
@@ -545,6 +626,23 @@ class CommandCheck(Strict):
     stdout_not_contains: list[str] = Field(default_factory=list)
     stderr_contains: list[str] = Field(default_factory=list)
     stderr_not_contains: list[str] = Field(default_factory=list)
+
+
+JSON_PATH = r"^\$((\.[A-Za-z_][A-Za-z0-9_-]*)|(\[[0-9]+\]))*$"
+
+
+class AnswerCheck(Strict):
+    """A kept answer read as JSON (an http step's body, or a run/reconcile step's stdout)."""
+
+    of: str = Field(description="The `as` of an http, run or reconcile step.")
+    status: int | None = Field(None, description="http: the status it answered.")
+    json_: dict[Annotated[str, Field(pattern=JSON_PATH)], Any] = Field(
+        default_factory=dict,
+        alias="json",
+        description="JSON path ($.a.b[0].c) -> the value found there (null: present and null); "
+        "{absent: true}: no such path.",
+    )
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
 JOURNAL_FIELDS = (
@@ -623,6 +721,27 @@ SYNC_STATE_FIELDS = (
 class SyncStateCheck(Strict):
     """One sync_state row (a target), at the end or at an `observe` point."""
 
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        json_schema_extra=schema_rules(
+            {
+                "oneOf": [
+                    {
+                        **is_true("absent"),
+                        "not": {
+                            "anyOf": [{"required": [f]} for f in (*SYNC_STATE_FIELDS, "last_error_empty")]
+                        },
+                    },
+                    {
+                        "anyOf": [{"required": [f]} for f in (*SYNC_STATE_FIELDS, "last_error_empty")],
+                        "not": is_true("absent"),
+                    },
+                ]
+            }
+        ),
+    )
+
     target: str = Field("cloud", description="sync_state.target_key: cloud, cloud:my-app, ...")
     at: Label | None = Field(None, description="The `as` of an observe step; omitted: after the last step.")
     absent: bool = Field(False, description="The target has no sync_state row.")
@@ -652,6 +771,19 @@ class SyncStateCheck(Strict):
 class LocalCheck(Strict):
     """Rows in this device's engram database (read-only), matched by title, key or project."""
 
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        json_schema_extra=schema_rules(
+            only_with("title", {"properties": {"entity": {"const": "observation"}}}),
+            only_with("content_contains", {"properties": {"entity": {"enum": ["observation", "prompt"]}}}),
+            {
+                "if": {"required": ["present"], "properties": {"present": {"const": False}}},
+                "then": {"properties": {"count": {"const": 0}}},
+            },
+        ),
+    )
+
     entity: Literal["observation", "session", "prompt", "relation"] = "observation"
     title: str | None = Field(None, description="observation only: its title.")
     key: str | None = Field(None, description="observation/prompt/relation: sync_id; session: its id.")
@@ -674,11 +806,25 @@ class LocalCheck(Strict):
         return self
 
 
-_VERSION_RANGE = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*v?\d+\.\d+\.\d+(-[0-9A-Za-z.]+)?\s*$")
+_RANGE_PART = r"\s*(>=|<=|==|!=|>|<)\s*v?\d+\.\d+\.\d+(-[0-9A-Za-z.]+)?\s*"
+_VERSION_RANGE = re.compile(f"^{_RANGE_PART}$")
 
 
 class ExpectationFields(Strict):
     """What every expectation has besides its one check (also what a zero- or many-check one is read as)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        json_schema_extra=schema_rules(
+            {
+                "if": {"properties": {"tag": {"const": "baseline"}}},
+                "then": {"required": ["engram"], "properties": {"engram": {"type": "string"}}},
+            },
+            only_with("design_section", {"properties": {"tag": {"const": "design"}}}),
+            only_with("predicted", {"properties": {"tag": {"const": "baseline"}}}),
+        ),
+    )
 
     #: every key an expectation may have, as a refusal of an unknown key lists them
     shown_keys: ClassVar[tuple[str, ...]] = ()
@@ -687,6 +833,7 @@ class ExpectationFields(Strict):
     engram: str | None = Field(
         None,
         description="baseline: engram versions it holds for, e.g. '>=1.20.0,<2.0.0'. Required for baseline.",
+        json_schema_extra={"pattern": f"^{_RANGE_PART}(,{_RANGE_PART})*$"},
     )
     why: str = Field("", description="Which measured case or design section this pins.")
     design_section: str | None = Field(
@@ -752,6 +899,28 @@ class ExpectationBase(ExpectationFields):
 class LanesExpectation(ExpectationBase):
     kind: ClassVar[str] = "lanes"
     lanes: LanesCheck
+
+
+class LostExpectation(ExpectationBase):
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        json_schema_extra=schema_rules({"properties": {"tag": {"const": "baseline"}}}),
+    )
+
+    kind: ClassVar[str] = "lost"
+    lost: LostCheck
+
+    @model_validator(mode="after")
+    def _baseline_only(self) -> LostExpectation:
+        if self.tag != "baseline":
+            raise ValueError("lost: only a baseline states a loss (a design never loses a row)")
+        return self
+
+
+class AnswerExpectation(ExpectationBase):
+    kind: ClassVar[str] = "answer"
+    answer: AnswerCheck
 
 
 class SyncStateTargetsExpectation(ExpectationBase):
@@ -833,6 +1002,8 @@ EXPECTATION_MODELS: dict[str, type[ExpectationBase]] = {
     model.kind: model
     for model in (
         LanesExpectation,
+        LostExpectation,
+        AnswerExpectation,
         SyncStateTargetsExpectation,
         CanaryExpectation,
         InboxExpectation,
@@ -871,6 +1042,8 @@ def _kind_of(data: Any) -> str | None:
 
 Expectation: TypeAlias = Annotated[
     Annotated[LanesExpectation, Tag("lanes")]
+    | Annotated[LostExpectation, Tag("lost")]
+    | Annotated[AnswerExpectation, Tag("answer")]
     | Annotated[SyncStateTargetsExpectation, Tag("sync_state_targets")]
     | Annotated[CanaryExpectation, Tag("canary")]
     | Annotated[InboxExpectation, Tag("inbox")]
@@ -934,6 +1107,7 @@ def json_schema() -> dict[str, Any]:
     # The expectation union under one name, as when it was one model: only $defs says it is a union.
     schema["$defs"]["Expectation"] = schema["properties"]["expect"]["items"]
     schema["properties"]["expect"]["items"] = {"$ref": "#/$defs/Expectation"}
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["$id"] = SCHEMA_ID
     schema["title"] = "engram-harness scenario"
     return schema

@@ -34,6 +34,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import closing, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -387,14 +388,36 @@ def _seed(world: World, mutations: list[s.SeedMutation]) -> None:
 
 
 def _fault(fault: s.Fault) -> dict[str, Any]:
-    data: dict[str, Any] = fault.model_dump(exclude_none=True)
+    data: dict[str, Any] = fault.model_dump(mode="json", exclude_none=True)
     return data
 
 
-def _status_snapshot(world: World) -> tuple[Any, Any, Any, str | None]:
+@dataclass(frozen=True)
+class WorkerSnapshot:
+    """What tells one autosync cycle from the next: the worker's status, its lease, the fake's journal."""
+
+    last_sync_at: Any
+    failures: Any
+    phase: Any
+    reason_code: Any
+    lease: str | None
+    journal_id: int
+
+
+BLOCKED_REASON = "non_enrolled_pending_mutations"
+
+
+def _status_snapshot(world: World) -> WorkerSnapshot:
     assert world.daemon is not None
     status = world.daemon.sync_status()
-    return status.get("last_sync_at"), status.get("consecutive_failures"), status.get("phase"), _lease(world)
+    return WorkerSnapshot(
+        status.get("last_sync_at"),
+        status.get("consecutive_failures"),
+        status.get("phase"),
+        status.get("reason_code"),
+        _lease(world),
+        _journal_mark(world),
+    )
 
 
 def _lease(world: World) -> str | None:
@@ -405,14 +428,19 @@ def _lease(world: World) -> str | None:
     return None if row is None or row[0] is None else str(row[0])
 
 
-def _cycle_done(before: tuple[Any, Any, Any, str | None], now: tuple[Any, Any, Any, str | None]) -> bool:
-    last_sync, failures, _phase, lease = before
-    now_sync, now_failures, now_phase, now_lease = now
-    if now_sync != last_sync or now_failures != failures:
+def _cycle_done(before: WorkerSnapshot, now: WorkerSnapshot) -> bool:
+    """Has one worker cycle ended since BEFORE? v1.20 sets last_sync_at (success) or the failure count
+    (a refused push or pull) only at a cycle's end, after the fake answered its requests. A cycle that
+    only finds unenrolled rows ("blocked") sends nothing and changes neither: it shows as a renewed lease,
+    the blocked reason, and a journal with nothing new. A renewed lease alone is no end: every cycle
+    takes the lease at its start, before its push (counting it ended `cycles: N` after N-1 refusals)."""
+    if now.last_sync_at != before.last_sync_at or now.failures != before.failures:
         return True
-    # A blocked cycle (only unenrolled rows pending) sends nothing and changes neither: it shows as a new
-    # lease with the worker degraded afterwards.
-    return now_lease != lease and now_phase == "degraded"
+    return (
+        now.lease != before.lease
+        and now.reason_code == BLOCKED_REASON
+        and now.journal_id == before.journal_id
+    )
 
 
 def do_sync(world: World, step: s.SyncStep) -> None:
@@ -444,9 +472,7 @@ def do_sync(world: World, step: s.SyncStep) -> None:
     for cycle in range(step.cycles):
         remaining = max(1.0, deadline - time.monotonic())
 
-        def finished(
-            previous: tuple[Any, Any, Any, str | None] = before,
-        ) -> tuple[Any, Any, Any, str | None] | None:
+        def finished(previous: WorkerSnapshot = before) -> WorkerSnapshot | None:
             now = _status_snapshot(world)
             return now if _cycle_done(previous, now) else None
 
@@ -645,6 +671,29 @@ def do_run(world: World, step: s.RunStep) -> None:
         )
 
 
+def do_reconcile(world: World, step: s.ReconcileStep) -> None:
+    # engram's own environment: reconcile finds the cloud, its token and CA the way engram does.
+    command = [_kit_command("engram-canary"), "reconcile", "--db", str(world.db_path), "--format", "json"]
+    if step.since is not None:
+        command += ["--since", step.since]
+    started = time.monotonic()
+    try:
+        result = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env=world.env.env(world.command_env()),
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise StepFailed(f"engram-canary reconcile could not run: {error}") from None
+    world.record_command(
+        [Path(command[0]).name, *command[1:]], Path.cwd(), result, time.monotonic() - started
+    )
+    world.results.record(step.as_, RunResult(result.returncode, result.stdout, result.stderr))
+
+
 def do_time_travel(world: World, step: s.TimeTravelStep) -> None:
     columns = {
         "sync_mutations": ("occurred_at", "acked_at"),
@@ -710,6 +759,7 @@ HANDLERS: dict[str, Callable[[World, Any], None]] = {
     "inbox": do_inbox,
     "doctor": do_doctor,
     "run": do_run,
+    "reconcile": do_reconcile,
     "time_travel": do_time_travel,
     "legacy_rows": do_legacy_rows,
     "http": do_http,

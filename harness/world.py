@@ -512,12 +512,20 @@ class World:
     def _prefix(self) -> str:
         return f"{self.device}: " if self.device else ""
 
+    def command_env(self) -> dict[str, str]:
+        """engram's environment for a CLI command: ENGRAM_PORT names this scenario's `engram serve`, so
+        `engram cloud status` probes it, never a daemon on the default port 7437."""
+        env = dict(self.engram_env)
+        if self.daemon is not None and self.daemon.port:
+            env["ENGRAM_PORT"] = str(self.daemon.port)
+        return env
+
     def run(
         self, args: list[str], *, cwd: Path | None = None, timeout: float = 120
     ) -> subprocess.CompletedProcess[str]:
         started = time.monotonic()
         try:
-            result = self.env.run(args, cwd=cwd, env=self.engram_env, timeout=timeout)
+            result = self.env.run(args, cwd=cwd, env=self.command_env(), timeout=timeout)
         except subprocess.TimeoutExpired:
             raise StepFailed(f"engram {' '.join(args)} did not finish within {timeout:.0f}s") from None
         self.record_command(

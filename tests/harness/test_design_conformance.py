@@ -132,3 +132,42 @@ def test_run_expect_design_prints_pass_fail_per_section_json_and_junit(
     failure = section.find("testcase/failure")
     assert failure is not None and "saved to inbox" in (failure.text or "")
     assert suites["design invariant (engram 1.20.0)"].get("failures") == "0"
+
+
+@pytest.mark.parametrize("mode", ["baseline", "all"])
+def test_junit_under_expect_baseline_has_no_design_failures_and_no_empty_suites(
+    tmp_path: Path, mode: str
+) -> None:
+    # Before: a green `run --expect baseline --junit` showed every failed design expectation as a <failure>
+    # and wrote an empty suite for every section no scenario covers.
+    from harness.report import write_junit
+
+    scenario = parse_scenario(SCENARIO, tmp_path / "c.scenario.yaml")
+    result = ScenarioResult(
+        scenario,
+        "1.20.0",
+        expectations=[
+            ExpectationResult(0, 29, "baseline", "stderr", "pass"),
+            ExpectationResult(1, 32, "design", "stderr", "fail", "no warning on stderr"),
+            ExpectationResult(2, 36, "design", "sync_state_targets", "pass"),
+        ],
+    )
+    write_junit(tmp_path / "j.xml", [result], mode)  # type: ignore[arg-type]
+    root = ElementTree.parse(tmp_path / "j.xml").getroot()
+    suites = {suite.get("name"): suite for suite in root.findall("testsuite")}
+    assert list(suites) == [
+        "engram-harness",
+        "design invariant (engram 1.20.0)",
+        "design §2a (engram 1.20.0)",
+    ]
+    section = suites["design §2a (engram 1.20.0)"]
+    if mode == "baseline":
+        assert suites["engram-harness"].get("failures") == "0"
+        assert (section.get("failures"), section.get("skipped")) == ("0", "1")
+        assert root.find(".//failure") is None
+        skipped = section.find("testcase/skipped")
+        assert skipped is not None and skipped.get("message") == (
+            "design expectation, not judged under --expect baseline: no warning on stderr"
+        )
+    else:
+        assert (section.get("failures"), section.get("skipped")) == ("1", "0")

@@ -46,7 +46,7 @@ def test_an_invalid_scenario_exits_1_with_file_line_and_no_traceback(tmp_path: P
     result = harness("run", "bad.scenario.yaml", cwd=tmp_path)
     assert result.returncode == 1
     assert result.stderr.startswith(
-        "Error: bad.scenario.yaml:3: steps.0.savee: unknown step 'savee'; allowed: session,"
+        "Error: bad.scenario.yaml:3: steps.0.savee: unknown step 'savee' (did you mean 'save'?); allowed: session,"
     )
     assert "Traceback" not in result.stderr + result.stdout
 
@@ -134,3 +134,66 @@ def test_a_version_matrix_prints_scenario_by_version(tmp_path: Path, engram_bin:
     )
     assert result.returncode == 0, result.stdout[-2000:]
     assert "┃ scenario ┃ 1.20.0 ┃" in result.stdout and "│ cli      │ passed │" in result.stdout
+
+
+def test_without_an_engram_binary_run_fails_in_one_line_unless_skipping_is_asked(tmp_path: Path) -> None:
+    # No ENGRAM_BIN, an empty cache and no Go to build one: before, nothing said how to point at a binary.
+    (tmp_path / "cli.scenario.yaml").write_text(SCENARIO)
+    env = {
+        "PATH": str(Path(HARNESS).parent),
+        "ENGRAM_KIT_CACHE": str(tmp_path / "cache"),
+        "HOME": str(tmp_path),
+    }
+    result = subprocess.run(
+        [HARNESS, "run", "cli.scenario.yaml"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (
+        "Error: no engram binary: give --engram PATH, set ENGRAM_BIN=PATH, or run `engram-harness engram "
+        "install` (building v1.20.0 failed: no Go toolchain on PATH; engram is built with `go install` "
+        "(Go 1.25+)); --skip-without-engram skips the scenarios instead\n"
+    )
+    skipped = subprocess.run(
+        [HARNESS, "run", "cli.scenario.yaml", "--skip-without-engram"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (skipped.returncode, skipped.stdout.strip()) == (
+        0,
+        "skipped 1 scenario(s): no engram binary (--skip-without-engram)",
+    )
+    missing = subprocess.run(
+        [HARNESS, "run", "cli.scenario.yaml"],
+        cwd=tmp_path,
+        env={**env, "ENGRAM_BIN": str(tmp_path / "nowhere")},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (
+        missing.returncode == 2
+        and f"ENGRAM_BIN={tmp_path / 'nowhere'}: not an executable file" in missing.stderr
+    )
+
+
+@pytest.mark.engram
+def test_keep_dir_keeps_every_run_directory_where_the_user_says(tmp_path: Path, engram_bin: Path) -> None:
+    # Before: --keep was a flag and kept directories landed in the shared temporary directory.
+    (tmp_path / "cli.scenario.yaml").write_text(SCENARIO)
+    result = harness(
+        "run", "cli.scenario.yaml", "--engram", str(engram_bin), "--keep", "runs/here", cwd=tmp_path
+    )
+    assert result.returncode == 1, result.stdout + result.stderr  # the design expectation fails
+    (kept,) = (tmp_path / "runs" / "here").iterdir()
+    assert kept.name.startswith("cli-") and (kept / "evidence").is_dir()
+    assert f"evidence kept in {kept}/evidence" in result.stdout.replace("\n", "")
+    refused = harness("run", "--keep", ".", "cli.scenario.yaml", cwd=tmp_path)
+    assert refused.returncode == 2 and "--keep .: that holds scenarios; write --keep=DIR" in refused.stderr

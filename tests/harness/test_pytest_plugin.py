@@ -69,15 +69,157 @@ def test_items_played_side_by_side_keep_their_own_results(
     result.stdout.fnmatch_lines(["FAILED *other.scenario.yaml::other"])
 
 
-def test_under_strict_markers_an_undeclared_tag_is_an_invalid_scenario(pytester: pytest.Pytester) -> None:
-    # Before the fix, the plugin registered every tag it met, so --strict-markers never refused one.
+def test_tags_declare_themselves_and_strict_markers_still_refuses_a_misspelt_mark(
+    pytester: pytest.Pytester,
+) -> None:
+    # Before: every tag (and the plugin's own `engram` mark) had to be declared again in the
+    # consumer's ini, or the scenario was invalid under --strict-markers.
     pytester.makefile(".scenario.yaml", plugin=SCENARIO)
-    pytester.makeini("[pytest]\nmarkers =\n    smoke: declared\n")
-    result = pytester.runpytest("-p", "no:cacheprovider", "--strict-markers")
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(
-        ["*plugin.scenario.yaml: tag 'lanes' is not a declared marker (add it to the markers option)*"]
+    pytester.makeini("[pytest]\naddopts = --strict-markers\n")
+    items, _ = pytester.inline_genitems("-p", "no:cacheprovider", "-m", "lanes and engram")
+    assert [item.name for item in items] == ["plugin"]
+    pytester.makepyfile(test_typo="import pytest\n\n@pytest.mark.lanse\ndef test_x():\n    pass\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--scenario-skip-without-engram", "test_typo.py")
+    result.stdout.fnmatch_lines(["*'lanse' not found in `markers` configuration option*"])
+
+
+def test_under_strict_markers_a_tag_that_nearly_matches_a_known_one_is_a_typo(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    monkeypatch.delenv("ENGRAM_BIN", raising=False)
+    monkeypatch.setenv("ENGRAM_KIT_CACHE", str(tmp_path_factory.mktemp("no-engram")))
+    pytester.makefile(".scenario.yaml", plugin=SCENARIO)
+    for name in ("one", "two"):
+        pytester.makefile(".scenario.yaml", **{name: SCENARIO.replace("name: plugin", f"name: {name}")})
+    pytester.makefile(
+        ".scenario.yaml", odd=SCENARIO.replace("name: plugin", "name: odd").replace("lanes", "lane")
     )
-    pytester.makeini("[pytest]\nmarkers =\n    smoke: declared\n    lanes: declared\n")
-    items, _ = pytester.inline_genitems("-p", "no:cacheprovider", "--strict-markers")
-    assert [type(item).__name__ for item in items] == ["ScenarioItem"]
+    pytester.makeini("[pytest]\nmarkers =\n    smoke: declared\n")
+    pytester.makefile(
+        ".scenario.yaml", smok=SCENARIO.replace("name: plugin", "name: smok").replace("smoke,", "smok,")
+    )
+    # tags that differ only in a number (upstream issue tags) are different tags, not typos
+    pytester.makefile(
+        ".scenario.yaml",
+        issue=SCENARIO.replace("name: plugin", "name: issue").replace("smoke,", "engram-264,"),
+    )
+    pytester.makeini("[pytest]\nmarkers =\n    smoke: declared\n    engram-299: declared\n")
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", "--strict-markers", "--scenario-skip-without-engram"
+    )
+    result.assert_outcomes(skipped=4, failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*odd.scenario.yaml:3: tag 'lane': did you mean 'lanes'? *",
+            "*smok.scenario.yaml:3: tag 'smok': did you mean 'smoke'? *",
+        ]
+    )
+
+
+def test_no_engram_binary_fails_the_run_in_one_line_unless_skipping_is_asked(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # Before: every scenario was skipped and pytest exited 0, a green gate that tested nothing.
+    monkeypatch.delenv("ENGRAM_BIN", raising=False)
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.setenv("ENGRAM_KIT_CACHE", str(tmp_path_factory.mktemp("no-engram")))
+    pytester.makefile(".scenario.yaml", plugin=SCENARIO)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert [line for line in result.stderr.lines if line] == [
+        "ERROR: no engram binary for 1 scenario(s): give --scenario-engram PATH, set ENGRAM_BIN=PATH, or "
+        "run `engram-harness engram install`; --scenario-skip-without-engram skips them instead"
+    ]
+    pytester.runpytest("-p", "no:cacheprovider", "--scenario-skip-without-engram").assert_outcomes(skipped=1)
+    assert pytester.runpytest("-p", "no:cacheprovider", "--collect-only").ret == pytest.ExitCode.OK
+    # deselected scenarios need no binary
+    pytester.makepyfile(test_plain="def test_x():\n    pass\n")
+    pytester.runpytest("-p", "no:cacheprovider", "-m", "not scenario").assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize("where", ["option", "env"])
+def test_a_named_engram_that_is_not_executable_is_one_line(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    pytester.makefile(".scenario.yaml", plugin=SCENARIO)
+    missing = pytester.path / "nowhere" / "engram"
+    if where == "env":
+        monkeypatch.setenv("ENGRAM_BIN", str(missing))
+        result = pytester.runpytest("-p", "no:cacheprovider")
+        assert [line for line in result.stderr.lines if line] == [
+            f"ERROR: ENGRAM_BIN={missing}: not an executable file"
+        ]
+    else:
+        result = pytester.runpytest("-p", "no:cacheprovider", f"--scenario-engram={missing}")
+        assert [line for line in result.stderr.lines if line] == [
+            f"ERROR: --scenario-engram {missing}: not an executable file"
+        ]
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+
+
+@pytest.mark.parametrize("spelling", ["two tokens", "equals"])
+def test_the_engram_option_in_either_spelling_keeps_the_consumers_own_config(
+    pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory, spelling: str
+) -> None:
+    # The binary lives in another project whose pyproject.toml has a pytest section. Before, the two-token
+    # spelling made pytest take that file (the value looked like a test path): its addopts and markers.
+    other = tmp_path_factory.mktemp("other-project")
+    (other / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\naddopts = "--strict-markers -p no:terminalx"\ntestpaths = ["nowhere"]\n'
+    )
+    binary = other / "bin" / "engram"
+    binary.parent.mkdir()
+    binary.write_text("#!/bin/sh\nexit 0\n")
+    binary.chmod(0o755)
+    pytester.makeini("[pytest]\naddopts = --strict-markers\ntestpaths = scenarios\n")
+    (pytester.path / "scenarios").mkdir()
+    (pytester.path / "scenarios" / "plugin.scenario.yaml").write_text(SCENARIO)
+    option = (
+        ["--scenario-engram", str(binary)] if spelling == "two tokens" else [f"--scenario-engram={binary}"]
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider", "--collect-only", "-q", *option)
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    result.stdout.fnmatch_lines(["scenarios/plugin.scenario.yaml::plugin"])
+    config = pytester.parseconfigure(*option)
+    assert (config.rootpath, config.inipath) == (pytester.path, pytester.path / "tox.ini")
+
+
+@pytest.mark.engram
+def test_scenario_keep_keeps_a_passing_scenarios_directory_in_dir(
+    pytester: pytest.Pytester, engram_bin: object
+) -> None:
+    pytester.makefile(".scenario.yaml", plugin=SCENARIO)
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", "--scenario-engram", str(engram_bin), "--scenario-keep", "kept"
+    )
+    result.assert_outcomes(passed=1)
+    (kept,) = (pytester.path / "kept").iterdir()
+    assert kept.name.startswith("plugin-") and (kept / "logs").is_dir()
+
+
+@pytest.mark.engram
+def test_the_plugins_junit_is_grouped_by_design_section(
+    pytester: pytest.Pytester, engram_bin: object
+) -> None:
+    # Before: pytest's JUnit held one testcase per scenario and nothing of the design sections.
+    import xml.etree.ElementTree as ElementTree
+
+    pytester.makefile(
+        ".scenario.yaml",
+        plugin=SCENARIO.replace("  - tag: design\n", "  - tag: design\n    design_section: '§1'\n"),
+    )
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", f"--scenario-engram={engram_bin}", "--scenario-junit", "design.xml",
+        "--junitxml", "pytest.xml",
+    )  # fmt: skip
+    result.assert_outcomes(passed=1)
+    suites = {
+        s.get("name"): s for s in ElementTree.parse(pytester.path / "design.xml").getroot().iter("testsuite")
+    }
+    assert list(suites) == ["engram-harness", "design §1 (engram 1.20.0)"]
+    assert (suites["design §1 (engram 1.20.0)"].get("skipped"), suites["engram-harness"].get("failures")) == (
+        "1",
+        "0",
+    )
+    properties = ElementTree.parse(pytester.path / "pytest.xml").getroot().findall(".//property")
+    assert [(p.get("name"), (p.get("value") or "")[:5]) for p in properties] == [("design §1", "fail:")]

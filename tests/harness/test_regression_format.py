@@ -136,7 +136,7 @@ def test_status_values_may_be_ints_or_strings() -> None:
         ),
         (
             "  - {tag: design, command: {of: x, stdout_not_contain: [y]}}\n",
-            "s.scenario.yaml:6: expect.0.command.stdout_not_contain: unknown key 'stdout_not_contain'; allowed: "
+            "s.scenario.yaml:6: expect.0.command.stdout_not_contain: unknown key 'stdout_not_contain' (did you mean 'stdout_not_contains'?); allowed: "
             "of, exit, exit_not, stdout_contains, stdout_not_contains, stderr_contains, stderr_not_contains",
         ),
     ],
@@ -168,7 +168,7 @@ def test_bad_checks_say_file_line_what_and_what_is_allowed(expect: str, error: s
         ),
         (
             "  - device:\n      name: b\n      steps:\n        - save: {title: t, contnt: c}\n",
-            "s.scenario.yaml:6: steps.0.device.steps.0.save.contnt: unknown key 'contnt'; allowed: expect_error, "
+            "s.scenario.yaml:6: steps.0.device.steps.0.save.contnt: unknown key 'contnt' (did you mean 'content'?); allowed: expect_error, "
             "label, if_unsupported, title, content, in, project, session, type, topic_key, via, as",
         ),
         (

@@ -150,7 +150,7 @@ def errors_of(expect: str) -> list[str]:
 
 
 ONE_OF = (
-    "lanes, sync_state_targets, canary, inbox, doctor, stderr, command, received, journal, sync_state, local, "
+    "lanes, lost, answer, sync_state_targets, canary, inbox, doctor, stderr, command, received, journal, sync_state, local, "
     "save_answer, enroll_hint, cloud_status, doctor_check, inbox_row"
 )
 
@@ -160,7 +160,7 @@ ONE_OF = (
     [
         (
             "  - {tag: design, lane: {rows: []}}\n",
-            f"s.scenario.yaml:4: expect.0.lane: unknown key 'lane'; allowed: tag, engram, why, design_section, "
+            f"s.scenario.yaml:4: expect.0.lane: unknown key 'lane' (did you mean 'lanes'?); allowed: tag, engram, why, design_section, "
             f"predicted, {ONE_OF}",
         ),
         (
