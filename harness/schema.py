@@ -244,7 +244,10 @@ class Fault(Strict):
     route: Literal["mutations_push", "mutations_pull", "chunk_push", "chunk_pull", "any"] = "any"
     project: str | None = None
     times: int = Field(1, ge=1)
-    action: Literal["status", "latency", "reset_after_read", "short_accepted", "hang"] = "status"
+    # fake_cloud.faults.FaultAction spells these; a test keeps the two the same.
+    action: Literal[
+        "status", "latency", "reset_after_read", "short_accepted", "hang", "ack_without_store"
+    ] = "status"
     status: int = 503
     latency_ms: int = 200
     keep: int = 0
