@@ -4,6 +4,7 @@ after each step and checking the invariants."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import shutil
 import sqlite3
@@ -18,8 +19,11 @@ from typing import Any
 
 import httpx
 
+from canary.checks import run_check
+from canary.config import CanaryConfig
 from canary.db import open_read_only
 from canary.errors import CanaryError
+from canary.report import render_json
 from fake_cloud.errors import FakeCloudError
 from harness.engram_env import EngramEnvironment
 from harness.errors import HarnessError
@@ -31,12 +35,8 @@ from harness.loader import Step, parse_scenario
 from harness.localdata import read_sync_state_rows
 from harness.results import StepRecord
 from harness.runner import _make_workspaces
-from harness.schema import CanaryStep
-from harness.step_results import CanaryResult
-from harness.steps import HANDLERS, StepRunner, _kit_command
+from harness.steps import StepRunner, _kit_command
 from harness.world import CloudHandle, World, engram_version
-
-EXPLORE_CANARY = "explore-canary"
 
 
 @dataclass
@@ -114,21 +114,38 @@ def _reconcile_lost(world: World) -> frozenset[int] | None:
     return frozenset(int(row["seq"]) for row in report.get("lost", []))
 
 
+@functools.cache
+def _version(binary: Path) -> str:
+    return engram_version(binary)
+
+
+def new_cloud(logs: Path) -> CloudHandle:
+    """A fake cloud as `engram-harness run` starts one for a scenario: its own process, https, a token."""
+    return CloudHandle("process", "harness-token", ["*"], logs / "fake-cloud.log", tls=True)
+
+
 class HistoryPlayer:
     """One fresh world (its own engram data dir, HOME, workspaces and fake cloud) for one history."""
 
-    def __init__(self, binary: Path, *, autosync: bool, root: Path | None = None) -> None:
+    def __init__(
+        self, binary: Path, *, autosync: bool, root: Path | None = None, cloud: CloudHandle | None = None
+    ) -> None:
         self.binary = binary.absolute()
         self.autosync = autosync
         self.own_root = root is None
         self.root = Path(tempfile.mkdtemp(prefix="engram-explore-")) if root is None else root
         self.world: World | None = None
+        self.shared_cloud = cloud
 
     def start(self) -> World:
         env = EngramEnvironment(binary=self.binary, root=self.root).prepare()
         logs = self.root / "logs"
         logs.mkdir(exist_ok=True)
-        cloud = CloudHandle("process", "harness-token", ["*"], logs / "fake-cloud.log", tls=True)
+        if self.shared_cloud is not None:
+            cloud = self.shared_cloud
+            cloud.client.reset()  # a clean journal, store, allowlist, pause set and fault schedule
+        else:
+            cloud = new_cloud(logs)
         engram_env = {"ENGRAM_CLOUD_SERVER": cloud.base_url, "ENGRAM_CLOUD_TOKEN": cloud.token or ""}
         if cloud.ca_file is not None:
             engram_env["SSL_CERT_FILE"] = str(cloud.ca_file)
@@ -136,7 +153,7 @@ class HistoryPlayer:
             env=env,
             cloud=cloud,
             engram_env=engram_env,
-            version=engram_version(self.binary),
+            version=_version(self.binary),
             workspace_root=self.root / "workspaces",
         )
         self.world = world
@@ -152,8 +169,11 @@ class HistoryPlayer:
 
     def close(self, keep: bool = False) -> None:
         if self.world is not None:
-            with contextlib.suppress(FakeCloudError):  # the fake's own bug: the run already has its answer
-                self.world.close()
+            if self.shared_cloud is not None:
+                self.world.close_processes()
+            else:
+                with contextlib.suppress(FakeCloudError):  # the fake's own bug: the run has its answer
+                    self.world.close()
         if self.own_root and not keep:
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -167,8 +187,9 @@ def parsed_steps(history: Sequence[GeneratedStep], autosync: bool) -> tuple[Step
 def _observe(
     world: World, lossy: bool, reconcile_cache: dict[frozenset[int], frozenset[int] | None]
 ) -> Observation:
-    HANDLERS["canary"](world, CanaryStep.model_validate({"as": EXPLORE_CANARY}))
-    canary = dict(world.results.get(EXPLORE_CANARY, CanaryResult, "canary").report)
+    # The very check `engram-canary check --no-baseline --format json` runs (the `canary` step), in process:
+    # a new interpreter per step would cost more than engram's own work.
+    canary: dict[str, Any] = json.loads(render_json(run_check(world.db_path, CanaryConfig(), None)))
     local = read_local_mutations(world.db_path)
     lanes = compute_lanes(local, world.cloud.client.received())
     observation = Observation(
@@ -196,10 +217,11 @@ def play(
     stop_at_violation: bool = True,
     on_step: Callable[[StepOutcome], None] | None = None,
     keep: bool = False,
+    cloud: CloudHandle | None = None,
 ) -> HistoryOutcome:
-    """Play HISTORY on a fresh world, checking every invariant after every step."""
+    """Play HISTORY on a fresh world (CLOUD, reset, if given), checking every invariant after every step."""
     outcome = HistoryOutcome()
-    player = HistoryPlayer(binary, autosync=autosync)
+    player = HistoryPlayer(binary, autosync=autosync, cloud=cloud)
     try:
         world = player.start()
         runner = StepRunner(world)

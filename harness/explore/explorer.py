@@ -3,6 +3,9 @@ shrunk, written as a scenario and replayed with the harness's own runner."""
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -10,12 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.explore.execute import HistoryOutcome, StepOutcome, play
+from fake_cloud.errors import FakeCloudError
+from harness.explore.execute import HistoryOutcome, StepOutcome, new_cloud, play
 from harness.explore.invariants import INVARIANTS, Violation
 from harness.explore.operations import OPERATION_NAMES, GeneratedStep, GeneratorSettings, generate_history
 from harness.explore.scenario_out import scenario_document, scenario_yaml, with_expected_error
 from harness.loader import load_scenario
 from harness.runner import run_scenario
+from harness.world import CloudHandle
 
 SCHEMA = "engram-harness/explore/v1"
 SHRINK_SHARE = 0.5  # shrinking may run this share of the budget past it
@@ -177,6 +182,28 @@ def explore(settings: ExploreSettings, progress: Progress | None = None) -> Expl
     report = ExploreReport(seed=settings.seed, engram=engram_version(settings.binary), budget=settings.budget)
     shrunk: set[str] = set()
     seeds = [settings.replay] if settings.replay is not None else None
+    # One fake cloud for the histories, reset before each (shrinking plays side by side, each with its own).
+    cloud_logs = Path(tempfile.mkdtemp(prefix="engram-explore-cloud-"))
+    cloud = new_cloud(cloud_logs)
+    try:
+        _explore_loop(settings, report, progress, cloud, seeds, shrunk, deadline)
+    finally:
+        with contextlib.suppress(FakeCloudError):
+            cloud.close()
+        shutil.rmtree(cloud_logs, ignore_errors=True)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _explore_loop(
+    settings: ExploreSettings,
+    report: ExploreReport,
+    progress: Progress | None,
+    cloud: CloudHandle,
+    seeds: list[int] | None,
+    shrunk: set[str],
+    deadline: float,
+) -> None:
     number = 0
     while True:
         if seeds is not None:
@@ -197,7 +224,7 @@ def explore(settings: ExploreSettings, progress: Progress | None = None) -> Expl
             if progress is not None:
                 progress(report, f"seed {seed}: {step.operation} {step.status}")
 
-        outcome = play(settings.binary, history, autosync=settings.autosync, on_step=step_done)
+        outcome = play(settings.binary, history, autosync=settings.autosync, on_step=step_done, cloud=cloud)
         report.histories += 1
         if outcome.error:
             report.errors.append(f"seed {seed}: {outcome.error}")
@@ -226,8 +253,6 @@ def explore(settings: ExploreSettings, progress: Progress | None = None) -> Expl
             if progress is not None:
                 progress(report, f"replaying {path.name}")
             found.replayed, found.replay_detail = replay_scenario(settings.binary, path)
-    report.seconds = time.monotonic() - started
-    return report
 
 
 __all__ = ["INVARIANTS", "ExploreReport", "ExploreSettings", "FoundViolation", "explore"]

@@ -1,13 +1,13 @@
 """engram-harness explore against the real engram v1.20.0 (marker: engram): a planted violation (the fake
 cloud's ack_without_store under the chunk path, no 30 s worker ticks) is found, shrunk, written as a
-scenario and replayed by `engram-harness run`. This is also the explore smoke test (< 60 s)."""
+scenario and replayed by `engram-harness run`. This is also the explore smoke test
+(about 40 s; timing goals live in bench/explore.py, not in tests)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -35,7 +35,6 @@ def test_a_planted_ack_without_store_is_found_shrunk_written_and_replayed(
     engram_bin: Path, tmp_path: Path
 ) -> None:
     out, report_path = tmp_path / "out", tmp_path / "explore.json"
-    started = time.monotonic()
     result = subprocess.run(
         [
             HARNESS,
@@ -61,7 +60,6 @@ def test_a_planted_ack_without_store_is_found_shrunk_written_and_replayed(
         timeout=180,
         check=False,
     )
-    elapsed = time.monotonic() - started
     assert result.returncode == 1, result.stdout + result.stderr
     report = json.loads(report_path.read_text(encoding="utf-8"))
     assert {"histories", "steps", "violations", "coverage"} <= set(report)
@@ -85,4 +83,3 @@ def test_a_planted_ack_without_store_is_found_shrunk_written_and_replayed(
     )
     assert replay.returncode == 1, replay.stdout
     assert "acked, never received" in replay.stdout
-    assert elapsed < 60, f"the explore smoke run took {elapsed:.0f}s"
