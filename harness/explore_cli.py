@@ -172,7 +172,11 @@ def explore_command(
             bar.update(task, completed=min(budget, elapsed), description=what, counts=counts)
 
         report = explore(settings, progress)
-    if json_path is not None:
-        json_path.write_text(json.dumps(report.as_json(), indent=2) + "\n", encoding="utf-8")
     click.echo(_summary(report))
+    if json_path is not None:
+        try:
+            json_path.parent.mkdir(parents=True, exist_ok=True)
+            json_path.write_text(json.dumps(report.as_json(), indent=2) + "\n", encoding="utf-8")
+        except OSError as error:
+            raise click.ClickException(f"--json {json_path}: {error.strerror}") from None
     raise SystemExit(1 if report.violations else 0)
