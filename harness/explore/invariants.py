@@ -121,7 +121,8 @@ def check_i2(observation: Observation) -> list[Violation]:
     if statuses is None:
         return []  # only a worker cycle shows whether the cloud refuses the head of the lane
     waiting = listed_pending(observation.local, observation.enrolled)
-    refused = bool(statuses) and statuses[-1] >= 400
+    # The fake journals a connection it reset after reading the request (the `reset` nemesis) as status 0.
+    refused = bool(statuses) and (statuses[-1] == 0 or statuses[-1] >= 400)
     truth = refused and bool(waiting)
     reported = bool(findings(observation.canary, LANE_BLOCKED))
     if truth == reported:

@@ -123,6 +123,8 @@ def test_i2_holds_when_the_canary_agrees_with_the_cycle_and_fails_on_a_miss_or_a
     waiting = [_row(1, ""), _row(2, "my-app")]
     refused = _observation(waiting, canary=_blocked(), cycle_push_statuses=[400])
     assert check_i2(refused) == []
+    reset = _observation(waiting, canary=_blocked(), cycle_push_statuses=[0])
+    assert check_i2(reset) == []  # a connection reset after the request was read (journalled as 0)
     missed = check_i2(_observation(waiting, cycle_push_statuses=[200, 400]))
     assert [v.invariant for v in missed] == ["I2"]
     assert "refused (400)" in missed[0].detail and "seq 1" in missed[0].detail
