@@ -81,6 +81,30 @@ def _is_lossy(raw: dict[str, Any]) -> bool:
     )
 
 
+@dataclass
+class CloudSide:
+    """What the history told the cloud so far: paused projects, faults scheduled and not cleared."""
+
+    paused: set[str] = field(default_factory=set)
+    faults: bool = False
+
+    def play(self, raw: dict[str, Any]) -> None:
+        cloud = raw.get("cloud")
+        if not isinstance(cloud, dict):
+            return
+        if cloud.get("pause"):
+            self.paused.add(str(cloud["pause"]))
+        if cloud.get("resume"):
+            self.paused.discard(str(cloud["resume"]))
+        if cloud.get("clear_faults"):
+            self.faults = False
+        if cloud.get("faults"):
+            self.faults = True
+
+    def states(self) -> set[str]:
+        return {name for name, on in (("paused", bool(self.paused)), ("faults_scheduled", self.faults)) if on}
+
+
 def _is_worker_cycle(raw: dict[str, Any]) -> bool:
     sync = raw.get("sync")
     return isinstance(sync, dict) and sync.get("via") == "autosync"
@@ -226,9 +250,11 @@ def play(
         world = player.start()
         runner = StepRunner(world)
         lossy = False
+        cloud_side = CloudSide()
         reconcile_cache: dict[frozenset[int], frozenset[int] | None] = {}
         for index, (generated, step) in enumerate(zip(history, parsed_steps(history, autosync), strict=True)):
             lossy = lossy or _is_lossy(generated.raw)
+            cloud_side.play(generated.raw)
             journal_before = _last_journal_id(world)
             started = time.monotonic()
             runner.run((step,), prefix=f"{index + 1}.")
@@ -243,7 +269,7 @@ def play(
                     observation.cycle_push_statuses = _push_statuses(world, journal_before)
                     observation.settled = generated.operation == "settle"
                 violations = check_all(observation)
-                states = reached_states(observation)
+                states = reached_states(observation) | cloud_side.states()
             step_outcome = StepOutcome(
                 generated.operation,
                 generated.raw,
