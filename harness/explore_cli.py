@@ -117,7 +117,7 @@ def _summary(report: ExploreReport) -> str:
 @click.option(
     "--jobs",
     type=click.IntRange(1, 16),
-    default=3,
+    default=4,
     show_default=True,
     help="Replays side by side while shrinking.",
 )

@@ -18,6 +18,7 @@ from harness.explore.execute import HistoryOutcome, StepOutcome, new_cloud, play
 from harness.explore.invariants import INVARIANTS, Violation
 from harness.explore.operations import OPERATION_NAMES, GeneratedStep, GeneratorSettings, generate_history
 from harness.explore.scenario_out import scenario_document, scenario_yaml, with_expected_error
+from harness.explore.shrink import ddmin
 from harness.loader import load_scenario
 from harness.runner import run_scenario
 from harness.world import CloudHandle
@@ -35,7 +36,7 @@ class ExploreSettings:
     nemesis: tuple[str, ...] = ()
     autosync: bool = True
     steps: int = 12
-    jobs: int = 3
+    jobs: int = 4
     replay: int | None = None  # play only this history seed
     shrink: bool = True
 
@@ -123,9 +124,13 @@ def _minimize(
         outcomes[tuple(positions[id(step)] for step in candidate)] = outcome
         return shows(outcome)
 
-    from harness.explore.shrink import ddmin
-
-    minimal = ddmin(history, reproduces, jobs=settings.jobs, deadline=deadline)
+    # The step after which the violation showed (a sync, the settle) is nearly always needed: shrink the
+    # steps before it, so no replay is spent on a candidate that cannot show it.
+    last = history[-1]
+    prefix = ddmin(
+        history[:-1], lambda candidate: reproduces([*candidate, last]), jobs=settings.jobs, deadline=deadline
+    )
+    minimal = [*prefix, last]
     key = tuple(positions[id(step)] for step in minimal)
     return minimal, outcomes.get(key)
 
