@@ -58,9 +58,10 @@ def _binary(engram_path: Path | None, version: str | None) -> Path:
         raise BadInput(f"--engram-version {wanted}: {error}") from None
 
 
-def _summary(report: ExploreReport) -> str:
+def _summary(report: ExploreReport, replay: int | None) -> str:
     lines = [
-        f"explore: seed {report.seed}, engram {report.engram}: {report.histories} histories, {report.steps} steps "
+        f"explore: {f'replay of seed {replay}' if replay is not None else f'seed {report.seed}'}, "
+        f"engram {report.engram}: {report.histories} histories, {report.steps} steps "
         f"in {report.seconds:.0f}s, {len(report.violations)} violation(s)"
     ]
     for found in report.violations:
@@ -69,11 +70,11 @@ def _summary(report: ExploreReport) -> str:
             if found.scenario
             else ""
         )
-        replay = ""
+        replayed = ""
         if found.replayed is not None:
-            replay = ", replays" if found.replayed else f", does NOT replay: {found.replay_detail}"
+            replayed = ", replays" if found.replayed else f", does NOT replay: {found.replay_detail}"
         lines.append(
-            f"  {found.invariant} ({found.owner}'s) seed {found.seed}: {found.detail}{where}{replay}"
+            f"  {found.invariant} ({found.owner}'s) seed {found.seed}: {found.detail}{where}{replayed}"
             + (")" if found.scenario else "")
         )
     lines.extend(f"  error: {error}" for error in report.errors)
@@ -151,7 +152,8 @@ def explore_command(
     )
     console = Console(stderr=True)
     click.echo(
-        f"explore: seed {seed}" + (f", replaying history {replay}" if replay is not None else ""), err=True
+        f"explore: replaying the history of seed {replay}" if replay is not None else f"explore: seed {seed}",
+        err=True,
     )
     with Progress(
         TextColumn("[bold]explore"),
@@ -172,7 +174,7 @@ def explore_command(
             bar.update(task, completed=min(budget, elapsed), description=what, counts=counts)
 
         report = explore(settings, progress)
-    click.echo(_summary(report))
+    click.echo(_summary(report, replay))
     if json_path is not None:
         try:
             json_path.parent.mkdir(parents=True, exist_ok=True)
