@@ -51,6 +51,7 @@ class FoundViolation:
     detail: str
     seed: int
     steps: int
+    kind: str = ""
     minimized_steps: int | None = None
     scenario: str | None = None
     replayed: bool | None = None
@@ -107,15 +108,15 @@ class ExploreReport:
 Progress = Callable[[ExploreReport, str], None]
 
 
-def _same(invariant: str) -> Callable[[HistoryOutcome], bool]:
-    return lambda outcome: any(violation.invariant == invariant for violation in outcome.violations)
+def _same(kind: str) -> Callable[[HistoryOutcome], bool]:
+    return lambda outcome: any(violation.kind == kind for violation in outcome.violations)
 
 
 def _minimize(
-    settings: ExploreSettings, history: list[GeneratedStep], invariant: str, deadline: float
+    settings: ExploreSettings, history: list[GeneratedStep], kind: str, deadline: float
 ) -> tuple[list[GeneratedStep], HistoryOutcome | None]:
-    """The shortest sub-history that still violates INVARIANT, and how its last replay went."""
-    shows = _same(invariant)
+    """The shortest sub-history that still shows a violation of KIND, and how its last replay went."""
+    shows = _same(kind)
     outcomes: dict[tuple[int, ...], HistoryOutcome] = {}
     positions = {id(step): position for position, step in enumerate(history)}
 
@@ -156,7 +157,8 @@ def write_scenario(
         expectations=violation.expectations,
     )
     settings.out.mkdir(parents=True, exist_ok=True)
-    path = settings.out / f"explore-{violation.invariant.lower()}-seed{seed}.scenario.yaml"
+    slug = violation.kind.lower().replace("/", "-")
+    path = settings.out / f"explore-{slug}-seed{seed}.scenario.yaml"
     header = (
         f"engram-harness explore, seed {seed}: invariant {violation.invariant} violated ({violation.owner}'s).\n"
         f"Replay: engram-harness run {path.name}  (exits 1 while the violation holds)"
@@ -235,23 +237,28 @@ def _explore_loop(
             report.errors.append(f"seed {seed}: {outcome.error}")
         for violation in outcome.violations:
             found = FoundViolation(
-                violation.invariant, violation.owner, violation.detail, seed, len(outcome.steps)
+                violation.invariant,
+                violation.owner,
+                violation.detail,
+                seed,
+                len(outcome.steps),
+                violation.kind,
             )
             report.violations.append(found)
-            if not settings.shrink or violation.invariant in shrunk:
+            if not settings.shrink or violation.kind in shrunk:
                 continue
-            shrunk.add(violation.invariant)
+            shrunk.add(violation.kind)
             if progress is not None:
                 progress(report, f"shrinking {violation.invariant} of seed {seed}")
             played = history[: len(outcome.steps)]
             minimal, minimal_outcome = _minimize(
                 settings,
                 played,
-                violation.invariant,
+                violation.kind,
                 max(deadline, time.monotonic()) + settings.budget * SHRINK_SHARE,
             )
             final = minimal_outcome if minimal_outcome is not None else outcome
-            shown = next((v for v in final.violations if v.invariant == violation.invariant), violation)
+            shown = next((v for v in final.violations if v.kind == violation.kind), violation)
             path = write_scenario(settings, seed, final, shown)
             found.minimized_steps = len(final.steps)
             found.scenario = str(path)

@@ -41,6 +41,12 @@ class Violation:
     #: expectations (raw mappings, tag design / section invariant) that fail while the violation holds
     expectations: tuple[dict[str, Any], ...] = ()
     nemesis_caused: bool = False
+    #: what kind of violation of the invariant it is (e.g. I5's head of the lane): one is shrunk per kind
+    signature: str = ""
+
+    @property
+    def kind(self) -> str:
+        return f"{self.invariant}/{self.signature}" if self.signature else self.invariant
 
     @property
     def owner(self) -> str:
@@ -102,6 +108,7 @@ def check_i1(observation: Observation) -> list[Violation]:
             f"{len(lost)} acked row(s) not in the cloud {cause}: {shown}",
             expectations=(expectation,),
             nemesis_caused=observation.lossy_nemesis,
+            signature="after-lossy-fault" if observation.lossy_nemesis else "no-lossy-fault",
         )
     ]
     if observation.reconcile_lost is not None and observation.reconcile_lost != seqs:
@@ -150,6 +157,7 @@ def check_i2(observation: Observation) -> list[Violation]:
                     {"canary": {"of": "explore-canary", **check}},
                 ),
             ),
+            signature="miss" if truth else "false-alarm",
         )
     ]
 
@@ -190,6 +198,7 @@ def check_i3(observation: Observation) -> list[Violation]:
                         },
                     ),
                 ),
+                signature=f"{check}-{'miss' if missed else ''}{'-' if missed and extra else ''}{'false-alarm' if extra else ''}",
             )
         )
     return violations
@@ -207,6 +216,11 @@ def check_i5(observation: Observation) -> list[Violation]:
     if not stuck:
         return []
     waiting = listed_pending(observation.local, enrolled)
+    signature = (
+        f"head-{waiting[0].entity}-{'no-project' if waiting[0].project == '' else 'project'}"
+        if waiting
+        else "no-head"
+    )
     head = (
         f"; head of the lane: seq {waiting[0].seq} ({waiting[0].entity}, project {waiting[0].project!r})"
         if waiting
@@ -230,6 +244,7 @@ def check_i5(observation: Observation) -> list[Violation]:
                     },
                 ),
             ),
+            signature=signature,
         )
     ]
 

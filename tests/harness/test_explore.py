@@ -140,7 +140,7 @@ def test_i2_holds_when_the_canary_agrees_with_the_cycle_and_fails_on_a_miss_or_a
 def test_i1_names_lost_rows_and_checks_reconcile_names_exactly_them() -> None:
     lost = [_row(1, "my-app", acked=True), _row(2, "my-app")]
     exact = check_i1(_observation(lost, lossy_nemesis=True, reconcile_lost=frozenset({1})))
-    assert [(v.invariant, v.owner) for v in exact] == [("I1", "nemesis")]
+    assert [(v.kind, v.owner) for v in exact] == [("I1/after-lossy-fault", "nemesis")]
     assert exact[0].expectations[0]["lanes"] == {"rows": [{"lane": "cloud", "project": "my-app", "lost": 0}]}
     wrong = check_i1(_observation(lost, reconcile_lost=frozenset()))
     assert [(v.invariant, v.owner) for v in wrong] == [("I1", "engram"), ("I1-reconcile", "ours")]
@@ -164,7 +164,7 @@ def test_i5_fires_only_once_settled_and_names_the_head_of_the_lane() -> None:
     stuck = [_row(1, ""), _row(2, "my-app"), _row(3, "other-repo")]
     assert check_i5(_observation(stuck)) == []
     (violation,) = check_i5(_observation(stuck, settled=True))
-    assert violation.owner == "engram"
+    assert violation.owner == "engram" and violation.kind == "I5/head-observation-no-project"
     assert "my-app: 1" in violation.detail and "seq 1" in violation.detail
     assert violation.expectations[0]["lanes"]["rows"] == [
         {"lane": "cloud", "project": "my-app", "stranded": 0}
