@@ -13,13 +13,14 @@ from click.testing import CliRunner
 from fake_cloud.faults import Fault as CloudFault
 from fake_cloud.faults import FaultAction
 from harness.cli import cli
-from harness.explore.execute import parsed_steps
-from harness.explore.invariants import Observation, check_i1, check_i2, check_i3, check_i5
+from harness.explore import explorer
+from harness.explore.execute import HistoryOutcome, StepOutcome, parsed_steps
+from harness.explore.invariants import Observation, Violation, check_i1, check_i2, check_i3, check_i5
 from harness.explore.operations import NEMESIS_KINDS, GeneratorSettings, generate_history
 from harness.explore.scenario_out import expected_error, scenario_document, scenario_yaml, with_expected_error
 from harness.explore.shrink import ddmin
 from harness.lanes import LocalMutation, compute_lanes
-from harness.loader import parse_scenario
+from harness.loader import load_scenario, parse_scenario
 from harness.schema import Fault
 
 ALL_NEMESIS = tuple(NEMESIS_KINDS)
@@ -186,3 +187,78 @@ def test_bad_input_exits_3_with_one_line(args: list[str], message: str) -> None:
     assert result.exit_code == 3, result.output
     assert message in result.output
     assert "Traceback" not in result.output
+
+
+class _NoCloud:
+    def close(self) -> None:
+        pass
+
+
+def _lossy_play(
+    binary: Path,
+    history: typing.Sequence[typing.Any],
+    *,
+    autosync: bool,
+    on_step: typing.Callable[[StepOutcome], None] | None = None,
+    cloud: object = None,
+) -> HistoryOutcome:
+    """engram stood in for: rows are lost once a sync runs after an enroll and a lossy fault."""
+    outcome = HistoryOutcome()
+    for index, step in enumerate(history):
+        played = StepOutcome(step.operation, step.raw, "ok", "", 0.0, 0.0, {"rows_waiting"})
+        outcome.steps.append(played)
+        if on_step is not None:
+            on_step(played)
+        before = {earlier.operation for earlier in history[:index]}
+        if step.operation == "sync_manual" and {"enroll", "nemesis"} <= before:
+            lost = {
+                "tag": "design",
+                "design_section": "invariant",
+                "lanes": {"rows": [{"lane": "cloud", "project": "my-app", "lost": 0}]},
+            }
+            outcome.violations = [
+                Violation(
+                    "I1", "2 lost", expectations=(lost,), nemesis_caused=True, signature="after-lossy-fault"
+                )
+            ]
+            outcome.violation_step = index
+            break
+    return outcome
+
+
+def test_the_loop_finds_shrinks_writes_and_replays_one_violation_per_kind(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    replayed: list[Path] = []
+    monkeypatch.setattr(explorer, "play", _lossy_play)
+    monkeypatch.setattr(explorer, "new_cloud", lambda logs: _NoCloud())
+
+    def replay(binary: Path, path: Path) -> tuple[bool, str]:
+        replayed.append(path)
+        return True, "lost 2"
+
+    monkeypatch.setattr(explorer, "replay_scenario", replay)
+    monkeypatch.setattr("harness.world.engram_version", lambda binary: "1.20.0")
+    settings = explorer.ExploreSettings(
+        binary=Path("/bin/true"),
+        seed=1,
+        budget=1,
+        out=tmp_path,
+        nemesis=("ack_without_store",),
+        autosync=False,
+        steps=8,
+        jobs=1,
+    )
+    report = explorer.explore(settings)
+    assert report.histories > 1 and report.steps > 0
+    first, *others = report.violations
+    assert first.kind == "I1/after-lossy-fault" and first.replayed is True
+    assert all(other.scenario is None for other in others)  # one shrink per kind
+    assert first.minimized_steps == 3 < first.steps or first.steps == 3
+    scenario = load_scenario(Path(str(first.scenario)))
+    names = [step.name for step in scenario.steps]
+    assert sorted(names) == ["cloud", "enroll", "sync"] and names[-1] == "sync"
+    assert replayed == [Path(str(first.scenario))]
+    data = report.as_json()
+    assert {"histories", "steps", "violations", "coverage"} <= set(data)
+    assert data["coverage"]["states"]["rows_waiting"] == report.steps
