@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 ENGRAM_VERSION ?= v1.20.0
 
-.PHONY: demo test test-v3 venv engram lint typecheck bench mutation clean
+.PHONY: demo test test-v3 venv engram lint typecheck bench mutation explore clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,13 @@ bench: engram
 
 mutation: venv
 	bash scripts/mutation.sh
+
+# The nightly exploration: 30 minutes of generated histories with every nemesis; the seed is printed
+# (EXPLORE_SEED=N repeats a night), violations land in explore-out/ as scenarios `engram-harness run` replays.
+EXPLORE_SEED ?= $(shell date +%s)
+explore: engram
+	$(BIN)/engram-harness explore --seed $(EXPLORE_SEED) --budget 1800 \
+		--nemesis storm503,latency,auth401,reset,ack_without_store --out explore-out --json explore-out/report.json
 
 clean:
 	rm -rf $(VENV) .cache dist mutants

@@ -14,6 +14,7 @@ BENCHMARKS = (
     "harness",
     "validate",
     "reconcile",
+    "explore",
 )
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from harness.cloud_cli import cloud_group
 from harness.deployment_cli import make_deployment
 from harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
 from harness.errors import HarnessError
+from harness.explore_cli import explore_command
 from harness.run_cli import run_command, schema_command
 from harness.validate_cli import validate_command
 
@@ -62,6 +63,7 @@ def engram_path(version: str) -> None:
 
 cli.add_command(cloud_group)
 cli.add_command(make_deployment)
+cli.add_command(explore_command)
 cli.add_command(run_command)
 cli.add_command(schema_command)
 cli.add_command(validate_command)

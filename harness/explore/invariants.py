@@ -1,0 +1,279 @@
+"""The invariants explore checks after every step, each against ground truth (the fake cloud's records and
+engram's database read-only), never against the canary's own reading of it.
+
+- I1: every row engram acked is in the cloud (lost rows are engram's or, after `ack_without_store`, the
+  nemesis's); when rows are lost, `engram-canary reconcile` must name exactly those rows (I1-reconcile).
+- I2: right after a worker cycle, the canary's `legacy_lane_blocked` holds exactly when that cycle's last
+  push was refused while listed rows still wait at the head of the legacy lane.
+- I3: the canary's foreign-target findings match sync_state (and the lanes) and the enrolled set.
+- I5: once the nemesis is quiet (faults cleared, pauses resumed) and two worker cycles ran, every enrolled
+  project's rows on the legacy lane are delivered. A refusal caused by engram's own rows (a save without a
+  project, a session without a directory) is then engram's liveness bug.
+
+A violation of I2 or I3 (or I1-reconcile) is a bug of ours; I1 and I5 can be engram's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from canary.targets import normalize_project
+from engram_contract import LEGACY_TARGET
+from harness.lanes import LaneTable, LocalMutation
+
+LANE_BLOCKED = "legacy_lane_blocked"
+FOREIGN_CHECKS = ("foreign_sync_target", "foreign_mutation_target")
+ALWAYS_ALLOWED = frozenset({LEGACY_TARGET, "cloud:inbox", "local"})
+PUSH_PATH = "/sync/mutations/push"
+
+#: who a violation points at: engram, the kit's own canary/triage, or the nemesis that was told to lose rows
+OWNERS = {"I1": "engram", "I1-reconcile": "ours", "I2": "ours", "I3": "ours", "I5": "engram"}
+
+
+@dataclass(frozen=True)
+class Violation:
+    invariant: str
+    detail: str
+    #: extra steps the scenario needs after the violating step (e.g. a canary run), as raw steps
+    extra_steps: tuple[dict[str, Any], ...] = ()
+    #: expectations (raw mappings, tag design / section invariant) that fail while the violation holds
+    expectations: tuple[dict[str, Any], ...] = ()
+    nemesis_caused: bool = False
+    #: what kind of violation of the invariant it is (e.g. I5's head of the lane): one is shrunk per kind
+    signature: str = ""
+
+    @property
+    def kind(self) -> str:
+        return f"{self.invariant}/{self.signature}" if self.signature else self.invariant
+
+    @property
+    def owner(self) -> str:
+        if self.nemesis_caused:
+            return "nemesis"
+        return OWNERS.get(self.invariant, "engram")
+
+
+@dataclass
+class Observation:
+    """What one step left behind, read after it."""
+
+    local: Sequence[LocalMutation]
+    lanes: LaneTable
+    canary: dict[str, Any]
+    sync_state: list[dict[str, Any]]
+    cycle_push_statuses: list[int] | None = None  # the statuses of a worker cycle's pushes, in order
+    settled: bool = False  # the nemesis is quiet and two worker cycles ran
+    lossy_nemesis: bool = False  # an ack_without_store fault was scheduled in this history
+    reconcile_lost: frozenset[int] | None = None
+    enrolled: set[str] = field(default_factory=set)  # sync_enrolled_projects, read from the database
+
+
+def _expectation(why: str, check: dict[str, Any]) -> dict[str, Any]:
+    return {"tag": "design", "design_section": "invariant", "why": why, **check}
+
+
+def findings(canary: dict[str, Any], check: str) -> list[dict[str, Any]]:
+    return [finding for finding in canary.get("findings", []) if finding.get("check") == check]
+
+
+def listed_pending(local: Iterable[LocalMutation], enrolled: set[str]) -> list[LocalMutation]:
+    """The legacy lane's waiting rows that v1.20's worker lists: project enrolled or empty, in seq order."""
+    normalized = {normalize_project(project) for project in enrolled}
+    return [
+        row
+        for row in local
+        if row.lane == LEGACY_TARGET
+        and not row.acked
+        and (row.project == "" or normalize_project(row.project) in normalized)
+    ]
+
+
+def check_i1(observation: Observation) -> list[Violation]:
+    lost = observation.lanes.lost_rows
+    if not lost:
+        return []
+    seqs = frozenset(row.seq for row in lost)
+    shown = ", ".join(f"seq {row.seq} ({row.entity} {row.project or '-'})" for row in lost[:5])
+    by_lane = sorted({(row.lane, row.project) for row in lost})
+    expectation = _expectation(
+        "explore I1: every row engram acked is in the cloud",
+        {"lanes": {"rows": [{"lane": lane, "project": project, "lost": 0} for lane, project in by_lane]}},
+    )
+    cause = "after an ack_without_store fault" if observation.lossy_nemesis else "with no lossy fault"
+    violations = [
+        Violation(
+            "I1",
+            f"{len(lost)} acked row(s) not in the cloud {cause}: {shown}",
+            expectations=(expectation,),
+            nemesis_caused=observation.lossy_nemesis,
+            signature="after-lossy-fault" if observation.lossy_nemesis else "no-lossy-fault",
+        )
+    ]
+    if observation.reconcile_lost is not None and observation.reconcile_lost != seqs:
+        violations.append(
+            Violation(
+                "I1-reconcile",
+                f"engram-canary reconcile names seqs {sorted(observation.reconcile_lost)} as lost; "
+                f"the cloud lacks exactly {sorted(seqs)}",
+                expectations=(expectation,),
+            )
+        )
+    return violations
+
+
+def check_i2(observation: Observation) -> list[Violation]:
+    statuses = observation.cycle_push_statuses
+    if statuses is None:
+        return []  # only a worker cycle shows whether the cloud refuses the head of the lane
+    waiting = listed_pending(observation.local, observation.enrolled)
+    # The fake journals a connection it reset after reading the request (the `reset` nemesis) as status 0.
+    refused = bool(statuses) and (statuses[-1] == 0 or statuses[-1] >= 400)
+    truth = refused and bool(waiting)
+    reported = bool(findings(observation.canary, LANE_BLOCKED))
+    if truth == reported:
+        return []
+    head = (
+        f"seq {waiting[0].seq} ({waiting[0].entity}, project {waiting[0].project!r})" if waiting else "none"
+    )
+    if truth:
+        detail = (
+            f"the cycle's last push was refused ({statuses[-1]}) with head {head}, and the canary is silent"
+        )
+        check: dict[str, Any] = {"findings_include": [{"check": LANE_BLOCKED}]}
+    else:
+        answered = f"its pushes answered {statuses}" if statuses else "it pushed nothing"
+        detail = f"the canary reports {LANE_BLOCKED} while {answered} (head of the lane: {head})"
+        check = {"findings_exclude": [{"check": LANE_BLOCKED}]}
+    return [
+        Violation(
+            "I2",
+            detail,
+            extra_steps=({"canary": {"as": "explore-canary"}},),
+            expectations=(
+                _expectation(
+                    "explore I2: legacy_lane_blocked exactly when the cloud refuses the head of the lane",
+                    {"canary": {"of": "explore-canary", **check}},
+                ),
+            ),
+            signature="miss" if truth else "false-alarm",
+        )
+    ]
+
+
+def allowed_targets(enrolled: Iterable[str]) -> set[str]:
+    return set(ALWAYS_ALLOWED) | {f"cloud:{normalize_project(project)}" for project in enrolled}
+
+
+def check_i3(observation: Observation) -> list[Violation]:
+    allowed = allowed_targets(observation.enrolled)
+    truth = {
+        "foreign_sync_target": {str(row["target_key"]) for row in observation.sync_state} - allowed,
+        "foreign_mutation_target": {row.lane for row in observation.local} - allowed,
+    }
+    violations = []
+    for check, expected in truth.items():
+        reported = {str(finding.get("target_key")) for finding in findings(observation.canary, check)}
+        if reported == expected:
+            continue
+        missed, extra = sorted(expected - reported), sorted(reported - expected)
+        include = [{"check": check, "target_key": target} for target in missed]
+        exclude = [{"check": check, "target_key": target} for target in extra]
+        violations.append(
+            Violation(
+                "I3",
+                f"{check}: the canary misses {missed} and wrongly reports {extra} "
+                f"(enrolled: {sorted(observation.enrolled)})",
+                extra_steps=({"canary": {"as": "explore-canary"}},),
+                expectations=(
+                    _expectation(
+                        "explore I3: foreign-target findings match sync_state and the enrolled set",
+                        {
+                            "canary": {
+                                "of": "explore-canary",
+                                **({"findings_include": include} if include else {}),
+                                **({"findings_exclude": exclude} if exclude else {}),
+                            }
+                        },
+                    ),
+                ),
+                signature=f"{check}-{'miss' if missed else ''}{'-' if missed and extra else ''}{'false-alarm' if extra else ''}",
+            )
+        )
+    return violations
+
+
+def check_i5(observation: Observation) -> list[Violation]:
+    if not observation.settled:
+        return []
+    enrolled = {normalize_project(project) for project in observation.enrolled}
+    stuck = [
+        row
+        for row in observation.lanes.rows
+        if row.lane == LEGACY_TARGET and row.project in enrolled and row.stranded
+    ]
+    if not stuck:
+        return []
+    waiting = listed_pending(observation.local, enrolled)
+    signature = (
+        f"head-{waiting[0].entity}-{'no-project' if waiting[0].project == '' else 'project'}"
+        if waiting
+        else "no-head"
+    )
+    head = (
+        f"; head of the lane: seq {waiting[0].seq} ({waiting[0].entity}, project {waiting[0].project!r})"
+        if waiting
+        else ""
+    )
+    shown = ", ".join(f"{row.project}: {row.stranded}" for row in stuck)
+    return [
+        Violation(
+            "I5",
+            f"with the nemesis quiet for two worker cycles, enrolled rows are still undelivered ({shown}){head}",
+            expectations=(
+                _expectation(
+                    "explore I5: once faults stop, every enrolled project's rows are delivered",
+                    {
+                        "lanes": {
+                            "rows": [
+                                {"lane": LEGACY_TARGET, "project": row.project, "stranded": 0}
+                                for row in stuck
+                            ]
+                        }
+                    },
+                ),
+            ),
+            signature=signature,
+        )
+    ]
+
+
+CHECKERS = (check_i1, check_i2, check_i3, check_i5)
+INVARIANTS = ("I1", "I1-reconcile", "I2", "I3", "I5")
+
+
+def check_all(observation: Observation) -> list[Violation]:
+    return [violation for checker in CHECKERS for violation in checker(observation)]
+
+
+def reached_states(observation: Observation) -> set[str]:
+    """The states a step reached, for coverage."""
+    states: set[str] = set()
+    if findings(observation.canary, LANE_BLOCKED):
+        states.add("lane_blocked")
+    if any(row.get("lifecycle") == "degraded" for row in observation.sync_state):
+        states.add("degraded")
+    if observation.canary.get("summary", {}).get("inbox_keys"):
+        states.add("inbox_non_empty")
+    if any(findings(observation.canary, check) for check in FOREIGN_CHECKS):
+        states.add("foreign_target")
+    if findings(observation.canary, "unattributed_mutations"):
+        states.add("unattributed_rows")
+    if observation.lanes.lost_rows:
+        states.add("rows_lost")
+    if any(row.stranded for row in observation.lanes.rows):
+        states.add("rows_waiting")
+    if any(row.delivered for row in observation.lanes.rows):
+        states.add("rows_delivered")
+    return states

@@ -1,0 +1,226 @@
+"""The operation pool and the nemesis: each operation is one scenario step, generated from a seed.
+
+A history is a pure function of its seed (random.Random), never of what engram answered, so the same seed
+gives the same history on any machine, and a shrunk history is simply a sub-list of steps.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fake_cloud.faults import FaultAction
+
+RawStep = dict[str, Any]
+
+#: the world every history plays in: two repos (enrollable), a plain dir and the home dir
+WORKSPACES: dict[str, dict[str, Any]] = {
+    "app": {"git": "my-app"},
+    "other": {"git": "other-repo"},
+    "scratch": {"dir": "scratch"},
+    "home": {"home": True},
+}
+REPO_PROJECTS = {"app": "my-app", "other": "other-repo"}
+PLACES = ("app", "other", "scratch", "home")
+
+#: nemesis kinds, each one fault of the fake cloud's fault API (fake_cloud.faults is the one source)
+NEMESIS_KINDS: dict[str, Callable[[str], list[dict[str, Any]]]] = {
+    "storm503": lambda route: [
+        {"route": route, "times": 3, "action": FaultAction.STATUS.value, "status": 503}
+    ],
+    "latency": lambda route: [
+        {"route": route, "times": 2, "action": FaultAction.LATENCY.value, "latency_ms": 1500}
+    ],
+    "auth401": lambda route: [
+        {"route": route, "times": 2, "action": FaultAction.STATUS.value, "status": 401}
+    ],
+    "reset": lambda route: [{"route": route, "times": 1, "action": FaultAction.RESET_AFTER_READ.value}],
+    "ack_without_store": lambda route: [
+        {"route": route, "times": 1, "action": FaultAction.ACK_WITHOUT_STORE.value}
+    ],
+}
+#: faults whose push answers 200 yet stores nothing: lost rows after them are the nemesis's, not engram's
+LOSSY_NEMESIS = frozenset({"ack_without_store"})
+
+
+@dataclass
+class Model:
+    """What the generator knows of the world it has built so far (from its own steps, not from engram)."""
+
+    enrolled: set[str] = field(default_factory=set)
+    sessions: list[str] = field(default_factory=list)
+    paused: set[str] = field(default_factory=set)
+    counter: int = 0
+
+    def next_id(self) -> int:
+        self.counter += 1
+        return self.counter
+
+
+@dataclass(frozen=True)
+class Operation:
+    name: str
+    weight: int
+    make: Callable[[random.Random, Model, GeneratorSettings], RawStep | None]
+
+
+@dataclass(frozen=True)
+class GeneratorSettings:
+    autosync: bool
+    nemesis: tuple[str, ...]
+    steps: int = 12
+
+    @property
+    def push_route(self) -> str:
+        return "mutations_push" if self.autosync else "chunk_push"
+
+
+def _title(model: Model) -> tuple[str, str]:
+    number = model.next_id()
+    return f"memory {number}", f"generated content {number}"
+
+
+def _save_mcp(rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep:
+    title, content = _title(model)
+    return {"save": {"in": rng.choice(PLACES), "title": title, "content": content}}
+
+
+def _save_cli(rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep:
+    title, content = _title(model)
+    body: dict[str, Any] = {"in": rng.choice(PLACES), "title": title, "content": content, "via": "cli"}
+    project = rng.choice([None, "my-app", "other-repo"])  # None: engram save without --project (project "")
+    if project is not None:
+        body["project"] = project
+    return {"save": body}
+
+
+def _save_http(rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep | None:
+    if not model.sessions:
+        return None
+    title, content = _title(model)
+    return {
+        "save": {"via": "http", "session": rng.choice(model.sessions), "title": title, "content": content}
+    }
+
+
+def _session(rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep:
+    session = f"s{model.next_id()}"
+    model.sessions.append(session)
+    place = rng.choice(sorted(REPO_PROJECTS))
+    body: dict[str, Any] = {"id": session, "project": REPO_PROJECTS[place], "in": place}
+    if rng.random() < 0.2:
+        body["directory"] = "omit"  # a client that sends no directory (engram #1224's class)
+    return {"session": body}
+
+
+def _enroll(rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep | None:
+    candidates = sorted(set(REPO_PROJECTS.values()) - model.enrolled)
+    if not candidates:
+        return None
+    project = rng.choice(candidates)
+    model.enrolled.add(project)
+    return {"enroll": project}
+
+
+def _unenroll(rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep | None:
+    if not model.enrolled:
+        return None
+    project = rng.choice(sorted(model.enrolled))
+    return {"unenroll": {"project": project, "if_unsupported": "skip"}}
+
+
+def _sync_manual(rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep | None:
+    if not model.enrolled:
+        return None
+    project = rng.choice(sorted(model.enrolled))
+    place = next(name for name, key in REPO_PROJECTS.items() if key == project)
+    return {"sync": {"via": "manual", "project": project, "in": place}}
+
+
+def _sync_autosync(_rng: random.Random, _model: Model, settings: GeneratorSettings) -> RawStep | None:
+    return {"sync": {"via": "autosync"}} if settings.autosync else None
+
+
+def _restart(_rng: random.Random, _model: Model, _settings: GeneratorSettings) -> RawStep:
+    return {"daemon": "restart"}
+
+
+def _pause(rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep:
+    project = rng.choice(sorted(REPO_PROJECTS.values()))
+    if project in model.paused:
+        model.paused.discard(project)
+        return {"cloud": {"resume": project}}
+    model.paused.add(project)
+    return {"cloud": {"pause": project}}
+
+
+def _nemesis(rng: random.Random, _model: Model, settings: GeneratorSettings) -> RawStep | None:
+    if not settings.nemesis:
+        return None
+    kind = rng.choice(settings.nemesis)
+    return {"cloud": {"faults": NEMESIS_KINDS[kind](settings.push_route)}}
+
+
+def _clear_faults(_rng: random.Random, _model: Model, settings: GeneratorSettings) -> RawStep | None:
+    return {"cloud": {"clear_faults": True}} if settings.nemesis else None
+
+
+OPERATIONS: tuple[Operation, ...] = (
+    Operation("save_mcp", 6, _save_mcp),
+    Operation("save_cli", 5, _save_cli),
+    Operation("save_http", 3, _save_http),
+    Operation("session", 3, _session),
+    Operation("enroll", 4, _enroll),
+    Operation("unenroll", 1, _unenroll),
+    Operation("sync_manual", 5, _sync_manual),
+    Operation("sync_autosync", 2, _sync_autosync),
+    Operation("restart", 1, _restart),
+    Operation("pause", 1, _pause),
+    Operation("nemesis", 3, _nemesis),
+    Operation("clear_faults", 1, _clear_faults),
+)
+ENROLL_BOOST = 4
+OPERATION_NAMES = tuple(operation.name for operation in OPERATIONS)
+
+
+def settle_steps(settings: GeneratorSettings, model: Model) -> list[tuple[str, RawStep]]:
+    """The end of every history with the worker: the nemesis stops, then two worker cycles (liveness, I5)."""
+    if not settings.autosync:
+        return []
+    steps: list[tuple[str, RawStep]] = []
+    if settings.nemesis:
+        steps.append(("clear_faults", {"cloud": {"clear_faults": True}}))
+    for project in sorted(model.paused):
+        steps.append(("pause", {"cloud": {"resume": project}}))
+    steps.append(("settle", {"sync": {"via": "autosync", "cycles": 2, "timeout": 100}}))
+    return steps
+
+
+@dataclass(frozen=True)
+class GeneratedStep:
+    operation: str
+    raw: RawStep
+
+
+def generate_history(seed: int, settings: GeneratorSettings) -> list[GeneratedStep]:
+    """The history of SEED: `settings.steps` operations drawn by weight, then the settle steps."""
+    rng = random.Random(seed)
+    model = Model()
+    history: list[GeneratedStep] = []
+    operations: Sequence[Operation] = OPERATIONS
+    attempts = 0
+    while len(history) < settings.steps and attempts < settings.steps * 20:
+        attempts += 1
+        # Nothing syncs before something is enrolled: enrolling is likelier while nothing is.
+        weights = [
+            operation.weight * (ENROLL_BOOST if operation.name == "enroll" and not model.enrolled else 1)
+            for operation in operations
+        ]
+        operation = rng.choices(operations, weights)[0]
+        raw = operation.make(rng, model, settings)
+        if raw is not None:
+            history.append(GeneratedStep(operation.name, raw))
+    history.extend(GeneratedStep(name, raw) for name, raw in settle_steps(settings, model))
+    return history

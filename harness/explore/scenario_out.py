@@ -1,0 +1,69 @@
+"""A history as a scenario document in the harness's own format (docs/scenarios.md)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+
+from harness.explore.operations import WORKSPACES, RawStep
+
+SCENARIO_TIMEOUT = 120.0  # seconds for the steps that do not wait on the worker
+CYCLE_ALLOWANCE = 50.0  # seconds per worker cycle a step waits for
+
+
+def _cycles(raw: RawStep) -> int:
+    sync = raw.get("sync")
+    if isinstance(sync, dict) and sync.get("via") == "autosync":
+        return int(sync.get("cycles", 1))
+    return 0
+
+
+def scenario_document(
+    name: str,
+    steps: Sequence[RawStep],
+    *,
+    autosync: bool,
+    description: str = "",
+    expectations: Sequence[dict[str, Any]] = (),
+) -> dict[str, Any]:
+    cycles = sum(_cycles(raw) for raw in steps)
+    return {
+        "name": name,
+        "description": description,
+        "tags": ["explore"],
+        "timeout": SCENARIO_TIMEOUT + CYCLE_ALLOWANCE * cycles,
+        "cloud": {"autosync": autosync},
+        "workspaces": WORKSPACES,
+        "steps": list(steps),
+        "expect": list(expectations),
+    }
+
+
+def scenario_yaml(document: dict[str, Any], header_comment: str = "") -> str:
+    comment = "".join(f"# {line}\n" for line in header_comment.splitlines())
+    return comment + yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=110)
+
+
+_EXITED = re.compile(r"^(.*? exited \d+)")
+_ANSWERED = re.compile(r"^(.*? answered \d+)")
+
+
+def expected_error(error: str) -> str:
+    """The stable head of a step's error, for `expect_error:` (`engram save exited 1`, `... answered 500`)."""
+    for pattern in (_EXITED, _ANSWERED):
+        match = pattern.match(error)
+        if match:
+            return match.group(1)
+    return ""  # any error: "" is in every message
+
+
+def with_expected_error(raw: RawStep, error: str) -> RawStep:
+    """RAW, marked to fail as it failed when explore played it (a failed step ends a replay otherwise)."""
+    ((name, body),) = raw.items()
+    if not isinstance(body, dict):
+        shorthand = {"enroll": "project", "unenroll": "project", "daemon": "action", "end_session": "id"}
+        body = {shorthand[name]: body}
+    return {name: {**body, "expect_error": expected_error(error)}}

@@ -1,0 +1,264 @@
+"""engram-harness explore without engram: generation is deterministic and always a valid scenario, the
+nemesis is the fake cloud's own fault API, the invariants judge synthetic ground truth, ddmin shrinks."""
+
+from __future__ import annotations
+
+import time
+import typing
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from fake_cloud.faults import Fault as CloudFault
+from fake_cloud.faults import FaultAction
+from harness.cli import cli
+from harness.explore import explorer
+from harness.explore.execute import HistoryOutcome, StepOutcome, parsed_steps
+from harness.explore.invariants import Observation, Violation, check_i1, check_i2, check_i3, check_i5
+from harness.explore.operations import NEMESIS_KINDS, GeneratorSettings, generate_history
+from harness.explore.scenario_out import expected_error, scenario_document, scenario_yaml, with_expected_error
+from harness.explore.shrink import ddmin
+from harness.lanes import LocalMutation, compute_lanes
+from harness.loader import load_scenario, parse_scenario
+from harness.schema import Fault
+
+ALL_NEMESIS = tuple(NEMESIS_KINDS)
+
+
+@pytest.mark.parametrize("autosync", [True, False])
+def test_the_same_seed_gives_the_same_history_and_another_seed_another(autosync: bool) -> None:
+    settings = GeneratorSettings(autosync=autosync, nemesis=ALL_NEMESIS, steps=15)
+    first = [step.raw for step in generate_history(42, settings)]
+    assert first == [step.raw for step in generate_history(42, settings)]
+    assert first != [step.raw for step in generate_history(43, settings)]
+
+
+def test_every_generated_history_is_a_scenario_the_loader_accepts() -> None:
+    for autosync in (True, False):
+        settings = GeneratorSettings(autosync=autosync, nemesis=ALL_NEMESIS, steps=20)
+        for seed in range(60):
+            history = generate_history(seed, settings)
+            assert len(parsed_steps(history, autosync)) == len(history)
+
+
+def test_histories_with_the_worker_end_by_settling_the_nemesis_and_two_cycles() -> None:
+    history = generate_history(7, GeneratorSettings(autosync=True, nemesis=("storm503",), steps=5))
+    assert history[-1].operation == "settle"
+    assert history[-1].raw == {"sync": {"via": "autosync", "cycles": 2, "timeout": 100}}
+    assert {"cloud": {"clear_faults": True}} in [step.raw for step in history[-3:]]
+    manual = generate_history(7, GeneratorSettings(autosync=False, nemesis=("storm503",), steps=5))
+    assert all(step.operation != "settle" and "autosync" not in str(step.raw) for step in manual)
+
+
+def test_the_nemesis_is_the_fake_clouds_fault_api_and_the_scenario_format_accepts_it() -> None:
+    for kind, make in NEMESIS_KINDS.items():
+        for route in ("mutations_push", "chunk_push"):
+            for raw in make(route):
+                CloudFault.from_dict(raw, where=kind)  # the fake's own validation
+                Fault.model_validate(raw)
+
+
+def test_the_scenario_fault_actions_are_exactly_the_fake_clouds() -> None:
+    actions = typing.get_args(Fault.model_fields["action"].annotation)
+    assert set(actions) == {action.value for action in FaultAction}
+
+
+def test_ddmin_finds_the_one_minimal_sub_list_and_keeps_the_order() -> None:
+    calls: list[list[int]] = []
+
+    def needs_3_and_7(candidate: list[int]) -> bool:
+        calls.append(candidate)
+        return {3, 7} <= set(candidate)
+
+    assert ddmin(list(range(12)), needs_3_and_7) == [3, 7]
+    assert ddmin(list(range(12)), needs_3_and_7, jobs=3) == [3, 7]
+    assert ddmin([5], needs_3_and_7) == [5]  # nothing smaller to try
+
+
+def test_ddmin_stops_at_the_deadline_with_what_still_reproduces() -> None:
+    def slow(candidate: list[int]) -> bool:
+        time.sleep(0.01)
+        return 0 in candidate
+
+    found = ddmin(list(range(40)), slow, deadline=time.monotonic() - 1)
+    assert found == list(range(40))
+
+
+def test_a_failed_step_is_replayed_as_an_expected_failure_with_its_stable_head() -> None:
+    error = "engram sync --cloud --project my-app exited 1: engram: cloud sync upgrade_blocked ... seq=6"
+    assert expected_error(error) == "engram sync --cloud --project my-app exited 1"
+    assert (
+        expected_error("engram serve POST /sessions answered 500: boom")
+        == "engram serve POST /sessions answered 500"
+    )
+    assert expected_error("something else") == ""
+    assert with_expected_error({"enroll": "my-app"}, "engram cloud enroll my-app exited 1: x") == {
+        "enroll": {"project": "my-app", "expect_error": "engram cloud enroll my-app exited 1"}
+    }
+    document = scenario_document(
+        "t", [with_expected_error({"daemon": "restart"}, "boom")], autosync=False, expectations=()
+    )
+    parse_scenario(scenario_yaml(document), Path("t.scenario.yaml"))
+
+
+def _row(seq: int, project: str, *, acked: bool = False, lane: str = "cloud") -> LocalMutation:
+    return LocalMutation(seq, lane, project, "observation", f"obs-{seq}", "upsert", f"d{seq}", acked, {})
+
+
+def _observation(local: list[LocalMutation], **fields: typing.Any) -> Observation:
+    defaults: dict[str, typing.Any] = {
+        "canary": {"findings": []},
+        "sync_state": [{"target_key": "cloud"}],
+        "enrolled": {"my-app"},
+    }
+    defaults.update(fields)
+    return Observation(local=local, lanes=compute_lanes(local, []), **defaults)
+
+
+def _blocked() -> dict[str, typing.Any]:
+    return {"findings": [{"check": "legacy_lane_blocked", "target_key": "cloud"}]}
+
+
+def test_i2_holds_when_the_canary_agrees_with_the_cycle_and_fails_on_a_miss_or_a_false_alarm() -> None:
+    waiting = [_row(1, ""), _row(2, "my-app")]
+    refused = _observation(waiting, canary=_blocked(), cycle_push_statuses=[400])
+    assert check_i2(refused) == []
+    reset = _observation(waiting, canary=_blocked(), cycle_push_statuses=[0])
+    assert check_i2(reset) == []  # a connection reset after the request was read (journalled as 0)
+    missed = check_i2(_observation(waiting, cycle_push_statuses=[200, 400]))
+    assert [v.invariant for v in missed] == ["I2"]
+    assert "refused (400)" in missed[0].detail and "seq 1" in missed[0].detail
+    assert missed[0].expectations[0]["canary"]["findings_include"] == [{"check": "legacy_lane_blocked"}]
+    false_alarm = check_i2(_observation(waiting, canary=_blocked(), cycle_push_statuses=[200]))
+    assert false_alarm[0].expectations[0]["canary"]["findings_exclude"] == [{"check": "legacy_lane_blocked"}]
+    assert false_alarm[0].owner == "ours"
+    nothing_listed = _observation([_row(1, "unenrolled")], cycle_push_statuses=[400])
+    assert check_i2(nothing_listed) == []  # a refused push with nothing listed waiting is no blocked lane
+    assert check_i2(_observation(waiting)) == []  # no worker cycle: no ground truth for I2
+
+
+def test_i1_names_lost_rows_and_checks_reconcile_names_exactly_them() -> None:
+    lost = [_row(1, "my-app", acked=True), _row(2, "my-app")]
+    exact = check_i1(_observation(lost, lossy_nemesis=True, reconcile_lost=frozenset({1})))
+    assert [(v.kind, v.owner) for v in exact] == [("I1/after-lossy-fault", "nemesis")]
+    assert exact[0].expectations[0]["lanes"] == {"rows": [{"lane": "cloud", "project": "my-app", "lost": 0}]}
+    wrong = check_i1(_observation(lost, reconcile_lost=frozenset()))
+    assert [(v.invariant, v.owner) for v in wrong] == [("I1", "engram"), ("I1-reconcile", "ours")]
+    assert check_i1(_observation([_row(1, "my-app")])) == []
+
+
+def test_i3_compares_foreign_targets_with_sync_state_and_the_enrolled_set() -> None:
+    state = [{"target_key": "cloud"}, {"target_key": "cloud:my-app"}, {"target_key": "cloud:scratch"}]
+    right = {"findings": [{"check": "foreign_sync_target", "target_key": "cloud:scratch"}]}
+    assert check_i3(_observation([], sync_state=state, canary=right)) == []
+    (missed,) = check_i3(_observation([], sync_state=state))
+    assert "misses ['cloud:scratch']" in missed.detail
+    wrong = {"findings": [{"check": "foreign_sync_target", "target_key": "cloud:my-app"}, *right["findings"]]}
+    (false_alarm,) = check_i3(_observation([], sync_state=state, canary=wrong))
+    assert false_alarm.expectations[0]["canary"]["findings_exclude"] == [
+        {"check": "foreign_sync_target", "target_key": "cloud:my-app"}
+    ]
+
+
+def test_i5_fires_only_once_settled_and_names_the_head_of_the_lane() -> None:
+    stuck = [_row(1, ""), _row(2, "my-app"), _row(3, "other-repo")]
+    assert check_i5(_observation(stuck)) == []
+    (violation,) = check_i5(_observation(stuck, settled=True))
+    assert violation.owner == "engram" and violation.kind == "I5/head-observation-no-project"
+    assert "my-app: 1" in violation.detail and "seq 1" in violation.detail
+    assert violation.expectations[0]["lanes"]["rows"] == [
+        {"lane": "cloud", "project": "my-app", "stranded": 0}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--nemesis", "earthquake"], "'earthquake' is not a nemesis kind"),
+        (["--seed", "abc"], "is not a valid integer"),
+        (["--budget", "0"], "--budget"),
+        (["--engram", "/nonexistent/engram"], "not an executable file"),
+        (["--engram", "/bin/sh", "--engram-version", "v1.20.0"], "exclusive"),
+    ],
+)
+def test_bad_input_exits_3_with_one_line(args: list[str], message: str) -> None:
+    result = CliRunner().invoke(cli, ["explore", *args])
+    assert result.exit_code == 3, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+class _NoCloud:
+    def close(self) -> None:
+        pass
+
+
+def _lossy_play(
+    binary: Path,
+    history: typing.Sequence[typing.Any],
+    *,
+    autosync: bool,
+    on_step: typing.Callable[[StepOutcome], None] | None = None,
+    cloud: object = None,
+) -> HistoryOutcome:
+    """engram stood in for: rows are lost once a sync runs after an enroll and a lossy fault."""
+    outcome = HistoryOutcome()
+    for index, step in enumerate(history):
+        played = StepOutcome(step.operation, step.raw, "ok", "", 0.0, 0.0, {"rows_waiting"})
+        outcome.steps.append(played)
+        if on_step is not None:
+            on_step(played)
+        before = {earlier.operation for earlier in history[:index]}
+        if step.operation == "sync_manual" and {"enroll", "nemesis"} <= before:
+            lost = {
+                "tag": "design",
+                "design_section": "invariant",
+                "lanes": {"rows": [{"lane": "cloud", "project": "my-app", "lost": 0}]},
+            }
+            outcome.violations = [
+                Violation(
+                    "I1", "2 lost", expectations=(lost,), nemesis_caused=True, signature="after-lossy-fault"
+                )
+            ]
+            outcome.violation_step = index
+            break
+    return outcome
+
+
+def test_the_loop_finds_shrinks_writes_and_replays_one_violation_per_kind(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    replayed: list[Path] = []
+    monkeypatch.setattr(explorer, "play", _lossy_play)
+    monkeypatch.setattr(explorer, "new_cloud", lambda logs: _NoCloud())
+
+    def replay(binary: Path, path: Path) -> tuple[bool, str]:
+        replayed.append(path)
+        return True, "lost 2"
+
+    monkeypatch.setattr(explorer, "replay_scenario", replay)
+    monkeypatch.setattr("harness.world.engram_version", lambda binary: "1.20.0")
+    settings = explorer.ExploreSettings(
+        binary=Path("/bin/true"),
+        seed=1,
+        budget=1,
+        out=tmp_path,
+        nemesis=("ack_without_store",),
+        autosync=False,
+        steps=8,
+        jobs=1,
+    )
+    report = explorer.explore(settings)
+    assert report.histories > 1 and report.steps > 0
+    first, *others = report.violations
+    assert first.kind == "I1/after-lossy-fault" and first.replayed is True
+    assert all(other.scenario is None for other in others)  # one shrink per kind
+    assert first.minimized_steps == 3 < first.steps or first.steps == 3
+    scenario = load_scenario(Path(str(first.scenario)))
+    names = [step.name for step in scenario.steps]
+    assert sorted(names) == ["cloud", "enroll", "sync"] and names[-1] == "sync"
+    assert replayed == [Path(str(first.scenario))]
+    data = report.as_json()
+    assert {"histories", "steps", "violations", "coverage"} <= set(data)
+    assert data["coverage"]["states"]["rows_waiting"] == report.steps
