@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from canary.errors import CanaryError
-from harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
+from harness.engram_install import DEFAULT_VERSION, cached_binary, find_engram, install_engram
 from harness.errors import HarnessError
 from harness.validate import ValidateOptions, alarms, validate
 
@@ -17,14 +17,35 @@ ALARM_EXIT = 3  # the report was written and finds rows lost or duplicated, or a
 
 
 def resolve_binary(engram_path: Path | None, version: str | None) -> Path:
+    """A flag always beats the environment: --engram or --engram-version ignore ENGRAM_BIN, which only
+    replaces the default version when neither is given."""
     if engram_path is not None and version:
         raise click.UsageError("--engram and --engram-version are exclusive; give one")
     if engram_path is not None:
         if not os.access(engram_path, os.X_OK) or not engram_path.is_file():
             raise click.UsageError(f"--engram {engram_path}: not an executable file")
         return engram_path
-    chosen = version or DEFAULT_VERSION
-    return find_engram(chosen) or install_engram(chosen)
+    if version:
+        cached = cached_binary(version)
+        return cached if cached.is_file() and os.access(cached, os.X_OK) else install_engram(version)
+    return find_engram(DEFAULT_VERSION) or install_engram(DEFAULT_VERSION)
+
+
+def check_writable(option: str, path: Path) -> None:
+    """Before the rehearsal: an output that cannot be written is a usage error now, not after minutes
+    of work. The probe opens the file for append (its content is kept) and removes it if it made it."""
+    if path.is_dir():
+        raise click.UsageError(f"{option} {path}: is a directory")
+    if not path.parent.is_dir():
+        raise click.UsageError(f"{option} {path}: no such directory {path.parent}")
+    existed = path.exists()
+    try:
+        with path.open("a", encoding="utf-8"):
+            pass
+    except OSError as error:
+        raise click.UsageError(f"{option} {path}: cannot write ({error.strerror})") from None
+    if not existed:
+        path.unlink(missing_ok=True)
 
 
 @click.command("validate")
@@ -87,8 +108,13 @@ def validate_command(
     from harness.validate_report import anonymized, render_html, render_markdown
 
     for option, path in (("--html", html_path), ("--json", json_path)):
-        if path is not None and not path.parent.is_dir():
-            raise click.UsageError(f"{option} {path}: no such directory {path.parent}")
+        if path is not None:
+            check_writable(option, path)
+    if keep is not None:
+        try:
+            keep.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise click.UsageError(f"--keep {keep}: cannot create ({error.strerror})") from None
     allowed = tuple(part.strip() for part in allowed_projects.split(",") if part.strip()) or ("*",)
     try:
         binary = resolve_binary(engram_path, version)

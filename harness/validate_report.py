@@ -12,15 +12,17 @@ import hashlib
 import html
 import re
 import shlex
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
 from engram_contract import LEGACY_TARGET
+from harness.validate_stuck import NO_PROJECT, project_name
 
 COUNTS = ("delivered", "stranded", "refused", "lost", "duplicated")
 # Words of engram and the kit, not of the user: never hashed.
-KEPT_NAMES = frozenset({"", "unsorted", "(no project)", "(unknown)", LEGACY_TARGET, "inbox", "local"})
+KEPT_NAMES = frozenset({"", "unsorted", NO_PROJECT, "(unknown)", LEGACY_TARGET, "inbox", "local"})
 # Fields whose whole value is a name (hashed exactly); every other string is scanned for known names.
 NAME_FIELDS = frozenset({"project", "key", "resolved_to", "target_key", "projects_refused"})
 NAME_KEYED_FIELDS = frozenset({"cwds", "cwd_claim_commands"})
@@ -171,7 +173,7 @@ def next_steps(report: dict[str, Any]) -> list[str]:
     for item in current["refused"]:
         steps.append(
             f"The server refused {item['rows']} row(s) of project {item['project']!r}: "
-            + (item["reasons"][0] if item["reasons"] else f"HTTP {', '.join(item['statuses'])}")
+            + (one_line(item["reasons"][0]) if item["reasons"] else f"HTTP {', '.join(item['statuses'])}")
             + f" ({_refusal_hint(item['statuses'])})."
         )
     inbox_keys, memories, telemetry = _inbox_totals(current["inbox_after"])
@@ -188,7 +190,9 @@ def next_steps(report: dict[str, Any]) -> list[str]:
             failed = [f"{check['check']} ({check['detail']})" for check in proof["checks"] if not check["ok"]]
             steps.append(f"Do not apply the plan as is: {'; '.join(failed)}.")
             for item in what_if["run"]["refused"]:
-                reason = item["reasons"][0] if item["reasons"] else "HTTP " + ", ".join(item["statuses"])
+                reason = (
+                    one_line(item["reasons"][0]) if item["reasons"] else "HTTP " + ", ".join(item["statuses"])
+                )
                 steps.append(
                     f"With the plan, the server refuses {item['rows']} row(s) of {item['project']!r}: {reason}."
                 )
@@ -234,13 +238,105 @@ def _interesting(rows: Sequence[dict[str, Any]], limit: int) -> list[dict[str, A
     return ranked[:limit]
 
 
+def one_line(text: str) -> str:
+    """engram's multi-line messages (last_error carries its own advice) on one line, words unchanged."""
+    return " / ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def worker_line(run: dict[str, Any]) -> str:
+    """engram's worker in engram's own words: its lane's lifecycle and last_error, never a word of ours."""
+    worker = run.get("worker") or {}
+    lifecycle = worker.get("lifecycle") or "unknown"
+    text = f"engram's worker: {lifecycle}"
+    if worker.get("last_error"):
+        text += f" — {one_line(str(worker['last_error']))}"
+    failures = int(worker.get("consecutive_failures") or 0)
+    if failures:
+        text += f" ({failures} consecutive failure(s))"
+    return text
+
+
+def lost_line(run: dict[str, Any]) -> str:
+    lost = int(run["totals"]["lost"])
+    if not lost:
+        return "**Lost:** 0 rows (nothing was acked without reaching the cloud)."
+    named = [f"{r['lane']} {project_name(r['project'])}: {r['lost']}" for r in run["lanes"] if r["lost"]]
+    return f"**Lost:** {lost} row(s) acked but never received — an engram bug: {', '.join(named)}."
+
+
+def stuck_line(run: dict[str, Any]) -> str:
+    stuck = run.get("stuck") or []
+    rows = sum(int(entry["rows"]) for entry in stuck)
+    if not rows:
+        return "**Stuck:** 0 rows."
+    kinds: Counter[str] = Counter()
+    for entry in stuck:
+        kinds[entry["kind"]] += int(entry["rows"])
+    return f"**Stuck:** {rows} row(s) (" + ", ".join(f"{n} {kind}" for kind, n in kinds.items()) + ")."
+
+
+def plan_line(report: dict[str, Any]) -> str | None:
+    """What the what-if plan did, said plainly; a plan that frees nothing while rows are held back too."""
+    what_if = report.get("what_if")
+    if what_if is None:
+        return None
+    effect, proof = what_if["effect"], what_if["proof"]
+    held = sum(
+        int(e["rows"]) for e in report["current"].get("stuck", []) if e["kind"] in ("refused", "held back")
+    )
+    gained = int(what_if["run"]["totals"]["delivered"]) - int(report["current"]["totals"]["delivered"])
+    text = (
+        f"With the {what_if['plan_source']} plan, the what-if delivers {gained} more row(s) than today "
+        f"and discards {effect['discarded_rows']}"
+    )
+    if gained <= 0 and held:
+        text += f" — it delivers nothing while {held} row(s) are held back"
+    failed = [check for check in proof["checks"] if not check["ok"]]
+    if failed:
+        text += ". Its proof FAILS: " + "; ".join(f"{c['check']} ({c['detail']})" for c in failed)
+        text += ". Do not run it as is."
+    else:
+        text += "; its proof holds (nothing blocked after the plan, no row worse off)."
+    return text
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     current = report["current"]
     total = current["totals"]
     database = report["database"]
     ticks = current["ticks"]
     lines = [
-        f"### engram {report['engram']['version']} rehearsed on a copy of `{_basename(database['path'])}`",
+        f"### engram {report['engram']['version']} rehearsed on a copy of `{database['path']}`",
+        "",
+        lost_line(current),
+        "",
+        stuck_line(current),
+        "",
+        f"{worker_line(current)}",
+        "",
+    ]
+    stuck = current.get("stuck") or []
+    if stuck:
+        lines += _table(
+            ["lane", "project", "rows", "why"],
+            [[e["lane"], e["project"], e["rows"], _why(e)] for e in stuck[:15]],
+        )
+        if len(stuck) > 15:
+            lines.append(f"\n({len(stuck) - 15} more in the JSON/HTML report)")
+        lines.append("")
+    commands = report.get("what_to_run") or []
+    lines.append("**What to run** (in order, on your database; each command takes a backup first):")
+    lines.append("")
+    plan_text = plan_line(report)
+    if plan_text:
+        lines += [plan_text, ""]
+    if commands:
+        lines += ["```sh", *commands, "```"]
+    else:
+        lines.append("Nothing: no command of the canary frees a row here.")
+    lines += [
+        "",
+        "**Details**",
         "",
         f"- Original untouched: {_untouched(database)}; "
         f"{total['enqueued']} sync rows; {len(ticks)} worker tick(s), "
@@ -261,23 +357,23 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines += _table(
         ["lane", "project", "enqueued", *COUNTS],
         [
-            [r["lane"], r["project"] or "(none)", r["enqueued"], *(r[c] for c in COUNTS)]
+            [r["lane"], project_name(r["project"]), r["enqueued"], *(r[c] for c in COUNTS)]
             for r in _interesting(current["lanes"], 12)
         ],
     )
     if len(current["lanes"]) > 12:
         lines.append(f"\n({len(current['lanes']) - 12} more lane rows in the JSON/HTML report)")
     if current["refused"]:
-        lines += ["", "**Refused by the server**", ""]
+        lines += ["", "**Refused by the server in the run** (the worker stops at the first refusal)", ""]
         lines += _table(
             ["project", "rows", "attempts", "status", "reason"],
             [
                 [
-                    r["project"] or "(none)",
+                    project_name(r["project"]),
                     r["rows"],
                     r["attempts"],
                     ", ".join(r["statuses"]),
-                    (r["reasons"] or [""])[0][:160],
+                    one_line((r["reasons"] or [""])[0])[:160],
                 ]
                 for r in current["refused"]
             ],
@@ -300,7 +396,7 @@ def render_markdown(report: dict[str, Any]) -> str:
             ),
             f"- Stranded {total['stranded']} -> {wtotal['stranded']}, delivered {total['delivered']} -> "
             f"{wtotal['delivered']}, refused {total['refused']} -> {wtotal['refused']}, lost {wtotal['lost']}.",
-            f"- Nothing becomes blocked: {'yes' if proof['ok'] else 'NO'} ("
+            f"- Proof: {'holds' if proof['ok'] else 'FAILS'} ("
             + "; ".join(f"{'ok' if c['ok'] else 'FAILED'}: {c['check']}" for c in proof["checks"])
             + ")",
         ]
@@ -320,7 +416,16 @@ ENDINGS = {
 }
 
 
+def _why(entry: dict[str, Any]) -> str:
+    seqs = entry.get("seqs") or []
+    text = f"{entry['kind']}: {entry['reason']}"
+    return text + (f" (seq {', '.join(map(str, seqs))})" if seqs else "")
+
+
 def _ended(run: dict[str, Any]) -> str:
+    worker = run.get("worker") or {}
+    if worker.get("lifecycle") == "degraded":
+        return "engram's worker degraded: " + one_line(str(worker.get("last_error") or "no reason recorded"))
     ticks = run["ticks"]
     ended = run.get("ended") or ("idle" if ticks and ticks[-1]["worker_pending"] in (0, -1) else "tick limit")
     return ENDINGS.get(ended, ended)
@@ -492,7 +597,8 @@ table{border-collapse:collapse;margin:.5rem 0;font-size:.9rem}td,th{border:1px s
 td:first-child,th:first-child,td.name{text-align:left}th{background:#f3f6f9}
 .figures{display:flex;flex-wrap:wrap;gap:.8rem;margin:1rem 0}.figure{border:1px solid #dde3ea;border-radius:6px;padding:.5rem .9rem;min-width:7rem}
 .figure b{display:block;font-size:1.4rem}.ok{color:#2e7d32}.bad{color:#b3412f}.plot{max-width:100%;height:auto;display:block;margin:.6rem 0}
-code{background:#f3f6f9;padding:0 .2rem}small{color:#5b6773}
+code{background:#f3f6f9;padding:0 .2rem}pre{background:#f3f6f9;padding:.6rem;overflow-x:auto;white-space:pre-wrap}
+#answers{border:1px solid #dde3ea;border-radius:6px;padding:.2rem 1rem;margin:1rem 0}small{color:#5b6773}
 """
 
 
@@ -506,6 +612,21 @@ def _html_table(header: Sequence[str], rows: Iterable[Sequence[Any]], table_id: 
 def _figure(figure_id: str, label: str, value: Any, good: bool | None = None) -> str:
     css = "" if good is None else (" ok" if good else " bad")
     return f"<div class='figure{css}' id='{figure_id}'><b>{_esc(value)}</b>{_esc(label)}</div>"
+
+
+def _md_bold(text: str) -> str:
+    """`**Lost:** 0` as HTML: the bold label of a first-screen answer."""
+    parts = _esc(text).split("**")
+    return "".join(f"<b>{part}</b>" if index % 2 else part for index, part in enumerate(parts))
+
+
+def _blocked_check(what_if: dict[str, Any]) -> bool:
+    """The proof's honest headline: false whenever a blocker remains after the plan (or the proof fails)."""
+    return bool(what_if["proof"]["ok"]) and all(
+        check["ok"]
+        for check in what_if["proof"]["checks"]
+        if check["check"] == "nothing blocked after the plan"
+    )
 
 
 def _inbox_chart(inbox: Sequence[dict[str, Any]]) -> str:
@@ -586,15 +707,37 @@ def render_html(report: dict[str, Any]) -> str:
         figures.append(
             _figure(
                 "fig-proof",
-                "nothing blocked by the plan",
-                "yes" if what_if["proof"]["ok"] else "NO",
-                what_if["proof"]["ok"],
+                "nothing blocked after the plan",
+                "yes" if _blocked_check(what_if) else "NO",
+                _blocked_check(what_if),
             )
         )
+    stuck = current.get("stuck") or []
+    plan_text = plan_line(report)
+    commands = report.get("what_to_run") or []
     body = [
         f"<h1>{_esc(title)}</h1>",
         f"<small>{_esc(report['generated_at'])} · {len(current['ticks'])} worker tick(s) · "
         f"{total['enqueued']} sync rows{' · names anonymized' if report.get('anonymized') else ''}</small>",
+        f"<section id='answers'><p id='answer-lost' class='{'ok' if not total['lost'] else 'bad'}'>"
+        f"{_md_bold(lost_line(current))}</p>",
+        f"<p id='answer-stuck'>{_md_bold(stuck_line(current))} <span id='worker'>{_esc(worker_line(current))}</span></p>",
+        _html_table(
+            ["lane", "project", "rows", "why"],
+            [[e["lane"], e["project"], e["rows"], _why(e)] for e in stuck],
+            "stuck",
+        )
+        if stuck
+        else "",
+        "<p><b>What to run</b> (in order, on your database; each command takes a backup first):</p>",
+        f"<p id='plan-verdict' class='{'ok' if what_if is None or what_if['proof']['ok'] else 'bad'}'>"
+        f"{_esc(plan_text)}</p>"
+        if plan_text
+        else "",
+        "<pre id='what-to-run'>" + _esc("\n".join(commands)) + "</pre>"
+        if commands
+        else "<p id='what-to-run'>Nothing: no command of the canary frees a row here.</p>",
+        "</section>",
         f"<div class='figures'>{''.join(figures)}</div>",
         "<h2>Next</h2><ul id='next-steps'>"
         + "".join(f"<li>{_esc(step)}</li>" for step in next_steps(report))
@@ -606,7 +749,7 @@ def render_html(report: dict[str, Any]) -> str:
             [
                 [
                     r["lane"],
-                    r["project"] or "(none)",
+                    project_name(r["project"]),
                     r["enqueued"],
                     r["acked_before_run"],
                     *(r[c] for c in COUNTS),
@@ -619,7 +762,7 @@ def render_html(report: dict[str, Any]) -> str:
         _html_table(
             ["project", "enqueued", "acked before", *COUNTS],
             [
-                [r["project"] or "(none)", r["enqueued"], r["acked_before_run"], *(r[c] for c in COUNTS)]
+                [project_name(r["project"]), r["enqueued"], r["acked_before_run"], *(r[c] for c in COUNTS)]
                 for r in current["projects"]
             ],
             "projects",
@@ -632,7 +775,7 @@ def render_html(report: dict[str, Any]) -> str:
                 ["project", "rows", "attempts", "status", "reason (as engram recorded it)"],
                 [
                     [
-                        r["project"] or "(none)",
+                        project_name(r["project"]),
                         r["rows"],
                         r["attempts"],
                         ", ".join(r["statuses"]),

@@ -60,8 +60,14 @@ def test_plan_lines_with_or_without_the_program_name_comments_and_quotes() -> No
 @pytest.mark.parametrize(
     ("line", "error"),
     [
-        ("rm -rf /", "plan.txt:2: only `inbox claim` and `inbox drop` lines are allowed, got 'rm -rf /'"),
-        ("engram-canary cleanup-phantoms --apply", "plan.txt:2: only `inbox claim` and `inbox drop`"),
+        (
+            "rm -rf /",
+            "plan.txt:2: only `inbox claim`, `inbox drop` and `repair` lines are allowed, got 'rm -rf /'",
+        ),
+        (
+            "engram-canary cleanup-phantoms --apply",
+            "plan.txt:2: only `inbox claim`, `inbox drop` and `repair`",
+        ),
         (
             "inbox claim --project x --as y --db /home/me/.engram/engram.db",
             "plan.txt:2: --db is set by validate",
@@ -166,11 +172,11 @@ def test_a_refused_row_without_a_project_keeps_the_servers_reason() -> None:
 
 def test_markdown_is_short_and_pins_the_verdicts(report: dict[str, Any]) -> None:
     text = render_markdown(report)
-    assert len(text.splitlines()) < 60
+    assert len(text.splitlines()) < 75
     assert "- Original untouched: yes; 7580 sync rows; 1 worker tick(s), idle after the last one." in text
     assert "- Migrations applied by the binary: none (schema unchanged, user_version 0)." in text
     assert "| 6553 | 0 | 1027 | 0 | 0 | 0 |" in text
-    assert "- Nothing becomes blocked: NO (" in text and "FAILED: no new refusals" in text
+    assert "- Proof: FAILS (" in text and "FAILED: no new refusals" in text
     assert "status 403: forbidden: project is not allowed" in text
 
 
@@ -375,7 +381,7 @@ def test_a_truncated_database_is_one_line(tmp_path: Path) -> None:
         connection.commit()
     data = db.read_bytes()
     db.write_bytes(data[: len(data) // 2])
-    assert _one_line_error(tmp_path, db).startswith(f"Error: {db}: ")
+    assert _one_line_error(tmp_path, db).startswith(f"Error: --db {db}: ")
 
 
 def test_a_plan_that_is_not_utf8_and_a_binary_that_is_not_engram_are_one_line(tmp_path: Path) -> None:
@@ -425,3 +431,41 @@ def test_claimed_copies_waiting_on_a_stalled_worker_fail_the_proof_but_not_at_th
         return bool(check["ok"])
 
     assert (flowing("stalled"), flowing("tick limit"), flowing("idle")) == (False, True, False)
+
+
+def test_the_proof_says_blocked_whenever_a_blocker_remains_after_the_plan() -> None:
+    """The plan dropped telemetry and delivered nothing; the row without a project still holds the lane."""
+    lanes = [{"lane": "cloud", "project": "my-app", "delivered": 0, "refused": 0, "lost": 0}]
+    current = {"lanes": lanes, "canary_after": {"status": "critical"}}
+    blocker = {
+        "seq": 7,
+        "project": "",
+        "entity": "observation",
+        "reason": "400 mutation entries must specify a project",
+    }
+    what_if = {
+        "lanes": lanes,
+        "canary_after": {"status": "critical"},
+        "worker_pending_after": 19,
+        "ended": "stalled",
+        "lane_health": {
+            "lanes": [
+                {
+                    "target_key": "cloud",
+                    "blocked": True,
+                    "blockers": [blocker],
+                    "lifecycle": "degraded",
+                    "last_error": "x",
+                }
+            ],
+            "enrolled": ["my-app"],
+        },
+    }
+    proof = blocked_proof(current, what_if, {"still_waiting": 0, "delivered_in_run": 0})
+    (blocked,) = (check for check in proof["checks"] if check["check"] == "nothing blocked after the plan")
+    assert blocked == {
+        "check": "nothing blocked after the plan",
+        "ok": False,
+        "detail": "lane cloud: seq 7 ((no project): 400 mutation entries must specify a project)",
+    }
+    assert proof["ok"] is False
