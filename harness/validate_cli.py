@@ -86,7 +86,15 @@ def check_writable(option: str, path: Path) -> None:
 )
 @click.option("--html", "html_path", type=click.Path(path_type=Path, dir_okay=False), help="Write HTML.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False), help="Write JSON.")
-@click.option("--anonymize", is_flag=True, help="Stable hashes for project names, cwds, titles and contents.")
+@click.option(
+    "--anonymize", is_flag=True, help="Keyed hashes for every name and path, in every output (stderr too)."
+)
+@click.option(
+    "--anonymize-key",
+    "key_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="With --anonymize: the key file (made, mode 600, when missing); the same key gives the same names.",
+)
 @click.option("--keep", type=click.Path(path_type=Path, file_okay=False), help="Keep the copies in this dir.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines on stderr.")
 def validate_command(
@@ -101,11 +109,19 @@ def validate_command(
     html_path: Path | None,
     json_path: Path | None,
     anonymize: bool,
+    key_path: Path | None,
     keep: Path | None,
     quiet: bool,
 ) -> None:
     """Rehearse an engram version on a copy of DB: lanes, refusals, canary, doctor, migrations, a what-if."""
-    from harness.validate_report import anonymized, render_html, render_markdown
+    from harness.validate_report import (
+        anonymized,
+        hide_paths,
+        new_key,
+        read_or_create_key,
+        render_html,
+        render_markdown,
+    )
 
     for option, path in (("--html", html_path), ("--json", json_path)):
         if path is not None:
@@ -115,6 +131,23 @@ def validate_command(
             keep.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise click.UsageError(f"--keep {keep}: cannot create ({error.strerror})") from None
+    if key_path is not None and not anonymize:
+        raise click.UsageError("--anonymize-key goes with --anonymize")
+    key = new_key()
+    if key_path is not None:
+        if not key_path.parent.is_dir():
+            raise click.UsageError(f"--anonymize-key {key_path}: no such directory {key_path.parent}")
+        try:
+            key = read_or_create_key(key_path)
+        except (OSError, ValueError) as error:
+            raise click.UsageError(f"--anonymize-key {key_path}: {error}") from None
+    # Everything the tester named on the command line is a path of their machine: hidden when anonymized.
+    given = [db, db.resolve(), db.parent, db.resolve().parent, plan, aliases, keep, html_path, json_path]
+    paths = sorted({str(path) for path in given if path is not None and str(path) not in ("", ".", "/")})
+
+    def said(message: str) -> str:
+        return hide_paths(message, paths, key) if anonymize else message
+
     allowed = tuple(part.strip() for part in allowed_projects.split(",") if part.strip()) or ("*",)
     try:
         binary = resolve_binary(engram_path, version)
@@ -129,21 +162,23 @@ def validate_command(
             work_dir=keep,
         )
         report = validate(
-            options, progress=(lambda _m: None) if quiet else (lambda m: click.echo(m, err=True))
+            options, progress=(lambda _m: None) if quiet else (lambda m: click.echo(said(m), err=True))
         )
     except (HarnessError, CanaryError) as error:
-        raise click.ClickException(str(error)) from None
+        raise click.ClickException(said(str(error))) from None
     if anonymize:
-        report = anonymized(report)
+        report = anonymized(report, key, paths)
     try:
         if json_path is not None:
             json_path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         if html_path is not None:
             html_path.write_text(render_html(report), encoding="utf-8")
     except OSError as error:
-        raise click.ClickException(f"{error.filename}: cannot write the report ({error.strerror})") from None
+        raise click.ClickException(
+            said(f"{error.filename}: cannot write the report ({error.strerror})")
+        ) from None
     click.echo(render_markdown(report), nl=False)
     found = alarms(report)
     if found:
-        click.echo(f"engram-harness validate: {'; '.join(found)}", err=True)
+        click.echo(said(f"engram-harness validate: {'; '.join(found)}"), err=True)
         raise SystemExit(ALARM_EXIT)

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import hmac
 import html
+import os
 import re
+import secrets
 import shlex
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from engram_contract import LEGACY_TARGET
@@ -32,9 +36,44 @@ LIST_OF_NAMES_FIELDS = frozenset({"refused_projects", "allowed_projects"})
 # ─── anonymize ───────────────────────────────────────────────────────────────
 
 
-def stable_hash(text: str) -> str:
-    """The same name gives the same hash in every report, so two anonymized reports compare."""
-    return "h" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:10]
+KEY_BYTES = 32
+
+
+def stable_hash(text: str, key: bytes) -> str:
+    """HMAC-SHA256 of the name under the run's secret key: the same key gives the same names (the tester
+    keeps it to map them back, or to compare two reports); without it no guess can be checked."""
+    return "h" + hmac.new(key, text.encode("utf-8"), hashlib.sha256).hexdigest()[:12]
+
+
+def new_key() -> bytes:
+    return secrets.token_bytes(KEY_BYTES)
+
+
+def read_or_create_key(path: Path) -> bytes:
+    """The key in PATH (hex), or a new random one written there, readable by its owner only."""
+    try:
+        text = path.read_text(encoding="ascii").strip()
+    except FileNotFoundError:
+        key = new_key()
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
+            handle.write(key.hex() + "\n")
+        return key
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"cannot read ({getattr(error, 'strerror', None) or error})") from None
+    try:
+        key = bytes.fromhex(text)
+    except ValueError:
+        key = b""
+    if len(key) != KEY_BYTES:
+        raise ValueError(f"not a key this command wrote ({KEY_BYTES * 2} hex digits)")
+    return key
+
+
+def hide_paths(text: str, paths: Sequence[str], key: bytes) -> str:
+    """Known paths of the tester's machine in a line of progress or an error, as their hashes."""
+    for path in sorted((p for p in paths if p), key=len, reverse=True):
+        text = text.replace(path, stable_hash(path, key))
+    return text
 
 
 def _lane_name(lane: str, hashed: Callable[[str], str]) -> str:
@@ -67,13 +106,16 @@ def _names(report: Any) -> set[str]:
     return {name for name in found if name not in KEPT_NAMES and name != "*"}
 
 
-def anonymized(report: dict[str, Any]) -> dict[str, Any]:
-    """A copy with project names, inbox keys, cwds, target keys and paths replaced by stable hashes.
+def anonymized(report: dict[str, Any], key: bytes, paths: Sequence[str] = ()) -> dict[str, Any]:
+    """A copy with project names, inbox keys, cwds, target keys and paths replaced by keyed hashes.
 
     Counts, ages, times and shapes stay. Titles and contents never enter a report; free text (server
-    reasons, canary messages, commands) has every known name replaced inside it.
+    reasons, canary messages, commands) has every known name and PATHS (the database, --keep, ...)
+    replaced inside it; free text that can quote a row (a plan line's output, engram's serve log) is
+    left out.
     """
-    names = _names(report)
+    path = str(report.get("database", {}).get("path", ""))
+    names = _names(report) | {p for p in (path, *paths) if p}
     pattern = (
         re.compile(
             "(?<![A-Za-z0-9_-])("
@@ -85,7 +127,7 @@ def anonymized(report: dict[str, Any]) -> dict[str, Any]:
     )
 
     def hashed(name: str) -> str:
-        return name if name in KEPT_NAMES or name == "*" else stable_hash(name)
+        return name if name in KEPT_NAMES or name == "*" else stable_hash(name, key)
 
     def text(value: str) -> str:
         if value.startswith("engram-canary "):
@@ -94,7 +136,7 @@ def anonymized(report: dict[str, Any]) -> dict[str, Any]:
                 return shlex.join(
                     hashed(word) if word in names else text(word) for word in shlex.split(value)
                 )
-        return pattern.sub(lambda match: stable_hash(match.group(1)), value) if pattern else value
+        return pattern.sub(lambda match: stable_hash(match.group(1), key), value) if pattern else value
 
     def walk(value: Any, field: str | None) -> Any:
         if isinstance(value, dict):
@@ -114,12 +156,13 @@ def anonymized(report: dict[str, Any]) -> dict[str, Any]:
 
     result: dict[str, Any] = walk(report, None)
     database = result.get("database", {})
-    path = str(report.get("database", {}).get("path", ""))
-    database["path"] = stable_hash(path) + ".db"
+    database["path"] = stable_hash(path, key)
     engram = result.get("engram", {})
     engram["binary"] = "engram"
     for run in _runs(result):
         run["serve_log"] = ""
+    for step in (result.get("what_if") or {}).get("plan", []):
+        step["message"] = ""
     result["anonymized"] = True
     return result
 
@@ -404,7 +447,8 @@ def render_markdown(report: dict[str, Any]) -> str:
     if report.get("anonymized"):
         lines += [
             "",
-            "_Names are replaced by stable hashes (--anonymize); counts, ages and shapes are real._",
+            "_Names and paths are replaced by keyed hashes (--anonymize; the key file of --anonymize-key "
+            "maps them back); counts, ages and shapes are real._",
         ]
     return "\n".join(lines) + "\n"
 

@@ -5,6 +5,7 @@ anonymized report of a real run (see test_validate_html.py)."""
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import sqlite3
 from contextlib import closing
@@ -19,6 +20,7 @@ from click.testing import CliRunner
 from canary.inbox import KeySummary
 from harness import validate_cli
 from harness.cli import cli
+from harness.errors import HarnessError
 from harness.lanes import LocalMutation
 from harness.validate import (
     PUSH_PATH,
@@ -33,6 +35,7 @@ from harness.validate import (
 )
 from harness.validate_report import anonymized, render_html, render_markdown, stable_hash
 
+KEY = b"\x00" * 32
 DATA = Path(__file__).parent / "data" / "validate-report.json"
 
 
@@ -226,23 +229,29 @@ def _named_report() -> dict[str, Any]:
 
 def test_anonymize_hashes_names_everywhere_and_keeps_the_numbers() -> None:
     report = _named_report()
-    hidden = anonymized(report)
+    hidden = anonymized(report, KEY)
     outputs = json.dumps(hidden, ensure_ascii=False) + render_markdown(hidden) + render_html(hidden)
     for secret in ("Ana", "lm-studio", "LM Studio", "código", "/home/ana"):
         assert secret not in outputs, secret
     lane = hidden["current"]["lanes"][0]
-    assert lane["lane"] == "cloud:" + stable_hash("Ana's App") and lane["project"] == stable_hash("Ana's App")
-    app = stable_hash("Ana's App")
+    assert lane["lane"] == "cloud:" + stable_hash("Ana's App", KEY) and lane["project"] == stable_hash(
+        "Ana's App", KEY
+    )
+    app = stable_hash("Ana's App", KEY)
     assert hidden["current"]["refused"][0]["reasons"] == [
         f'push: transport push project "{app}": status 403: forbidden'
     ]
     assert hidden["current"]["totals"] == report["current"]["totals"]
-    assert hidden["current"]["inbox_before"][0]["cwds"] == {stable_hash("/home/ana/código/LM Studio"): 3}
-    assert anonymized(report) == hidden  # stable: the same names give the same hashes
+    assert hidden["current"]["inbox_before"][0]["cwds"] == {stable_hash("/home/ana/código/LM Studio", KEY): 3}
+    assert anonymized(report, KEY) == hidden  # the same key gives the same names
+    other = anonymized(report, b"\x01" * 32)
+    assert other["current"]["lanes"][0]["project"] != lane["project"]
+    # salted: the plain sha256 of a name (what a brute-force search tries) is not its hash
+    assert hashlib.sha256(b"Ana's App").hexdigest()[:12] not in json.dumps(hidden)
 
 
 def test_anonymize_keeps_the_kits_own_words() -> None:
-    hidden = anonymized(_named_report())
+    hidden = anonymized(_named_report(), KEY)
     keys = {key["key"] for key in hidden["current"]["inbox_before"]}
     assert "unsorted" in keys
     assert {row["lane"] for row in hidden["current"]["lanes"]} >= {"cloud"}
@@ -406,11 +415,11 @@ def test_a_project_named_slash_does_not_eat_the_kits_own_text() -> None:
         "ended": "stalled",
     }
     proof = blocked_proof(current, what_if, {"still_waiting": 0, "delivered_in_run": 0})
-    hidden = anonymized({"current": current, "what_if": {"run": what_if, "proof": proof}})
+    hidden = anonymized({"current": current, "what_if": {"run": what_if, "proof": proof}}, KEY)
     (refusals,) = (
         check for check in hidden["what_if"]["proof"]["checks"] if check["check"] == "no new refusals"
     )
-    assert refusals["detail"] == f"lane cloud project {stable_hash('my-app')}: 0 -> 1"
+    assert refusals["detail"] == f"lane cloud project {stable_hash('my-app', KEY)}: 0 -> 1"
 
 
 def test_claimed_copies_waiting_on_a_stalled_worker_fail_the_proof_but_not_at_the_tick_limit() -> None:
@@ -469,3 +478,56 @@ def test_the_proof_says_blocked_whenever_a_blocker_remains_after_the_plan() -> N
         "detail": "lane cloud: seq 7 ((no project): 400 mutation entries must specify a project)",
     }
     assert proof["ok"] is False
+
+
+def test_the_anonymize_key_file_is_made_private_and_gives_the_same_names_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(validate_cli, "validate", lambda options, progress=None: _named_report())
+    db = tmp_path / "engram.db"
+    db.write_bytes(b"")
+    binary = tmp_path / "engram"
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    key_file = tmp_path / "validate.key"
+    args = ["validate", "--db", str(db), "--engram", str(binary), "-q", "--anonymize"]
+    first = CliRunner(mix_stderr=False).invoke(cli, [*args, "--anonymize-key", str(key_file)])
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    key = bytes.fromhex(key_file.read_text().strip())
+    assert len(key) == 32
+    again = CliRunner(mix_stderr=False).invoke(cli, [*args, "--anonymize-key", str(key_file)])
+    assert first.stdout == again.stdout and stable_hash("Ana's App", key) in first.stdout
+    unkeyed = CliRunner(mix_stderr=False).invoke(cli, args)
+    assert stable_hash("Ana's App", key) not in unkeyed.stdout  # a fresh random key each run
+    key_file.write_text("not a key\n")
+    broken = CliRunner().invoke(cli, [*args, "--anonymize-key", str(key_file)])
+    assert broken.exit_code == 2
+    assert (
+        broken.output.strip()
+        .splitlines()[-1]
+        .startswith(f"Error: --anonymize-key {key_file}: not a key this command wrote (64 hex digits)")
+    )
+    lonely = CliRunner().invoke(cli, ["validate", "--db", str(db), "--anonymize-key", str(key_file)])
+    assert lonely.exit_code == 2 and "--anonymize-key goes with --anonymize" in lonely.output
+
+
+def test_anonymized_progress_and_errors_name_no_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    secret_dir = tmp_path / "ana-private"
+    secret_dir.mkdir()
+    db = secret_dir / "engram.db"
+    db.write_bytes(b"")
+
+    def fail(options: ValidateOptions, progress: Any) -> None:
+        progress(f"copying {options.db}")
+        raise HarnessError(f"{options.db}: cannot copy (disk I/O error)")
+
+    monkeypatch.setattr(validate_cli, "validate", fail)
+    binary = tmp_path / "engram"
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    result = CliRunner(mix_stderr=False).invoke(
+        cli, ["validate", "--db", str(db), "--engram", str(binary), "--anonymize"]
+    )
+    assert result.exit_code == 1
+    assert "ana-private" not in result.stderr + result.stdout, result.stderr
+    assert result.stderr.startswith("copying h") and "cannot copy (disk I/O error)" in result.stderr

@@ -32,6 +32,7 @@ from fake_cloud.server import FakeCloudConfig, start_fake_cloud
 from harness.cli import cli
 from harness.engram_env import EngramEnvironment, meaningful_stderr
 from harness.polling import eventually
+from harness.validate_report import one_line
 from harness.world import EngramDaemon
 
 pytestmark = [pytest.mark.engram, pytest.mark.xdist_group("validate-blocked-lane")]
@@ -78,7 +79,7 @@ def make_blocked_home(world: EngramEnvironment) -> None:
         _post(daemon, "/sessions", {"id": "s-late", "project": "main-proj", "directory": str(home_dir)})
     finally:
         daemon.close()
-    _engram(world, "save", "no project", "saved without --project", cwd=home_dir)
+    _engram(world, "save", "stray thought", "saved without --project", cwd=home_dir)
     for project, title in (("main-proj", "main decision"), ("second-proj", "second decision")):
         _engram(world, "save", title, f"content of {title}", "--project", project, cwd=home_dir)
 
@@ -142,7 +143,9 @@ def test_the_first_screen_answers_lost_stuck_and_what_to_run(validated: Validate
     # engram's own record of why, and its worker in its own words (never "idle" for a blocked tick)
     assert "engram's worker: degraded" in screen
     assert validated.report["current"]["worker"]["lifecycle"] == "degraded"
-    assert validated.report["current"]["worker"]["last_error"] in screen
+    last_error = validated.report["current"]["worker"]["last_error"]
+    assert "session payload directory is required for upsert" in last_error
+    assert one_line(last_error) in screen  # engram's words, its lines joined
     assert "idle" not in screen
 
 
@@ -220,3 +223,64 @@ def test_the_printed_commands_on_the_real_database_let_engrams_worker_deliver(va
             daemon.close()
         received = cloud.client.received()
     assert {row.project for row in received} == set(ENROLLED)
+
+
+SECRETS = (
+    "main-proj",
+    "second-proj",
+    "side-project",
+    "s-nodir",
+    "s-late",
+    "ana home",
+    "side note",
+    "stray thought",
+    "saved without --project",
+    "main decision",
+    "second decision",
+    "content of main decision",
+)
+
+
+def test_anonymize_leaks_no_name_path_title_content_or_session_id(
+    validated: Validated, engram_bin: Path
+) -> None:
+    world = validated.world
+    out = world.root / "anon"
+    out.mkdir()
+    key = out / "validate.key"
+    result = CliRunner(mix_stderr=False).invoke(
+        cli,
+        [
+            "validate",
+            "--db",
+            str(world.db_path),
+            "--engram",
+            str(engram_bin),
+            "--ticks",
+            "1",
+            "--json",
+            str(out / "r.json"),
+            "--html",
+            str(out / "r.html"),
+            "--anonymize",
+            "--anonymize-key",
+            str(key),
+        ],
+    )
+    assert result.exit_code == 0, result.stdout + result.stderr
+    outputs = {
+        "stdout": result.stdout,
+        "stderr": result.stderr,
+        "json": (out / "r.json").read_text(),
+        "html": (out / "r.html").read_text(),
+    }
+    secrets = [*SECRETS, str(world.root), str(world.db_path)]
+    for kind, text in outputs.items():
+        leaked = [secret for secret in secrets if secret in text]
+        assert leaked == [], f"{kind} leaks {leaked}"
+    assert "copying h" in result.stderr  # progress still speaks, of the hash
+    # the key maps names back: the same key gives the same hash of the tester's project
+    from harness.validate_report import stable_hash
+
+    mapped = stable_hash("main-proj", bytes.fromhex(key.read_text().strip()))
+    assert mapped in outputs["stdout"]

@@ -121,6 +121,7 @@ def test_a_lock_let_go_within_the_wait_is_copied(tmp_path: Path) -> None:
     holder = sqlite3.connect(db, check_same_thread=False, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
     holder.execute("INSERT INTO t VALUES (1)")
+
     def let_go() -> None:
         holder.execute("COMMIT")
         holder.close()
