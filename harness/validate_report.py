@@ -183,6 +183,8 @@ def _inbox_totals(inbox: Sequence[dict[str, Any]]) -> tuple[int, int, int]:
 
 
 def _doctor_line(doctor: dict[str, Any]) -> str:
+    if doctor.get("status") == "skipped":
+        return "skipped (--no-doctor)"
     if doctor.get("error"):
         return f"{doctor.get('status')} ({doctor['error']})"
     summary = doctor.get("summary") or {}
@@ -268,6 +270,7 @@ def _refusal_hint(statuses: dict[str, int]) -> str:
 
 
 def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
+    header, rows = _without_empty_columns(header, rows)
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(cell).replace("|", "\\|") for cell in row) + " |" for row in rows]
     return lines
@@ -496,6 +499,13 @@ PALETTE = {
     "current": "#2f6fb3",
     "what-if": "#2e9d5b",
     "line": "#b3412f",
+    "refused": "#b3412f",
+    "held back": "#e08a3c",
+    "not enrolled": "#2f6fb3",
+    "per-project lane": "#8e6bbf",
+    "waiting": "#9aa5b1",
+    "other lane": "#5b6773",
+    "stranded": "#2f6fb3",
 }
 FONT = "font-family='system-ui, sans-serif' font-size='12'"
 
@@ -646,7 +656,17 @@ code{background:#f3f6f9;padding:0 .2rem}pre{background:#f3f6f9;padding:.6rem;ove
 """
 
 
+def _without_empty_columns(
+    header: Sequence[str], rows: Iterable[Sequence[Any]]
+) -> tuple[list[str], list[list[Any]]]:
+    """A column no row has a value in says nothing: it is left out (0 is a value, '' and None are not)."""
+    listed = [list(row) for row in rows]
+    keep = [i for i in range(len(header)) if not listed or any(row[i] not in ("", None) for row in listed)]
+    return [header[i] for i in keep], [[row[i] for i in keep] for row in listed]
+
+
 def _html_table(header: Sequence[str], rows: Iterable[Sequence[Any]], table_id: str = "") -> str:
+    header, rows = _without_empty_columns(header, rows)
     ident = f" id='{table_id}'" if table_id else ""
     head = "".join(f"<th>{_esc(cell)}</th>" for cell in header)
     body = "".join("<tr>" + "".join(f"<td>{_esc(cell)}</td>" for cell in row) + "</tr>" for row in rows)
@@ -656,6 +676,33 @@ def _html_table(header: Sequence[str], rows: Iterable[Sequence[Any]], table_id: 
 def _figure(figure_id: str, label: str, value: Any, good: bool | None = None) -> str:
     css = "" if good is None else (" ok" if good else " bad")
     return f"<div class='figure{css}' id='{figure_id}'><b>{_esc(value)}</b>{_esc(label)}</div>"
+
+
+SPREAD_SECONDS = 3600.0  # a timeline of targets all touched within the hour is a vertical line
+
+
+def _foreign_view(targets: Sequence[dict[str, Any]]) -> str:
+    """The foreign targets over time when their times spread; else (one moment, or none) a table."""
+    moments = sorted(m for t in targets if (m := _moment(t.get("updated_at"))) is not None)
+    if len(moments) >= 2 and (moments[-1] - moments[0]).total_seconds() >= SPREAD_SECONDS:
+        return timeline_chart(
+            "plot-foreign", "Foreign sync targets over time (cumulative, by last update)", targets
+        )
+    if not targets:
+        return "<p id='foreign-targets'>No foreign sync target.</p>"
+    return _html_table(
+        ["target", "lifecycle", "last enqueued seq", "last update"],
+        [
+            [
+                t["target_key"],
+                t.get("lifecycle") or "",
+                t.get("last_enqueued_seq") or "",
+                t.get("updated_at") or "",
+            ]
+            for t in targets
+        ],
+        "foreign-targets",
+    )
 
 
 def _md_bold(text: str) -> str:
@@ -689,20 +736,36 @@ def _inbox_chart(inbox: Sequence[dict[str, Any]]) -> str:
     )
 
 
-def _lanes_chart(report: dict[str, Any]) -> str:
+STUCK_KINDS = ("refused", "held back", "not enrolled", "per-project lane", "waiting", "other lane")
+
+
+def _lanes_chart(report: dict[str, Any], limit: int = 25) -> str:
+    """The undelivered rows of this engram's run per lane and project, split by why they are stuck."""
     current = report["current"]
-    before = {row["lane"]: row for row in current["lane_state_before"]}
-    after = {row["lane"]: row for row in current["lane_state_after"]}
-    series = [("before", before), ("current", after)]
-    if "what_if" in report:
-        series.append(("what-if", {row["lane"]: row for row in report["what_if"]["run"]["lane_state_after"]}))
-    lanes = sorted(set(before) | set(after), key=lambda lane: (lane != LEGACY_TARGET, lane))
+    stuck = current.get("stuck")
+    if stuck is None:  # a report of an older validate: refused and stranded from the lane table
+        stuck = [
+            {"lane": r["lane"], "project": project_name(r["project"]), "rows": r[kind], "kind": kind}
+            for r in current["lanes"]
+            for kind in ("refused", "stranded")
+            if r[kind]
+        ]
+    totals: Counter[str] = Counter()
+    cells: dict[tuple[str, str], float] = {}
+    for entry in stuck:
+        label = f"{entry['lane']} · {entry['project']}"
+        totals[label] += int(entry["rows"])
+        cells[(label, entry["kind"])] = cells.get((label, entry["kind"]), 0.0) + float(entry["rows"])
+    labels = [label for label, _ in sorted(totals.items(), key=lambda item: (-item[1], item[0]))[:limit]]
+    kinds = [kind for kind in (*STUCK_KINDS, "stranded") if any(k == kind for _, k in cells)]
+    more = len(totals) - len(labels)
     return hbar_chart(
         "plot-lanes",
-        "Rows waiting (unacked) per lane: before, after this engram, after the what-if plan",
-        lanes,
-        [(name, [float(rows.get(lane, {}).get("waiting", 0)) for lane in lanes]) for name, rows in series],
-        stacked=False,
+        "Rows this engram leaves undelivered, per lane · project, by why"
+        + (f" (top {limit}; {more} more in the table)" if more else ""),
+        labels,
+        [(kind, [cells.get((label, kind), 0.0) for label in labels]) for kind in kinds],
+        stacked=True,
     )
 
 
@@ -850,11 +913,7 @@ def render_html(report: dict[str, Any]) -> str:
         f"<p>After the run: {_inbox_totals(current['inbox_after'])[1]} memories and "
         f"{_inbox_totals(current['inbox_after'])[2]} telemetry rows in {len(current['inbox_after'])} key(s).</p>",
         "<h2>Foreign targets</h2>",
-        timeline_chart(
-            "plot-foreign",
-            "Foreign sync targets over time (cumulative, by last update)",
-            current["foreign_targets_before"],
-        ),
+        _foreign_view(current["foreign_targets_before"]),
         "<h2>Canary, doctor, migrations</h2>",
         _html_table(
             ["", "before", "after"],

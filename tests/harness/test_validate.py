@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 import sqlite3
 from contextlib import closing
 from dataclasses import replace
@@ -531,3 +532,63 @@ def test_anonymized_progress_and_errors_name_no_path(tmp_path: Path, monkeypatch
     assert result.exit_code == 1
     assert "ana-private" not in result.stderr + result.stdout, result.stderr
     assert result.stderr.startswith("copying h") and "cannot copy (disk I/O error)" in result.stderr
+
+
+def test_the_lanes_chart_splits_by_project_and_by_why(report: dict[str, Any]) -> None:
+    shaped = copy.deepcopy(report)
+    shaped["current"]["stuck"] = [
+        {
+            "lane": "cloud",
+            "project": "(no project)",
+            "rows": 2,
+            "kind": "refused",
+            "reason": "400 x",
+            "seqs": [5],
+        },
+        {"lane": "cloud", "project": "app", "rows": 1, "kind": "refused", "reason": "500 y", "seqs": [3]},
+        {
+            "lane": "cloud",
+            "project": "app",
+            "rows": 3,
+            "kind": "held back",
+            "reason": "behind seq 3",
+            "seqs": [],
+        },
+        {
+            "lane": "cloud",
+            "project": "side",
+            "rows": 2,
+            "kind": "not enrolled",
+            "reason": "inbox",
+            "seqs": [],
+        },
+    ]
+    page = render_html(shaped)
+    chart = page.split("<svg id='plot-lanes'", 1)[1].split("</svg>", 1)[0]
+    bars = re.findall(r"data-series='([^']*)' data-label='([^']*)' data-value='([^']*)'", chart)
+    assert ("refused", "cloud · app", "1") in bars and ("held back", "cloud · app", "3") in bars
+    assert ("refused", "cloud · (no project)", "2") in bars and ("not enrolled", "cloud · side", "2") in bars
+
+
+def test_foreign_targets_all_touched_at_once_are_a_table_not_a_vertical_line(report: dict[str, Any]) -> None:
+    shaped = copy.deepcopy(report)
+    for target in shaped["current"]["foreign_targets_before"]:
+        target["updated_at"] = "2026-03-01 10:00:00"
+    page = render_html(shaped)
+    assert "<svg id='plot-foreign'" not in page and "<table id='foreign-targets'>" in page
+    assert page.count("<svg id='plot-foreign'") == 0
+    assert "<svg id='plot-foreign'" in render_html(report)  # the sample's targets spread over months
+
+
+def test_no_table_has_a_column_without_a_value(report: dict[str, Any]) -> None:
+    shaped = copy.deepcopy(report)
+    for key in shaped["current"]["inbox_before"]:
+        key["claim_command"] = None
+    page = render_html(shaped)
+    inbox = page.split("<table id='inbox'>", 1)[1].split("</table>", 1)[0]
+    assert "<th>claim</th>" not in inbox
+    for table in re.findall(r"<table[^>]*>(.*?)</table>", page):
+        header = re.findall(r"<th>(.*?)</th>", table)
+        rows = [re.findall(r"<td>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", table)[1:]]
+        for index, name in enumerate(header):
+            assert any(row[index] for row in rows), f"empty column {name!r}"

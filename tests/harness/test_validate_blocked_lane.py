@@ -186,6 +186,9 @@ def test_the_what_if_takes_the_lane_health_way_out_and_its_proof_is_honest(valid
     assert what_if["effect"]["delivered_in_run"] > 0
     assert what_if["run"]["totals"]["delivered"] > validated.report["current"]["totals"]["delivered"]
     assert "fig-proof" in validated.html and "nothing blocked after the plan" in validated.html
+    # the lanes chart carries the why: refused and held-back rows per lane and project
+    for series, label in (("refused", "cloud · (no project)"), ("held back", "cloud · second-proj")):
+        assert f"data-series='{series}' data-label='{label}'" in validated.html
 
 
 def test_the_printed_commands_on_the_real_database_let_engrams_worker_deliver(validated: Validated) -> None:
