@@ -42,8 +42,9 @@ from engram_contract import LEGACY_TARGET
 from fake_cloud.errors import FakeCloudError
 from harness.engram_env import EngramEnvironment, meaningful_stderr
 from harness.errors import HarnessError, StepFailed
-from harness.lanes import LocalMutation, compute_lanes, read_acked_seqs, read_local_mutations
+from harness.lanes import LocalMutation
 from harness.runner import copy_database
+from harness.validate_lanes import AckedSeqs, measure_lanes
 from harness.validate_stuck import (
     blocked_lanes,
     project_name,
@@ -86,6 +87,7 @@ class ValidateOptions:
     work_dir: Path | None = None
     keep: bool = False
     tick_timeout: float = TICK_TIMEOUT
+    run_doctor: bool = True
 
 
 # ─── the plan ────────────────────────────────────────────────────────────────
@@ -278,6 +280,9 @@ def _sync_state_cloud(db: Path) -> dict[str, Any]:
     return result
 
 
+DOCTOR_SKIPPED: dict[str, Any] = {"status": "skipped", "summary": {}, "checks": []}
+
+
 def doctor(env: EngramEnvironment) -> dict[str, Any]:
     """`engram doctor --json`: its status, summary and the checks that are not ok."""
     try:
@@ -339,15 +344,17 @@ class Rehearsal:
     ticks: int
     tick_timeout: float
     progress: Progress
+    run_doctor: bool = True
     result: dict[str, Any] = field(default_factory=dict)
     ended: str = "tick limit"  # idle | stalled | tick limit
 
     def run(self) -> dict[str, Any]:
         db = self.env.db_path
         started = time.monotonic()
-        acked_before = read_acked_seqs(db)
-        self.progress(f"{self.label}: engram doctor (before)")
-        doctor_before = doctor(self.env)
+        acked_before = AckedSeqs.read(db)
+        if self.run_doctor:
+            self.progress(f"{self.label}: engram doctor (before)")
+        doctor_before = doctor(self.env) if self.run_doctor else DOCTOR_SKIPPED
         timings = {"doctor_before": time.monotonic() - started}
         mark = time.monotonic()
         logs = self.env.root / "logs"
@@ -376,15 +383,20 @@ class Rehearsal:
             cloud.close()
         timings["worker"] = time.monotonic() - mark
         mark = time.monotonic()
-        self.progress(f"{self.label}: engram doctor (after)")
-        doctor_after = doctor(self.env)
+        if self.run_doctor:
+            self.progress(f"{self.label}: engram doctor (after)")
+        doctor_after = doctor(self.env) if self.run_doctor else DOCTOR_SKIPPED
         timings["doctor_after"] = time.monotonic() - mark
         mark = time.monotonic()
-        # One run at a time holds every row in memory (the two runs would double the peak for no gain:
-        # this is CPU work under one interpreter lock).
+        # Rows are streamed (harness.validate_lanes); one run at a time all the same, as this is CPU work
+        # under one interpreter lock.
         with _LANES_LOCK:
-            local = read_local_mutations(db)
-            lanes = compute_lanes(local, received, acked_before)
+            refused_keys = [
+                (str(e.entity), str(e.entity_key), str(e.op), str(e.payload_digest))
+                for e in journal.entries
+                if e.path == PUSH_PATH and e.status >= 400
+            ]
+            lanes, local = measure_lanes(db, received, refused_keys, acked_before)
             refused = refused_rows(journal.entries, ticks, local)
             lane_rows = _lane_rows(lanes, local, refused)
             unmatched = lanes.unmatched_received
@@ -877,6 +889,7 @@ def _validate(options: ValidateOptions, progress: Progress, base: Path) -> dict[
             options.ticks,
             options.tick_timeout,
             progress,
+            options.run_doctor,
         )
     ]
     plan_outcomes: list[dict[str, Any]] = []
@@ -900,6 +913,7 @@ def _validate(options: ValidateOptions, progress: Progress, base: Path) -> dict[
                 options.ticks,
                 options.tick_timeout,
                 progress,
+                options.run_doctor,
             )
         )
         what_if_before = _snapshot_copy(what_if_env.db_path, aliases)
@@ -944,6 +958,13 @@ def _validate(options: ValidateOptions, progress: Progress, base: Path) -> dict[
     # validate only reads the original; a live engram may still write it meanwhile, which is said.
     report["database"]["original_untouched"] = _stat(options.db) == original_stat
     report["database"]["live"] = is_live(options.db)
+    # engram's own time (doctor, serve's start and the worker's ticks) apart from validate's own phases;
+    # the two runs go side by side, so the longer run's engram time is what validate waited.
+    engram_seconds = max(
+        sum(float(run["timings"].get(name, 0.0)) for name in ENGRAM_PHASES) for run in _runs(report)
+    )
+    phases["engram"] = engram_seconds
+    phases["own"] = max(0.0, phases["total"] - engram_seconds)
     report["timings"] = {name: round(value, 2) for name, value in phases.items()}
     temporary = base if options.work_dir is None else None
     return _name_the_testers_file(report, {current_env.db_path: options.db}, temporary)
@@ -993,6 +1014,9 @@ def _runs(report: dict[str, Any]) -> list[dict[str, Any]]:
     if "what_if" in report:
         runs.append(report["what_if"]["run"])
     return runs
+
+
+ENGRAM_PHASES = ("doctor_before", "worker", "doctor_after")  # "worker" includes serve's start
 
 
 def worker_words(health: dict[str, Any]) -> dict[str, Any]:

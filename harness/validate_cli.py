@@ -74,6 +74,11 @@ def check_writable(option: str, path: Path) -> None:
 )
 @click.option("--no-what-if", is_flag=True, help="Skip the what-if run on the second copy.")
 @click.option(
+    "--no-doctor",
+    is_flag=True,
+    help="Skip `engram doctor` before and after each run (minutes on a large file).",
+)
+@click.option(
     "--allowed-projects",
     default="*",
     show_default=True,
@@ -104,6 +109,7 @@ def validate_command(
     ticks: int,
     plan: Path | None,
     no_what_if: bool,
+    no_doctor: bool,
     allowed_projects: str,
     aliases: Path | None,
     html_path: Path | None,
@@ -157,6 +163,7 @@ def validate_command(
             ticks=ticks,
             plan=plan,
             what_if=not no_what_if,
+            run_doctor=not no_doctor,
             allowed_projects=allowed,
             aliases=aliases,
             work_dir=keep,

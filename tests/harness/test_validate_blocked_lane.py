@@ -268,9 +268,18 @@ def test_anonymize_leaks_no_name_path_title_content_or_session_id(
             "--anonymize",
             "--anonymize-key",
             str(key),
+            "--no-doctor",
         ],
     )
     assert result.exit_code == 0, result.stdout + result.stderr
+    # --no-doctor: engram's doctor is skipped and said so; engram's time is reported apart from validate's
+    report = json.loads((out / "r.json").read_text())
+    assert report["current"]["doctor_before"]["status"] == "skipped"
+    assert "engram doctor: skipped (--no-doctor)" in result.stdout
+    assert "engram doctor (before)" not in result.stderr
+    timings = report["timings"]
+    assert timings["own"] + timings["engram"] == pytest.approx(timings["total"], abs=0.05)
+    assert timings["engram"] >= report["current"]["timings"]["worker"]
     outputs = {
         "stdout": result.stdout,
         "stderr": result.stderr,
