@@ -43,6 +43,7 @@ began = time.perf_counter()
 report = validate(ValidateOptions(db=Path(sys.argv[1]), binary=Path(sys.argv[2]), ticks=1, aliases=Path(sys.argv[3])))
 html = render_html(report)
 markdown = render_markdown(report)
+report = report.to_json() if hasattr(report, "to_json") else report  # a typed model since issue 22
 print(json.dumps({
     "wall_s": round(time.perf_counter() - began, 2),
     "phases": report["timings"],

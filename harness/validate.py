@@ -7,7 +7,8 @@ duplicated; the canary verdict, the inbox and engram's doctor before and after; 
 binary applied. The what-if applies a triage plan (claim/drop lines) to a second copy with the canary's
 own commands, runs the worker again and compares.
 
-The report is one JSON-ready dict; harness.validate_report renders it as markdown and HTML.
+The report is one typed model (harness.validate_model.ValidateReport); harness.validate_report renders it
+as markdown and HTML, and its JSON form is what --json writes.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from harness.errors import HarnessError, StepFailed
 from harness.lanes import LocalMutation
 from harness.runner import copy_database
 from harness.validate_lanes import AckedSeqs, measure_lanes
+from harness.validate_model import ValidateReport, as_report
 from harness.validate_stuck import (
     blocked_lanes,
     project_name,
@@ -850,13 +852,13 @@ def copy_original(source: Path, target: Path, lock_wait: float = LOCK_WAIT_SECON
         raise ValidateError(f"--db {source}: the copy fails SQLite's quick_check ({verdict})")
 
 
-def validate(options: ValidateOptions, progress: Progress = lambda _message: None) -> dict[str, Any]:
-    """Rehearse on copies of options.db; returns the JSON-ready report. Errors name the tester's own
-    file, never validate's copy of it."""
+def validate(options: ValidateOptions, progress: Progress = lambda _message: None) -> ValidateReport:
+    """Rehearse on copies of options.db; returns the typed report. Errors name the tester's own file,
+    never validate's copy of it."""
     base = options.work_dir or Path(tempfile.mkdtemp(prefix="engram-validate-"))
     copies = {base / "current" / "engram-data" / "engram.db": options.db}
     try:
-        return _validate(options, progress, base)
+        return ValidateReport.model_validate(_validate(options, progress, base))
     except (HarnessError, CanaryError) as error:
         temporary = base if options.work_dir is None else None
         raise ValidateError(_name_in_text(str(error), copies, temporary)) from None
@@ -995,16 +997,18 @@ def finish_report(report: dict[str, Any]) -> dict[str, Any]:
     return report
 
 
-def alarms(report: dict[str, Any]) -> list[str]:
+def alarms(report: ValidateReport | dict[str, Any]) -> list[str]:
     """What a script must not pass over (validate exits 3): rows lost or duplicated in a run, or a
     what-if plan that fails its proof. Stranded and refused rows are what the report is for."""
+    model = as_report(report)
+    runs = [("current", model.current)] + ([("what-if", model.what_if.run)] if model.what_if else [])
     found = [
-        f"{name}: {run['totals'][count]} row(s) {count}"
-        for name, run in zip(("current", "what-if"), _runs(report), strict=False)
-        for count in ("lost", "duplicated")
-        if run["totals"][count]
+        f"{name}: {count} row(s) {label}"
+        for name, run in runs
+        for label, count in (("lost", run.totals.lost), ("duplicated", run.totals.duplicated))
+        if count
     ]
-    if "what_if" in report and not report["what_if"]["proof"]["ok"]:
+    if model.what_if is not None and not model.what_if.proof.ok:
         found.append("the what-if plan fails its proof")
     return found
 

@@ -12,6 +12,7 @@ from canary.errors import CanaryError
 from harness.engram_install import DEFAULT_VERSION, cached_binary, find_engram, install_engram
 from harness.errors import HarnessError
 from harness.validate import ValidateOptions, alarms, validate
+from harness.validate_model import as_report
 
 ALARM_EXIT = 3  # the report was written and finds rows lost or duplicated, or a plan that blocks
 
@@ -173,11 +174,14 @@ def validate_command(
         )
     except (HarnessError, CanaryError) as error:
         raise click.ClickException(said(str(error))) from None
+    report = as_report(report)
     if anonymize:
-        report = anonymized(report, key, paths)
+        report = as_report(anonymized(report.to_json(), key, paths))
     try:
         if json_path is not None:
-            json_path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+            json_path.write_text(
+                json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+            )
         if html_path is not None:
             html_path.write_text(render_html(report), encoding="utf-8")
     except OSError as error:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from engram_contract import LEGACY_TARGET
+from harness.validate_model import Run, StuckRow, ValidateReport, as_report
 from harness.validate_stuck import NO_PROJECT, project_name
 
 COUNTS = ("delivered", "stranded", "refused", "lost", "duplicated")
@@ -289,64 +290,84 @@ def one_line(text: str) -> str:
     return " / ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
-def worker_line(run: dict[str, Any]) -> str:
+def worker_line(run: Run) -> str:
     """engram's worker in engram's own words: its lane's lifecycle and last_error, never a word of ours."""
-    worker = run.get("worker") or {}
-    lifecycle = worker.get("lifecycle") or "unknown"
-    text = f"engram's worker: {lifecycle}"
-    if worker.get("last_error"):
-        text += f" — {one_line(str(worker['last_error']))}"
-    failures = int(worker.get("consecutive_failures") or 0)
-    if failures:
-        text += f" ({failures} consecutive failure(s))"
+    worker = run.worker
+    text = f"engram's worker: {worker.lifecycle or 'unknown'}"
+    if worker.last_error:
+        text += f" — {one_line(worker.last_error)}"
+    if worker.consecutive_failures:
+        text += f" ({worker.consecutive_failures} consecutive failure(s))"
     return text
 
 
-def lost_line(run: dict[str, Any]) -> str:
-    lost = int(run["totals"]["lost"])
+def lost_line(run: Run) -> str:
+    lost = run.totals.lost
     if not lost:
         return "**Lost:** 0 rows (nothing was acked without reaching the cloud)."
-    named = [f"{r['lane']} {project_name(r['project'])}: {r['lost']}" for r in run["lanes"] if r["lost"]]
+    named = [f"{r.lane} {project_name(r.project)}: {r.lost}" for r in run.lanes if r.lost]
     return f"**Lost:** {lost} row(s) acked but never received — an engram bug: {', '.join(named)}."
 
 
-def stuck_line(run: dict[str, Any]) -> str:
-    stuck = run.get("stuck") or []
-    rows = sum(int(entry["rows"]) for entry in stuck)
+def stuck_line(run: Run) -> str:
+    stuck = run.stuck or []
+    rows = sum(entry.rows for entry in stuck)
     if not rows:
         return "**Stuck:** 0 rows."
     kinds: Counter[str] = Counter()
     for entry in stuck:
-        kinds[entry["kind"]] += int(entry["rows"])
+        kinds[entry.kind] += entry.rows
     return f"**Stuck:** {rows} row(s) (" + ", ".join(f"{n} {kind}" for kind, n in kinds.items()) + ")."
 
 
-def plan_line(report: dict[str, Any]) -> str | None:
+def plan_line(report: ValidateReport) -> str | None:
     """What the what-if plan did, said plainly; a plan that frees nothing while rows are held back too."""
-    what_if = report.get("what_if")
+    what_if = report.what_if
     if what_if is None:
         return None
-    effect, proof = what_if["effect"], what_if["proof"]
-    held = sum(
-        int(e["rows"]) for e in report["current"].get("stuck", []) if e["kind"] in ("refused", "held back")
-    )
-    gained = int(what_if["run"]["totals"]["delivered"]) - int(report["current"]["totals"]["delivered"])
+    held = sum(e.rows for e in report.current.stuck or [] if e.kind in ("refused", "held back"))
+    gained = what_if.run.totals.delivered - report.current.totals.delivered
     text = (
-        f"With the {what_if['plan_source']} plan, the what-if delivers {gained} more row(s) than today "
-        f"and discards {effect['discarded_rows']}"
+        f"With the {what_if.plan_source} plan, the what-if delivers {gained} more row(s) than today "
+        f"and discards {what_if.effect.discarded_rows}"
     )
     if gained <= 0 and held:
         text += f" — it delivers nothing while {held} row(s) are held back"
-    failed = [check for check in proof["checks"] if not check["ok"]]
+    failed = [check for check in what_if.proof.checks if not check.ok]
     if failed:
-        text += ". Its proof FAILS: " + "; ".join(f"{c['check']} ({c['detail']})" for c in failed)
+        text += ". Its proof FAILS: " + "; ".join(f"{c.check} ({c.detail})" for c in failed)
         text += ". Do not run it as is."
     else:
         text += "; its proof holds (nothing blocked after the plan, no row worse off)."
     return text
 
 
-def render_markdown(report: dict[str, Any]) -> str:
+def first_screen(report: ValidateReport) -> list[str]:
+    """The three answers, in markdown: lost, stuck (per lane and project, and why), what to run."""
+    current = report.current
+    lines = [lost_line(current), "", stuck_line(current), "", worker_line(current), ""]
+    stuck = current.stuck or []
+    if stuck:
+        lines += _table(
+            ["lane", "project", "rows", "why"], [[e.lane, e.project, e.rows, _why(e)] for e in stuck[:15]]
+        )
+        if len(stuck) > 15:
+            lines.append(f"\n({len(stuck) - 15} more in the JSON/HTML report)")
+        lines.append("")
+    lines += ["**What to run** (in order, on your database; each command takes a backup first):", ""]
+    plan_text = plan_line(report)
+    if plan_text:
+        lines += [plan_text, ""]
+    if report.what_to_run:
+        lines += ["```sh", *report.what_to_run, "```"]
+    else:
+        lines.append("Nothing: no command of the canary frees a row here.")
+    return lines
+
+
+def render_markdown(typed: ValidateReport | dict[str, Any]) -> str:
+    model = as_report(typed)
+    report = model.to_json()
     current = report["current"]
     total = current["totals"]
     database = report["database"]
@@ -354,32 +375,8 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines = [
         f"### engram {report['engram']['version']} rehearsed on a copy of `{database['path']}`",
         "",
-        lost_line(current),
-        "",
-        stuck_line(current),
-        "",
-        f"{worker_line(current)}",
-        "",
+        *first_screen(model),
     ]
-    stuck = current.get("stuck") or []
-    if stuck:
-        lines += _table(
-            ["lane", "project", "rows", "why"],
-            [[e["lane"], e["project"], e["rows"], _why(e)] for e in stuck[:15]],
-        )
-        if len(stuck) > 15:
-            lines.append(f"\n({len(stuck) - 15} more in the JSON/HTML report)")
-        lines.append("")
-    commands = report.get("what_to_run") or []
-    lines.append("**What to run** (in order, on your database; each command takes a backup first):")
-    lines.append("")
-    plan_text = plan_line(report)
-    if plan_text:
-        lines += [plan_text, ""]
-    if commands:
-        lines += ["```sh", *commands, "```"]
-    else:
-        lines.append("Nothing: no command of the canary frees a row here.")
     lines += [
         "",
         "**Details**",
@@ -463,10 +460,9 @@ ENDINGS = {
 }
 
 
-def _why(entry: dict[str, Any]) -> str:
-    seqs = entry.get("seqs") or []
-    text = f"{entry['kind']}: {entry['reason']}"
-    return text + (f" (seq {', '.join(map(str, seqs))})" if seqs else "")
+def _why(entry: StuckRow) -> str:
+    text = f"{entry.kind}: {entry.reason}"
+    return text + (f" (seq {', '.join(map(str, entry.seqs))})" if entry.seqs else "")
 
 
 def _ended(run: dict[str, Any]) -> str:
@@ -785,7 +781,9 @@ def _what_if_chart(report: dict[str, Any]) -> str:
     )
 
 
-def render_html(report: dict[str, Any]) -> str:
+def render_html(typed: ValidateReport | dict[str, Any]) -> str:
+    model = as_report(typed)
+    report = model.to_json()
     current = report["current"]
     total = current["totals"]
     what_if = report.get("what_if")
@@ -819,20 +817,19 @@ def render_html(report: dict[str, Any]) -> str:
                 _blocked_check(what_if),
             )
         )
-    stuck = current.get("stuck") or []
-    plan_text = plan_line(report)
-    commands = report.get("what_to_run") or []
+    stuck = model.current.stuck or []
+    plan_text = plan_line(model)
+    commands = model.what_to_run
     body = [
         f"<h1>{_esc(title)}</h1>",
         f"<small>{_esc(report['generated_at'])} · {len(current['ticks'])} worker tick(s) · "
         f"{total['enqueued']} sync rows{' · names anonymized' if report.get('anonymized') else ''}</small>",
         f"<section id='answers'><p id='answer-lost' class='{'ok' if not total['lost'] else 'bad'}'>"
-        f"{_md_bold(lost_line(current))}</p>",
-        f"<p id='answer-stuck'>{_md_bold(stuck_line(current))} <span id='worker'>{_esc(worker_line(current))}</span></p>",
+        f"{_md_bold(lost_line(model.current))}</p>",
+        f"<p id='answer-stuck'>{_md_bold(stuck_line(model.current))} "
+        f"<span id='worker'>{_esc(worker_line(model.current))}</span></p>",
         _html_table(
-            ["lane", "project", "rows", "why"],
-            [[e["lane"], e["project"], e["rows"], _why(e)] for e in stuck],
-            "stuck",
+            ["lane", "project", "rows", "why"], [[e.lane, e.project, e.rows, _why(e)] for e in stuck], "stuck"
         )
         if stuck
         else "",

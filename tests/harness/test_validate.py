@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from pydantic import ValidationError
 
 from canary.inbox import KeySummary
 from harness import validate_cli
@@ -34,6 +35,7 @@ from harness.validate import (
     schema_diff,
     suggested_plan,
 )
+from harness.validate_model import ValidateReport
 from harness.validate_report import anonymized, render_html, render_markdown, stable_hash
 
 KEY = b"\x00" * 32
@@ -592,3 +594,18 @@ def test_no_table_has_a_column_without_a_value(report: dict[str, Any]) -> None:
         rows = [re.findall(r"<td>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", table)[1:]]
         for index, name in enumerate(header):
             assert any(row[index] for row in rows), f"empty column {name!r}"
+
+
+def test_every_rendering_comes_from_the_one_typed_model(report: dict[str, Any]) -> None:
+    model = ValidateReport.model_validate(report)
+    assert render_markdown(model) == render_markdown(report)
+    assert render_html(model) == render_html(report)
+    assert ValidateReport.model_validate(model.to_json()) == model  # the JSON form loads back the same
+    unknown = copy.deepcopy(report)
+    unknown["current"]["totals"]["surprise"] = 1
+    with pytest.raises(ValidationError):
+        render_markdown(unknown)
+    wrong = copy.deepcopy(report)
+    wrong["current"]["totals"]["lost"] = "many"
+    with pytest.raises(ValidationError):
+        render_html(wrong)
