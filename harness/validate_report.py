@@ -648,7 +648,8 @@ td:first-child,th:first-child,td.name{text-align:left}th{background:#f3f6f9}
 .figures{display:flex;flex-wrap:wrap;gap:.8rem;margin:1rem 0}.figure{border:1px solid #dde3ea;border-radius:6px;padding:.5rem .9rem;min-width:7rem}
 .figure b{display:block;font-size:1.4rem}.ok{color:#2e7d32}.bad{color:#b3412f}.plot{max-width:100%;height:auto;display:block;margin:.6rem 0}
 code{background:#f3f6f9;padding:0 .2rem}pre{background:#f3f6f9;padding:.6rem;overflow-x:auto;white-space:pre-wrap}
-#answers{border:1px solid #dde3ea;border-radius:6px;padding:.2rem 1rem;margin:1rem 0}small{color:#5b6773}
+#answers{border:1px solid #dde3ea;border-radius:6px;padding:.2rem 1rem;margin:1rem 0}
+#stuck td,#stuck th{text-align:left}#stuck td:nth-child(3){text-align:right}#worker{font-size:.85rem;color:#5b6773}small{color:#5b6773}
 """
 
 
@@ -826,8 +827,8 @@ def render_html(typed: ValidateReport | dict[str, Any]) -> str:
         f"{total['enqueued']} sync rows{' · names anonymized' if report.get('anonymized') else ''}</small>",
         f"<section id='answers'><p id='answer-lost' class='{'ok' if not total['lost'] else 'bad'}'>"
         f"{_md_bold(lost_line(model.current))}</p>",
-        f"<p id='answer-stuck'>{_md_bold(stuck_line(model.current))} "
-        f"<span id='worker'>{_esc(worker_line(model.current))}</span></p>",
+        f"<p id='answer-stuck'>{_md_bold(stuck_line(model.current))}</p>",
+        f"<p id='worker'>{_esc(worker_line(model.current))}</p>",
         _html_table(
             ["lane", "project", "rows", "why"], [[e.lane, e.project, e.rows, _why(e)] for e in stuck], "stuck"
         )
