@@ -85,6 +85,11 @@ def stuck_rows(lanes: Sequence[dict[str, Any]], health: dict[str, Any]) -> list[
     reads it and nothing blocks it (the run ended first).
     """
     enrolled = set(health["enrolled"])
+    legacy = next((lane for lane in health["lanes"] if lane["target_key"] == LEGACY_TARGET), None)
+    engram_said = _first_line((legacy or {}).get("last_error") or "")
+    not_enrolled = "the project is not enrolled: engram never sends it (the inbox)"
+    if "not enrolled" in engram_said:
+        not_enrolled += f"; engram: {engram_said}"
     accounted: Counter[tuple[str, str]] = Counter()
     found: list[dict[str, Any]] = []
     for lane in health["lanes"]:
@@ -111,7 +116,7 @@ def stuck_rows(lanes: Sequence[dict[str, Any]], health: dict[str, Any]) -> list[
         if rest <= 0:
             continue
         if lane == LEGACY_TARGET and project.strip() and project not in enrolled:
-            kind, reason = "not enrolled", "the project is not enrolled: engram never sends it (the inbox)"
+            kind, reason = "not enrolled", not_enrolled
         elif lane.startswith(LEGACY_TARGET + ":"):
             kind, reason = "per-project lane", "engram v1.20's worker never reads a per-project lane"
         elif lane == LEGACY_TARGET:
@@ -140,3 +145,8 @@ def runnable(args: Sequence[str], db: Path, aliases: Path | None) -> str:
     if aliases is not None and args[:1] == ["inbox"]:
         words += ["--aliases", str(aliases)]
     return shlex.join([*words, "--apply"])
+
+
+def _first_line(text: str, limit: int = 200) -> str:
+    line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return line if len(line) <= limit else line[: limit - 1] + "…"

@@ -37,6 +37,7 @@ from harness.validate import (
 )
 from harness.validate_model import ValidateReport
 from harness.validate_report import anonymized, render_html, render_markdown, stable_hash
+from harness.validate_stuck import stuck_rows
 
 KEY = b"\x00" * 32
 DATA = Path(__file__).parent / "data" / "validate-report.json"
@@ -609,3 +610,67 @@ def test_every_rendering_comes_from_the_one_typed_model(report: dict[str, Any]) 
     wrong["current"]["totals"]["lost"] = "many"
     with pytest.raises(ValidationError):
         render_html(wrong)
+
+
+def test_stuck_rows_give_engrams_reason_for_unenrolled_rows_and_every_blocker() -> None:
+    last_error = (
+        "pending cloud sync mutations are blocked because project(s) are not enrolled: /=31, notes=2\n\nmore"
+    )
+    blockers = [
+        {
+            "seq": 5,
+            "project": "",
+            "entity": "session",
+            "status": 400,
+            "reason": "400 mutation entries must specify a project",
+            "repairable": False,
+        },
+        {
+            "seq": 3,
+            "project": "app",
+            "entity": "session",
+            "status": 500,
+            "reason": "500 session payload directory is required for upsert",
+            "repairable": True,
+        },
+    ]
+    health = {
+        "lanes": [
+            {
+                "target_key": "cloud",
+                "lifecycle": "degraded",
+                "last_error": last_error,
+                "blockers": blockers,
+                "held_back_by_project": {"app": 19},
+            }
+        ],
+        "enrolled": ["app"],
+    }
+    lanes = [
+        {"lane": "cloud", "project": "", "stranded": 1, "refused": 0},
+        {"lane": "cloud", "project": "app", "stranded": 20, "refused": 0},
+        {"lane": "cloud", "project": "/", "stranded": 31, "refused": 0},
+        {"lane": "cloud:app", "project": "app", "stranded": 4, "refused": 0},
+    ]
+    rows = [(r["lane"], r["project"], r["rows"], r["kind"], r["reason"]) for r in stuck_rows(lanes, health)]
+    assert rows == [
+        ("cloud", "(no project)", 1, "refused", "400 mutation entries must specify a project"),
+        ("cloud", "app", 1, "refused", "500 session payload directory is required for upsert"),
+        (
+            "cloud",
+            "app",
+            19,
+            "held back",
+            "behind seq 5 (400 mutation entries must specify a project): engram's worker stops its cycle at "
+            "the first row the cloud refuses",
+        ),
+        (
+            "cloud",
+            "/",
+            31,
+            "not enrolled",
+            "the project is not enrolled: engram never sends it (the inbox); engram: pending cloud sync "
+            "mutations are blocked because project(s) are not enrolled: /=31, notes=2",
+        ),
+        ("cloud:app", "app", 4, "per-project lane", "engram v1.20's worker never reads a per-project lane"),
+    ]
