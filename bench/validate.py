@@ -5,6 +5,11 @@ Two make-deployment databases side by side in one run: the design's own (~7.6k s
 one worker tick, current run and suggested-plan what-if side by side (the default a user gets), so the
 child's peak RSS is validate's own and the largest grandchild's (engram serve, engram doctor, the fake
 cloud) is reported apart. Phase timings come from the report itself.
+
+`--against REV` validates the same files with REV's tree (a git worktree) in the same run, one after the
+other, so the change is measured side by side on the same machine. validate's own time is the wall time
+less engram's (its doctor before and after, serve's start and the worker's ticks, of the longer of the
+two runs, which go side by side): computed here the same way for both trees from their reports.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from harness.engram_install import DEFAULT_VERSION, find_engram
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "validate.json"
 
+ENGRAM_PHASES = ("doctor_before", "worker", "doctor_after")  # "worker" includes serve's start
 CHILD = """
 import json, resource, sys, time
 from pathlib import Path
@@ -37,6 +43,7 @@ began = time.perf_counter()
 report = validate(ValidateOptions(db=Path(sys.argv[1]), binary=Path(sys.argv[2]), ticks=1, aliases=Path(sys.argv[3])))
 html = render_html(report)
 markdown = render_markdown(report)
+report = report.to_json() if hasattr(report, "to_json") else report  # a typed model since issue 22
 print(json.dumps({
     "wall_s": round(time.perf_counter() - began, 2),
     "phases": report["timings"],
@@ -52,7 +59,7 @@ print(json.dumps({
 """
 
 
-def measure(db: Path, engram: Path, workdir: Path) -> dict[str, Any]:
+def measure(db: Path, engram: Path, workdir: Path, tree: Path = ROOT) -> dict[str, Any]:
     aliases = workdir / "aliases.yaml"
     aliases.write_text("")
     began = time.perf_counter()
@@ -61,19 +68,49 @@ def measure(db: Path, engram: Path, workdir: Path) -> dict[str, Any]:
         capture_output=True,
         text=True,
         check=False,
-        cwd=ROOT,
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree)},
     )
     if result.returncode != 0:
         raise click.ClickException(f"validate failed on {db}: {result.stderr.strip()[-2000:]}")
     measured: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
     measured["process_wall_s"] = round(time.perf_counter() - began, 2)
     measured["db_mib"] = round(db.stat().st_size / 2**20, 1)
+    engram_s = max(
+        sum(float(run.get(name, 0.0)) for name in ENGRAM_PHASES)
+        for run in (measured["current"], measured["what_if"])
+    )
+    measured["engram_s"] = round(engram_s, 2)
+    measured["own_s"] = round(float(measured["phases"]["total"]) - engram_s, 2)
     return measured
+
+
+def side_by_side(db: Path, engram: Path, workdir: Path, against: str | None) -> dict[str, Any]:
+    from bench.worktree import checkout
+
+    this_tree = measure(db, engram, workdir)
+    click.echo(json.dumps(this_tree), err=True)
+    if against is None:
+        return this_tree
+    with checkout(against, workdir) as tree:
+        before = measure(db, engram, workdir, tree)
+    click.echo(json.dumps(before), err=True)
+    return {
+        **this_tree,
+        "against": {"revision": against, **before},
+        "ratio_to_against": {
+            "own_s": round(this_tree["own_s"] / max(before["own_s"], 0.01), 3),
+            "peak_rss": round(this_tree["peak_rss_mib"] / max(before["peak_rss_mib"], 0.01), 3),
+        },
+    }
 
 
 @click.command()
 @click.option("--cache", type=click.Path(path_type=Path), default=ROOT / ".cache" / "bench-canary")
-def main(cache: Path) -> None:
+@click.option(
+    "--against", help="A git revision validated on the same files in the same run (the tree before)."
+)
+def main(cache: Path, against: str | None) -> None:
     engram = find_engram(DEFAULT_VERSION)
     if engram is None:
         raise click.ClickException(
@@ -87,11 +124,9 @@ def main(cache: Path) -> None:
         small.parent.mkdir()
         generate(DeploymentSpec(), 0, small, engram)
         click.echo("validate on the scale-1 deployment ...", err=True)
-        scale_1 = measure(small, engram, workdir)
-        click.echo(json.dumps(scale_1), err=True)
+        scale_1 = side_by_side(small, engram, workdir, against)
         click.echo("validate on the 1M-row deployment ...", err=True)
-        big = measure(million, engram, workdir)
-        click.echo(json.dumps(big), err=True)
+        big = side_by_side(million, engram, workdir, against)
     results = {
         "scale_1": scale_1,
         "million": big,
@@ -99,6 +134,7 @@ def main(cache: Path) -> None:
             "wall": round(big["wall_s"] / scale_1["wall_s"], 2),
             "peak_rss": round(big["peak_rss_mib"] / scale_1["peak_rss_mib"], 2),
         },
+        "goal_million": {"own_s": 60, "peak_rss_mib": 1024},
         "environment": {
             "python": platform.python_version(),
             "machine": platform.machine(),

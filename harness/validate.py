@@ -7,7 +7,8 @@ duplicated; the canary verdict, the inbox and engram's doctor before and after; 
 binary applied. The what-if applies a triage plan (claim/drop lines) to a second copy with the canary's
 own commands, runs the worker again and compares.
 
-The report is one JSON-ready dict; harness.validate_report renders it as markdown and HTML.
+The report is one typed model (harness.validate_model.ValidateReport); harness.validate_report renders it
+as markdown and HTML, and its JSON form is what --json writes.
 """
 
 from __future__ import annotations
@@ -42,8 +43,18 @@ from engram_contract import LEGACY_TARGET
 from fake_cloud.errors import FakeCloudError
 from harness.engram_env import EngramEnvironment, meaningful_stderr
 from harness.errors import HarnessError, StepFailed
-from harness.lanes import LocalMutation, compute_lanes, read_acked_seqs, read_local_mutations
+from harness.lanes import LocalMutation
 from harness.runner import copy_database
+from harness.validate_lanes import AckedSeqs, measure_lanes
+from harness.validate_model import ValidateReport, as_report
+from harness.validate_stuck import (
+    blocked_lanes,
+    project_name,
+    read_lanes_health,
+    runnable,
+    stuck_rows,
+    way_out,
+)
 from harness.world import CloudHandle, EngramDaemon, engram_version
 
 REPORT_SCHEMA = "engram-harness/validate/v1"
@@ -53,7 +64,7 @@ TICK_SECONDS = 30.0
 TICK_TIMEOUT = TICK_SECONDS + 20.0
 # engram serve on a 1M-row database takes more than the harness's usual 20 s to answer /health.
 SERVE_READY_TIMEOUT = 180.0
-PLAN_OPERATIONS = (("inbox", "claim"), ("inbox", "drop"))
+PLAN_OPERATIONS = (("inbox", "claim"), ("inbox", "drop"), ("repair",))
 # The what-if supplies these itself: a plan line must not point the command at another database.
 PLAN_RESERVED_OPTIONS = ("--db", "--apply", "--backup-dir", "--aliases", "--keep-backups", "--config")
 STATUS_RANK = {"ok": 0, "warning": 1, "critical": 2, "unknown": 3}
@@ -78,6 +89,7 @@ class ValidateOptions:
     work_dir: Path | None = None
     keep: bool = False
     tick_timeout: float = TICK_TIMEOUT
+    run_doctor: bool = True
 
 
 # ─── the plan ────────────────────────────────────────────────────────────────
@@ -106,9 +118,10 @@ def parse_plan(text: str, source: str = "plan") -> list[PlanStep]:
             raise ValidateError(f"{source}:{number}: cannot parse ({error})") from None
         if words and words[0] == "engram-canary":
             words = words[1:]
-        if tuple(words[:2]) not in PLAN_OPERATIONS:
+        if not any(tuple(words[: len(operation)]) == operation for operation in PLAN_OPERATIONS):
             raise ValidateError(
-                f"{source}:{number}: only `inbox claim` and `inbox drop` lines are allowed, got {line!r}"
+                f"{source}:{number}: only `inbox claim`, `inbox drop` and `repair` lines are allowed, "
+                f"got {line!r}"
             )
         reserved = [word for word in words if word.split("=", 1)[0] in PLAN_RESERVED_OPTIONS]
         if reserved:
@@ -127,9 +140,11 @@ def read_plan(path: Path) -> list[PlanStep]:
     return parse_plan(text, path.name)
 
 
-def suggested_plan(summaries: Sequence[KeySummary]) -> list[PlanStep]:
-    """Drop every key's telemetry noise, then claim the memories of every key `inbox list` can claim."""
-    lines: list[str] = []
+def suggested_plan(summaries: Sequence[KeySummary], way_out: Sequence[str] = ()) -> list[PlanStep]:
+    """The canary's way out of a blocked lane first (WAY_OUT: `repair`, `inbox drop --unattributed`,
+    `inbox drop --seq`), then every key's telemetry noise dropped, then the memories of every key
+    `inbox list` can claim claimed."""
+    lines: list[str] = list(way_out)
     for summary in summaries:
         if summary.telemetry:
             lines.append(shlex.join(["inbox", "drop", "--project", summary.key, "--noise"]))
@@ -187,7 +202,8 @@ def schema_diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]
 
 
 def canary_snapshot(db: Path) -> dict[str, Any]:
-    result = run_check(db, CanaryConfig(), None)
+    # use_cursor=False: the canary's state dir must not keep entries for validate's disposable copies
+    result = run_check(db, CanaryConfig(), None, use_cursor=False)
     return {
         "status": result.status,
         "headline": headline(result),
@@ -266,6 +282,9 @@ def _sync_state_cloud(db: Path) -> dict[str, Any]:
     return result
 
 
+DOCTOR_SKIPPED: dict[str, Any] = {"status": "skipped", "summary": {}, "checks": []}
+
+
 def doctor(env: EngramEnvironment) -> dict[str, Any]:
     """`engram doctor --json`: its status, summary and the checks that are not ok."""
     try:
@@ -327,15 +346,17 @@ class Rehearsal:
     ticks: int
     tick_timeout: float
     progress: Progress
+    run_doctor: bool = True
     result: dict[str, Any] = field(default_factory=dict)
     ended: str = "tick limit"  # idle | stalled | tick limit
 
     def run(self) -> dict[str, Any]:
         db = self.env.db_path
         started = time.monotonic()
-        acked_before = read_acked_seqs(db)
-        self.progress(f"{self.label}: engram doctor (before)")
-        doctor_before = doctor(self.env)
+        acked_before = AckedSeqs.read(db)
+        if self.run_doctor:
+            self.progress(f"{self.label}: engram doctor (before)")
+        doctor_before = doctor(self.env) if self.run_doctor else DOCTOR_SKIPPED
         timings = {"doctor_before": time.monotonic() - started}
         mark = time.monotonic()
         logs = self.env.root / "logs"
@@ -364,15 +385,20 @@ class Rehearsal:
             cloud.close()
         timings["worker"] = time.monotonic() - mark
         mark = time.monotonic()
-        self.progress(f"{self.label}: engram doctor (after)")
-        doctor_after = doctor(self.env)
+        if self.run_doctor:
+            self.progress(f"{self.label}: engram doctor (after)")
+        doctor_after = doctor(self.env) if self.run_doctor else DOCTOR_SKIPPED
         timings["doctor_after"] = time.monotonic() - mark
         mark = time.monotonic()
-        # One run at a time holds every row in memory (the two runs would double the peak for no gain:
-        # this is CPU work under one interpreter lock).
+        # Rows are streamed (harness.validate_lanes); one run at a time all the same, as this is CPU work
+        # under one interpreter lock.
         with _LANES_LOCK:
-            local = read_local_mutations(db)
-            lanes = compute_lanes(local, received, acked_before)
+            refused_keys = [
+                (str(e.entity), str(e.entity_key), str(e.op), str(e.payload_digest))
+                for e in journal.entries
+                if e.path == PUSH_PATH and e.status >= 400
+            ]
+            lanes, local = measure_lanes(db, received, refused_keys, acked_before)
             refused = refused_rows(journal.entries, ticks, local)
             lane_rows = _lane_rows(lanes, local, refused)
             unmatched = lanes.unmatched_received
@@ -654,12 +680,12 @@ def blocked_proof(current: dict[str, Any], what_if: dict[str, Any], effect: dict
     now = {(row["lane"], row["project"]): row for row in current["lanes"]}
     then = {(row["lane"], row["project"]): row for row in what_if["lanes"]}
     fewer = [
-        f"lane {lane} project {project or '(none)'}: {row['delivered']} -> {then.get((lane, project), {}).get('delivered', 0)}"
+        f"lane {lane} project {project_name(project)}: {row['delivered']} -> {then.get((lane, project), {}).get('delivered', 0)}"
         for (lane, project), row in now.items()
         if then.get((lane, project), {}).get("delivered", 0) < row["delivered"]
     ]
     more_refused = [
-        f"lane {lane} project {project or '(none)'}: {now.get((lane, project), {}).get('refused', 0)} -> {row['refused']}"
+        f"lane {lane} project {project_name(project)}: {now.get((lane, project), {}).get('refused', 0)} -> {row['refused']}"
         for (lane, project), row in then.items()
         if row["refused"] > now.get((lane, project), {}).get("refused", 0)
     ]
@@ -667,7 +693,22 @@ def blocked_proof(current: dict[str, Any], what_if: dict[str, Any], effect: dict
     rank_now = STATUS_RANK.get(current["canary_after"]["status"], 3)
     rank_then = STATUS_RANK.get(what_if["canary_after"]["status"], 3)
     waiting, ended = effect["still_waiting"], what_if.get("ended", "tick limit")
+    remaining = [
+        f"lane {lane['target_key']}: "
+        + (
+            "; ".join(
+                f"seq {b['seq']} ({project_name(b['project'])}: {b['reason']})" for b in lane["blockers"][:5]
+            )
+            or f"{lane['lifecycle']}: {lane['last_error']}"
+        )
+        for lane in blocked_lanes(what_if.get("lane_health") or {"lanes": []})
+    ]
     checks = [
+        {
+            "check": "nothing blocked after the plan",
+            "ok": not remaining,
+            "detail": "; ".join(remaining) or "no lane the worker reads is blocked after the plan",
+        },
         {
             "check": "no lane delivers less",
             "ok": not fewer,
@@ -737,6 +778,7 @@ def _snapshot_copy(db: Path, aliases: AliasMap) -> dict[str, Any]:
         "inbox": inbox,
         "foreign_targets": foreign_targets(db),
         "lane_state": lane_state(db),
+        "lane_health": read_lanes_health(db),
     }
 
 
@@ -757,102 +799,178 @@ def lane_state(db: Path) -> list[dict[str, Any]]:
     return result
 
 
-def validate(options: ValidateOptions, progress: Progress = lambda _message: None) -> dict[str, Any]:
-    """Rehearse on copies of options.db; returns the JSON-ready report."""
+# A database another process holds locked (a rollback journal under BEGIN EXCLUSIVE, say) is waited
+# for this long, then refused: a copy taken under someone else's write is not the tester's data.
+LOCK_WAIT_SECONDS = 5.0
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def is_live(db: Path) -> bool:
+    """A -wal with frames in it means a writer has the database open (or crashed with it). An empty -wal
+    (and -shm) is what a reader, such as the canary, leaves beside a closed database: not live."""
+    try:
+        return db.with_name(db.name + "-wal").stat().st_size > 0
+    except OSError:
+        return False
+
+
+def copy_original(source: Path, target: Path, lock_wait: float = LOCK_WAIT_SECONDS) -> None:
+    """Copy the tester's database, refusing (one line, nothing copied) one that another process holds
+    locked. A rollback-journal file is byte-copied under a shared lock of our own, so no writer can
+    change it mid-copy; a WAL file goes through harness.runner.copy_database (bytes when closed, the
+    backup API when a -wal exists)."""
+    try:
+        with source.open("rb") as handle:
+            header = handle.read(100)
+    except OSError as error:
+        raise ValidateError(f"--db {source}: cannot read ({error.strerror})") from None
+    if not header.startswith(SQLITE_HEADER) or len(header) < 100 or header[18] != 1:
+        copy_database(source, target)  # WAL (header[18] == 2) or not SQLite: its own one-line errors
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with contextlib.closing(
+            sqlite3.connect(f"file:{source.resolve()}?mode=ro", uri=True, timeout=lock_wait)
+        ) as original:
+            original.execute("BEGIN")
+            original.execute("SELECT count(*) FROM sqlite_master").fetchone()  # takes the shared lock
+            shutil.copyfile(source, target)
+            original.rollback()
+        with contextlib.closing(sqlite3.connect(target)) as check:
+            verdict = check.execute("PRAGMA quick_check").fetchone()[0]
+    except sqlite3.OperationalError as error:
+        target.unlink(missing_ok=True)
+        if "locked" in str(error) or "busy" in str(error):
+            raise ValidateError(
+                f"--db {source}: locked by another process (waited {lock_wait:.0f} s); nothing was copied: "
+                "run validate again once it lets go"
+            ) from None
+        raise ValidateError(f"--db {source}: cannot copy ({error})") from None
+    except (OSError, sqlite3.Error) as error:
+        target.unlink(missing_ok=True)
+        raise ValidateError(f"--db {source}: cannot copy ({error})") from None
+    if verdict != "ok":
+        raise ValidateError(f"--db {source}: the copy fails SQLite's quick_check ({verdict})")
+
+
+def validate(options: ValidateOptions, progress: Progress = lambda _message: None) -> ValidateReport:
+    """Rehearse on copies of options.db; returns the typed report. Errors name the tester's own file,
+    never validate's copy of it."""
+    base = options.work_dir or Path(tempfile.mkdtemp(prefix="engram-validate-"))
+    copies = {base / "current" / "engram-data" / "engram.db": options.db}
+    try:
+        return ValidateReport.model_validate(_validate(options, progress, base))
+    except (HarnessError, CanaryError) as error:
+        temporary = base if options.work_dir is None else None
+        raise ValidateError(_name_in_text(str(error), copies, temporary)) from None
+    finally:
+        if options.work_dir is None and not options.keep:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def _validate(options: ValidateOptions, progress: Progress, base: Path) -> dict[str, Any]:
     started = time.monotonic()
     if options.ticks < 1:
         raise ValidateError(f"--ticks {options.ticks}: at least one tick")
     steps = read_plan(options.plan) if options.plan is not None else None
     original_stat = _stat(options.db)
     version = engram_version(options.binary)
-    base = options.work_dir or Path(tempfile.mkdtemp(prefix="engram-validate-"))
     base.mkdir(parents=True, exist_ok=True)
-    try:
-        current_env = EngramEnvironment(binary=options.binary, root=base / "current").prepare()
-        progress(f"copying {options.db}")
-        copy_database(options.db, current_env.db_path)
-        phases = {"copy": time.monotonic() - started}
-        aliases, aliases_file = _aliases_copy(options.aliases, base / "aliases.yaml")
-        schema_before = schema_snapshot(current_env.db_path)
-        before = _snapshot_copy(current_env.db_path, aliases)
-        summaries: list[KeySummary] = before["summaries"]
-        rehearsals = [
+    current_env = EngramEnvironment(binary=options.binary, root=base / "current").prepare()
+    progress(f"copying {options.db}")
+    copy_original(options.db, current_env.db_path)
+    phases = {"copy": time.monotonic() - started}
+    aliases, aliases_file = _aliases_copy(options.aliases, base / "aliases.yaml")
+    schema_before = schema_snapshot(current_env.db_path)
+    before = _snapshot_copy(current_env.db_path, aliases)
+    summaries: list[KeySummary] = before["summaries"]
+    rehearsals = [
+        Rehearsal(
+            "current",
+            current_env,
+            options.allowed_projects,
+            options.ticks,
+            options.tick_timeout,
+            progress,
+            options.run_doctor,
+        )
+    ]
+    plan_outcomes: list[dict[str, Any]] = []
+    what_if_env: EngramEnvironment | None = None
+    if options.what_if:
+        what_if_env = EngramEnvironment(binary=options.binary, root=base / "what-if").prepare()
+        copy_database(current_env.db_path, what_if_env.db_path)
+        if steps is None:
+            steps = suggested_plan(summaries, way_out(before["lane_health"]))
+        progress(f"what-if: applying {len(steps)} plan line(s) to a second copy")
+        plan_started = time.monotonic()
+        before_plan = _max_seq(what_if_env.db_path)
+        plan_outcomes = apply_plan(what_if_env.db_path, steps, aliases_file, base / "what-if-backups")
+        high_water = (before_plan, _max_seq(what_if_env.db_path))
+        phases["what_if_plan"] = time.monotonic() - plan_started
+        rehearsals.append(
             Rehearsal(
-                "current",
-                current_env,
+                "what-if",
+                what_if_env,
                 options.allowed_projects,
                 options.ticks,
                 options.tick_timeout,
                 progress,
+                options.run_doctor,
             )
-        ]
-        plan_outcomes: list[dict[str, Any]] = []
-        what_if_env: EngramEnvironment | None = None
-        if options.what_if:
-            what_if_env = EngramEnvironment(binary=options.binary, root=base / "what-if").prepare()
-            copy_database(current_env.db_path, what_if_env.db_path)
-            if steps is None:
-                steps = suggested_plan(summaries)
-            progress(f"what-if: applying {len(steps)} plan line(s) to a second copy")
-            plan_started = time.monotonic()
-            before_plan = _max_seq(what_if_env.db_path)
-            plan_outcomes = apply_plan(what_if_env.db_path, steps, aliases_file, base / "what-if-backups")
-            high_water = (before_plan, _max_seq(what_if_env.db_path))
-            phases["what_if_plan"] = time.monotonic() - plan_started
-            rehearsals.append(
-                Rehearsal(
-                    "what-if",
-                    what_if_env,
-                    options.allowed_projects,
-                    options.ticks,
-                    options.tick_timeout,
-                    progress,
-                )
-            )
-            what_if_before = _snapshot_copy(what_if_env.db_path, aliases)
-        mark = time.monotonic()
-        with ThreadPoolExecutor(max_workers=len(rehearsals)) as pool:
-            results = list(pool.map(lambda rehearsal: rehearsal.run(), rehearsals))
-        phases["rehearsals"] = time.monotonic() - mark
-        mark = time.monotonic()
-        current = results[0]
-        current.update(_after(current_env.db_path, aliases, before))
-        schema_after = schema_snapshot(current_env.db_path)
-        current["migrations"] = schema_diff(schema_before, schema_after)
-        report: dict[str, Any] = {
-            "schema": REPORT_SCHEMA,
-            "generated_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
-            "database": {"path": str(options.db), "size_bytes": options.db.stat().st_size},
-            "engram": {"binary": str(options.binary), "version": version},
-            "options": {"ticks": options.ticks, "allowed_projects": list(options.allowed_projects)},
-            "current": current,
+        )
+        what_if_before = _snapshot_copy(what_if_env.db_path, aliases)
+    mark = time.monotonic()
+    with ThreadPoolExecutor(max_workers=len(rehearsals)) as pool:
+        results = list(pool.map(lambda rehearsal: rehearsal.run(), rehearsals))
+    phases["rehearsals"] = time.monotonic() - mark
+    mark = time.monotonic()
+    current = results[0]
+    current.update(_after(current_env.db_path, aliases, before))
+    current["stuck"] = stuck_rows(current["lanes"], current["lane_health"])
+    schema_after = schema_snapshot(current_env.db_path)
+    current["migrations"] = schema_diff(schema_before, schema_after)
+    report: dict[str, Any] = {
+        "schema": REPORT_SCHEMA,
+        "generated_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "database": {"path": str(options.db), "size_bytes": options.db.stat().st_size},
+        "engram": {"binary": str(options.binary), "version": version},
+        "options": {"ticks": options.ticks, "allowed_projects": list(options.allowed_projects)},
+        "current": current,
+    }
+    if what_if_env is not None:
+        what_if = results[1]
+        what_if.update(_after(what_if_env.db_path, aliases, what_if_before))
+        what_if["stuck"] = stuck_rows(what_if["lanes"], what_if["lane_health"])
+        effect = plan_effect(
+            what_if_env.db_path,
+            _triage_log(base / "what-if-backups"),
+            high_water,
+        )
+        report["what_if"] = {
+            "plan_source": options.plan.name if options.plan else "suggested",
+            "plan": plan_outcomes,
+            "effect": effect,
+            "run": what_if,
+            "proof": blocked_proof(current, what_if, effect),
         }
-        if what_if_env is not None:
-            what_if = results[1]
-            what_if.update(_after(what_if_env.db_path, aliases, what_if_before))
-            effect = plan_effect(
-                what_if_env.db_path,
-                _triage_log(base / "what-if-backups"),
-                high_water,
-            )
-            report["what_if"] = {
-                "plan_source": options.plan.name if options.plan else "suggested",
-                "plan": plan_outcomes,
-                "effect": effect,
-                "run": what_if,
-                "proof": blocked_proof(current, what_if, effect),
-            }
-        finish_report(report)
-        phases["report"] = time.monotonic() - mark
-        phases["total"] = time.monotonic() - started
-        # validate only reads the original; a live engram may still write it meanwhile, which is said.
-        report["database"]["original_untouched"] = _stat(options.db) == original_stat
-        report["database"]["live"] = options.db.with_name(options.db.name + "-wal").exists()
-        report["timings"] = {name: round(value, 2) for name, value in phases.items()}
-        return report
-    finally:
-        if options.work_dir is None and not options.keep:
-            shutil.rmtree(base, ignore_errors=True)
+    report["what_to_run"] = what_to_run(report, steps or [], options)
+    finish_report(report)
+    phases["report"] = time.monotonic() - mark
+    phases["total"] = time.monotonic() - started
+    # validate only reads the original; a live engram may still write it meanwhile, which is said.
+    report["database"]["original_untouched"] = _stat(options.db) == original_stat
+    report["database"]["live"] = is_live(options.db)
+    # engram's own time (doctor, serve's start and the worker's ticks) apart from validate's own phases;
+    # the two runs go side by side, so the longer run's engram time is what validate waited.
+    engram_seconds = max(
+        sum(float(run["timings"].get(name, 0.0)) for name in ENGRAM_PHASES) for run in _runs(report)
+    )
+    phases["engram"] = engram_seconds
+    phases["own"] = max(0.0, phases["total"] - engram_seconds)
+    report["timings"] = {name: round(value, 2) for name, value in phases.items()}
+    temporary = base if options.work_dir is None else None
+    return _name_the_testers_file(report, {current_env.db_path: options.db}, temporary)
 
 
 def _after(db: Path, aliases: AliasMap, before: dict[str, Any]) -> dict[str, Any]:
@@ -866,6 +984,9 @@ def _after(db: Path, aliases: AliasMap, before: dict[str, Any]) -> dict[str, Any
         "foreign_targets_after": after["foreign_targets"],
         "lane_state_before": before["lane_state"],
         "lane_state_after": after["lane_state"],
+        "lane_health_before": before["lane_health"],
+        "lane_health": after["lane_health"],
+        "worker": worker_words(after["lane_health"]),
     }
 
 
@@ -877,16 +998,18 @@ def finish_report(report: dict[str, Any]) -> dict[str, Any]:
     return report
 
 
-def alarms(report: dict[str, Any]) -> list[str]:
+def alarms(report: ValidateReport | dict[str, Any]) -> list[str]:
     """What a script must not pass over (validate exits 3): rows lost or duplicated in a run, or a
     what-if plan that fails its proof. Stranded and refused rows are what the report is for."""
+    model = as_report(report)
+    runs = [("current", model.current)] + ([("what-if", model.what_if.run)] if model.what_if else [])
     found = [
-        f"{name}: {run['totals'][count]} row(s) {count}"
-        for name, run in zip(("current", "what-if"), _runs(report), strict=False)
-        for count in ("lost", "duplicated")
-        if run["totals"][count]
+        f"{name}: {count} row(s) {label}"
+        for name, run in runs
+        for label, count in (("lost", run.totals.lost), ("duplicated", run.totals.duplicated))
+        if count
     ]
-    if "what_if" in report and not report["what_if"]["proof"]["ok"]:
+    if model.what_if is not None and not model.what_if.proof.ok:
         found.append("the what-if plan fails its proof")
     return found
 
@@ -896,3 +1019,57 @@ def _runs(report: dict[str, Any]) -> list[dict[str, Any]]:
     if "what_if" in report:
         runs.append(report["what_if"]["run"])
     return runs
+
+
+ENGRAM_PHASES = ("doctor_before", "worker", "doctor_after")  # "worker" includes serve's start
+
+
+def worker_words(health: dict[str, Any]) -> dict[str, Any]:
+    """engram's own record of its cloud worker (the legacy lane's sync_state), in its own words."""
+    lane = next((lane for lane in health["lanes"] if lane["target_key"] == LEGACY_TARGET), None)
+    if lane is None:
+        return {"lifecycle": None, "last_error": None, "consecutive_failures": 0, "pending": 0}
+    return {
+        "lifecycle": lane["lifecycle"],
+        "last_error": lane["last_error"],
+        "consecutive_failures": lane["consecutive_failures"],
+        "pending": lane["pending"],
+    }
+
+
+def what_to_run(report: dict[str, Any], steps: Sequence[PlanStep], options: ValidateOptions) -> list[str]:
+    """The complete commands, in order, on the tester's own database: the what-if's lines that applied
+    (the lane's way out first), or without a what-if the canary's way out of every blocked lane."""
+    what_if = report.get("what_if")
+    if what_if is not None:
+        applied = {outcome["line"] for outcome in what_if["plan"] if outcome["outcome"] == "applied"}
+        chosen = [step.args for step in steps if step.line in applied]
+    else:
+        chosen = [tuple(shlex.split(line)) for line in way_out(report["current"]["lane_health_before"])]
+        chosen = [args[1:] if args[:1] == ("engram-canary",) else args for args in chosen]
+    return [runnable(list(args), options.db, options.aliases) for args in chosen]
+
+
+def _name_the_testers_file(
+    report: dict[str, Any], copies: dict[Path, Path], base: Path | None
+) -> dict[str, Any]:
+    """Every path of validate's disposable copy, as the tester knows it: the copy of their database by
+    its real path, anything else under the work dir as `<validate copy>/...`."""
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {key: walk(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [walk(item) for item in value]
+        if isinstance(value, str):
+            return _name_in_text(value, copies, base)
+        return value
+
+    result: dict[str, Any] = walk(report)
+    return result
+
+
+def _name_in_text(text: str, copies: dict[Path, Path], base: Path | None) -> str:
+    for copy, real in copies.items():
+        text = text.replace(str(copy), str(real))
+    return text.replace(str(base), "<validate copy>") if base is not None else text

@@ -9,22 +9,44 @@ from pathlib import Path
 import click
 
 from canary.errors import CanaryError
-from harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
+from harness.engram_install import DEFAULT_VERSION, cached_binary, find_engram, install_engram
 from harness.errors import HarnessError
 from harness.validate import ValidateOptions, alarms, validate
+from harness.validate_model import as_report
 
 ALARM_EXIT = 3  # the report was written and finds rows lost or duplicated, or a plan that blocks
 
 
 def resolve_binary(engram_path: Path | None, version: str | None) -> Path:
+    """A flag always beats the environment: --engram or --engram-version ignore ENGRAM_BIN, which only
+    replaces the default version when neither is given."""
     if engram_path is not None and version:
         raise click.UsageError("--engram and --engram-version are exclusive; give one")
     if engram_path is not None:
         if not os.access(engram_path, os.X_OK) or not engram_path.is_file():
             raise click.UsageError(f"--engram {engram_path}: not an executable file")
         return engram_path
-    chosen = version or DEFAULT_VERSION
-    return find_engram(chosen) or install_engram(chosen)
+    if version:
+        cached = cached_binary(version)
+        return cached if cached.is_file() and os.access(cached, os.X_OK) else install_engram(version)
+    return find_engram(DEFAULT_VERSION) or install_engram(DEFAULT_VERSION)
+
+
+def check_writable(option: str, path: Path) -> None:
+    """Before the rehearsal: an output that cannot be written is a usage error now, not after minutes
+    of work. The probe opens the file for append (its content is kept) and removes it if it made it."""
+    if path.is_dir():
+        raise click.UsageError(f"{option} {path}: is a directory")
+    if not path.parent.is_dir():
+        raise click.UsageError(f"{option} {path}: no such directory {path.parent}")
+    existed = path.exists()
+    try:
+        with path.open("a", encoding="utf-8"):
+            pass
+    except OSError as error:
+        raise click.UsageError(f"{option} {path}: cannot write ({error.strerror})") from None
+    if not existed:
+        path.unlink(missing_ok=True)
 
 
 @click.command("validate")
@@ -53,6 +75,11 @@ def resolve_binary(engram_path: Path | None, version: str | None) -> Path:
 )
 @click.option("--no-what-if", is_flag=True, help="Skip the what-if run on the second copy.")
 @click.option(
+    "--no-doctor",
+    is_flag=True,
+    help="Skip `engram doctor` before and after each run (minutes on a large file).",
+)
+@click.option(
     "--allowed-projects",
     default="*",
     show_default=True,
@@ -65,7 +92,15 @@ def resolve_binary(engram_path: Path | None, version: str | None) -> Path:
 )
 @click.option("--html", "html_path", type=click.Path(path_type=Path, dir_okay=False), help="Write HTML.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False), help="Write JSON.")
-@click.option("--anonymize", is_flag=True, help="Stable hashes for project names, cwds, titles and contents.")
+@click.option(
+    "--anonymize", is_flag=True, help="Keyed hashes for every name and path, in every output (stderr too)."
+)
+@click.option(
+    "--anonymize-key",
+    "key_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="With --anonymize: the key file (made, mode 600, when missing); the same key gives the same names.",
+)
 @click.option("--keep", type=click.Path(path_type=Path, file_okay=False), help="Keep the copies in this dir.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines on stderr.")
 def validate_command(
@@ -75,20 +110,51 @@ def validate_command(
     ticks: int,
     plan: Path | None,
     no_what_if: bool,
+    no_doctor: bool,
     allowed_projects: str,
     aliases: Path | None,
     html_path: Path | None,
     json_path: Path | None,
     anonymize: bool,
+    key_path: Path | None,
     keep: Path | None,
     quiet: bool,
 ) -> None:
     """Rehearse an engram version on a copy of DB: lanes, refusals, canary, doctor, migrations, a what-if."""
-    from harness.validate_report import anonymized, render_html, render_markdown
+    from harness.validate_report import (
+        anonymized,
+        hide_paths,
+        new_key,
+        read_or_create_key,
+        render_html,
+        render_markdown,
+    )
 
     for option, path in (("--html", html_path), ("--json", json_path)):
-        if path is not None and not path.parent.is_dir():
-            raise click.UsageError(f"{option} {path}: no such directory {path.parent}")
+        if path is not None:
+            check_writable(option, path)
+    if keep is not None:
+        try:
+            keep.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise click.UsageError(f"--keep {keep}: cannot create ({error.strerror})") from None
+    if key_path is not None and not anonymize:
+        raise click.UsageError("--anonymize-key goes with --anonymize")
+    key = new_key()
+    if key_path is not None:
+        if not key_path.parent.is_dir():
+            raise click.UsageError(f"--anonymize-key {key_path}: no such directory {key_path.parent}")
+        try:
+            key = read_or_create_key(key_path)
+        except (OSError, ValueError) as error:
+            raise click.UsageError(f"--anonymize-key {key_path}: {error}") from None
+    # Everything the tester named on the command line is a path of their machine: hidden when anonymized.
+    given = [db, db.resolve(), db.parent, db.resolve().parent, plan, aliases, keep, html_path, json_path]
+    paths = sorted({str(path) for path in given if path is not None and str(path) not in ("", ".", "/")})
+
+    def said(message: str) -> str:
+        return hide_paths(message, paths, key) if anonymize else message
+
     allowed = tuple(part.strip() for part in allowed_projects.split(",") if part.strip()) or ("*",)
     try:
         binary = resolve_binary(engram_path, version)
@@ -98,26 +164,32 @@ def validate_command(
             ticks=ticks,
             plan=plan,
             what_if=not no_what_if,
+            run_doctor=not no_doctor,
             allowed_projects=allowed,
             aliases=aliases,
             work_dir=keep,
         )
         report = validate(
-            options, progress=(lambda _m: None) if quiet else (lambda m: click.echo(m, err=True))
+            options, progress=(lambda _m: None) if quiet else (lambda m: click.echo(said(m), err=True))
         )
     except (HarnessError, CanaryError) as error:
-        raise click.ClickException(str(error)) from None
+        raise click.ClickException(said(str(error))) from None
+    report = as_report(report)
     if anonymize:
-        report = anonymized(report)
+        report = as_report(anonymized(report.to_json(), key, paths))
     try:
         if json_path is not None:
-            json_path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+            json_path.write_text(
+                json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+            )
         if html_path is not None:
             html_path.write_text(render_html(report), encoding="utf-8")
     except OSError as error:
-        raise click.ClickException(f"{error.filename}: cannot write the report ({error.strerror})") from None
+        raise click.ClickException(
+            said(f"{error.filename}: cannot write the report ({error.strerror})")
+        ) from None
     click.echo(render_markdown(report), nl=False)
     found = alarms(report)
     if found:
-        click.echo(f"engram-harness validate: {'; '.join(found)}", err=True)
+        click.echo(said(f"engram-harness validate: {'; '.join(found)}"), err=True)
         raise SystemExit(ALARM_EXIT)

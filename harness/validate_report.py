@@ -9,18 +9,25 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import hmac
 import html
+import os
 import re
+import secrets
 import shlex
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from engram_contract import LEGACY_TARGET
+from harness.validate_model import Run, StuckRow, ValidateReport, as_report
+from harness.validate_stuck import NO_PROJECT, project_name
 
 COUNTS = ("delivered", "stranded", "refused", "lost", "duplicated")
 # Words of engram and the kit, not of the user: never hashed.
-KEPT_NAMES = frozenset({"", "unsorted", "(no project)", "(unknown)", LEGACY_TARGET, "inbox", "local"})
+KEPT_NAMES = frozenset({"", "unsorted", NO_PROJECT, "(unknown)", LEGACY_TARGET, "inbox", "local"})
 # Fields whose whole value is a name (hashed exactly); every other string is scanned for known names.
 NAME_FIELDS = frozenset({"project", "key", "resolved_to", "target_key", "projects_refused"})
 NAME_KEYED_FIELDS = frozenset({"cwds", "cwd_claim_commands"})
@@ -30,9 +37,44 @@ LIST_OF_NAMES_FIELDS = frozenset({"refused_projects", "allowed_projects"})
 # ─── anonymize ───────────────────────────────────────────────────────────────
 
 
-def stable_hash(text: str) -> str:
-    """The same name gives the same hash in every report, so two anonymized reports compare."""
-    return "h" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:10]
+KEY_BYTES = 32
+
+
+def stable_hash(text: str, key: bytes) -> str:
+    """HMAC-SHA256 of the name under the run's secret key: the same key gives the same names (the tester
+    keeps it to map them back, or to compare two reports); without it no guess can be checked."""
+    return "h" + hmac.new(key, text.encode("utf-8"), hashlib.sha256).hexdigest()[:12]
+
+
+def new_key() -> bytes:
+    return secrets.token_bytes(KEY_BYTES)
+
+
+def read_or_create_key(path: Path) -> bytes:
+    """The key in PATH (hex), or a new random one written there, readable by its owner only."""
+    try:
+        text = path.read_text(encoding="ascii").strip()
+    except FileNotFoundError:
+        key = new_key()
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
+            handle.write(key.hex() + "\n")
+        return key
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"cannot read ({getattr(error, 'strerror', None) or error})") from None
+    try:
+        key = bytes.fromhex(text)
+    except ValueError:
+        key = b""
+    if len(key) != KEY_BYTES:
+        raise ValueError(f"not a key this command wrote ({KEY_BYTES * 2} hex digits)")
+    return key
+
+
+def hide_paths(text: str, paths: Sequence[str], key: bytes) -> str:
+    """Known paths of the tester's machine in a line of progress or an error, as their hashes."""
+    for path in sorted((p for p in paths if p), key=len, reverse=True):
+        text = text.replace(path, stable_hash(path, key))
+    return text
 
 
 def _lane_name(lane: str, hashed: Callable[[str], str]) -> str:
@@ -65,13 +107,16 @@ def _names(report: Any) -> set[str]:
     return {name for name in found if name not in KEPT_NAMES and name != "*"}
 
 
-def anonymized(report: dict[str, Any]) -> dict[str, Any]:
-    """A copy with project names, inbox keys, cwds, target keys and paths replaced by stable hashes.
+def anonymized(report: dict[str, Any], key: bytes, paths: Sequence[str] = ()) -> dict[str, Any]:
+    """A copy with project names, inbox keys, cwds, target keys and paths replaced by keyed hashes.
 
     Counts, ages, times and shapes stay. Titles and contents never enter a report; free text (server
-    reasons, canary messages, commands) has every known name replaced inside it.
+    reasons, canary messages, commands) has every known name and PATHS (the database, --keep, ...)
+    replaced inside it; free text that can quote a row (a plan line's output, engram's serve log) is
+    left out.
     """
-    names = _names(report)
+    path = str(report.get("database", {}).get("path", ""))
+    names = _names(report) | {p for p in (path, *paths) if p}
     pattern = (
         re.compile(
             "(?<![A-Za-z0-9_-])("
@@ -83,7 +128,7 @@ def anonymized(report: dict[str, Any]) -> dict[str, Any]:
     )
 
     def hashed(name: str) -> str:
-        return name if name in KEPT_NAMES or name == "*" else stable_hash(name)
+        return name if name in KEPT_NAMES or name == "*" else stable_hash(name, key)
 
     def text(value: str) -> str:
         if value.startswith("engram-canary "):
@@ -92,7 +137,7 @@ def anonymized(report: dict[str, Any]) -> dict[str, Any]:
                 return shlex.join(
                     hashed(word) if word in names else text(word) for word in shlex.split(value)
                 )
-        return pattern.sub(lambda match: stable_hash(match.group(1)), value) if pattern else value
+        return pattern.sub(lambda match: stable_hash(match.group(1), key), value) if pattern else value
 
     def walk(value: Any, field: str | None) -> Any:
         if isinstance(value, dict):
@@ -112,12 +157,13 @@ def anonymized(report: dict[str, Any]) -> dict[str, Any]:
 
     result: dict[str, Any] = walk(report, None)
     database = result.get("database", {})
-    path = str(report.get("database", {}).get("path", ""))
-    database["path"] = stable_hash(path) + ".db"
+    database["path"] = stable_hash(path, key)
     engram = result.get("engram", {})
     engram["binary"] = "engram"
     for run in _runs(result):
         run["serve_log"] = ""
+    for step in (result.get("what_if") or {}).get("plan", []):
+        step["message"] = ""
     result["anonymized"] = True
     return result
 
@@ -138,6 +184,8 @@ def _inbox_totals(inbox: Sequence[dict[str, Any]]) -> tuple[int, int, int]:
 
 
 def _doctor_line(doctor: dict[str, Any]) -> str:
+    if doctor.get("status") == "skipped":
+        return "skipped (--no-doctor)"
     if doctor.get("error"):
         return f"{doctor.get('status')} ({doctor['error']})"
     summary = doctor.get("summary") or {}
@@ -171,7 +219,7 @@ def next_steps(report: dict[str, Any]) -> list[str]:
     for item in current["refused"]:
         steps.append(
             f"The server refused {item['rows']} row(s) of project {item['project']!r}: "
-            + (item["reasons"][0] if item["reasons"] else f"HTTP {', '.join(item['statuses'])}")
+            + (one_line(item["reasons"][0]) if item["reasons"] else f"HTTP {', '.join(item['statuses'])}")
             + f" ({_refusal_hint(item['statuses'])})."
         )
     inbox_keys, memories, telemetry = _inbox_totals(current["inbox_after"])
@@ -188,7 +236,9 @@ def next_steps(report: dict[str, Any]) -> list[str]:
             failed = [f"{check['check']} ({check['detail']})" for check in proof["checks"] if not check["ok"]]
             steps.append(f"Do not apply the plan as is: {'; '.join(failed)}.")
             for item in what_if["run"]["refused"]:
-                reason = item["reasons"][0] if item["reasons"] else "HTTP " + ", ".join(item["statuses"])
+                reason = (
+                    one_line(item["reasons"][0]) if item["reasons"] else "HTTP " + ", ".join(item["statuses"])
+                )
                 steps.append(
                     f"With the plan, the server refuses {item['rows']} row(s) of {item['project']!r}: {reason}."
                 )
@@ -221,6 +271,7 @@ def _refusal_hint(statuses: dict[str, int]) -> str:
 
 
 def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
+    header, rows = _without_empty_columns(header, rows)
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(cell).replace("|", "\\|") for cell in row) + " |" for row in rows]
     return lines
@@ -234,13 +285,101 @@ def _interesting(rows: Sequence[dict[str, Any]], limit: int) -> list[dict[str, A
     return ranked[:limit]
 
 
-def render_markdown(report: dict[str, Any]) -> str:
+def one_line(text: str) -> str:
+    """engram's multi-line messages (last_error carries its own advice) on one line, words unchanged."""
+    return " / ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def worker_line(run: Run) -> str:
+    """engram's worker in engram's own words: its lane's lifecycle and last_error, never a word of ours."""
+    worker = run.worker
+    text = f"engram's worker: {worker.lifecycle or 'unknown'}"
+    if worker.last_error:
+        text += f" — {one_line(worker.last_error)}"
+    if worker.consecutive_failures:
+        text += f" ({worker.consecutive_failures} consecutive failure(s))"
+    return text
+
+
+def lost_line(run: Run) -> str:
+    lost = run.totals.lost
+    if not lost:
+        return "**Lost:** 0 rows (nothing was acked without reaching the cloud)."
+    named = [f"{r.lane} {project_name(r.project)}: {r.lost}" for r in run.lanes if r.lost]
+    return f"**Lost:** {lost} row(s) acked but never received — an engram bug: {', '.join(named)}."
+
+
+def stuck_line(run: Run) -> str:
+    stuck = run.stuck or []
+    rows = sum(entry.rows for entry in stuck)
+    if not rows:
+        return "**Stuck:** 0 rows."
+    kinds: Counter[str] = Counter()
+    for entry in stuck:
+        kinds[entry.kind] += entry.rows
+    return f"**Stuck:** {rows} row(s) (" + ", ".join(f"{n} {kind}" for kind, n in kinds.items()) + ")."
+
+
+def plan_line(report: ValidateReport) -> str | None:
+    """What the what-if plan did, said plainly; a plan that frees nothing while rows are held back too."""
+    what_if = report.what_if
+    if what_if is None:
+        return None
+    held = sum(e.rows for e in report.current.stuck or [] if e.kind in ("refused", "held back"))
+    gained = what_if.run.totals.delivered - report.current.totals.delivered
+    text = (
+        f"With the {what_if.plan_source} plan, the what-if delivers {gained} more row(s) than today "
+        f"and discards {what_if.effect.discarded_rows}"
+    )
+    if gained <= 0 and held:
+        text += f" — it delivers nothing while {held} row(s) are held back"
+    failed = [check for check in what_if.proof.checks if not check.ok]
+    if failed:
+        text += ". Its proof FAILS: " + "; ".join(f"{c.check} ({c.detail})" for c in failed)
+        text += ". Do not run it as is."
+    else:
+        text += "; its proof holds (nothing blocked after the plan, no row worse off)."
+    return text
+
+
+def first_screen(report: ValidateReport) -> list[str]:
+    """The three answers, in markdown: lost, stuck (per lane and project, and why), what to run."""
+    current = report.current
+    lines = [lost_line(current), "", stuck_line(current), "", worker_line(current), ""]
+    stuck = current.stuck or []
+    if stuck:
+        lines += _table(
+            ["lane", "project", "rows", "why"], [[e.lane, e.project, e.rows, _why(e)] for e in stuck[:15]]
+        )
+        if len(stuck) > 15:
+            lines.append(f"\n({len(stuck) - 15} more in the JSON/HTML report)")
+        lines.append("")
+    lines += ["**What to run** (in order, on your database; each command takes a backup first):", ""]
+    plan_text = plan_line(report)
+    if plan_text:
+        lines += [plan_text, ""]
+    if report.what_to_run:
+        lines += ["```sh", *report.what_to_run, "```"]
+    else:
+        lines.append("Nothing: no command of the canary frees a row here.")
+    return lines
+
+
+def render_markdown(typed: ValidateReport | dict[str, Any]) -> str:
+    model = as_report(typed)
+    report = model.to_json()
     current = report["current"]
     total = current["totals"]
     database = report["database"]
     ticks = current["ticks"]
     lines = [
-        f"### engram {report['engram']['version']} rehearsed on a copy of `{_basename(database['path'])}`",
+        f"### engram {report['engram']['version']} rehearsed on a copy of `{database['path']}`",
+        "",
+        *first_screen(model),
+    ]
+    lines += [
+        "",
+        "**Details**",
         "",
         f"- Original untouched: {_untouched(database)}; "
         f"{total['enqueued']} sync rows; {len(ticks)} worker tick(s), "
@@ -261,23 +400,23 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines += _table(
         ["lane", "project", "enqueued", *COUNTS],
         [
-            [r["lane"], r["project"] or "(none)", r["enqueued"], *(r[c] for c in COUNTS)]
+            [r["lane"], project_name(r["project"]), r["enqueued"], *(r[c] for c in COUNTS)]
             for r in _interesting(current["lanes"], 12)
         ],
     )
     if len(current["lanes"]) > 12:
         lines.append(f"\n({len(current['lanes']) - 12} more lane rows in the JSON/HTML report)")
     if current["refused"]:
-        lines += ["", "**Refused by the server**", ""]
+        lines += ["", "**Refused by the server in the run** (the worker stops at the first refusal)", ""]
         lines += _table(
             ["project", "rows", "attempts", "status", "reason"],
             [
                 [
-                    r["project"] or "(none)",
+                    project_name(r["project"]),
                     r["rows"],
                     r["attempts"],
                     ", ".join(r["statuses"]),
-                    (r["reasons"] or [""])[0][:160],
+                    one_line((r["reasons"] or [""])[0])[:160],
                 ]
                 for r in current["refused"]
             ],
@@ -300,7 +439,7 @@ def render_markdown(report: dict[str, Any]) -> str:
             ),
             f"- Stranded {total['stranded']} -> {wtotal['stranded']}, delivered {total['delivered']} -> "
             f"{wtotal['delivered']}, refused {total['refused']} -> {wtotal['refused']}, lost {wtotal['lost']}.",
-            f"- Nothing becomes blocked: {'yes' if proof['ok'] else 'NO'} ("
+            f"- Proof: {'holds' if proof['ok'] else 'FAILS'} ("
             + "; ".join(f"{'ok' if c['ok'] else 'FAILED'}: {c['check']}" for c in proof["checks"])
             + ")",
         ]
@@ -308,7 +447,8 @@ def render_markdown(report: dict[str, Any]) -> str:
     if report.get("anonymized"):
         lines += [
             "",
-            "_Names are replaced by stable hashes (--anonymize); counts, ages and shapes are real._",
+            "_Names and paths are replaced by keyed hashes (--anonymize; the key file of --anonymize-key "
+            "maps them back); counts, ages and shapes are real._",
         ]
     return "\n".join(lines) + "\n"
 
@@ -320,7 +460,15 @@ ENDINGS = {
 }
 
 
+def _why(entry: StuckRow) -> str:
+    text = f"{entry.kind}: {entry.reason}"
+    return text + (f" (seq {', '.join(map(str, entry.seqs))})" if entry.seqs else "")
+
+
 def _ended(run: dict[str, Any]) -> str:
+    worker = run.get("worker") or {}
+    if worker.get("lifecycle") == "degraded":
+        return "engram's worker degraded: " + one_line(str(worker.get("last_error") or "no reason recorded"))
     ticks = run["ticks"]
     ended = run.get("ended") or ("idle" if ticks and ticks[-1]["worker_pending"] in (0, -1) else "tick limit")
     return ENDINGS.get(ended, ended)
@@ -347,6 +495,13 @@ PALETTE = {
     "current": "#2f6fb3",
     "what-if": "#2e9d5b",
     "line": "#b3412f",
+    "refused": "#b3412f",
+    "held back": "#e08a3c",
+    "not enrolled": "#2f6fb3",
+    "per-project lane": "#8e6bbf",
+    "waiting": "#9aa5b1",
+    "other lane": "#5b6773",
+    "stranded": "#2f6fb3",
 }
 FONT = "font-family='system-ui, sans-serif' font-size='12'"
 
@@ -492,11 +647,23 @@ table{border-collapse:collapse;margin:.5rem 0;font-size:.9rem}td,th{border:1px s
 td:first-child,th:first-child,td.name{text-align:left}th{background:#f3f6f9}
 .figures{display:flex;flex-wrap:wrap;gap:.8rem;margin:1rem 0}.figure{border:1px solid #dde3ea;border-radius:6px;padding:.5rem .9rem;min-width:7rem}
 .figure b{display:block;font-size:1.4rem}.ok{color:#2e7d32}.bad{color:#b3412f}.plot{max-width:100%;height:auto;display:block;margin:.6rem 0}
-code{background:#f3f6f9;padding:0 .2rem}small{color:#5b6773}
+code{background:#f3f6f9;padding:0 .2rem}pre{background:#f3f6f9;padding:.6rem;overflow-x:auto;white-space:pre-wrap}
+#answers{border:1px solid #dde3ea;border-radius:6px;padding:.2rem 1rem;margin:1rem 0}
+#stuck td,#stuck th{text-align:left}#stuck td:nth-child(3){text-align:right}#worker{font-size:.85rem;color:#5b6773}small{color:#5b6773}
 """
 
 
+def _without_empty_columns(
+    header: Sequence[str], rows: Iterable[Sequence[Any]]
+) -> tuple[list[str], list[list[Any]]]:
+    """A column no row has a value in says nothing: it is left out (0 is a value, '' and None are not)."""
+    listed = [list(row) for row in rows]
+    keep = [i for i in range(len(header)) if not listed or any(row[i] not in ("", None) for row in listed)]
+    return [header[i] for i in keep], [[row[i] for i in keep] for row in listed]
+
+
 def _html_table(header: Sequence[str], rows: Iterable[Sequence[Any]], table_id: str = "") -> str:
+    header, rows = _without_empty_columns(header, rows)
     ident = f" id='{table_id}'" if table_id else ""
     head = "".join(f"<th>{_esc(cell)}</th>" for cell in header)
     body = "".join("<tr>" + "".join(f"<td>{_esc(cell)}</td>" for cell in row) + "</tr>" for row in rows)
@@ -506,6 +673,48 @@ def _html_table(header: Sequence[str], rows: Iterable[Sequence[Any]], table_id: 
 def _figure(figure_id: str, label: str, value: Any, good: bool | None = None) -> str:
     css = "" if good is None else (" ok" if good else " bad")
     return f"<div class='figure{css}' id='{figure_id}'><b>{_esc(value)}</b>{_esc(label)}</div>"
+
+
+SPREAD_SECONDS = 3600.0  # a timeline of targets all touched within the hour is a vertical line
+
+
+def _foreign_view(targets: Sequence[dict[str, Any]]) -> str:
+    """The foreign targets over time when their times spread; else (one moment, or none) a table."""
+    moments = sorted(m for t in targets if (m := _moment(t.get("updated_at"))) is not None)
+    if len(moments) >= 2 and (moments[-1] - moments[0]).total_seconds() >= SPREAD_SECONDS:
+        return timeline_chart(
+            "plot-foreign", "Foreign sync targets over time (cumulative, by last update)", targets
+        )
+    if not targets:
+        return "<p id='foreign-targets'>No foreign sync target.</p>"
+    return _html_table(
+        ["target", "lifecycle", "last enqueued seq", "last update"],
+        [
+            [
+                t["target_key"],
+                t.get("lifecycle") or "",
+                t.get("last_enqueued_seq") or "",
+                t.get("updated_at") or "",
+            ]
+            for t in targets
+        ],
+        "foreign-targets",
+    )
+
+
+def _md_bold(text: str) -> str:
+    """`**Lost:** 0` as HTML: the bold label of a first-screen answer."""
+    parts = _esc(text).split("**")
+    return "".join(f"<b>{part}</b>" if index % 2 else part for index, part in enumerate(parts))
+
+
+def _blocked_check(what_if: dict[str, Any]) -> bool:
+    """The proof's honest headline: false whenever a blocker remains after the plan (or the proof fails)."""
+    return bool(what_if["proof"]["ok"]) and all(
+        check["ok"]
+        for check in what_if["proof"]["checks"]
+        if check["check"] == "nothing blocked after the plan"
+    )
 
 
 def _inbox_chart(inbox: Sequence[dict[str, Any]]) -> str:
@@ -524,20 +733,36 @@ def _inbox_chart(inbox: Sequence[dict[str, Any]]) -> str:
     )
 
 
-def _lanes_chart(report: dict[str, Any]) -> str:
+STUCK_KINDS = ("refused", "held back", "not enrolled", "per-project lane", "waiting", "other lane")
+
+
+def _lanes_chart(report: dict[str, Any], limit: int = 25) -> str:
+    """The undelivered rows of this engram's run per lane and project, split by why they are stuck."""
     current = report["current"]
-    before = {row["lane"]: row for row in current["lane_state_before"]}
-    after = {row["lane"]: row for row in current["lane_state_after"]}
-    series = [("before", before), ("current", after)]
-    if "what_if" in report:
-        series.append(("what-if", {row["lane"]: row for row in report["what_if"]["run"]["lane_state_after"]}))
-    lanes = sorted(set(before) | set(after), key=lambda lane: (lane != LEGACY_TARGET, lane))
+    stuck = current.get("stuck")
+    if stuck is None:  # a report of an older validate: refused and stranded from the lane table
+        stuck = [
+            {"lane": r["lane"], "project": project_name(r["project"]), "rows": r[kind], "kind": kind}
+            for r in current["lanes"]
+            for kind in ("refused", "stranded")
+            if r[kind]
+        ]
+    totals: Counter[str] = Counter()
+    cells: dict[tuple[str, str], float] = {}
+    for entry in stuck:
+        label = f"{entry['lane']} · {entry['project']}"
+        totals[label] += int(entry["rows"])
+        cells[(label, entry["kind"])] = cells.get((label, entry["kind"]), 0.0) + float(entry["rows"])
+    labels = [label for label, _ in sorted(totals.items(), key=lambda item: (-item[1], item[0]))[:limit]]
+    kinds = [kind for kind in (*STUCK_KINDS, "stranded") if any(k == kind for _, k in cells)]
+    more = len(totals) - len(labels)
     return hbar_chart(
         "plot-lanes",
-        "Rows waiting (unacked) per lane: before, after this engram, after the what-if plan",
-        lanes,
-        [(name, [float(rows.get(lane, {}).get("waiting", 0)) for lane in lanes]) for name, rows in series],
-        stacked=False,
+        "Rows this engram leaves undelivered, per lane · project, by why"
+        + (f" (top {limit}; {more} more in the table)" if more else ""),
+        labels,
+        [(kind, [cells.get((label, kind), 0.0) for label in labels]) for kind in kinds],
+        stacked=True,
     )
 
 
@@ -557,7 +782,9 @@ def _what_if_chart(report: dict[str, Any]) -> str:
     )
 
 
-def render_html(report: dict[str, Any]) -> str:
+def render_html(typed: ValidateReport | dict[str, Any]) -> str:
+    model = as_report(typed)
+    report = model.to_json()
     current = report["current"]
     total = current["totals"]
     what_if = report.get("what_if")
@@ -586,15 +813,36 @@ def render_html(report: dict[str, Any]) -> str:
         figures.append(
             _figure(
                 "fig-proof",
-                "nothing blocked by the plan",
-                "yes" if what_if["proof"]["ok"] else "NO",
-                what_if["proof"]["ok"],
+                "nothing blocked after the plan",
+                "yes" if _blocked_check(what_if) else "NO",
+                _blocked_check(what_if),
             )
         )
+    stuck = model.current.stuck or []
+    plan_text = plan_line(model)
+    commands = model.what_to_run
     body = [
         f"<h1>{_esc(title)}</h1>",
         f"<small>{_esc(report['generated_at'])} · {len(current['ticks'])} worker tick(s) · "
         f"{total['enqueued']} sync rows{' · names anonymized' if report.get('anonymized') else ''}</small>",
+        f"<section id='answers'><p id='answer-lost' class='{'ok' if not total['lost'] else 'bad'}'>"
+        f"{_md_bold(lost_line(model.current))}</p>",
+        f"<p id='answer-stuck'>{_md_bold(stuck_line(model.current))}</p>",
+        f"<p id='worker'>{_esc(worker_line(model.current))}</p>",
+        _html_table(
+            ["lane", "project", "rows", "why"], [[e.lane, e.project, e.rows, _why(e)] for e in stuck], "stuck"
+        )
+        if stuck
+        else "",
+        "<p><b>What to run</b> (in order, on your database; each command takes a backup first):</p>",
+        f"<p id='plan-verdict' class='{'ok' if what_if is None or what_if['proof']['ok'] else 'bad'}'>"
+        f"{_esc(plan_text)}</p>"
+        if plan_text
+        else "",
+        "<pre id='what-to-run'>" + _esc("\n".join(commands)) + "</pre>"
+        if commands
+        else "<p id='what-to-run'>Nothing: no command of the canary frees a row here.</p>",
+        "</section>",
         f"<div class='figures'>{''.join(figures)}</div>",
         "<h2>Next</h2><ul id='next-steps'>"
         + "".join(f"<li>{_esc(step)}</li>" for step in next_steps(report))
@@ -606,7 +854,7 @@ def render_html(report: dict[str, Any]) -> str:
             [
                 [
                     r["lane"],
-                    r["project"] or "(none)",
+                    project_name(r["project"]),
                     r["enqueued"],
                     r["acked_before_run"],
                     *(r[c] for c in COUNTS),
@@ -619,7 +867,7 @@ def render_html(report: dict[str, Any]) -> str:
         _html_table(
             ["project", "enqueued", "acked before", *COUNTS],
             [
-                [r["project"] or "(none)", r["enqueued"], r["acked_before_run"], *(r[c] for c in COUNTS)]
+                [project_name(r["project"]), r["enqueued"], r["acked_before_run"], *(r[c] for c in COUNTS)]
                 for r in current["projects"]
             ],
             "projects",
@@ -632,7 +880,7 @@ def render_html(report: dict[str, Any]) -> str:
                 ["project", "rows", "attempts", "status", "reason (as engram recorded it)"],
                 [
                     [
-                        r["project"] or "(none)",
+                        project_name(r["project"]),
                         r["rows"],
                         r["attempts"],
                         ", ".join(r["statuses"]),
@@ -663,11 +911,7 @@ def render_html(report: dict[str, Any]) -> str:
         f"<p>After the run: {_inbox_totals(current['inbox_after'])[1]} memories and "
         f"{_inbox_totals(current['inbox_after'])[2]} telemetry rows in {len(current['inbox_after'])} key(s).</p>",
         "<h2>Foreign targets</h2>",
-        timeline_chart(
-            "plot-foreign",
-            "Foreign sync targets over time (cumulative, by last update)",
-            current["foreign_targets_before"],
-        ),
+        _foreign_view(current["foreign_targets_before"]),
         "<h2>Canary, doctor, migrations</h2>",
         _html_table(
             ["", "before", "after"],

@@ -5,7 +5,9 @@ anonymized report of a real run (see test_validate_html.py)."""
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
+import re
 import sqlite3
 from contextlib import closing
 from dataclasses import replace
@@ -15,10 +17,12 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from pydantic import ValidationError
 
 from canary.inbox import KeySummary
 from harness import validate_cli
 from harness.cli import cli
+from harness.errors import HarnessError
 from harness.lanes import LocalMutation
 from harness.validate import (
     PUSH_PATH,
@@ -31,8 +35,11 @@ from harness.validate import (
     schema_diff,
     suggested_plan,
 )
+from harness.validate_model import ValidateReport
 from harness.validate_report import anonymized, render_html, render_markdown, stable_hash
+from harness.validate_stuck import stuck_rows
 
+KEY = b"\x00" * 32
 DATA = Path(__file__).parent / "data" / "validate-report.json"
 
 
@@ -60,8 +67,14 @@ def test_plan_lines_with_or_without_the_program_name_comments_and_quotes() -> No
 @pytest.mark.parametrize(
     ("line", "error"),
     [
-        ("rm -rf /", "plan.txt:2: only `inbox claim` and `inbox drop` lines are allowed, got 'rm -rf /'"),
-        ("engram-canary cleanup-phantoms --apply", "plan.txt:2: only `inbox claim` and `inbox drop`"),
+        (
+            "rm -rf /",
+            "plan.txt:2: only `inbox claim`, `inbox drop` and `repair` lines are allowed, got 'rm -rf /'",
+        ),
+        (
+            "engram-canary cleanup-phantoms --apply",
+            "plan.txt:2: only `inbox claim`, `inbox drop` and `repair`",
+        ),
         (
             "inbox claim --project x --as y --db /home/me/.engram/engram.db",
             "plan.txt:2: --db is set by validate",
@@ -166,11 +179,11 @@ def test_a_refused_row_without_a_project_keeps_the_servers_reason() -> None:
 
 def test_markdown_is_short_and_pins_the_verdicts(report: dict[str, Any]) -> None:
     text = render_markdown(report)
-    assert len(text.splitlines()) < 60
+    assert len(text.splitlines()) < 75
     assert "- Original untouched: yes; 7580 sync rows; 1 worker tick(s), idle after the last one." in text
     assert "- Migrations applied by the binary: none (schema unchanged, user_version 0)." in text
     assert "| 6553 | 0 | 1027 | 0 | 0 | 0 |" in text
-    assert "- Nothing becomes blocked: NO (" in text and "FAILED: no new refusals" in text
+    assert "- Proof: FAILS (" in text and "FAILED: no new refusals" in text
     assert "status 403: forbidden: project is not allowed" in text
 
 
@@ -220,23 +233,29 @@ def _named_report() -> dict[str, Any]:
 
 def test_anonymize_hashes_names_everywhere_and_keeps_the_numbers() -> None:
     report = _named_report()
-    hidden = anonymized(report)
+    hidden = anonymized(report, KEY)
     outputs = json.dumps(hidden, ensure_ascii=False) + render_markdown(hidden) + render_html(hidden)
     for secret in ("Ana", "lm-studio", "LM Studio", "código", "/home/ana"):
         assert secret not in outputs, secret
     lane = hidden["current"]["lanes"][0]
-    assert lane["lane"] == "cloud:" + stable_hash("Ana's App") and lane["project"] == stable_hash("Ana's App")
-    app = stable_hash("Ana's App")
+    assert lane["lane"] == "cloud:" + stable_hash("Ana's App", KEY) and lane["project"] == stable_hash(
+        "Ana's App", KEY
+    )
+    app = stable_hash("Ana's App", KEY)
     assert hidden["current"]["refused"][0]["reasons"] == [
         f'push: transport push project "{app}": status 403: forbidden'
     ]
     assert hidden["current"]["totals"] == report["current"]["totals"]
-    assert hidden["current"]["inbox_before"][0]["cwds"] == {stable_hash("/home/ana/código/LM Studio"): 3}
-    assert anonymized(report) == hidden  # stable: the same names give the same hashes
+    assert hidden["current"]["inbox_before"][0]["cwds"] == {stable_hash("/home/ana/código/LM Studio", KEY): 3}
+    assert anonymized(report, KEY) == hidden  # the same key gives the same names
+    other = anonymized(report, b"\x01" * 32)
+    assert other["current"]["lanes"][0]["project"] != lane["project"]
+    # salted: the plain sha256 of a name (what a brute-force search tries) is not its hash
+    assert hashlib.sha256(b"Ana's App").hexdigest()[:12] not in json.dumps(hidden)
 
 
 def test_anonymize_keeps_the_kits_own_words() -> None:
-    hidden = anonymized(_named_report())
+    hidden = anonymized(_named_report(), KEY)
     keys = {key["key"] for key in hidden["current"]["inbox_before"]}
     assert "unsorted" in keys
     assert {row["lane"] for row in hidden["current"]["lanes"]} >= {"cloud"}
@@ -375,7 +394,7 @@ def test_a_truncated_database_is_one_line(tmp_path: Path) -> None:
         connection.commit()
     data = db.read_bytes()
     db.write_bytes(data[: len(data) // 2])
-    assert _one_line_error(tmp_path, db).startswith(f"Error: {db}: ")
+    assert _one_line_error(tmp_path, db).startswith(f"Error: --db {db}: ")
 
 
 def test_a_plan_that_is_not_utf8_and_a_binary_that_is_not_engram_are_one_line(tmp_path: Path) -> None:
@@ -400,11 +419,11 @@ def test_a_project_named_slash_does_not_eat_the_kits_own_text() -> None:
         "ended": "stalled",
     }
     proof = blocked_proof(current, what_if, {"still_waiting": 0, "delivered_in_run": 0})
-    hidden = anonymized({"current": current, "what_if": {"run": what_if, "proof": proof}})
+    hidden = anonymized({"current": current, "what_if": {"run": what_if, "proof": proof}}, KEY)
     (refusals,) = (
         check for check in hidden["what_if"]["proof"]["checks"] if check["check"] == "no new refusals"
     )
-    assert refusals["detail"] == f"lane cloud project {stable_hash('my-app')}: 0 -> 1"
+    assert refusals["detail"] == f"lane cloud project {stable_hash('my-app', KEY)}: 0 -> 1"
 
 
 def test_claimed_copies_waiting_on_a_stalled_worker_fail_the_proof_but_not_at_the_tick_limit() -> None:
@@ -425,3 +444,233 @@ def test_claimed_copies_waiting_on_a_stalled_worker_fail_the_proof_but_not_at_th
         return bool(check["ok"])
 
     assert (flowing("stalled"), flowing("tick limit"), flowing("idle")) == (False, True, False)
+
+
+def test_the_proof_says_blocked_whenever_a_blocker_remains_after_the_plan() -> None:
+    """The plan dropped telemetry and delivered nothing; the row without a project still holds the lane."""
+    lanes = [{"lane": "cloud", "project": "my-app", "delivered": 0, "refused": 0, "lost": 0}]
+    current = {"lanes": lanes, "canary_after": {"status": "critical"}}
+    blocker = {
+        "seq": 7,
+        "project": "",
+        "entity": "observation",
+        "reason": "400 mutation entries must specify a project",
+    }
+    what_if = {
+        "lanes": lanes,
+        "canary_after": {"status": "critical"},
+        "worker_pending_after": 19,
+        "ended": "stalled",
+        "lane_health": {
+            "lanes": [
+                {
+                    "target_key": "cloud",
+                    "blocked": True,
+                    "blockers": [blocker],
+                    "lifecycle": "degraded",
+                    "last_error": "x",
+                }
+            ],
+            "enrolled": ["my-app"],
+        },
+    }
+    proof = blocked_proof(current, what_if, {"still_waiting": 0, "delivered_in_run": 0})
+    (blocked,) = (check for check in proof["checks"] if check["check"] == "nothing blocked after the plan")
+    assert blocked == {
+        "check": "nothing blocked after the plan",
+        "ok": False,
+        "detail": "lane cloud: seq 7 ((no project): 400 mutation entries must specify a project)",
+    }
+    assert proof["ok"] is False
+
+
+def test_the_anonymize_key_file_is_made_private_and_gives_the_same_names_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(validate_cli, "validate", lambda options, progress=None: _named_report())
+    db = tmp_path / "engram.db"
+    db.write_bytes(b"")
+    binary = tmp_path / "engram"
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    key_file = tmp_path / "validate.key"
+    args = ["validate", "--db", str(db), "--engram", str(binary), "-q", "--anonymize"]
+    first = CliRunner(mix_stderr=False).invoke(cli, [*args, "--anonymize-key", str(key_file)])
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    key = bytes.fromhex(key_file.read_text().strip())
+    assert len(key) == 32
+    again = CliRunner(mix_stderr=False).invoke(cli, [*args, "--anonymize-key", str(key_file)])
+    assert first.stdout == again.stdout and stable_hash("Ana's App", key) in first.stdout
+    unkeyed = CliRunner(mix_stderr=False).invoke(cli, args)
+    assert stable_hash("Ana's App", key) not in unkeyed.stdout  # a fresh random key each run
+    key_file.write_text("not a key\n")
+    broken = CliRunner().invoke(cli, [*args, "--anonymize-key", str(key_file)])
+    assert broken.exit_code == 2
+    assert (
+        broken.output.strip()
+        .splitlines()[-1]
+        .startswith(f"Error: --anonymize-key {key_file}: not a key this command wrote (64 hex digits)")
+    )
+    lonely = CliRunner().invoke(cli, ["validate", "--db", str(db), "--anonymize-key", str(key_file)])
+    assert lonely.exit_code == 2 and "--anonymize-key goes with --anonymize" in lonely.output
+
+
+def test_anonymized_progress_and_errors_name_no_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    secret_dir = tmp_path / "ana-private"
+    secret_dir.mkdir()
+    db = secret_dir / "engram.db"
+    db.write_bytes(b"")
+
+    def fail(options: ValidateOptions, progress: Any) -> None:
+        progress(f"copying {options.db}")
+        raise HarnessError(f"{options.db}: cannot copy (disk I/O error)")
+
+    monkeypatch.setattr(validate_cli, "validate", fail)
+    binary = tmp_path / "engram"
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    result = CliRunner(mix_stderr=False).invoke(
+        cli, ["validate", "--db", str(db), "--engram", str(binary), "--anonymize"]
+    )
+    assert result.exit_code == 1
+    assert "ana-private" not in result.stderr + result.stdout, result.stderr
+    assert result.stderr.startswith("copying h") and "cannot copy (disk I/O error)" in result.stderr
+
+
+def test_the_lanes_chart_splits_by_project_and_by_why(report: dict[str, Any]) -> None:
+    shaped = copy.deepcopy(report)
+    shaped["current"]["stuck"] = [
+        {
+            "lane": "cloud",
+            "project": "(no project)",
+            "rows": 2,
+            "kind": "refused",
+            "reason": "400 x",
+            "seqs": [5],
+        },
+        {"lane": "cloud", "project": "app", "rows": 1, "kind": "refused", "reason": "500 y", "seqs": [3]},
+        {
+            "lane": "cloud",
+            "project": "app",
+            "rows": 3,
+            "kind": "held back",
+            "reason": "behind seq 3",
+            "seqs": [],
+        },
+        {
+            "lane": "cloud",
+            "project": "side",
+            "rows": 2,
+            "kind": "not enrolled",
+            "reason": "inbox",
+            "seqs": [],
+        },
+    ]
+    page = render_html(shaped)
+    chart = page.split("<svg id='plot-lanes'", 1)[1].split("</svg>", 1)[0]
+    bars = re.findall(r"data-series='([^']*)' data-label='([^']*)' data-value='([^']*)'", chart)
+    assert ("refused", "cloud · app", "1") in bars and ("held back", "cloud · app", "3") in bars
+    assert ("refused", "cloud · (no project)", "2") in bars and ("not enrolled", "cloud · side", "2") in bars
+
+
+def test_foreign_targets_all_touched_at_once_are_a_table_not_a_vertical_line(report: dict[str, Any]) -> None:
+    shaped = copy.deepcopy(report)
+    for target in shaped["current"]["foreign_targets_before"]:
+        target["updated_at"] = "2026-03-01 10:00:00"
+    page = render_html(shaped)
+    assert "<svg id='plot-foreign'" not in page and "<table id='foreign-targets'>" in page
+    assert page.count("<svg id='plot-foreign'") == 0
+    assert "<svg id='plot-foreign'" in render_html(report)  # the sample's targets spread over months
+
+
+def test_no_table_has_a_column_without_a_value(report: dict[str, Any]) -> None:
+    shaped = copy.deepcopy(report)
+    for key in shaped["current"]["inbox_before"]:
+        key["claim_command"] = None
+    page = render_html(shaped)
+    inbox = page.split("<table id='inbox'>", 1)[1].split("</table>", 1)[0]
+    assert "<th>claim</th>" not in inbox
+    for table in re.findall(r"<table[^>]*>(.*?)</table>", page):
+        header = re.findall(r"<th>(.*?)</th>", table)
+        rows = [re.findall(r"<td>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", table)[1:]]
+        for index, name in enumerate(header):
+            assert any(row[index] for row in rows), f"empty column {name!r}"
+
+
+def test_every_rendering_comes_from_the_one_typed_model(report: dict[str, Any]) -> None:
+    model = ValidateReport.model_validate(report)
+    assert render_markdown(model) == render_markdown(report)
+    assert render_html(model) == render_html(report)
+    assert ValidateReport.model_validate(model.to_json()) == model  # the JSON form loads back the same
+    unknown = copy.deepcopy(report)
+    unknown["current"]["totals"]["surprise"] = 1
+    with pytest.raises(ValidationError):
+        render_markdown(unknown)
+    wrong = copy.deepcopy(report)
+    wrong["current"]["totals"]["lost"] = "many"
+    with pytest.raises(ValidationError):
+        render_html(wrong)
+
+
+def test_stuck_rows_give_engrams_reason_for_unenrolled_rows_and_every_blocker() -> None:
+    last_error = (
+        "pending cloud sync mutations are blocked because project(s) are not enrolled: /=31, notes=2\n\nmore"
+    )
+    blockers = [
+        {
+            "seq": 5,
+            "project": "",
+            "entity": "session",
+            "status": 400,
+            "reason": "400 mutation entries must specify a project",
+            "repairable": False,
+        },
+        {
+            "seq": 3,
+            "project": "app",
+            "entity": "session",
+            "status": 500,
+            "reason": "500 session payload directory is required for upsert",
+            "repairable": True,
+        },
+    ]
+    health = {
+        "lanes": [
+            {
+                "target_key": "cloud",
+                "lifecycle": "degraded",
+                "last_error": last_error,
+                "blockers": blockers,
+                "held_back_by_project": {"app": 19},
+            }
+        ],
+        "enrolled": ["app"],
+    }
+    lanes = [
+        {"lane": "cloud", "project": "", "stranded": 1, "refused": 0},
+        {"lane": "cloud", "project": "app", "stranded": 20, "refused": 0},
+        {"lane": "cloud", "project": "/", "stranded": 31, "refused": 0},
+        {"lane": "cloud:app", "project": "app", "stranded": 4, "refused": 0},
+    ]
+    rows = [(r["lane"], r["project"], r["rows"], r["kind"], r["reason"]) for r in stuck_rows(lanes, health)]
+    assert rows == [
+        ("cloud", "(no project)", 1, "refused", "400 mutation entries must specify a project"),
+        ("cloud", "app", 1, "refused", "500 session payload directory is required for upsert"),
+        (
+            "cloud",
+            "app",
+            19,
+            "held back",
+            "behind seq 5 (400 mutation entries must specify a project): engram's worker stops its cycle at "
+            "the first row the cloud refuses",
+        ),
+        (
+            "cloud",
+            "/",
+            31,
+            "not enrolled",
+            "the project is not enrolled: engram never sends it (the inbox); engram: pending cloud sync "
+            "mutations are blocked because project(s) are not enrolled: /=31, notes=2",
+        ),
+        ("cloud:app", "app", 4, "per-project lane", "engram v1.20's worker never reads a per-project lane"),
+    ]

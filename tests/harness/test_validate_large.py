@@ -88,6 +88,6 @@ def test_saves_by_hand_and_a_plan_into_a_refused_project_are_reported_with_the_s
     failed = [check["check"] for check in what_if["proof"]["checks"] if not check["ok"]]
     assert failed == ["no new refusals"]
     text = render_markdown(report)
-    assert "- Nothing becomes blocked: NO (" in text
+    assert "- Proof: FAILS (" in text
     assert f"With the plan, the server refuses {claimed} row(s) of '{refused_project}'" in text
     assert "The server refused 4 row(s) of project '': push: transport push project \"\"" in text
