@@ -96,8 +96,13 @@ ROW = {
     "entity": "session",
     "entity_key": "held",
     "op": "upsert",
-    "payload": {"id": "held"},
+    "payload": {"id": "held", "directory": "/tmp"},
 }
+
+
+def scheduled_faults(cloud: RunningFakeCloud) -> list[Any]:
+    faults: list[Any] = httpx.get(f"{cloud.base_url}/_fake/faults", trust_env=False).json()["faults"]
+    return faults
 
 
 @pytest.mark.parametrize("route", ["mutations_push", "chunk_push"])
@@ -130,7 +135,10 @@ def test_a_push_held_by_a_latency_fault_across_a_reset_never_appears_after_it(ro
 
         pusher = threading.Thread(target=post)
         pusher.start()
-        time.sleep(0.8)  # well inside the push's 3 s of latency
+        deadline = time.monotonic() + 5
+        while scheduled_faults(cloud) and time.monotonic() < deadline:  # taken: the push is in its latency
+            time.sleep(0.02)
+        assert not scheduled_faults(cloud)
         cloud.client.reset()
         pusher.join(timeout=10)
         assert not pusher.is_alive()
@@ -149,8 +157,8 @@ def test_a_push_held_by_a_latency_fault_across_a_reset_never_appears_after_it(ro
         received = cloud.client.received()
         journal = [entry for entry in cloud.client.journal().entries if entry.method == "POST"]
 
-    assert answers == ["ReadError"]  # the connection is reset without an answer
     assert (pulled["mutations"], manifest.get("chunks") or [], received, journal) == ([], [], [], [])
+    assert answers == ["ReadError"]  # the connection is reset without an answer
 
 
 # ----- item 10: concurrent connections are capped, and refused cleanly past the cap -----
