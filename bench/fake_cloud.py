@@ -11,8 +11,12 @@ import itertools
 import json
 import os
 import platform
+import select
+import socket
+import ssl
 import statistics
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -156,6 +160,85 @@ def measure_reset(http: httpx.Client, runs: int = 50) -> dict[str, float]:
     return _summary(samples)
 
 
+def _open_idle(host: str, port: int, count: int, context: ssl.SSLContext | None) -> list[socket.socket]:
+    """count connections that finished their TLS handshake (if any) and then send nothing.
+
+    A connection the server refused (closed at once) is dropped from the list."""
+    opened = []
+    for _ in range(count):
+        raw = socket.create_connection((host, port), timeout=10)
+        try:
+            opened.append(raw if context is None else context.wrap_socket(raw, server_hostname=host))
+        except (OSError, ssl.SSLError):
+            raw.close()
+    return opened
+
+
+def _settled_rss_kib(pid: int, seconds: float = 1.0) -> int:
+    time.sleep(seconds)
+    return _rss_kib(pid)
+
+
+def measure_idle_connections(count: int = 2000, rounds: int = 2, tree: Path | None = None) -> dict[str, Any]:
+    """RSS of `engram-fake-cloud serve` before, while and after `count` idle connections (plain http and
+    TLS), in `rounds` rounds on one server: the cost per connection, how many it held, and whether the
+    memory comes back once they close. `tree`: run the server from that source tree instead."""
+    out: dict[str, Any] = {"connections": count, "rounds": rounds}
+    env = server_env()
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
+    for transport in ("http", "tls"):
+        with tempfile.TemporaryDirectory() as scratch:
+            ca = Path(scratch) / "ca.pem"
+            tls_args = ["--tls", "--ca-out", str(ca)] if transport == "tls" else []
+            with FakeCloudProcess(["--port", "0", "--token", TOKEN, *tls_args], env=env) as process:
+                assert process.process is not None
+                pid = process.process.pid
+                host, port = process.base_url.split("://")[1].rsplit(":", 1)
+                context = ssl.create_default_context(cafile=str(ca)) if transport == "tls" else None
+                start = _settled_rss_kib(pid)
+                samples = []
+                for _ in range(rounds):
+                    opened = _open_idle(host, int(port), count, context)
+                    busy = _settled_rss_kib(pid)
+                    still_open = sum(1 for sock in opened if _still_open(sock))
+                    for sock in opened:
+                        sock.close()
+                    after = _settled_rss_kib(pid, 3.0)  # the server trims 1 s after a burst of closes
+                    samples.append(
+                        {
+                            "held_open": still_open,
+                            "rss_with_connections_mib": round(busy / 1024, 1),
+                            "per_connection_kib": round((busy - start) / max(still_open, 1), 1),
+                            "rss_after_close_mib": round(after / 1024, 1),
+                        }
+                    )
+                out[transport] = {
+                    "rss_start_mib": round(start / 1024, 1),
+                    "rounds": samples,
+                    "after_close_vs_start": round(samples[-1]["rss_after_close_mib"] * 1024 / start, 3),
+                }
+    return out
+
+
+def _still_open(sock: socket.socket) -> bool:
+    """Whether the server still holds this connection (nothing but TLS records waiting to be read)."""
+    poller = select.poll()  # select() cannot take descriptors past 1024
+    poller.register(sock, select.POLLIN)
+    if not poller.poll(0):
+        return True
+    sock.setblocking(False)
+    try:
+        sock.recv(1)  # an idle server sends nothing: this is EOF, or the 503 of a refused connection
+        return False
+    except (BlockingIOError, ssl.SSLWantReadError):  # TLS 1.3's session ticket, no data
+        return True
+    except OSError:
+        return False
+    finally:
+        sock.setblocking(True)
+
+
 def run(seconds: float = 5.0, journal_limit: int = 100_000) -> dict[str, Any]:
     results: dict[str, Any] = {"start_to_ready": measure_start_to_ready()}
     env = server_env()
@@ -209,11 +292,58 @@ def print_table(results: dict[str, Any]) -> None:
 
 def main() -> None:
     results = run()
+    results["idle_connections"] = idle_connections_side_by_side()
     print_table(results)
     save(results, RESULTS)
 
 
+IDLE_BEFORE = "a978bde"  # the tree before issue 24's fixes: a 256 KiB TLS read buffer, no cap, no trim
+
+
+def idle_connections_side_by_side(against: str = IDLE_BEFORE) -> dict[str, Any]:
+    """This tree's idle-connection memory, and the same measurement of `against` in the same run."""
+    from bench.fake_cloud_ab import extract
+
+    results: dict[str, Any] = {"this_tree": measure_idle_connections()}
+    with tempfile.TemporaryDirectory(prefix="fake-cloud-idle-") as scratch:
+        extract(against, Path(scratch))
+        results["against"] = {"revision": against, **measure_idle_connections(tree=Path(scratch))}
+    results["environment"] = machine()
+    results["goals"] = {"tls_per_idle_connection_kib": 64, "rss_after_close_vs_start": 1.2}
+    return results
+
+
+def print_idle(results: dict[str, Any]) -> None:
+    rows = []
+    for side in ("this_tree", "against"):
+        for transport in ("http", "tls"):
+            measured = results[side][transport]
+            last = measured["rounds"][-1]
+            rows.append(
+                (
+                    f"{side} {transport}",
+                    f"{last['per_connection_kib']} KiB/conn",
+                    f"held {last['held_open']}, RSS {measured['rss_start_mib']} -> "
+                    f"{last['rss_with_connections_mib']} -> {last['rss_after_close_mib']} MiB "
+                    f"({measured['after_close_vs_start']}x)",
+                )
+            )
+    print_rows(rows)
+
+
+def main_idle(against: str) -> None:
+    """`python -m bench.fake_cloud idle [REVISION]`: only the idle-connection part, saved into the results."""
+    idle = idle_connections_side_by_side(against)
+    print_idle(idle)
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    results["idle_connections"] = idle
+    save(results, RESULTS)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) > 1:
-        raise SystemExit(f"usage: {sys.executable} -m bench.fake_cloud (no arguments)")
-    main()
+    if sys.argv[1:2] == ["idle"] and len(sys.argv) <= 3:
+        main_idle(sys.argv[2] if len(sys.argv) == 3 else IDLE_BEFORE)
+    elif len(sys.argv) > 1:
+        raise SystemExit(f"usage: {sys.executable} -m bench.fake_cloud [idle [REVISION]]")
+    else:
+        main()

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import functools
+import gc
 import hmac
 import socket
 import ssl
@@ -39,6 +42,15 @@ IDLE_TIMEOUT = 60.0
 MAX_HEADER_BYTES = (1 << 20) + 4096  # Go's http.DefaultMaxHeaderBytes plus the slack its reader allows
 MAX_CHUNK_LINE = 4096  # Go's maxLineLength for a chunk's size line (its bufio buffer, too)
 LINGER_SECONDS = 0.5  # Go's rstAvoidanceDelay
+# Connections need no token, so their number is capped: past it a connection is refused at once (plain
+# http: a 503 and close; TLS: closed before the handshake), never queued. Go's server has no cap.
+MAX_CONNECTIONS = 1024
+# asyncio reads TLS through a 256 KiB buffer per connection (sslproto.SSLProtocol.max_size), 280 KB an
+# idle connection in all. A TLS record holds at most 16 KiB of plaintext, so 16 KiB loses no read.
+TLS_READ_SIZE = 16 * 1024
+# After this many connections close, memory freed by them is handed back to the system (malloc_trim).
+TRIM_AFTER_CLOSED = 256
+TRIM_DELAY_SECONDS = 1.0
 # No route of the fake reads the body of these, nor does the real server's: never wait for one.
 BODILESS_METHODS = frozenset({"GET", "HEAD", "DELETE"})
 REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
@@ -130,6 +142,7 @@ class HttpServer:
         header_timeout: float = HEADER_TIMEOUT,
         body_timeout: float = BODY_TIMEOUT,
         idle_timeout: float = IDLE_TIMEOUT,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self.handler = handler
         self.screen = screen
@@ -141,6 +154,11 @@ class HttpServer:
         self.idle_timeout = idle_timeout
         self.server: asyncio.Server | None = None
         self.connections: set[asyncio.Task[None]] = set()
+        self.max_connections = max_connections
+        self.refused_connections = 0
+        self.ssl_context: ssl.SSLContext | None = None
+        self._closed_since_trim = 0
+        self._trim: asyncio.TimerHandle | None = None
 
     async def start(self, host: str, port: int, ssl_context: ssl.SSLContext | None) -> tuple[str, int]:
         """Listen on exactly one socket (one address, one port) and return the address and port bound."""
@@ -154,19 +172,16 @@ class HttpServer:
         except OSError:
             sock.close()
             raise
-        # A TLS handshake is bounded like a request head, as Go bounds it (asyncio's default is 60 s).
-        handshake_timeout = self.header_timeout if ssl_context is not None else None
-        self.server = await asyncio.start_server(
-            self._on_connection,
-            sock=sock,
-            ssl=ssl_context,
-            backlog=512,
-            ssl_handshake_timeout=handshake_timeout,
-        )
+        # TLS starts per connection (_start_tls), after the connection cap is checked.
+        self.ssl_context = ssl_context
+        _malloc_trim()  # found once at start, so that its cost is part of the idle server's memory
+        self.server = await asyncio.start_server(self._on_connection, sock=sock, backlog=512)
         bound = self.server.sockets[0].getsockname()
         return str(bound[0]), int(bound[1])
 
     async def stop(self) -> None:
+        if self._trim is not None:
+            self._trim.cancel()
         if self.server is not None:
             self.server.close()
         for task in list(self.connections):
@@ -179,8 +194,14 @@ class HttpServer:
     async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        if len(self.connections) >= self.max_connections:
+            self.refused_connections += 1
+            await self._refuse(reader, writer)
+            return
         self.connections.add(task)
         try:
+            if self.ssl_context is not None:
+                await self._start_tls(writer, self.ssl_context)
             await self._serve(reader, writer)
         except (OSError, asyncio.IncompleteReadError, ssl.SSLError, _TimedOut):  # the peer went away
             pass
@@ -194,6 +215,37 @@ class HttpServer:
             self.connections.discard(task)
             if not writer.transport.is_closing():
                 writer.close()
+            self._closed_since_trim += 1
+            burst_over = not self.connections and self._closed_since_trim >= TRIM_AFTER_CLOSED // 4
+            if self._trim is None and (self._closed_since_trim >= TRIM_AFTER_CLOSED or burst_over):
+                # once a burst of closes has passed (or its tail, when none is left), at most once a second
+                self._trim = asyncio.get_running_loop().call_later(TRIM_DELAY_SECONDS, self._release)
+
+    def _release(self) -> None:
+        self._trim, self._closed_since_trim = None, 0
+        gc.collect()  # a closed connection's transports and tasks hold cycles: free them first
+        release_freed_memory()
+
+    async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Past the cap: plain http gets a 503 naming it; TLS is closed before any handshake."""
+        try:
+            if self.ssl_context is None:
+                body = f"fake cloud: too many connections (cap {self.max_connections})\n".encode()
+                writer.write(
+                    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                    b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+                )
+                await writer.drain()
+                await _linger(reader, writer)
+        except (OSError, ssl.SSLError):
+            pass
+        finally:
+            writer.transport.abort() if self.ssl_context is not None else writer.close()
+
+    async def _start_tls(self, writer: asyncio.StreamWriter, context: ssl.SSLContext) -> None:
+        # A TLS handshake is bounded like a request head, as Go bounds it (asyncio's default is 60 s).
+        await writer.start_tls(context, ssl_handshake_timeout=self.header_timeout)
+        _shrink_tls_read_buffer(writer.transport)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
@@ -467,6 +519,44 @@ def _request(head: RequestHead, body: bytes, too_large: bool) -> Request:
         body=body,
         body_too_large=too_large,
     )
+
+
+def _shrink_tls_read_buffer(transport: asyncio.BaseTransport) -> None:
+    """Swap asyncio's 256 KiB TLS read buffer for a 16 KiB one (see TLS_READ_SIZE).
+
+    asyncio offers no setting for it; this reaches into its SSL protocol (CPython 3.11-3.13 keep the
+    buffer in `_ssl_buffer`, sized by `max_size`), and does nothing if that ever changes: the idle
+    connection benchmark (bench/fake_cloud.py) would show it."""
+    protocol = getattr(transport, "_ssl_protocol", None)
+    if (
+        protocol is None
+        or not hasattr(protocol, "_ssl_buffer")
+        or getattr(protocol, "max_size", 0) <= TLS_READ_SIZE
+    ):
+        return
+    protocol.max_size = TLS_READ_SIZE
+    protocol._ssl_buffer = bytearray(TLS_READ_SIZE)
+    protocol._ssl_buffer_view = memoryview(protocol._ssl_buffer)
+
+
+def release_freed_memory() -> None:
+    """Hand the C heap's free pages back to the system (glibc malloc_trim); elsewhere a no-op.
+
+    Thousands of connections leave their buffers in the heap when they close, and glibc returns such
+    memory only from the heap's top: without this, RSS stays at its peak."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        # the symbols already loaded into this process: libc is among them (no ldconfig run to find it)
+        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    return trim
 
 
 def warn(message: str) -> None:

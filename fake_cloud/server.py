@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING
 
 from fake_cloud.app import FakeCloudApp
 from fake_cloud.errors import FakeCloudError
-from fake_cloud.httpserver import BODY_TIMEOUT, HEADER_TIMEOUT, IDLE_TIMEOUT, HttpServer, warn
+from fake_cloud.httpserver import (
+    BODY_TIMEOUT,
+    HEADER_TIMEOUT,
+    IDLE_TIMEOUT,
+    MAX_CONNECTIONS,
+    HttpServer,
+    warn,
+)
 from fake_cloud.state import (
     DEFAULT_JOURNAL_LIMIT,
     DEFAULT_MAX_PUSH_BYTES,
@@ -53,6 +60,8 @@ class FakeCloudConfig:
     header_timeout: float = HEADER_TIMEOUT
     body_timeout: float = BODY_TIMEOUT
     idle_timeout: float = IDLE_TIMEOUT
+    # Concurrent connections; past it a connection is refused at once (httpserver.MAX_CONNECTIONS).
+    max_connections: int = MAX_CONNECTIONS
     # Which real server to answer as: v1.20 (observed), v2 or v3 (predicted from source).
     server_version: ServerVersion = NEWEST_SERVER_VERSION
 
@@ -86,6 +95,8 @@ class FakeCloudConfig:
             raise FakeCloudError(f"max_push_bytes must be at least 1, got {self.max_push_bytes}")
         if self.store_limit < 1:
             raise FakeCloudError(f"store_limit must be at least 1, got {self.store_limit}")
+        if self.max_connections < 1:
+            raise FakeCloudError(f"max_connections must be at least 1, got {self.max_connections}")
         if self.control_token is not None and not self.control_token.strip():
             raise FakeCloudError("control_token is empty; give a secret, or None on loopback")
         if not is_loopback(self.host) and self.control_token is None:
@@ -138,6 +149,7 @@ class Serving:
             header_timeout=config.header_timeout,
             body_timeout=config.body_timeout,
             idle_timeout=config.idle_timeout,
+            max_connections=config.max_connections,
         )
         self.base_url = ""
 

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -95,8 +96,13 @@ ROW = {
     "entity": "session",
     "entity_key": "held",
     "op": "upsert",
-    "payload": {"id": "held"},
+    "payload": {"id": "held", "directory": "/tmp"},
 }
+
+
+def scheduled_faults(cloud: RunningFakeCloud) -> list[Any]:
+    faults: list[Any] = httpx.get(f"{cloud.base_url}/_fake/faults", trust_env=False).json()["faults"]
+    return faults
 
 
 @pytest.mark.parametrize("route", ["mutations_push", "chunk_push"])
@@ -129,7 +135,10 @@ def test_a_push_held_by_a_latency_fault_across_a_reset_never_appears_after_it(ro
 
         pusher = threading.Thread(target=post)
         pusher.start()
-        time.sleep(0.8)  # well inside the push's 3 s of latency
+        deadline = time.monotonic() + 5
+        while scheduled_faults(cloud) and time.monotonic() < deadline:  # taken: the push is in its latency
+            time.sleep(0.02)
+        assert not scheduled_faults(cloud)
         cloud.client.reset()
         pusher.join(timeout=10)
         assert not pusher.is_alive()
@@ -148,5 +157,61 @@ def test_a_push_held_by_a_latency_fault_across_a_reset_never_appears_after_it(ro
         received = cloud.client.received()
         journal = [entry for entry in cloud.client.journal().entries if entry.method == "POST"]
 
-    assert answers == ["ReadError"]  # the connection is reset without an answer
     assert (pulled["mutations"], manifest.get("chunks") or [], received, journal) == ([], [], [], [])
+    assert answers == ["ReadError"]  # the connection is reset without an answer
+
+
+# ----- item 10: concurrent connections are capped, and refused cleanly past the cap -----
+
+CAP = 8
+
+
+def idle_connection(cloud: RunningFakeCloud) -> socket.socket:
+    """A connection that finished its TLS handshake (on https) and then sends nothing."""
+    host, port = cloud.base_url.split("://")[1].rsplit(":", 1)
+    raw = socket.create_connection((host, int(port)), timeout=10)
+    if not cloud.base_url.startswith("https"):
+        return raw
+    context = ssl.create_default_context(cafile=str(cloud.ca_file))
+    try:
+        return context.wrap_socket(raw, server_hostname=host)
+    except BaseException:
+        raw.close()
+        raise
+
+
+def answer_of(connection: socket.socket) -> bytes:
+    received = b""
+    while True:
+        try:
+            piece = connection.recv(4096)
+        except (ssl.SSLError, OSError):
+            break
+        if not piece:
+            break
+        received += piece
+    return received
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+def test_connections_past_the_cap_are_refused_at_once_and_a_freed_slot_is_reused(tls: bool) -> None:
+    with fake(token="t", tls=tls, max_connections=CAP) as cloud, contextlib.ExitStack() as stack:
+        held = [stack.enter_context(idle_connection(cloud)) for _ in range(CAP)]
+        time.sleep(0.3)  # the server has taken each of them in
+
+        if tls:
+            started = time.monotonic()
+            with pytest.raises((ssl.SSLError, OSError)):
+                idle_connection(cloud).close()
+            assert time.monotonic() - started < 2  # refused before any handshake, not timed out
+        else:
+            with idle_connection(cloud) as refused:
+                refused.sendall(b"GET /health HTTP/1.1\r\nHost: f\r\n\r\n")
+                answer = answer_of(refused)
+            assert answer.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), answer
+            assert answer.endswith(b"\r\n\r\nfake cloud: too many connections (cap 8)\n"), answer
+
+        held.pop().close()
+        time.sleep(0.3)
+        verify: Any = str(cloud.ca_file) if tls else False
+        assert httpx.get(f"{cloud.base_url}/health", verify=verify, trust_env=False).status_code == 200
