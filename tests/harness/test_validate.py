@@ -674,3 +674,47 @@ def test_stuck_rows_give_engrams_reason_for_unenrolled_rows_and_every_blocker() 
         ),
         ("cloud:app", "app", 4, "per-project lane", "engram v1.20's worker never reads a per-project lane"),
     ]
+
+
+def test_a_plan_that_frees_nothing_while_rows_are_held_back_says_so_first_and_in_red(
+    report: dict[str, Any],
+) -> None:
+    # the issue's case: the plan drops telemetry, delivers 0, the row without a project still blocks
+    shaped = copy.deepcopy(report)
+    shaped["current"]["stuck"] = [
+        {
+            "lane": "cloud",
+            "project": "(no project)",
+            "rows": 1,
+            "kind": "refused",
+            "reason": "400 x",
+            "seqs": [4],
+        },
+        {
+            "lane": "cloud",
+            "project": "app",
+            "rows": 19,
+            "kind": "held back",
+            "reason": "behind seq 4",
+            "seqs": [],
+        },
+    ]
+    what_if = shaped["what_if"]
+    what_if["run"]["totals"]["delivered"] = shaped["current"]["totals"]["delivered"]
+    what_if["proof"] = {
+        "ok": False,
+        "checks": [
+            {"check": "nothing blocked after the plan", "ok": False, "detail": "lane cloud: seq 4 (...)"},
+            {"check": "nothing lost", "ok": True, "detail": "0 row(s) acked but never received"},
+        ],
+    }
+    text = render_markdown(shaped)
+    screen = text.split("**Details**")[0]
+    assert "it delivers nothing while 20 row(s) are held back" in screen
+    assert (
+        "Its proof FAILS: nothing blocked after the plan (lane cloud: seq 4 (...)). Do not run it as is."
+        in screen
+    )
+    page = render_html(shaped)
+    assert "<div class='figure bad' id='fig-proof'><b>NO</b>nothing blocked after the plan</div>" in page
+    assert "<p id='plan-verdict' class='bad'>" in page
