@@ -718,3 +718,53 @@ def test_a_plan_that_frees_nothing_while_rows_are_held_back_says_so_first_and_in
     page = render_html(shaped)
     assert "<div class='figure bad' id='fig-proof'><b>NO</b>nothing blocked after the plan</div>" in page
     assert "<p id='plan-verdict' class='bad'>" in page
+
+
+def test_anonymize_hashes_the_names_of_lane_health_and_the_stuck_table(report: dict[str, Any]) -> None:
+    shaped = copy.deepcopy(report)
+    health = {
+        "lanes": [
+            {
+                "target_key": "cloud",
+                "lifecycle": "degraded",
+                "last_error": 'push: transport push project "Ana Secret": status 500',
+                "blocked": True,
+                "blockers": [
+                    {
+                        "seq": 3,
+                        "project": "Ana Secret",
+                        "entity": "session",
+                        "status": 500,
+                        "reason": "500 x",
+                        "repairable": True,
+                    }
+                ],
+                "held_back_by_project": {"Ana Secret": 4, "Zé Private": 2},
+                "way_out": ["engram-canary repair"],
+            }
+        ],
+        "enrolled": ["Ana Secret", "Zé Private"],
+    }
+    shaped["current"]["lane_health"] = shaped["current"]["lane_health_before"] = health
+    shaped["current"]["stuck"] = [
+        {
+            "lane": "cloud",
+            "project": "Zé Private",
+            "rows": 2,
+            "kind": "held back",
+            "reason": "behind seq 3",
+            "seqs": [],
+        }
+    ]
+    shaped["database"]["path"] = "/home/ana/x.db"
+    shaped["what_to_run"] = [
+        "engram-canary inbox drop --project 'Zé Private' --noise --db /home/ana/x.db --apply"
+    ]
+    hidden = anonymized(shaped, KEY)
+    outputs = json.dumps(hidden, ensure_ascii=False) + render_markdown(hidden) + render_html(hidden)
+    for secret in ("Ana Secret", "Zé Private", "/home/ana"):
+        assert secret not in outputs, secret
+    assert hidden["current"]["lane_health"]["lanes"][0]["held_back_by_project"] == {
+        stable_hash("Ana Secret", KEY): 4,
+        stable_hash("Zé Private", KEY): 2,
+    }
