@@ -198,7 +198,7 @@ class Run(_Model):
     serve_log: str = ""
     seconds: float = 0.0
     timings: dict[str, float] = Field(default_factory=dict)
-    canary_before: CanarySnapshot
+    canary_before: CanarySnapshot | None = None  # None: the what-if copy is not checked before its run
     canary_after: CanarySnapshot
     inbox_before: list[InboxKey] = Field(default_factory=list)
     inbox_after: list[InboxKey] = Field(default_factory=list)

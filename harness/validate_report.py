@@ -30,8 +30,8 @@ COUNTS = ("delivered", "stranded", "refused", "lost", "duplicated")
 KEPT_NAMES = frozenset({"", "unsorted", NO_PROJECT, "(unknown)", LEGACY_TARGET, "inbox", "local"})
 # Fields whose whole value is a name (hashed exactly); every other string is scanned for known names.
 NAME_FIELDS = frozenset({"project", "key", "resolved_to", "target_key", "projects_refused"})
-NAME_KEYED_FIELDS = frozenset({"cwds", "cwd_claim_commands"})
-LIST_OF_NAMES_FIELDS = frozenset({"refused_projects", "allowed_projects"})
+NAME_KEYED_FIELDS = frozenset({"cwds", "cwd_claim_commands", "held_back_by_project"})
+LIST_OF_NAMES_FIELDS = frozenset({"refused_projects", "allowed_projects", "enrolled"})
 
 
 # ─── anonymize ───────────────────────────────────────────────────────────────

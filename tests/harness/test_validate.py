@@ -674,3 +674,97 @@ def test_stuck_rows_give_engrams_reason_for_unenrolled_rows_and_every_blocker() 
         ),
         ("cloud:app", "app", 4, "per-project lane", "engram v1.20's worker never reads a per-project lane"),
     ]
+
+
+def test_a_plan_that_frees_nothing_while_rows_are_held_back_says_so_first_and_in_red(
+    report: dict[str, Any],
+) -> None:
+    # the issue's case: the plan drops telemetry, delivers 0, the row without a project still blocks
+    shaped = copy.deepcopy(report)
+    shaped["current"]["stuck"] = [
+        {
+            "lane": "cloud",
+            "project": "(no project)",
+            "rows": 1,
+            "kind": "refused",
+            "reason": "400 x",
+            "seqs": [4],
+        },
+        {
+            "lane": "cloud",
+            "project": "app",
+            "rows": 19,
+            "kind": "held back",
+            "reason": "behind seq 4",
+            "seqs": [],
+        },
+    ]
+    what_if = shaped["what_if"]
+    what_if["run"]["totals"]["delivered"] = shaped["current"]["totals"]["delivered"]
+    what_if["proof"] = {
+        "ok": False,
+        "checks": [
+            {"check": "nothing blocked after the plan", "ok": False, "detail": "lane cloud: seq 4 (...)"},
+            {"check": "nothing lost", "ok": True, "detail": "0 row(s) acked but never received"},
+        ],
+    }
+    text = render_markdown(shaped)
+    screen = text.split("**Details**")[0]
+    assert "it delivers nothing while 20 row(s) are held back" in screen
+    assert (
+        "Its proof FAILS: nothing blocked after the plan (lane cloud: seq 4 (...)). Do not run it as is."
+        in screen
+    )
+    page = render_html(shaped)
+    assert "<div class='figure bad' id='fig-proof'><b>NO</b>nothing blocked after the plan</div>" in page
+    assert "<p id='plan-verdict' class='bad'>" in page
+
+
+def test_anonymize_hashes_the_names_of_lane_health_and_the_stuck_table(report: dict[str, Any]) -> None:
+    shaped = copy.deepcopy(report)
+    health = {
+        "lanes": [
+            {
+                "target_key": "cloud",
+                "lifecycle": "degraded",
+                "last_error": 'push: transport push project "Ana Secret": status 500',
+                "blocked": True,
+                "blockers": [
+                    {
+                        "seq": 3,
+                        "project": "Ana Secret",
+                        "entity": "session",
+                        "status": 500,
+                        "reason": "500 x",
+                        "repairable": True,
+                    }
+                ],
+                "held_back_by_project": {"Ana Secret": 4, "Zé Private": 2},
+                "way_out": ["engram-canary repair"],
+            }
+        ],
+        "enrolled": ["Ana Secret", "Zé Private"],
+    }
+    shaped["current"]["lane_health"] = shaped["current"]["lane_health_before"] = health
+    shaped["current"]["stuck"] = [
+        {
+            "lane": "cloud",
+            "project": "Zé Private",
+            "rows": 2,
+            "kind": "held back",
+            "reason": "behind seq 3",
+            "seqs": [],
+        }
+    ]
+    shaped["database"]["path"] = "/home/ana/x.db"
+    shaped["what_to_run"] = [
+        "engram-canary inbox drop --project 'Zé Private' --noise --db /home/ana/x.db --apply"
+    ]
+    hidden = anonymized(shaped, KEY)
+    outputs = json.dumps(hidden, ensure_ascii=False) + render_markdown(hidden) + render_html(hidden)
+    for secret in ("Ana Secret", "Zé Private", "/home/ana"):
+        assert secret not in outputs, secret
+    assert hidden["current"]["lane_health"]["lanes"][0]["held_back_by_project"] == {
+        stable_hash("Ana Secret", KEY): 4,
+        stable_hash("Zé Private", KEY): 2,
+    }

@@ -32,6 +32,7 @@ from fake_cloud.server import FakeCloudConfig, start_fake_cloud
 from harness.cli import cli
 from harness.engram_env import EngramEnvironment, meaningful_stderr
 from harness.polling import eventually
+from harness.runner import copy_database
 from harness.validate_report import one_line
 from harness.world import EngramDaemon
 
@@ -93,6 +94,8 @@ def query(db: Path, sql: str, *parameters: object) -> list[tuple[Any, ...]]:
 def validated(engram_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Validated:
     world = EngramEnvironment(binary=engram_bin, root=tmp_path_factory.mktemp("blocked home")).prepare()
     make_blocked_home(world)
+    # a copy the later tests never change (one runs the printed commands on the real file)
+    copy_database(world.db_path, world.root / "pristine home" / "engram.db")
     out = world.root / "out"
     out.mkdir()
     result = CliRunner().invoke(
@@ -256,7 +259,7 @@ def test_anonymize_leaks_no_name_path_title_content_or_session_id(
         [
             "validate",
             "--db",
-            str(world.db_path),
+            str(world.root / "pristine home" / "engram.db"),
             "--engram",
             str(engram_bin),
             "--ticks",
@@ -291,6 +294,8 @@ def test_anonymize_leaks_no_name_path_title_content_or_session_id(
         leaked = [secret for secret in secrets if secret in text]
         assert leaked == [], f"{kind} leaks {leaked}"
     assert "copying h" in result.stderr  # progress still speaks, of the hash
+    # the home was still blocked: the hidden names are in the stuck table and lane health, hashed
+    assert report["current"]["stuck"] and report["current"]["lane_health"]["lanes"][0]["blocked"]
     # the key maps names back: the same key gives the same hash of the tester's project
     from harness.validate_report import stable_hash
 
