@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 
+from bench.worktree import extract
 from fake_cloud.process import FakeCloudProcess, command
 
 RESULTS = Path(__file__).parent / "results" / "fake_cloud.json"
@@ -302,8 +303,6 @@ IDLE_BEFORE = "a978bde"  # the tree before issue 24's fixes: a 256 KiB TLS read 
 
 def idle_connections_side_by_side(against: str = IDLE_BEFORE) -> dict[str, Any]:
     """This tree's idle-connection memory, and the same measurement of `against` in the same run."""
-    from bench.fake_cloud_ab import extract
-
     results: dict[str, Any] = {"this_tree": measure_idle_connections()}
     with tempfile.TemporaryDirectory(prefix="fake-cloud-idle-") as scratch:
         extract(against, Path(scratch))

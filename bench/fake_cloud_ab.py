@@ -12,16 +12,15 @@ import os
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
-from io import BytesIO
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from bench.fake_cloud import TOKEN, machine, measure_push_throughput, print_rows, save
+from bench.worktree import extract
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results" / "fake_cloud_ab.json"
@@ -29,16 +28,6 @@ BEFORE_ISSUE_11 = "f408f01"
 ROUNDS = 4
 SECONDS = 3.0
 RESETS = 10
-
-
-def extract(revision: str, into: Path) -> None:
-    archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", revision, "fake_cloud", "engram_contract"],
-        capture_output=True,
-        check=True,
-    ).stdout
-    with tarfile.open(fileobj=BytesIO(archive)) as tar:
-        tar.extractall(into, filter="data")
 
 
 def _start(tree: Path) -> tuple[subprocess.Popen[bytes], str, float]:
