@@ -91,6 +91,7 @@ VALUE_OPTIONS = (
     "--scenario-engram",
     "--scenario-jobs",
     "--scenario-keep",
+    "--scenario-junit",
 )
 
 

@@ -157,9 +157,10 @@ def test_a_named_engram_that_is_not_executable_is_one_line(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
 
 
+@pytest.mark.parametrize("name", ["--scenario-engram", "--scenario-keep", "--scenario-junit"])
 @pytest.mark.parametrize("spelling", ["two tokens", "equals"])
 def test_the_engram_option_in_either_spelling_keeps_the_consumers_own_config(
-    pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory, spelling: str
+    pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory, spelling: str, name: str
 ) -> None:
     # The binary lives in another project whose pyproject.toml has a pytest section. Before, the two-token
     # spelling made pytest take that file (the value looked like a test path): its addopts and markers.
@@ -174,9 +175,15 @@ def test_the_engram_option_in_either_spelling_keeps_the_consumers_own_config(
     pytester.makeini("[pytest]\naddopts = --strict-markers\ntestpaths = scenarios\n")
     (pytester.path / "scenarios").mkdir()
     (pytester.path / "scenarios" / "plugin.scenario.yaml").write_text(SCENARIO)
-    option = (
-        ["--scenario-engram", str(binary)] if spelling == "two tokens" else [f"--scenario-engram={binary}"]
-    )
+    value = {
+        "--scenario-engram": binary,
+        "--scenario-keep": other / "bin",
+        "--scenario-junit": other / "j.xml",
+    }[name]
+    (other / "j.xml").write_text("")
+    option = [name, str(value)] if spelling == "two tokens" else [f"{name}={value}"]
+    if name != "--scenario-engram":
+        option += [f"--scenario-engram={binary}"]
     result = pytester.runpytest("-p", "no:cacheprovider", "--collect-only", "-q", *option)
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
     result.stdout.fnmatch_lines(["scenarios/plugin.scenario.yaml::plugin"])
