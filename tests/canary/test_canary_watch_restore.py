@@ -225,3 +225,18 @@ def test_a_restore_while_another_reader_keeps_the_wal_is_warned_about(
         "unless it was restored with the file, engram's next open replays them over it: stop engram and move "
         "engram.db-wal and engram.db-shm aside (docs/canary.md, restoring a backup)"
     )
+
+
+def test_the_documented_settle_step_removes_a_leftover_wal(engram_world: EngramEnvironment) -> None:
+    """docs/canary.md, restoring a backup, step 2: with nothing else inside the file, `engram stats` closes
+    it last, so its close checkpoints and removes a -wal another reader had kept."""
+    db = engram_world.db_path
+    save(engram_world, "seed")
+    wal = db.with_name("engram.db-wal")
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as inside:
+        inside.execute("SELECT count(*) FROM sync_state").fetchone()
+        save(engram_world, "written while another process is inside")
+    assert wal.stat().st_size > 32  # left behind
+    assert engram_world.run(["stats"]).returncode == 0
+    assert not wal.exists()
+    assert "written while another process is inside" in titles(db)
