@@ -65,7 +65,7 @@ WRITER_SETTLE_SECONDS = 0.25
 SETTLE_POLL_SECONDS = 0.002
 LONG_LIVED_REMEMBERED = 64
 # SQLite calls the progress handler every this many VM steps: a replace or a stop aborts a read this fast.
-PROGRESS_STEPS = 10_000
+PROGRESS_STEPS = 1_000
 # A stop (SIGTERM, SIGINT) ends the watcher within this many seconds, whatever the hook queue holds.
 STOP_WITHIN_SECONDS = 2.0
 # syslog priorities; journald reads a "<N>" line prefix on a stream it owns (SyslogLevelPrefix=yes).
