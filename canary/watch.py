@@ -208,19 +208,22 @@ class Watcher:
         try:
             observer.start()  # before the first check, so a replace during it is seen
         except OSError as error:
-            raise CanaryError(f"cannot watch {db.parent}: {(error.strerror or str(error)).lower()}") from error
+            raise CanaryError(
+                f"cannot watch {db.parent}: {(error.strerror or str(error)).lower()}"
+            ) from error
         if self.options.exec_command:
             self.hooks = HookRunner(self.options.exec_command, db, self._say_from_thread)
         if self.options.ping_url:
             self.pinger = Pinger(self.options.ping_url, self._say_from_thread)
         try:
             self._full_check(initial=True)
-            mode = "polling" if self.options.poll else "native file events"
-            self._say(
-                f"engram-canary: watching {db} ({mode}); "
-                f"{len(self.alerted)} foreign targets open, {len(self.known_targets)} known in baseline"
-            )
-            self._loop()
+            if not self.stop_event.is_set():  # a stop during the first check ends here
+                mode = "polling" if self.options.poll else "native file events"
+                self._say(
+                    f"engram-canary: watching {db} ({mode}); "
+                    f"{len(self.alerted)} foreign targets open, {len(self.known_targets)} known in baseline"
+                )
+                self._loop()
         finally:
             self._close_notifiers()
             observer.stop()
