@@ -172,7 +172,7 @@ def test_a_stop_during_the_first_full_check_ends_it_at_once(
     def check_with_a_long_read(db: Any, *args: Any, **kwargs: Any) -> Any:
         in_long_read.set()
         db.connection.execute(
-            "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3000000) "
+            "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 30000000) "
             "SELECT count(*) FROM c"
         ).fetchone()
         return check_snapshot(db, *args, **kwargs)
@@ -193,7 +193,7 @@ def test_a_stop_during_the_first_full_check_ends_it_at_once(
     runner.join(timeout=20)
     took = time.monotonic() - asked
     assert codes == [0]
-    assert took < 0.5, f"stopped {took:.2f} s after the stop"
+    assert took < 1.0, f"stopped {took:.2f} s after the stop"
     lines = stream.getvalue().splitlines()
     assert lines == [
         "engram-canary: stopped (0 file events, 0 commits seen, 0 incremental and 1 full checks, 0 alerts)"

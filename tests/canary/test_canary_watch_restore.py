@@ -146,7 +146,7 @@ def test_a_target_saved_after_vacuum_and_mv_is_alerted_promptly(
 def test_a_replace_during_a_check_releases_the_old_file_within_100_ms(
     engram_world: EngramEnvironment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A full check is in a long read when the file is replaced: the watcher lets go of the old file at
+    """A full check is in a long read (seconds) when the file is replaced: the watcher lets go of the old file at
     once (the read is aborted), then reads the new one from scratch."""
     from canary import watch as watch_module
     from canary.checks import check_snapshot
@@ -164,7 +164,7 @@ def test_a_replace_during_a_check_releases_the_old_file_within_100_ms(
         if len(checked) == 2:  # the first re-check: a read of a few seconds
             in_long_read.set()
             db.connection.execute(
-                "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3000000) "
+                "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 30000000) "
                 "SELECT count(*) FROM c"
             ).fetchone()
         return real_check(db, *args, **kwargs)
