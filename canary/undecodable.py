@@ -27,8 +27,17 @@ MESSAGE_SEQS = 10
 
 class UndecodableCursor(BaseModel):
     format: str = CURSOR_SCHEMA
+    file: list[int]  # st_dev, st_ino: a file put in place by a restore is scanned from the start
     high_seq: int
     seqs: list[int]
+
+
+def _file_identity(db_path: Path) -> list[int]:
+    try:
+        found = db_path.stat()
+    except OSError:
+        return []
+    return [found.st_dev, found.st_ino]
 
 
 def _not_utf8(value: object) -> int:
@@ -67,13 +76,16 @@ def undecodable_seqs(
     high = int(connection.execute("SELECT ifnull(max(seq), 0) FROM sync_mutations").fetchone()[0])
     path = state_file_for(db_path, CURSOR_KIND) if use_cursor and db_path is not None else None
     cursor = _load(path) if path is not None else None
-    if cursor is not None and cursor.high_seq <= high:
+    identity = _file_identity(db_path) if db_path is not None else []
+    if cursor is not None and cursor.file == identity and cursor.high_seq <= high:
         kept = _scan(connection, 0, cursor.seqs) if cursor.seqs else []
         seqs = kept + _scan(connection, cursor.high_seq)
     else:
         seqs = _scan(connection, 0)
-    if path is not None and (cursor is None or (cursor.high_seq, cursor.seqs) != (high, seqs)):
-        keep_state(path, UndecodableCursor(high_seq=high, seqs=seqs).model_dump_json())
+    if path is not None and (
+        cursor is None or (cursor.file, cursor.high_seq, cursor.seqs) != (identity, high, seqs)
+    ):
+        keep_state(path, UndecodableCursor(file=identity, high_seq=high, seqs=seqs).model_dump_json())
     return seqs
 
 

@@ -6,8 +6,9 @@ open would replay that `-wal` over the restored file. Each check opens, reads in
 closes; before it opens, it lets a writer that is closing (an `engram save` a moment after its commit)
 leave first. A replace or delete of the file aborts a check in progress.
 
-Why it cannot trigger itself: a wake-up leads to a check only when the files' stat fingerprint changed
-(size, mtime, identity; a reader changes none of them), and only a change of the rows counts as a commit.
+Why it cannot trigger itself: a wake-up leads to a check only when the files' fingerprint changed (stat
+of engram.db and its -wal, and the wal-index header in -shm; a reader changes none of them, except that
+the first opener rebuilds the wal-index once), and only a change of the rows counts as a commit.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ WRITER_SETTLE_SECONDS = 0.25
 SETTLE_POLL_SECONDS = 0.002
 LONG_LIVED_REMEMBERED = 64
 # SQLite calls the progress handler every this many VM steps: a replace or a stop aborts a read this fast.
-PROGRESS_STEPS = 10_000
+PROGRESS_STEPS = 1_000
 # A stop (SIGTERM, SIGINT) ends the watcher within this many seconds, whatever the hook queue holds.
 STOP_WITHIN_SECONDS = 2.0
 # syslog priorities; journald reads a "<N>" line prefix on a stream it owns (SyslogLevelPrefix=yes).
@@ -200,22 +201,29 @@ class Watcher:
     def run(self) -> int:
         """Watch until stop(); returns the exit code (0 after a clean stop)."""
         db = self.options.db_path
+        EngramDb.open(db).close()  # a missing or foreign file is one line (DatabaseUnavailable), as before
         observer = self._observer()
         handler = _DatabaseFileHandler(db.name, self.wake_event.set, self.file_replaced)
         observer.schedule(handler, str(db.parent), recursive=False)
-        observer.start()
+        try:
+            observer.start()  # before the first check, so a replace during it is seen
+        except OSError as error:
+            raise CanaryError(
+                f"cannot watch {db.parent}: {(error.strerror or str(error)).lower()}"
+            ) from error
         if self.options.exec_command:
             self.hooks = HookRunner(self.options.exec_command, db, self._say_from_thread)
         if self.options.ping_url:
             self.pinger = Pinger(self.options.ping_url, self._say_from_thread)
         try:
             self._full_check(initial=True)
-            mode = "polling" if self.options.poll else "native file events"
-            self._say(
-                f"engram-canary: watching {db} ({mode}); "
-                f"{len(self.alerted)} foreign targets open, {len(self.known_targets)} known in baseline"
-            )
-            self._loop()
+            if not self.stop_event.is_set():  # a stop during the first check ends here
+                mode = "polling" if self.options.poll else "native file events"
+                self._say(
+                    f"engram-canary: watching {db} ({mode}); "
+                    f"{len(self.alerted)} foreign targets open, {len(self.known_targets)} known in baseline"
+                )
+                self._loop()
         finally:
             self._close_notifiers()
             observer.stop()

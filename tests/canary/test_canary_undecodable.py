@@ -95,3 +95,27 @@ def test_watch_reports_what_check_reports(home: tuple[EngramEnvironment, int], t
         f"UTF-8 (seq {seq}); left out of the inbox and its triage db={world.db_path}"
     )
     assert watcher.matching(lambda text: "UNKNOWN" in text) == []
+
+
+def test_the_cursor_reads_each_row_once_and_a_restored_file_from_the_start(
+    home: tuple[EngramEnvironment, int], tmp_path: Path
+) -> None:
+    world, seq = home
+
+    def named() -> list[int]:
+        done = run_canary(["check", "--db", str(world.db_path), "--format", "json"], tmp_path / "xdg")
+        found = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "undecodable_payload"]
+        return list(found[0]["evidence"]["seqs"]) if found else []
+
+    assert named() == [seq]
+    assert named() == [seq]  # from the cursor: the same answer
+    restored = tmp_path / "restored.db"
+    with (
+        contextlib.closing(sqlite3.connect(f"file:{world.db_path}?mode=ro", uri=True)) as source,
+        contextlib.closing(sqlite3.connect(restored, isolation_level=None)) as target,
+    ):
+        source.backup(target)
+        # SIMULATION OF LEGACY DATA: the restored copy has one more bad payload, below the cursor's seq.
+        target.execute("UPDATE sync_mutations SET payload = CAST(? AS TEXT) WHERE seq = 1", (BAD_PAYLOAD,))
+    restored.replace(world.db_path)
+    assert named() == [1, seq]

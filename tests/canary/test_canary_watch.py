@@ -302,3 +302,21 @@ def test_journal_priorities_when_stderr_is_the_journal(
     assert first.startswith("<4>engram-canary WARNING: NEW foreign sync target cloud:scratch ")
     assert second.startswith("<6>engram-canary: watching ")
     assert rest.startswith("<6>engram-canary: stopped (")
+
+
+def test_watch_on_a_database_in_a_missing_directory_is_one_line(tmp_path: Path) -> None:
+    missing = tmp_path / "no such dir" / "engram.db"
+
+    result = subprocess.run(
+        [str(CANARY), "watch", "--db", str(missing)],
+        env=canary_env(tmp_path / "xdg"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert (result.returncode, result.stderr) == (
+        3,
+        f"engram-canary: error: {missing}: no such file (pass --db or set ENGRAM_DATA_DIR)\n",
+    )

@@ -151,3 +151,50 @@ def test_a_coalesced_run_names_the_common_event_and_the_worst_status() -> None:
         "ENGRAM_CANARY_MESSAGE": "engram-canary CRITICAL: 3 alerts (2 appeared, 1 gone), one line each on stdin",
     }
     assert hook_environment(alerts[1:2], Path("/x/engram.db"))["ENGRAM_CANARY_MESSAGE"] == alerts[1].line
+
+
+@pytest.mark.engram
+def test_a_stop_during_the_first_full_check_ends_it_at_once(
+    engram_world: EngramEnvironment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first full check of a large database takes seconds: a stop aborts its read (SQLite's progress
+    handler) instead of waiting for it."""
+    import io
+    import threading
+
+    from canary import watch as watch_module
+    from canary.checks import check_snapshot
+    from canary.config import CanaryConfig
+
+    assert engram_world.run(["save", "seed", "c", "--project", "seed"]).returncode == 0
+    in_long_read = threading.Event()
+
+    def check_with_a_long_read(db: Any, *args: Any, **kwargs: Any) -> Any:
+        in_long_read.set()
+        db.connection.execute(
+            "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 30000000) "
+            "SELECT count(*) FROM c"
+        ).fetchone()
+        return check_snapshot(db, *args, **kwargs)
+
+    monkeypatch.setattr(watch_module, "check_snapshot", check_with_a_long_read)
+    stream = io.StringIO()
+    watcher = watch_module.Watcher(
+        watch_module.WatchOptions(
+            db_path=engram_world.db_path, config=CanaryConfig(), baseline=None, stream=stream
+        )
+    )
+    codes: list[int] = []
+    runner = threading.Thread(target=lambda: codes.append(watcher.run()), name="watch-under-test")
+    runner.start()
+    assert in_long_read.wait(timeout=20)
+    asked = time.monotonic()
+    watcher.stop()
+    runner.join(timeout=20)
+    took = time.monotonic() - asked
+    assert codes == [0]
+    assert took < 1.0, f"stopped {took:.2f} s after the stop"
+    lines = stream.getvalue().splitlines()
+    assert lines == [
+        "engram-canary: stopped (0 file events, 0 commits seen, 0 incremental and 1 full checks, 0 alerts)"
+    ]

@@ -63,6 +63,9 @@ V120_ONLY: dict[str, str] = {
     "test_triage_sync_state::test_drop_keeps_the_failure_record_of_a_failing_worker": (
         "time: four 30 s ticks of v1.20's own worker; on v2/v3 triage writes nothing (refusal pinned elsewhere)"
     ),
+    "test_canary_watch_exec::test_a_stop_during_the_first_full_check_ends_it_at_once": (
+        "time: the stop is the watcher's own, the same for every schema"
+    ),
     "test_engram_db::test_each_command_discovers_once_per_connection": (
         "counts schema discoveries per connection of each command; on v2/v3 drop --apply stops at the "
         "refusal before triage's write connection (the refusal is pinned by test_schema_versions)"
