@@ -22,7 +22,6 @@ import shutil
 import sqlite3
 import subprocess
 import tempfile
-import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
@@ -71,7 +70,6 @@ PLAN_RESERVED_OPTIONS = ("--db", "--apply", "--backup-dir", "--aliases", "--keep
 STATUS_RANK = {"ok": 0, "warning": 1, "critical": 2, "unknown": 3}
 
 Progress = Callable[[str], None]
-_LANES_LOCK = threading.Lock()
 
 
 class ValidateError(HarnessError):
@@ -349,6 +347,8 @@ class Rehearsal:
     tick_timeout: float
     progress: Progress
     run_doctor: bool = True
+    # Reads the copy once engram is done with it, in this run's thread: it overlaps the other run.
+    read_after: Callable[[Path], dict[str, Any]] | None = None
     result: dict[str, Any] = field(default_factory=dict)
     ended: str = "tick limit"  # idle | stalled | tick limit
 
@@ -392,19 +392,17 @@ class Rehearsal:
         doctor_after = doctor(self.env) if self.run_doctor else DOCTOR_SKIPPED
         timings["doctor_after"] = time.monotonic() - mark
         mark = time.monotonic()
-        # Rows are streamed (harness.validate_lanes); one run at a time all the same, as this is CPU work
-        # under one interpreter lock.
-        with _LANES_LOCK:
-            refused_keys = [
-                (str(e.entity), str(e.entity_key), str(e.op), str(e.payload_digest))
-                for e in journal.entries
-                if e.path == PUSH_PATH and e.status >= 400
-            ]
-            lanes, local = measure_lanes(db, received, refused_keys, acked_before)
-            refused = refused_rows(journal.entries, ticks, local)
-            lane_rows = _lane_rows(lanes, local, refused)
-            unmatched = lanes.unmatched_received
-            del local, lanes, received
+        # Rows are streamed (harness.validate_lanes): the two runs count their lanes side by side.
+        refused_keys = [
+            (str(e.entity), str(e.entity_key), str(e.op), str(e.payload_digest))
+            for e in journal.entries
+            if e.path == PUSH_PATH and e.status >= 400
+        ]
+        lanes, local = measure_lanes(db, received, refused_keys, acked_before)
+        refused = refused_rows(journal.entries, ticks, local)
+        lane_rows = _lane_rows(lanes, local, refused)
+        unmatched = lanes.unmatched_received
+        del local, lanes, received
         timings["lanes"] = time.monotonic() - mark
         self.result = {
             "ticks": ticks,
@@ -420,6 +418,10 @@ class Rehearsal:
             "seconds": round(time.monotonic() - started, 2),
             "timings": {name: round(value, 2) for name, value in timings.items()},
         }
+        if self.read_after is not None:
+            mark = time.monotonic()
+            self.result.update(self.read_after(db))
+            self.result["timings"]["read_after"] = round(time.monotonic() - mark, 2)
         return self.result
 
     def _play_ticks(self, daemon: EngramDaemon, cloud: CloudHandle, ticks: list[dict[str, Any]]) -> None:
@@ -931,6 +933,7 @@ def _validate(options: ValidateOptions, progress: Progress, base: Path) -> dict[
             options.tick_timeout,
             progress,
             options.run_doctor,
+            lambda db: _after(db, aliases, before),
         )
     ]
     plan_outcomes: list[dict[str, Any]] = []
@@ -957,6 +960,7 @@ def _validate(options: ValidateOptions, progress: Progress, base: Path) -> dict[
                 options.tick_timeout,
                 progress,
                 options.run_doctor,
+                lambda db: _after(db, aliases, what_if_before),
             )
         )
         mark = time.monotonic()
@@ -968,7 +972,6 @@ def _validate(options: ValidateOptions, progress: Progress, base: Path) -> dict[
     phases["rehearsals"] = time.monotonic() - mark
     mark = time.monotonic()
     current = results[0]
-    current.update(_after(current_env.db_path, aliases, before))
     current["stuck"] = stuck_rows(current["lanes"], current["lane_health"])
     schema_after = schema_snapshot(current_env.db_path)
     current["migrations"] = schema_diff(schema_before, schema_after)
@@ -982,7 +985,6 @@ def _validate(options: ValidateOptions, progress: Progress, base: Path) -> dict[
     }
     if what_if_env is not None:
         what_if = results[1]
-        what_if.update(_after(what_if_env.db_path, aliases, what_if_before))
         what_if["stuck"] = stuck_rows(what_if["lanes"], what_if["lane_health"])
         effect = plan_effect(
             what_if_env.db_path,

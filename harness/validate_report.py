@@ -342,6 +342,22 @@ def plan_line(report: ValidateReport) -> str | None:
     return text
 
 
+def time_line(report: ValidateReport) -> str:
+    """validate's own time apart from engram's (its doctor, serve's start and the worker's ticks)."""
+    timings = report.timings
+    text = f"{timings.get('total', 0):.0f} s in all"
+    if "own" in timings:
+        text += f", validate's own {timings['own']:.0f} s, engram's {timings.get('engram', 0):.0f} s"
+    run = report.current.timings
+    if run:
+        doctor = run.get("doctor_before", 0) + run.get("doctor_after", 0)
+        text += (
+            f" (this run: engram doctor {doctor:.0f} s, serve's start {run.get('serve_start', 0):.0f} s, "
+            f"worker ticks {run.get('worker', 0) - run.get('serve_start', 0):.0f} s)"
+        )
+    return text
+
+
 def first_screen(report: ValidateReport) -> list[str]:
     """The three answers, in markdown: lost, stuck (per lane and project, and why), what to run."""
     current = report.current
@@ -385,6 +401,7 @@ def render_markdown(typed: ValidateReport | dict[str, Any]) -> str:
         f"{total['enqueued']} sync rows; {len(ticks)} worker tick(s), "
         f"{_ended(current)}.",
         f"- Migrations applied by the binary: {_migrations_line(current['migrations'])}.",
+        *([f"- Time: {time_line(model)}."] if model.timings else []),
         f"- Canary: {current['canary_before']['status']} -> {current['canary_after']['status']} "
         f"({current['canary_after']['headline']}).",
         f"- engram doctor: {_doctor_line(current['doctor_before'])} -> {_doctor_line(current['doctor_after'])}.",

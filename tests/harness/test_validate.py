@@ -768,3 +768,18 @@ def test_anonymize_hashes_the_names_of_lane_health_and_the_stuck_table(report: d
         stable_hash("Ana Secret", KEY): 4,
         stable_hash("Zé Private", KEY): 2,
     }
+
+
+def test_the_details_give_validates_own_time_apart_from_engrams(report: dict[str, Any]) -> None:
+    shaped = copy.deepcopy(report)
+    shaped["timings"].update(total=368.0, engram=305.5, own=62.5)
+    shaped["current"]["timings"] = {
+        "doctor_before": 120.0,
+        "serve_start": 32.0,
+        "worker": 65.0,
+        "doctor_after": 118.0,
+    }
+    assert (
+        "- Time: 368 s in all, validate's own 62 s, engram's 306 s (this run: engram doctor 238 s, "
+        "serve's start 32 s, worker ticks 33 s)."
+    ) in render_markdown(shaped)
