@@ -11,14 +11,19 @@ ROOT = Path(__file__).parents[2]
 PACKAGES = ("canary", "harness", "fake_cloud", "engram_contract", "bench")
 
 
+NAMESPACE = "engram_sync_kit"
+
+
 def module_files(root: Path = ROOT) -> dict[str, Path]:
+    """Each module by the name code imports it as: under the namespace when the checkout has one."""
     modules: dict[str, Path] = {}
     for package in PACKAGES:
+        namespaced = package != "bench" and (root / NAMESPACE / package).exists()
         for path in sorted((root / package).rglob("*.py")):
             parts = list(path.relative_to(root).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts.pop()
-            modules[".".join(parts)] = path
+            modules[".".join([NAMESPACE, *parts] if namespaced else parts)] = path
     return modules
 
 
