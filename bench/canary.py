@@ -30,8 +30,8 @@ from typing import Any
 
 import click
 
-from harness.deployment import DeploymentSpec, generate
-from harness.engram_install import DEFAULT_VERSION, find_engram
+from engram_sync_kit.harness.deployment import DeploymentSpec, generate
+from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "canary.json"
@@ -200,10 +200,15 @@ def timed(command: list[str], env: dict[str, str], runs: int) -> dict[str, Any]:
 
 def core_check_seconds(db: Path) -> dict[str, float]:
     """The same check in-process, split into the target-space part and the inbox tripwires."""
-    from canary.checks import EvidenceReader, foreign_target_findings, read_target_space, summarize
-    from canary.config import CanaryConfig
-    from canary.db import EngramDb
-    from canary.inbox import tripwire_findings
+    from engram_sync_kit.canary.checks import (
+        EvidenceReader,
+        foreign_target_findings,
+        read_target_space,
+        summarize,
+    )
+    from engram_sync_kit.canary.config import CanaryConfig
+    from engram_sync_kit.canary.db import EngramDb
+    from engram_sync_kit.canary.inbox import tripwire_findings
 
     engram = EngramDb.open(db)
     connection, schema = engram.connection, engram.schema
@@ -359,14 +364,14 @@ def check_against(db: Path, env: dict[str, str], rounds: int, revision: str) -> 
 def start_up_seconds(env: dict[str, str], runs: int = 7) -> dict[str, float]:
     """Where a one-shot command's fixed cost goes: the interpreter alone, then importing the CLI."""
     bare = timed([sys.executable, "-c", "pass"], env, runs)["median_s"]
-    cli = timed([sys.executable, "-c", "import canary.cli"], env, runs)["median_s"]
+    cli = timed([sys.executable, "-c", "import engram_sync_kit.canary.cli"], env, runs)["median_s"]
     return {"python_start_median_s": bare, "python_start_and_import_canary_cli_median_s": cli}
 
 
 def in_process_unchanged_check_seconds(db: Path, env: dict[str, str], runs: int = 5) -> float:
     """run_check through the commands' state dir on the unchanged file, without start-up (median)."""
-    from canary.checks import run_check
-    from canary.config import CanaryConfig
+    from engram_sync_kit.canary.checks import run_check
+    from engram_sync_kit.canary.config import CanaryConfig
 
     os.environ.update(env, ENGRAM_CANARY_STATE_DIR=str(db.parent / "state"))
     walls: list[float] = []

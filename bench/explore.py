@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 from bench.fake_cloud import machine, print_rows, save
-from harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
-from harness.explore.explorer import ExploreSettings, explore
-from harness.explore.operations import NEMESIS_KINDS, GeneratorSettings, generate_history
+from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
+from engram_sync_kit.harness.explore.explorer import ExploreSettings, explore
+from engram_sync_kit.harness.explore.operations import NEMESIS_KINDS, GeneratorSettings, generate_history
 
 RESULTS = Path(__file__).parent / "results" / "explore.json"
 BUDGET = 60.0

@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 
 from bench.worktree import extract
-from fake_cloud.process import FakeCloudProcess, command
+from engram_sync_kit.fake_cloud.process import FakeCloudProcess, command
 
 RESULTS = Path(__file__).parent / "results" / "fake_cloud.json"
 TOKEN = "bench-token"

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.fake_cloud import TOKEN, machine, measure_push_throughput, print_rows, save, server_env
-from fake_cloud.process import FakeCloudProcess
-from fake_cloud.real_server import real_cloud_server, throwaway_postgres
-from harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
+from engram_sync_kit.fake_cloud.process import FakeCloudProcess
+from engram_sync_kit.fake_cloud.real_server import real_cloud_server, throwaway_postgres
+from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
 
 RESULTS = Path(__file__).parent / "results" / "fake_cloud_vs_real.json"
 ROUNDS = 3

@@ -38,10 +38,10 @@ import httpx
 
 from bench.canary import build_database
 from bench.worktree import checkout
-from canary.db import EngramDb
-from canary.derive import AliasMap
-from canary.inbox import read_inbox, summarize
-from canary.triage import (
+from engram_sync_kit.canary.db import EngramDb
+from engram_sync_kit.canary.derive import AliasMap
+from engram_sync_kit.canary.inbox import read_inbox, summarize
+from engram_sync_kit.canary.triage import (
     CleanupPlanner,
     InboxPlanner,
     Plan,
@@ -51,10 +51,10 @@ from canary.triage import (
     plan_claim,
     plan_drop,
 )
-from harness.deployment import DeploymentSpec, generate
-from harness.engram_env import EngramEnvironment
-from harness.engram_install import DEFAULT_VERSION, find_engram
-from harness.polling import free_port
+from engram_sync_kit.harness.deployment import DeploymentSpec, generate
+from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram
+from engram_sync_kit.harness.polling import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "inbox.json"
@@ -76,8 +76,8 @@ BEFORE_ISSUE_10: dict[str, Any] = {
 CHILD_CLAIM = """
 import dataclasses, sys
 from pathlib import Path
-from canary.derive import AliasMap
-from canary.triage import InboxPlanner, Selection, apply, plan_claim
+from engram_sync_kit.canary.derive import AliasMap
+from engram_sync_kit.canary.triage import InboxPlanner, Selection, apply, plan_claim
 fields = {field.name for field in dataclasses.fields(Selection)}
 selection = Selection("side-project", **({"memories_only": False} if "memories_only" in fields else {}))
 planner = InboxPlanner(AliasMap(), lambda snapshot: plan_claim(snapshot, selection, "main-proj"))
@@ -276,7 +276,7 @@ def claim_timing(engram: Path, workdir: Path, rows: int, runs: int, old_tree: Pa
             planner_type = PreflightInsideLock if name == "preflight_inside_lock" else InboxPlanner
             planner = planner_type(AliasMap(), lambda s: plan_claim(s, selection, "main-proj"))
             if name == "no_preflight":  # the code before issue 10: every copy accepted unchecked
-                with mock.patch("canary.triage.entry_refusal", lambda *_: None):
+                with mock.patch("engram_sync_kit.canary.triage.entry_refusal", lambda *_: None):
                     variants[name].append(apply(db, planner).lock_held_ms)
             else:
                 variants[name].append(apply(db, planner).lock_held_ms)

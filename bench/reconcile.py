@@ -30,11 +30,11 @@ from typing import Any
 import httpx
 
 from bench.fake_cloud import machine, print_rows, save, server_env
-from fake_cloud.process import FakeCloudProcess
-from fake_cloud.real_server import real_cloud_server, throwaway_postgres
-from fake_cloud.tls_front import tls_front
-from harness.deployment import DeploymentSpec, generate
-from harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
+from engram_sync_kit.fake_cloud.process import FakeCloudProcess
+from engram_sync_kit.fake_cloud.real_server import real_cloud_server, throwaway_postgres
+from engram_sync_kit.fake_cloud.tls_front import tls_front
+from engram_sync_kit.harness.deployment import DeploymentSpec, generate
+from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
 
 RESULTS = Path(__file__).parent / "results" / "reconcile.json"
 TOKEN = "bench-reconcile-token"

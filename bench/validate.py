@@ -27,8 +27,8 @@ from typing import Any
 import click
 
 from bench.canary import build_database
-from harness.deployment import DeploymentSpec, generate
-from harness.engram_install import DEFAULT_VERSION, find_engram
+from engram_sync_kit.harness.deployment import DeploymentSpec, generate
+from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "validate.json"
@@ -37,8 +37,8 @@ ENGRAM_PHASES = ("doctor_before", "worker", "doctor_after")  # "worker" includes
 CHILD = """
 import json, resource, sys, time
 from pathlib import Path
-from harness.validate import ValidateOptions, validate
-from harness.validate_report import render_html, render_markdown
+from engram_sync_kit.harness.validate import ValidateOptions, validate
+from engram_sync_kit.harness.validate_report import render_html, render_markdown
 began = time.perf_counter()
 report = validate(ValidateOptions(db=Path(sys.argv[1]), binary=Path(sys.argv[2]), ticks=1, aliases=Path(sys.argv[3])))
 html = render_html(report)

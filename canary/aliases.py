@@ -17,10 +17,10 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from canary.derive import AliasMap, normalize_cwd
-from canary.errors import CanaryError
-from canary.targets import RESERVED_INBOX_PROJECT, normalize_project
-from engram_contract.files import atomic_write, xdg_config_home
+from engram_sync_kit.canary.derive import AliasMap, normalize_cwd
+from engram_sync_kit.canary.errors import CanaryError
+from engram_sync_kit.canary.targets import RESERVED_INBOX_PROJECT, normalize_project
+from engram_sync_kit.engram_contract.files import atomic_write, xdg_config_home
 
 if TYPE_CHECKING:
     import yaml
@@ -57,7 +57,7 @@ def parse_aliases(text: str, path: Path) -> AliasMap:
     # Imported here: PyYAML costs a check without an alias file ~12 ms of start-up.
     import yaml
 
-    from engram_contract.yaml_source import YamlSyntaxError, compose_yaml
+    from engram_sync_kit.engram_contract.yaml_source import YamlSyntaxError, compose_yaml
 
     try:
         root = compose_yaml(text)

@@ -19,9 +19,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
-from canary.errors import CanaryError
-from canary.findings import FOREIGN_CHECKS, Acknowledgement, Finding
-from engram_contract.files import atomic_write
+from engram_sync_kit.canary.errors import CanaryError
+from engram_sync_kit.canary.findings import FOREIGN_CHECKS, Acknowledgement, Finding
+from engram_sync_kit.engram_contract.files import atomic_write
 
 BASELINE_FILE_NAME = "baseline.json"
 BASELINE_SCHEMA = "engram-canary/baseline/v2"

@@ -20,9 +20,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from canary.baseline import Baseline
-from canary.config import CanaryConfig, keep_state, state_file_for
-from canary.db import (
+from engram_sync_kit.canary.baseline import Baseline
+from engram_sync_kit.canary.config import CanaryConfig, keep_state, state_file_for
+from engram_sync_kit.canary.db import (
     DatabaseUnavailable,
     EngramDb,
     Schema,
@@ -32,8 +32,8 @@ from canary.db import (
     last_seq,
     read_sync_state,
 )
-from canary.errors import CanaryError
-from canary.findings import (
+from engram_sync_kit.canary.errors import CanaryError
+from engram_sync_kit.canary.findings import (
     FOREIGN_CHECKS,
     FOREIGN_MUTATION_TARGET,
     FOREIGN_SYNC_TARGET,
@@ -43,15 +43,15 @@ from canary.findings import (
     apply_acknowledgements,
     overall_status,
 )
-from canary.inbox_cursor import cursor_tripwire_findings
-from canary.lane_health import kept_lane_findings
-from canary.remotes import NO_REMOTES, RemoteStateKeys, remote_state_keys
-from canary.schema_support import identify, lane_note, waiting_filter
-from canary.stage_a import stage_a_findings
-from canary.targets import INBOX_TARGET, LOCAL_TARGET, allowed_targets, project_target
-from canary.undecodable import undecodable_findings
-from engram_contract import LEGACY_TARGET
-from engram_contract.remotes import REMOTE_STATE_KEY_PREFIX, is_remote_state_key
+from engram_sync_kit.canary.inbox_cursor import cursor_tripwire_findings
+from engram_sync_kit.canary.lane_health import kept_lane_findings
+from engram_sync_kit.canary.remotes import NO_REMOTES, RemoteStateKeys, remote_state_keys
+from engram_sync_kit.canary.schema_support import identify, lane_note, waiting_filter
+from engram_sync_kit.canary.stage_a import stage_a_findings
+from engram_sync_kit.canary.targets import INBOX_TARGET, LOCAL_TARGET, allowed_targets, project_target
+from engram_sync_kit.canary.undecodable import undecodable_findings
+from engram_sync_kit.engram_contract import LEGACY_TARGET
+from engram_sync_kit.engram_contract.remotes import REMOTE_STATE_KEY_PREFIX, is_remote_state_key
 
 RESULT_SCHEMA = "engram-canary/check/v1"
 __all__ = ["FOREIGN_CHECKS", "FOREIGN_MUTATION_TARGET", "FOREIGN_SYNC_TARGET", "overall_status"]

@@ -18,7 +18,7 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
-from canary.baseline import (
+from engram_sync_kit.canary.baseline import (
     Baseline,
     acknowledge,
     baseline_path_for,
@@ -26,13 +26,13 @@ from canary.baseline import (
     parse_expiry,
     record_baseline,
 )
-from canary.checks import CheckResult, now_iso, run_check, unknown_result
-from canary.config import CanaryConfig, WatchSettings
-from canary.db import default_db_path
-from canary.errors import CanaryError
-from canary.findings import Status
-from canary.report import render_json, render_text, write_textfile
-from canary.settings import (
+from engram_sync_kit.canary.checks import CheckResult, now_iso, run_check, unknown_result
+from engram_sync_kit.canary.config import CanaryConfig, WatchSettings
+from engram_sync_kit.canary.db import default_db_path
+from engram_sync_kit.canary.errors import CanaryError
+from engram_sync_kit.canary.findings import Status
+from engram_sync_kit.canary.report import render_json, render_text, write_textfile
+from engram_sync_kit.canary.settings import (
     CONFIG_ENV,
     chosen_config_file,
     config_file_option,
@@ -42,15 +42,15 @@ from canary.settings import (
     render_settings,
     settings_with_sources,
 )
-from canary.text import printable
-from engram_contract.one_line_cli import OneLineErrorGroup
+from engram_sync_kit.canary.text import printable
+from engram_sync_kit.engram_contract.one_line_cli import OneLineErrorGroup
 
 PROG = "engram-canary"
 # Commands whose modules a one-shot `check` never needs (triage, repair): imported when named or listed.
 LAZY_COMMANDS = {
-    "cleanup-phantoms": ("canary.inbox_cli", "cleanup_phantoms_command"),
-    "inbox": ("canary.inbox_cli", "inbox"),
-    "repair": ("canary.inbox_cli", "repair_command"),
+    "cleanup-phantoms": ("engram_sync_kit.canary.inbox_cli", "cleanup_phantoms_command"),
+    "inbox": ("engram_sync_kit.canary.inbox_cli", "inbox"),
+    "repair": ("engram_sync_kit.canary.inbox_cli", "repair_command"),
 }
 
 
@@ -99,7 +99,7 @@ def _print_version(context: click.Context, _parameter: click.Parameter, value: b
     """click's version line (click's own version_option would read the installed metadata)."""
     if not value or context.resilient_parsing:
         return
-    from engram_contract.version import __version__
+    from engram_sync_kit.engram_contract.version import __version__
 
     click.echo(f"{PROG}, version {__version__}")
     context.exit()
@@ -278,7 +278,7 @@ def watch_command(
 ) -> None:
     """Real-time watch: one stderr line per foreign target when it appears and when it goes away."""
     # Imported here: watchdog and httpx cost a one-shot `check` about 0.1 s of start-up.
-    from canary.watch import WatchOptions, watch
+    from engram_sync_kit.canary.watch import WatchOptions, watch
 
     config, _, baseline_path = _load(
         config_file,
@@ -349,7 +349,7 @@ def install_systemd(
     ping_url: str | None,
 ) -> None:
     """Write (or --print) a hardened watcher service and a timer running `check` as a backstop."""
-    from canary.systemd import (
+    from engram_sync_kit.canary.systemd import (
         UnitOptions,
         default_executable,
         default_unit_dir,
@@ -432,7 +432,7 @@ def reconcile_command(
     timeout: float,
 ) -> None:
     """Prove delivery: match acked local rows to what the cloud holds (GET routes only). Exit codes as check."""
-    from canary.reconcile import run_reconcile_command
+    from engram_sync_kit.canary.reconcile import run_reconcile_command
 
     db_path = db if db is not None else default_db_path()
     config_error: str | None = None

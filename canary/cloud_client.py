@@ -26,8 +26,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from canary.deadline_http import DeadlineTransport
-from canary.errors import CanaryError
+from engram_sync_kit.canary.deadline_http import DeadlineTransport
+from engram_sync_kit.canary.errors import CanaryError
 
 PULL_PAGE_LIMIT = 100  # the server's own cap (cloudserver/mutations.go defaultPullLimit)
 # --timeout bounds the whole cloud read: every connect, handshake, answer and page.

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from canary.errors import CanaryError
-from canary.inbox_settings import InboxSettings
-from engram_contract.files import xdg_config_home
+from engram_sync_kit.canary.errors import CanaryError
+from engram_sync_kit.canary.inbox_settings import InboxSettings
+from engram_sync_kit.engram_contract.files import xdg_config_home
 
 CONFIG_DIR_NAME = "engram-canary"
 CONFIG_FILE_NAME = "config.yaml"
@@ -153,7 +153,7 @@ def load_config(path: Path | None) -> tuple[CanaryConfig, Path]:
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"{config_path}: cannot read config ({error})") from error
     # Imported here: PyYAML costs a check without a config file ~12 ms of start-up.
-    from engram_contract.yaml_source import YamlSyntaxError, load_yaml
+    from engram_sync_kit.engram_contract.yaml_source import YamlSyntaxError, load_yaml
 
     try:
         source = load_yaml(text)

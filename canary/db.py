@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import Any, NamedTuple, Self
 from urllib.parse import quote
 
-from canary.errors import CanaryError
+from engram_sync_kit.canary.errors import CanaryError
 
 BUSY_TIMEOUT_MS = 5000
 # One value that is not valid UTF-8 must not fail a whole read: it comes back with U+FFFD in place of

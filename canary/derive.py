@@ -15,8 +15,8 @@ from enum import Enum
 from functools import lru_cache
 from pathlib import PurePosixPath
 
-from canary.targets import normalize_project
-from engram_contract import enrolled_name
+from engram_sync_kit.canary.targets import normalize_project
+from engram_sync_kit.engram_contract import enrolled_name
 
 UNSORTED = "unsorted"
 _SEPARATORS = re.compile(r"[\s_]+")

@@ -22,9 +22,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from canary.config import state_file_for
-from canary.db import Schema, enrolled_projects, read_transaction
-from canary.derive import (
+from engram_sync_kit.canary.config import state_file_for
+from engram_sync_kit.canary.db import Schema, enrolled_projects, read_transaction
+from engram_sync_kit.canary.derive import (
     UNSORTED,
     AliasMap,
     CandidateSource,
@@ -35,14 +35,14 @@ from canary.derive import (
     session_designation,
     stage_a,
 )
-from canary.errors import CanaryError
-from canary.findings import Finding
-from canary.inbox_settings import InboxSettings
-from canary.schema_support import LaneModel, identify, waiting_filter
-from canary.targets import INBOX_TARGET, normalize_project
-from canary.text import printable
-from engram_contract import LEGACY_TARGET, TELEMETRY_ENTITIES
-from engram_contract.files import atomic_write
+from engram_sync_kit.canary.errors import CanaryError
+from engram_sync_kit.canary.findings import Finding
+from engram_sync_kit.canary.inbox_settings import InboxSettings
+from engram_sync_kit.canary.schema_support import LaneModel, identify, waiting_filter
+from engram_sync_kit.canary.targets import INBOX_TARGET, normalize_project
+from engram_sync_kit.canary.text import printable
+from engram_sync_kit.engram_contract import LEGACY_TARGET, TELEMETRY_ENTITIES
+from engram_sync_kit.engram_contract.files import atomic_write
 
 # Rows of the legacy lane that the v1.20 worker skips: unacked, non-empty project, not enrolled.
 _INBOX_ROWS_SQL = f"""
@@ -583,7 +583,7 @@ def tripwire_findings(
     if not schema.has_column("sync_mutations", "project"):
         return []
     if aliases is None:
-        from canary.aliases import load_aliases
+        from engram_sync_kit.canary.aliases import load_aliases
 
         aliases, _ = load_aliases(settings.aliases)
     snapshot = read_inbox(connection, schema, aliases, now=now)

@@ -11,10 +11,10 @@ from typing import Any
 
 import click
 
-from canary.aliases import AliasError, check_alias_free, load_aliases
-from canary.db import EngramDb, default_db_path
-from canary.derive import AliasMap
-from canary.inbox import (
+from engram_sync_kit.canary.aliases import AliasError, check_alias_free, load_aliases
+from engram_sync_kit.canary.db import EngramDb, default_db_path
+from engram_sync_kit.canary.derive import AliasMap
+from engram_sync_kit.canary.inbox import (
     InboxSnapshot,
     export_keys,
     load_key_map,
@@ -25,10 +25,10 @@ from canary.inbox import (
     undecodable_note,
     waiting_memory,
 )
-from canary.repair import RepairPlanner, plan_repair
-from canary.settings import chosen_config_file, deprecated_option, effective_config
-from canary.text import printable
-from canary.triage import (
+from engram_sync_kit.canary.repair import RepairPlanner, plan_repair
+from engram_sync_kit.canary.settings import chosen_config_file, deprecated_option, effective_config
+from engram_sync_kit.canary.text import printable
+from engram_sync_kit.canary.triage import (
     CleanupPlanner,
     InboxPlanner,
     LaneRowsPlanner,

@@ -27,12 +27,12 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from canary.aliases import load_aliases
-from canary.config import CanaryConfig, keep_state, state_file_for
-from canary.db import Schema, enrolled_projects, read_transaction
-from canary.derive import AliasMap
-from canary.findings import Finding
-from canary.inbox import (
+from engram_sync_kit.canary.aliases import load_aliases
+from engram_sync_kit.canary.config import CanaryConfig, keep_state, state_file_for
+from engram_sync_kit.canary.db import Schema, enrolled_projects, read_transaction
+from engram_sync_kit.canary.derive import AliasMap
+from engram_sync_kit.canary.findings import Finding
+from engram_sync_kit.canary.inbox import (
     GitRepoResolver,
     InboxSnapshot,
     KeySummary,
@@ -45,9 +45,9 @@ from canary.inbox import (
     select_inbox_rows,
     select_unattributed,
 )
-from canary.schema_support import waiting_filter
-from canary.targets import INBOX_TARGET
-from engram_contract import LEGACY_TARGET
+from engram_sync_kit.canary.schema_support import waiting_filter
+from engram_sync_kit.canary.targets import INBOX_TARGET
+from engram_sync_kit.engram_contract import LEGACY_TARGET
 
 CURSOR_SCHEMA = "engram-canary/inbox-cursor/v2"  # v2: the fingerprint counts waiting rows only
 CURSOR_KIND = "inbox-cursor"

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import httpx
 
-from canary.findings import Status
-from canary.text import printable
+from engram_sync_kit.canary.findings import Status
+from engram_sync_kit.canary.text import printable
 
 EXEC_TIMEOUT_SECONDS = 30.0
 PING_TIMEOUT_SECONDS = 10.0

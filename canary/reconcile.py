@@ -31,19 +31,19 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from canary.cloud_client import (
+from engram_sync_kit.canary.cloud_client import (
     DEFAULT_TIMEOUT_SECONDS,
     CloudMutation,
     CloudReader,
     CloudSettings,
     one_line,
 )
-from canary.db import EngramDb
-from canary.errors import CanaryError
-from canary.findings import Status
-from canary.targets import normalize_project
-from canary.text import printable
-from engram_contract import carries_fields, decoded_payload, payload_digest
+from engram_sync_kit.canary.db import EngramDb
+from engram_sync_kit.canary.errors import CanaryError
+from engram_sync_kit.canary.findings import Status
+from engram_sync_kit.canary.targets import normalize_project
+from engram_sync_kit.canary.text import printable
+from engram_sync_kit.engram_contract import carries_fields, decoded_payload, payload_digest
 
 RESULT_SCHEMA = "engram-canary/reconcile/v1"
 # How far the cloud's clock may lag the local one, and how far a row may wait between its local write and
@@ -131,7 +131,7 @@ class Journal:
 
 def read_journal(db_path: Path, acked_since: datetime | None) -> Journal:
     """Every local-source row acked in the window plus every unacked row, in one short read transaction."""
-    from canary.triage import logged_acks
+    from engram_sync_kit.canary.triage import logged_acks
 
     triaged = logged_acks(db_path)
     db = EngramDb.open(db_path)
@@ -649,7 +649,7 @@ def run_reconcile_command(
     config_error: str | None = None,
 ) -> tuple[str, int]:
     """What the CLI prints and its exit status; every problem becomes an UNKNOWN result, never a traceback."""
-    from canary.cloud_client import resolve_settings
+    from engram_sync_kit.canary.cloud_client import resolve_settings
 
     settings: CloudSettings | None = None
     try:

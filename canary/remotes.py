@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from canary.text import printable
-from engram_contract.errors import ContractError
-from engram_contract.gojson import go_loads
-from engram_contract.remotes import CLOUD_CONFIG_FILE, remote_state_key
+from engram_sync_kit.canary.text import printable
+from engram_sync_kit.engram_contract.errors import ContractError
+from engram_sync_kit.engram_contract.gojson import go_loads
+from engram_sync_kit.engram_contract.remotes import CLOUD_CONFIG_FILE, remote_state_key
 
 MAX_CLOUD_CONFIG_BYTES = 1 << 20
 

@@ -16,11 +16,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from canary.db import Schema, enrolled_projects
-from canary.inbox import InboxRow
-from canary.schema_support import waiting_filter
-from canary.targets import normalize_project
-from canary.triage import (
+from engram_sync_kit.canary.db import Schema, enrolled_projects
+from engram_sync_kit.canary.inbox import InboxRow
+from engram_sync_kit.canary.schema_support import waiting_filter
+from engram_sync_kit.canary.targets import normalize_project
+from engram_sync_kit.canary.triage import (
     Copy,
     Plan,
     RefusedRow,
@@ -30,8 +30,8 @@ from canary.triage import (
     seq_chunks,
     with_project,
 )
-from engram_contract import LEGACY_TARGET, PushRefusal
-from engram_contract.gojson import go_json
+from engram_sync_kit.engram_contract import LEGACY_TARGET, PushRefusal
+from engram_sync_kit.engram_contract.gojson import go_json
 
 # The worker's own listing (ListPendingSyncMutations in v1.20): unacked legacy-lane rows whose project is
 # empty or enrolled, in seq order, on idx_sync_mutations_pending.

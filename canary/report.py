@@ -9,13 +9,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from canary.checks import FOREIGN_CHECKS, CheckResult
-from canary.config import CanaryConfig
-from canary.errors import CanaryError
-from canary.findings import Finding, Status, counted_severities
-from canary.inbox import UNATTRIBUTED_MUTATIONS
-from canary.lane_health import LANE_CHECKS
-from canary.text import printable
+from engram_sync_kit.canary.checks import FOREIGN_CHECKS, CheckResult
+from engram_sync_kit.canary.config import CanaryConfig
+from engram_sync_kit.canary.errors import CanaryError
+from engram_sync_kit.canary.findings import Finding, Status, counted_severities
+from engram_sync_kit.canary.inbox import UNATTRIBUTED_MUTATIONS
+from engram_sync_kit.canary.lane_health import LANE_CHECKS
+from engram_sync_kit.canary.text import printable
 
 PLUGIN_NAME = "ENGRAM-CANARY"
 TEXTFILE_NAME = "engram_canary.prom"

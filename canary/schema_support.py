@@ -21,9 +21,9 @@ import sqlite3
 from dataclasses import dataclass
 from enum import StrEnum
 
-from canary.db import Schema, enrolled_projects
-from canary.errors import CanaryError
-from canary.targets import INBOX_TARGET, project_target
+from engram_sync_kit.canary.db import Schema, enrolled_projects
+from engram_sync_kit.canary.errors import CanaryError
+from engram_sync_kit.canary.targets import INBOX_TARGET, project_target
 
 V120 = "v1.20.0"
 V2 = "v2 (schema of store.go @1be5d11f, v2.0.0-rc.11 or later)"

@@ -13,8 +13,8 @@ from typing import Any
 import click
 from pydantic import BaseModel, ValidationError
 
-from canary.config import CanaryConfig, ConfigError, default_config_path, load_config
-from canary.db import default_db_path
+from engram_sync_kit.canary.config import CanaryConfig, ConfigError, default_config_path, load_config
+from engram_sync_kit.canary.db import default_db_path
 
 PROG = "engram-canary"
 CONFIG_ENV = "ENGRAM_CANARY_CONFIG"
@@ -183,7 +183,7 @@ def _config_lines(config_path: Path) -> dict[str, int]:
     """The line of every key the config file sets (dotted), for `engram-canary config`."""
     if not config_path.exists():
         return {}
-    from engram_contract.yaml_source import load_yaml
+    from engram_sync_kit.engram_contract.yaml_source import load_yaml
 
     source = load_yaml(config_path.read_text(encoding="utf-8"))
     found: dict[str, int] = {}

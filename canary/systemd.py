@@ -7,8 +7,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from canary.errors import CanaryError
-from engram_contract.files import atomic_write, xdg_config_home
+from engram_sync_kit.canary.errors import CanaryError
+from engram_sync_kit.engram_contract.files import atomic_write, xdg_config_home
 
 WATCH_UNIT = "engram-canary-watch.service"
 CHECK_UNIT = "engram-canary-check.service"

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from engram_contract import LEGACY_TARGET
-from engram_contract import normalize_project as normalize_project  # canary modules import it from here
+from engram_sync_kit.engram_contract import LEGACY_TARGET
+from engram_sync_kit.engram_contract import (
+    normalize_project as normalize_project,  # canary modules import it from here
+)
 
 INBOX_TARGET = "cloud:inbox"
 LOCAL_TARGET = "local"

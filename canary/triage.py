@@ -29,8 +29,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from canary.aliases import register_alias
-from canary.db import (
+from engram_sync_kit.canary.aliases import register_alias
+from engram_sync_kit.canary.db import (
     BUSY_TIMEOUT_MS,
     DatabaseUnavailable,
     EngramDb,
@@ -39,18 +39,25 @@ from canary.db import (
     enrolled_projects,
     read_transaction,
 )
-from canary.derive import UNSORTED, AliasMap, CandidateSource, Derivation, Resolution, normalize_cwd
-from canary.errors import CanaryError
-from canary.inbox import NO_PROJECT_KEY, InboxRow, InboxSnapshot, select_inbox_rows
-from canary.schema_support import identify, require_write_tested
-from canary.targets import (
+from engram_sync_kit.canary.derive import (
+    UNSORTED,
+    AliasMap,
+    CandidateSource,
+    Derivation,
+    Resolution,
+    normalize_cwd,
+)
+from engram_sync_kit.canary.errors import CanaryError
+from engram_sync_kit.canary.inbox import NO_PROJECT_KEY, InboxRow, InboxSnapshot, select_inbox_rows
+from engram_sync_kit.canary.schema_support import identify, require_write_tested
+from engram_sync_kit.canary.targets import (
     RESERVED_INBOX_PROJECT,
     allowed_targets,
     normalize_project,
     project_target,
 )
-from engram_contract import LEGACY_TARGET, PushRefusal, enrolled_name, refusal_for_entry
-from engram_contract.gojson import go_json
+from engram_sync_kit.engram_contract import LEGACY_TARGET, PushRefusal, enrolled_name, refusal_for_entry
+from engram_sync_kit.engram_contract.gojson import go_json
 
 _CHUNK = 500
 WRITE_CACHE_KIB = 64 * 1024

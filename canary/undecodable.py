@@ -14,9 +14,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from canary.config import keep_state, state_file_for
-from canary.db import Schema, read_transaction
-from canary.findings import Finding
+from engram_sync_kit.canary.config import keep_state, state_file_for
+from engram_sync_kit.canary.db import Schema, read_transaction
+from engram_sync_kit.canary.findings import Finding
 
 UNDECODABLE_PAYLOAD = "undecodable_payload"
 CURSOR_KIND = "undecodable-cursor"

@@ -32,8 +32,8 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
 
-from canary.baseline import Baseline
-from canary.checks import (
+from engram_sync_kit.canary.baseline import Baseline
+from engram_sync_kit.canary.checks import (
     FOREIGN_CHECKS,
     EvidenceReader,
     TargetSpace,
@@ -43,15 +43,15 @@ from canary.checks import (
     read_target_space,
     stuck_rows,
 )
-from canary.config import CanaryConfig
-from canary.db import DatabaseUnavailable, EngramDb, Schema, describe_read_error
-from canary.db_files import FileFingerprint, lock_holder, wal_frame_bytes, wal_path
-from canary.errors import CanaryError
-from canary.findings import Finding, Status, overall_status
-from canary.lane_health import lane_transitions
-from canary.notify import Alert, HookRunner, Pinger
-from canary.text import printable
-from canary.undecodable import UNDECODABLE_PAYLOAD
+from engram_sync_kit.canary.config import CanaryConfig
+from engram_sync_kit.canary.db import DatabaseUnavailable, EngramDb, Schema, describe_read_error
+from engram_sync_kit.canary.db_files import FileFingerprint, lock_holder, wal_frame_bytes, wal_path
+from engram_sync_kit.canary.errors import CanaryError
+from engram_sync_kit.canary.findings import Finding, Status, overall_status
+from engram_sync_kit.canary.lane_health import lane_transitions
+from engram_sync_kit.canary.notify import Alert, HookRunner, Pinger
+from engram_sync_kit.canary.text import printable
+from engram_sync_kit.canary.undecodable import UNDECODABLE_PAYLOAD
 
 WRITE_EVENTS = frozenset({"modified", "created", "deleted", "moved", "closed"})
 # Events that put another file at --db, or none: the check in progress is abandoned at once.

@@ -3,10 +3,10 @@
 One home for facts that canary, fake_cloud and harness all depend on, so they cannot drift apart.
 """
 
-from engram_contract.digest import carries_fields, decoded_payload, payload_digest
-from engram_contract.errors import ContractError
-from engram_contract.gojson import go_escape, go_json
-from engram_contract.names import (
+from engram_sync_kit.engram_contract.digest import carries_fields, decoded_payload, payload_digest
+from engram_sync_kit.engram_contract.errors import ContractError
+from engram_sync_kit.engram_contract.gojson import go_escape, go_json
+from engram_sync_kit.engram_contract.names import (
     LANE_COUNTS,
     LEGACY_TARGET,
     MEMORY_ENTITIES,
@@ -14,7 +14,7 @@ from engram_contract.names import (
     enrolled_name,
     normalize_project,
 )
-from engram_contract.push_rules import PushRefusal, refusal_for_entry
+from engram_sync_kit.engram_contract.push_rules import PushRefusal, refusal_for_entry
 
 __all__ = [
     "LANE_COUNTS",

@@ -7,7 +7,7 @@ import math
 import re
 from typing import Any
 
-from engram_contract.errors import ContractError
+from engram_sync_kit.engram_contract.errors import ContractError
 
 _GO_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 

@@ -36,8 +36,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from engram_contract.errors import ContractError
-from engram_contract.gojson import go_json, go_loads, has_lone_surrogate, replace_surrogates
+from engram_sync_kit.engram_contract.errors import ContractError
+from engram_sync_kit.engram_contract.gojson import go_json, go_loads, has_lone_surrogate, replace_surrogates
 
 SESSION: Final = "session"
 OBSERVATION: Final = "observation"

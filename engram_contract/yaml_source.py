@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from engram_contract.errors import ContractError
+from engram_sync_kit.engram_contract.errors import ContractError
 
 Loc = tuple[str | int, ...]
 TOO_DEEP = "nested too deeply, or an alias that contains itself"

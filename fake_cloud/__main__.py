@@ -1,3 +1,3 @@
-from fake_cloud.cli import main
+from engram_sync_kit.fake_cloud.cli import main
 
 main()

@@ -17,14 +17,14 @@ from collections import deque
 from collections.abc import Coroutine
 from typing import Any
 
-from engram_contract import payload_digest
-from engram_contract.errors import ContractError
-from engram_contract.gojson import go_loads, has_lone_surrogate, replace_surrogates
-from fake_cloud import control, protocol, provenance, routes
-from fake_cloud.faults import Fault, FaultAction
-from fake_cloud.httpserver import DROP, Drop, Request, RequestHead, Response, warn
-from fake_cloud.state import FakeCloudState, JournalItem, Transport
-from fake_cloud.wire import (
+from engram_sync_kit.engram_contract import payload_digest
+from engram_sync_kit.engram_contract.errors import ContractError
+from engram_sync_kit.engram_contract.gojson import go_loads, has_lone_surrogate, replace_surrogates
+from engram_sync_kit.fake_cloud import control, protocol, provenance, routes
+from engram_sync_kit.fake_cloud.faults import Fault, FaultAction
+from engram_sync_kit.fake_cloud.httpserver import DROP, Drop, Request, RequestHead, Response, warn
+from engram_sync_kit.fake_cloud.state import FakeCloudState, JournalItem, Transport
+from engram_sync_kit.fake_cloud.wire import (
     NOT_FOUND,
     Reply,
     json_response,

@@ -11,10 +11,10 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from engram_contract.errors import ContractError
-from engram_contract.gojson import go_json
-from engram_contract.names import normalize_project
-from engram_contract.push_rules import (
+from engram_sync_kit.engram_contract.errors import ContractError
+from engram_sync_kit.engram_contract.gojson import go_json
+from engram_sync_kit.engram_contract.names import normalize_project
+from engram_sync_kit.engram_contract.push_rules import (
     DELETE,
     OBSERVATION,
     PROMPT,

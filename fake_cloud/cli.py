@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from engram_contract.version import __version__
-from fake_cloud.errors import FakeCloudError
+from engram_sync_kit.engram_contract.version import __version__
+from engram_sync_kit.fake_cloud.errors import FakeCloudError
 
 if TYPE_CHECKING:
-    from fake_cloud.state import ServerVersion
+    from engram_sync_kit.fake_cloud.state import ServerVersion
 
 
 def _env_bool(name: str) -> bool:
@@ -114,7 +114,7 @@ def serve(
 ) -> None:
     """Serve until SIGTERM; the first stdout line is the base URL actually bound, printed once the
     server is ready."""
-    from fake_cloud.server import FakeCloudConfig
+    from engram_sync_kit.fake_cloud.server import FakeCloudConfig
 
     if tls and ca_out is None:
         raise click.UsageError("--tls needs --ca-out FILE: clients must be given the CA to trust")
@@ -150,7 +150,7 @@ def serve(
 
 
 async def _serve(config: object) -> None:
-    from fake_cloud.server import FakeCloudConfig, serve_until
+    from engram_sync_kit.fake_cloud.server import FakeCloudConfig, serve_until
 
     assert isinstance(config, FakeCloudConfig)
     _raise_descriptor_limit()

@@ -9,9 +9,9 @@ from typing import Any
 
 import httpx
 
-from fake_cloud.errors import FakeCloudError
-from fake_cloud.faults import Fault, FaultAction, Route
-from fake_cloud.state import JournalEntry, ReceivedMutation
+from engram_sync_kit.fake_cloud.errors import FakeCloudError
+from engram_sync_kit.fake_cloud.faults import Fault, FaultAction, Route
+from engram_sync_kit.fake_cloud.state import JournalEntry, ReceivedMutation
 
 
 class FakeCloudWaitTimeout(FakeCloudError):

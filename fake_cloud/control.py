@@ -15,11 +15,11 @@ from collections.abc import Callable, Coroutine, Sequence
 from functools import partial
 from typing import Any, Protocol
 
-from engram_contract.errors import ContractError
-from engram_contract.gojson import go_loads
-from fake_cloud.faults import Fault, InvalidControlRequest
-from fake_cloud.httpserver import Request, RequestHead, Response, bearer_matches
-from fake_cloud.state import (
+from engram_sync_kit.engram_contract.errors import ContractError
+from engram_sync_kit.engram_contract.gojson import go_loads
+from engram_sync_kit.fake_cloud.faults import Fault, InvalidControlRequest
+from engram_sync_kit.fake_cloud.httpserver import Request, RequestHead, Response, bearer_matches
+from engram_sync_kit.fake_cloud.state import (
     MATCH_FIELDS,
     RECEIVED_MATCH_FIELDS,
     FakeCloudState,

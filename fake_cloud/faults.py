@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any, TypeVar
 
-from fake_cloud.errors import FakeCloudError
+from engram_sync_kit.fake_cloud.errors import FakeCloudError
 
 BODILESS_STATUSES = frozenset({204, 304})  # and 1xx, below the fault API's range: no final answer
 MAX_KEEP = 100  # short_accepted keeps at most a whole batch

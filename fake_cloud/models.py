@@ -1,10 +1,16 @@
 """Compatibility names: the fake cloud's model now lives in ``state`` (what it remembers), ``faults``
 (scheduled misbehaviour), ``protocol`` (engram v1.20's rules over the state) and ``wire`` (replies)."""
 
-from engram_contract import payload_digest
-from fake_cloud.faults import BODILESS_STATUSES, Fault, FaultAction, InvalidControlRequest, Route
-from fake_cloud.protocol import DEFAULT_PULL_LIMIT, MAX_MUTATION_BATCH
-from fake_cloud.state import (
+from engram_sync_kit.engram_contract import payload_digest
+from engram_sync_kit.fake_cloud.faults import (
+    BODILESS_STATUSES,
+    Fault,
+    FaultAction,
+    InvalidControlRequest,
+    Route,
+)
+from engram_sync_kit.fake_cloud.protocol import DEFAULT_PULL_LIMIT, MAX_MUTATION_BATCH
+from engram_sync_kit.fake_cloud.state import (
     DEFAULT_JOURNAL_LIMIT,
     DEFAULT_MAX_PUSH_BYTES,
     DEFAULT_STORE_LIMIT,
@@ -15,7 +21,7 @@ from fake_cloud.state import (
     ReceivedMutation,
     Transport,
 )
-from fake_cloud.wire import Reply, payload_invalid, too_large
+from engram_sync_kit.fake_cloud.wire import Reply, payload_invalid, too_large
 
 __all__ = [
     "BODILESS_STATUSES",

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from fake_cloud.errors import FakeCloudError
+from engram_sync_kit.fake_cloud.errors import FakeCloudError
 
 T = TypeVar("T")
 STDERR_KEPT = 256 * 1024
@@ -25,7 +25,7 @@ def command() -> list[str]:
     script = Path(sys.executable).parent / "engram-fake-cloud"
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-m", "fake_cloud"]
+    return [sys.executable, "-m", "engram_sync_kit.fake_cloud"]
 
 
 class FakeCloudProcess:
@@ -129,7 +129,7 @@ class FakeCloudProcess:
 
     def check(self) -> None:
         """Raise FakeCloudInternalError when the server recorded a bug of its own (and forget them)."""
-        from fake_cloud.client import FakeCloudClient
+        from engram_sync_kit.fake_cloud.client import FakeCloudClient
 
         with FakeCloudClient(self.base_url, self.ca_file, control_token=self.control_token) as client:
             client.check()

@@ -10,18 +10,18 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from engram_contract import payload_digest, push_rules
-from engram_contract.errors import ContractError
-from fake_cloud import chunkcodec
-from fake_cloud.chunkcodec import ChunkError
-from fake_cloud.state import (
+from engram_sync_kit.engram_contract import payload_digest, push_rules
+from engram_sync_kit.engram_contract.errors import ContractError
+from engram_sync_kit.fake_cloud import chunkcodec
+from engram_sync_kit.fake_cloud.chunkcodec import ChunkError
+from engram_sync_kit.fake_cloud.state import (
     FakeCloudState,
     JournalItem,
     StoredMutation,
     as_object,
     utc_now,
 )
-from fake_cloud.wire import (
+from engram_sync_kit.fake_cloud.wire import (
     NO_PRINCIPAL,
     PROJECT_REQUIRED,
     Reply,

@@ -19,11 +19,11 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from engram_contract.errors import ContractError
-from engram_contract.gojson import go_loads
-from engram_contract.names import normalize_project
-from fake_cloud.state import FakeCloudState
-from fake_cloud.wire import Reply
+from engram_sync_kit.engram_contract.errors import ContractError
+from engram_sync_kit.engram_contract.gojson import go_loads
+from engram_sync_kit.engram_contract.names import normalize_project
+from engram_sync_kit.fake_cloud.state import FakeCloudState
+from engram_sync_kit.fake_cloud.wire import Reply
 
 OK = Reply(200, {"status": "ok"})
 AUTHENTICATION_UNAVAILABLE = Reply(401, "authentication unavailable")

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from fake_cloud.errors import FakeCloudError
+from engram_sync_kit.fake_cloud.errors import FakeCloudError
 
 REPO = Path(__file__).resolve().parents[1]
 POSTGRES_URL_VARIABLE = "ENGRAM_KIT_POSTGRES_URL"

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fake_cloud.faults import Route
-from fake_cloud.state import ServerVersion, Transport
+from engram_sync_kit.fake_cloud.faults import Route
+from engram_sync_kit.fake_cloud.state import ServerVersion, Transport
 
 
 @dataclass(frozen=True)

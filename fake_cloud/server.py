@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fake_cloud.app import FakeCloudApp
-from fake_cloud.errors import FakeCloudError
-from fake_cloud.httpserver import (
+from engram_sync_kit.fake_cloud.app import FakeCloudApp
+from engram_sync_kit.fake_cloud.errors import FakeCloudError
+from engram_sync_kit.fake_cloud.httpserver import (
     BODY_TIMEOUT,
     HEADER_TIMEOUT,
     IDLE_TIMEOUT,
@@ -22,7 +22,7 @@ from fake_cloud.httpserver import (
     HttpServer,
     warn,
 )
-from fake_cloud.state import (
+from engram_sync_kit.fake_cloud.state import (
     DEFAULT_JOURNAL_LIMIT,
     DEFAULT_MAX_PUSH_BYTES,
     DEFAULT_STORE_LIMIT,
@@ -35,7 +35,7 @@ from fake_cloud.state import (
 if TYPE_CHECKING:
     import ssl
 
-    from fake_cloud.client import FakeCloudClient
+    from engram_sync_kit.fake_cloud.client import FakeCloudClient
 
 START_TIMEOUT_SECONDS = 30.0
 
@@ -157,7 +157,7 @@ class Serving:
         asyncio.get_running_loop().set_exception_handler(_LoopErrors(self.app))
         ssl_context: ssl.SSLContext | None = None
         if self.config.tls:
-            from fake_cloud.tls import server_context
+            from engram_sync_kit.fake_cloud.tls import server_context
 
             if self.ca_file is None:
                 raise FakeCloudError("tls needs a path for the CA file")
@@ -265,7 +265,7 @@ class RunningFakeCloud:
     @property
     def client(self) -> FakeCloudClient:
         if self._client is None:
-            from fake_cloud.client import FakeCloudClient
+            from engram_sync_kit.fake_cloud.client import FakeCloudClient
 
             self._client = FakeCloudClient(
                 self.base_url, self.ca_file, control_token=self.config.control_token

@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
-from engram_contract import payload_digest
-from engram_contract.journal_match import mismatched_fields
-from fake_cloud import chunkcodec
-from fake_cloud.chunkcodec import ChunkError
-from fake_cloud.errors import FakeCloudError
-from fake_cloud.faults import Fault, Route
-from fake_cloud.httpserver import bearer_matches
-from fake_cloud.wire import FORBIDDEN, NO_PRINCIPAL, Reply
+from engram_sync_kit.engram_contract import payload_digest
+from engram_sync_kit.engram_contract.journal_match import mismatched_fields
+from engram_sync_kit.fake_cloud import chunkcodec
+from engram_sync_kit.fake_cloud.chunkcodec import ChunkError
+from engram_sync_kit.fake_cloud.errors import FakeCloudError
+from engram_sync_kit.fake_cloud.faults import Fault, Route
+from engram_sync_kit.fake_cloud.httpserver import bearer_matches
+from engram_sync_kit.fake_cloud.wire import FORBIDDEN, NO_PRINCIPAL, Reply
 
 DEFAULT_MAX_PUSH_BYTES = 8 * 1024 * 1024
 DEFAULT_JOURNAL_LIMIT = 100_000

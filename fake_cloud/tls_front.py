@@ -13,7 +13,7 @@ import ssl
 import threading
 from pathlib import Path
 
-from fake_cloud.errors import FakeCloudError
+from engram_sync_kit.fake_cloud.errors import FakeCloudError
 
 BUFFER = 65536
 
@@ -22,7 +22,7 @@ class TlsFront:
     """Accepts TLS on a free loopback port and relays each connection to backend_host:backend_port."""
 
     def __init__(self, backend_host: str, backend_port: int, ca_out: Path) -> None:
-        from fake_cloud.tls import server_context
+        from engram_sync_kit.fake_cloud.tls import server_context
 
         self.backend = (backend_host, backend_port)
         self.ca_file = ca_out

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from engram_contract.gojson import go_json
-from engram_contract.push_rules import too_large_reason
-from fake_cloud.httpserver import Response
+from engram_sync_kit.engram_contract.gojson import go_json
+from engram_sync_kit.engram_contract.push_rules import too_large_reason
+from engram_sync_kit.fake_cloud.httpserver import Response
 
 TEXT = "text/plain; charset=utf-8"
 

@@ -9,19 +9,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engram_contract.journal_match import matches
-from harness import schema as s
-from harness.design_checks import (
+from engram_sync_kit.engram_contract.journal_match import matches
+from engram_sync_kit.harness import schema as s
+from engram_sync_kit.harness.design_checks import (
     check_cloud_status,
     check_doctor_verdict,
     check_enroll_hint,
     check_inbox_row,
     check_save_answer,
 )
-from harness.lanes import LaneTable
-from harness.localdata import local_key
-from harness.results import StepMarks
-from harness.step_results import (
+from engram_sync_kit.harness.lanes import LaneTable
+from engram_sync_kit.harness.localdata import local_key
+from engram_sync_kit.harness.results import StepMarks
+from engram_sync_kit.harness.step_results import (
     CanaryResult,
     CommandOutput,
     DoctorResult,
@@ -30,7 +30,7 @@ from harness.step_results import (
     StepResult,
     StepResults,
 )
-from harness.world import OutputEntry
+from engram_sync_kit.harness.world import OutputEntry
 
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.]+))?$")
 

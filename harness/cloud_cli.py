@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from harness.cloud_image import ensure_image
+from engram_sync_kit.harness.cloud_image import ensure_image
 
 
 def show_progress(line: str) -> None:

@@ -29,7 +29,7 @@ from urllib.parse import quote
 
 import httpx
 
-from harness.errors import HarnessError
+from engram_sync_kit.harness.errors import HarnessError
 
 IMAGE_NAME = "engram-sync-kit/fake-cloud"
 DEFAULT_BASE_IMAGE = "local/debian-python:bookworm"

@@ -8,9 +8,9 @@ from pathlib import Path
 import click
 from pydantic import ValidationError
 
-from harness.deployment import DeploymentSpec, generate
-from harness.engram_install import DEFAULT_VERSION, find_engram
-from harness.errors import HarnessError
+from engram_sync_kit.harness.deployment import DeploymentSpec, generate
+from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram
+from engram_sync_kit.harness.errors import HarnessError
 
 
 @click.command("make-deployment")

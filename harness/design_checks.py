@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import design_schema as d
-from harness.step_results import (
+from engram_sync_kit.harness import design_schema as d
+from engram_sync_kit.harness.step_results import (
     CommandOutput,
     DoctorResult,
     SaveResult,

@@ -15,8 +15,8 @@ from typing import Any
 
 from rich.table import Table
 
-from harness.design_sections import DESIGN_SECTIONS, section_order, section_title
-from harness.results import ExpectMode, ScenarioResult
+from engram_sync_kit.harness.design_sections import DESIGN_SECTIONS, section_order, section_title
+from engram_sync_kit.harness.results import ExpectMode, ScenarioResult
 
 NO_SECTION = "(no section)"
 

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from harness.schema_rules import is_true, only_with, schema_rules
+from engram_sync_kit.harness.schema_rules import is_true, only_with, schema_rules
 
 MatchValue = str | int | float | bool | None
 

@@ -17,7 +17,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.errors import EngramInstallError
+from engram_sync_kit.harness.errors import EngramInstallError
 
 MODULE_ROOT = "github.com/Gentleman-Programming/engram"
 DEFAULT_VERSION = "v1.20.0"

@@ -12,12 +12,12 @@ INSTALL_HINT = "pipx install 'engram-sync-kit[harness]'"
 
 def main() -> None:
     if sys.argv[1:] == ["--version"]:
-        from engram_contract.version import __version__
+        from engram_sync_kit.engram_contract.version import __version__
 
         print(f"engram-harness, version {__version__}")
         return
     try:
-        from harness.cli import cli
+        from engram_sync_kit.harness.cli import cli
     except ModuleNotFoundError as error:
         if error.name is None or error.name.split(".")[0] not in HARNESS_EXTRA_MODULES:
             raise

@@ -11,10 +11,10 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
-from harness.errors import HarnessError
-from harness.explore.explorer import ExploreReport, ExploreSettings, explore
-from harness.explore.operations import NEMESIS_KINDS
+from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
+from engram_sync_kit.harness.errors import HarnessError
+from engram_sync_kit.harness.explore.explorer import ExploreReport, ExploreSettings, explore
+from engram_sync_kit.harness.explore.operations import NEMESIS_KINDS
 
 BAD_INPUT = 3
 

@@ -15,10 +15,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from canary.db import open_read_only
-from canary.errors import CanaryError
-from engram_contract import LANE_COUNTS, carries_fields, decoded_payload, payload_digest
-from harness.errors import HarnessError
+from engram_sync_kit.canary.db import open_read_only
+from engram_sync_kit.canary.errors import CanaryError
+from engram_sync_kit.engram_contract import LANE_COUNTS, carries_fields, decoded_payload, payload_digest
+from engram_sync_kit.harness.errors import HarnessError
 
 MatchKey = tuple[str, str, str, str]
 T = TypeVar("T")

@@ -14,9 +14,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from engram_contract.yaml_source import Loc, YamlSource, YamlSyntaxError, load_yaml
-from harness.errors import ScenarioError
-from harness.schema import (
+from engram_sync_kit.engram_contract.yaml_source import Loc, YamlSource, YamlSyntaxError, load_yaml
+from engram_sync_kit.harness.errors import ScenarioError
+from engram_sync_kit.harness.schema import (
     CHECK_KEYS,
     EXPECTATION_MODELS,
     ONE_CHECK,

@@ -6,8 +6,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from harness import schema as s
-from harness.lanes import read_with
+from engram_sync_kit.harness import schema as s
+from engram_sync_kit.harness.lanes import read_with
 
 SYNC_STATE_COLUMNS = (
     "target_key",

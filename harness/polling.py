@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from harness.errors import StepFailed
+from engram_sync_kit.harness.errors import StepFailed
 
 T = TypeVar("T")
 

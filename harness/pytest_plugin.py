@@ -22,15 +22,15 @@ import pytest
 from _pytest.config.findpaths import determine_setup
 from rich.console import Console
 
-from harness.cloud_image import ensure_image
-from harness.design_conformance import design_outcomes
-from harness.engram_install import DEFAULT_VERSION, find_engram
-from harness.errors import ScenarioError
-from harness.loader import SCENARIO_SUFFIX, Scenario, load_scenario
-from harness.report import print_result, write_junit
-from harness.results import ExpectMode, ScenarioResult
-from harness.runner import run_scenario
-from harness.world import CloudMode
+from engram_sync_kit.harness.cloud_image import ensure_image
+from engram_sync_kit.harness.design_conformance import design_outcomes
+from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram
+from engram_sync_kit.harness.errors import ScenarioError
+from engram_sync_kit.harness.loader import SCENARIO_SUFFIX, Scenario, load_scenario
+from engram_sync_kit.harness.report import print_result, write_junit
+from engram_sync_kit.harness.results import ExpectMode, ScenarioResult
+from engram_sync_kit.harness.runner import run_scenario
+from engram_sync_kit.harness.world import CloudMode
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -11,11 +11,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from harness.design_conformance import conformance_json, junit_suites
-from harness.lanes import LaneTable
-from harness.results import ExpectMode, ScenarioResult
-from harness.schema import LANE_COUNTS
-from harness.step_results import save_result_name
+from engram_sync_kit.harness.design_conformance import conformance_json, junit_suites
+from engram_sync_kit.harness.lanes import LaneTable
+from engram_sync_kit.harness.results import ExpectMode, ScenarioResult
+from engram_sync_kit.harness.schema import LANE_COUNTS
+from engram_sync_kit.harness.step_results import save_result_name
 
 REPORT_SCHEMA = "engram-harness/report/v1"
 EMPTY_PROJECT = '""'  # the empty project, spelled as in the scenario files and the JSON report

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-from harness.lanes import LaneTable
-from harness.loader import Scenario
+from engram_sync_kit.harness.lanes import LaneTable
+from engram_sync_kit.harness.loader import Scenario
 
 ExpectMode = Literal["baseline", "design", "all"]
 

@@ -11,18 +11,18 @@ from urllib.parse import urlsplit
 import click
 from rich.console import Console
 
-from harness.cloud_cli import show_progress
-from harness.cloud_image import ensure_image
-from harness.design_conformance import conformance_table
-from harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
-from harness.errors import EngramInstallError, HarnessError
-from harness.library import scenario_library
-from harness.loader import SCENARIO_SUFFIX, Scenario, load_all
-from harness.report import matrix_table, print_result, summary_table, write_json, write_junit
-from harness.results import ExpectMode, ScenarioResult, StepRecord
-from harness.runner import run_many
-from harness.schema import json_schema_text
-from harness.world import CloudMode, CloudTarget
+from engram_sync_kit.harness.cloud_cli import show_progress
+from engram_sync_kit.harness.cloud_image import ensure_image
+from engram_sync_kit.harness.design_conformance import conformance_table
+from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
+from engram_sync_kit.harness.errors import EngramInstallError, HarnessError
+from engram_sync_kit.harness.library import scenario_library
+from engram_sync_kit.harness.loader import SCENARIO_SUFFIX, Scenario, load_all
+from engram_sync_kit.harness.report import matrix_table, print_result, summary_table, write_json, write_junit
+from engram_sync_kit.harness.results import ExpectMode, ScenarioResult, StepRecord
+from engram_sync_kit.harness.runner import run_many
+from engram_sync_kit.harness.schema import json_schema_text
+from engram_sync_kit.harness.world import CloudMode, CloudTarget
 
 NO_ENGRAM = (
     "no engram binary: give --engram PATH, set ENGRAM_BIN=PATH, or run `engram-harness engram install` "

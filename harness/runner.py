@@ -16,23 +16,29 @@ from typing import Any
 
 import httpx
 
-from fake_cloud.errors import FakeCloudError
-from harness.checks import Observed, evaluate
-from harness.engram_env import EngramEnvironment
-from harness.errors import HarnessError
-from harness.lanes import (
+from engram_sync_kit.fake_cloud.errors import FakeCloudError
+from engram_sync_kit.harness.checks import Observed, evaluate
+from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.errors import HarnessError
+from engram_sync_kit.harness.lanes import (
     compute_lanes,
     read_acked_seqs,
     read_local_mutations,
     read_sync_state_targets,
 )
-from harness.loader import Scenario
-from harness.localdata import count_local_rows, read_sync_state_rows
-from harness.report import EMPTY_PROJECT
-from harness.results import ExpectationResult, ExpectMode, ScenarioResult, StepMarks, StepRecord
-from harness.schema import LanesExpectation, LocalExpectation, LostExpectation, WorkspaceSpec
-from harness.steps import StepRunner, plain
-from harness.world import CloudHandle, CloudMode, CloudTarget, World, engram_version
+from engram_sync_kit.harness.loader import Scenario
+from engram_sync_kit.harness.localdata import count_local_rows, read_sync_state_rows
+from engram_sync_kit.harness.report import EMPTY_PROJECT
+from engram_sync_kit.harness.results import (
+    ExpectationResult,
+    ExpectMode,
+    ScenarioResult,
+    StepMarks,
+    StepRecord,
+)
+from engram_sync_kit.harness.schema import LanesExpectation, LocalExpectation, LostExpectation, WorkspaceSpec
+from engram_sync_kit.harness.steps import StepRunner, plain
+from engram_sync_kit.harness.world import CloudHandle, CloudMode, CloudTarget, World, engram_version
 
 
 def _make_workspaces(world: World, specs: dict[str, WorkspaceSpec]) -> None:

@@ -23,10 +23,10 @@ from pydantic import (
     model_validator,
 )
 
-from engram_contract import LANE_COUNTS as LANE_COUNTS  # the scenario schema names them too
-from fake_cloud.faults import FaultAction
-from fake_cloud.faults import Route as CloudRoute
-from harness.design_schema import (
+from engram_sync_kit.engram_contract import LANE_COUNTS as LANE_COUNTS  # the scenario schema names them too
+from engram_sync_kit.fake_cloud.faults import FaultAction
+from engram_sync_kit.fake_cloud.faults import Route as CloudRoute
+from engram_sync_kit.harness.design_schema import (
     DESIGN_STEP_MODELS,
     CloudStatusCheck,
     DoctorVerdictCheck,
@@ -34,8 +34,8 @@ from harness.design_schema import (
     InboxRowCheck,
     SaveAnswerCheck,
 )
-from harness.design_sections import SECTION_PATTERN, section_problem
-from harness.schema_rules import is_true, only_with, schema_rules
+from engram_sync_kit.harness.design_sections import SECTION_PATTERN, section_problem
+from engram_sync_kit.harness.schema_rules import is_true, only_with, schema_rules
 
 SCHEMA_ID = "engram-harness/scenario/v1"
 

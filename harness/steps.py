@@ -42,19 +42,19 @@ import httpx
 import yaml
 from pydantic import BaseModel
 
-from engram_contract.journal_match import field_text
-from fake_cloud.client import FakeCloudClient, FakeCloudWaitTimeout
-from fake_cloud.control import MAX_WAIT_SECONDS
-from harness import design_schema as ds
-from harness import schema as s
-from harness.design_checks import parse_status_inbox_line
-from harness.engram_env import meaningful_stderr
-from harness.errors import StepFailed, StepUnsupported
-from harness.loader import Step
-from harness.localdata import count_local_rows, local_key, read_sync_state_rows
-from harness.polling import eventually
-from harness.results import StepMarks, StepRecord
-from harness.step_results import (
+from engram_sync_kit.engram_contract.journal_match import field_text
+from engram_sync_kit.fake_cloud.client import FakeCloudClient, FakeCloudWaitTimeout
+from engram_sync_kit.fake_cloud.control import MAX_WAIT_SECONDS
+from engram_sync_kit.harness import design_schema as ds
+from engram_sync_kit.harness import schema as s
+from engram_sync_kit.harness.design_checks import parse_status_inbox_line
+from engram_sync_kit.harness.engram_env import meaningful_stderr
+from engram_sync_kit.harness.errors import StepFailed, StepUnsupported
+from engram_sync_kit.harness.loader import Step
+from engram_sync_kit.harness.localdata import count_local_rows, local_key, read_sync_state_rows
+from engram_sync_kit.harness.polling import eventually
+from engram_sync_kit.harness.results import StepMarks, StepRecord
+from engram_sync_kit.harness.step_results import (
     CanaryResult,
     CloudStatusResult,
     CommandOutput,
@@ -68,7 +68,7 @@ from harness.step_results import (
     UnsupportedResult,
     save_result_name,
 )
-from harness.world import SavedObservation, World
+from engram_sync_kit.harness.world import SavedObservation, World
 
 CYCLE_SECONDS = 45.0
 WAIT_SLICE_SECONDS = MAX_WAIT_SECONDS  # one /_fake/wait call parks at most this long

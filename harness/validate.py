@@ -31,23 +31,23 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from canary.checks import read_target_space, run_check
-from canary.config import CanaryConfig
-from canary.db import EngramDb
-from canary.derive import AliasMap
-from canary.errors import CanaryError
-from canary.inbox import KeySummary, read_inbox, summarize
-from canary.report import headline
-from canary.triage import TRIAGE_LOG_NAME
-from engram_contract import LEGACY_TARGET
-from fake_cloud.errors import FakeCloudError
-from harness.engram_env import EngramEnvironment, meaningful_stderr
-from harness.errors import HarnessError, StepFailed
-from harness.lanes import LocalMutation
-from harness.runner import copy_database
-from harness.validate_lanes import AckedSeqs, measure_lanes
-from harness.validate_model import ValidateReport, as_report
-from harness.validate_stuck import (
+from engram_sync_kit.canary.checks import read_target_space, run_check
+from engram_sync_kit.canary.config import CanaryConfig
+from engram_sync_kit.canary.db import EngramDb
+from engram_sync_kit.canary.derive import AliasMap
+from engram_sync_kit.canary.errors import CanaryError
+from engram_sync_kit.canary.inbox import KeySummary, read_inbox, summarize
+from engram_sync_kit.canary.report import headline
+from engram_sync_kit.canary.triage import TRIAGE_LOG_NAME
+from engram_sync_kit.engram_contract import LEGACY_TARGET
+from engram_sync_kit.fake_cloud.errors import FakeCloudError
+from engram_sync_kit.harness.engram_env import EngramEnvironment, meaningful_stderr
+from engram_sync_kit.harness.errors import HarnessError, StepFailed
+from engram_sync_kit.harness.lanes import LocalMutation
+from engram_sync_kit.harness.runner import copy_database
+from engram_sync_kit.harness.validate_lanes import AckedSeqs, measure_lanes
+from engram_sync_kit.harness.validate_model import ValidateReport, as_report
+from engram_sync_kit.harness.validate_stuck import (
     blocked_lanes,
     project_name,
     read_lanes_health,
@@ -55,7 +55,7 @@ from harness.validate_stuck import (
     stuck_rows,
     way_out,
 )
-from harness.world import CloudHandle, EngramDaemon, engram_version
+from engram_sync_kit.harness.world import CloudHandle, EngramDaemon, engram_version
 
 REPORT_SCHEMA = "engram-harness/validate/v1"
 PUSH_PATH = "/sync/mutations/push"
@@ -573,7 +573,7 @@ def apply_plan(db: Path, steps: Sequence[PlanStep], aliases: Path, backup_dir: P
     """
     from click.testing import CliRunner
 
-    from canary.cli import cli as canary_cli
+    from engram_sync_kit.canary.cli import cli as canary_cli
 
     runner = CliRunner()
     outcomes = []
@@ -762,7 +762,7 @@ def _stat(path: Path) -> list[tuple[str, int, int]]:
 
 def _aliases_copy(source: Path | None, target: Path) -> tuple[AliasMap, Path]:
     """The user's alias map, copied: a claim registers its alias, and that must land in the copy."""
-    from canary.aliases import load_aliases
+    from engram_sync_kit.canary.aliases import load_aliases
 
     aliases, resolved = load_aliases(source)
     if resolved is not None and resolved.exists():

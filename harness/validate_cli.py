@@ -8,11 +8,11 @@ from pathlib import Path
 
 import click
 
-from canary.errors import CanaryError
-from harness.engram_install import DEFAULT_VERSION, cached_binary, find_engram, install_engram
-from harness.errors import HarnessError
-from harness.validate import ValidateOptions, alarms, validate
-from harness.validate_model import as_report
+from engram_sync_kit.canary.errors import CanaryError
+from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, cached_binary, find_engram, install_engram
+from engram_sync_kit.harness.errors import HarnessError
+from engram_sync_kit.harness.validate import ValidateOptions, alarms, validate
+from engram_sync_kit.harness.validate_model import as_report
 
 ALARM_EXIT = 3  # the report was written and finds rows lost or duplicated, or a plan that blocks
 
@@ -121,7 +121,7 @@ def validate_command(
     quiet: bool,
 ) -> None:
     """Rehearse an engram version on a copy of DB: lanes, refusals, canary, doctor, migrations, a what-if."""
-    from harness.validate_report import (
+    from engram_sync_kit.harness.validate_report import (
         anonymized,
         hide_paths,
         new_key,

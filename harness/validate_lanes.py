@@ -14,8 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from engram_contract import decoded_payload, payload_digest
-from harness.lanes import (
+from engram_sync_kit.engram_contract import decoded_payload, payload_digest
+from engram_sync_kit.harness.lanes import (
     LaneTable,
     LocalMutation,
     MatchKey,

@@ -21,9 +21,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from engram_contract import LEGACY_TARGET
-from harness.validate_model import Run, StuckRow, ValidateReport, as_report
-from harness.validate_stuck import NO_PROJECT, project_name
+from engram_sync_kit.engram_contract import LEGACY_TARGET
+from engram_sync_kit.harness.validate_model import Run, StuckRow, ValidateReport, as_report
+from engram_sync_kit.harness.validate_stuck import NO_PROJECT, project_name
 
 COUNTS = ("delivered", "stranded", "refused", "lost", "duplicated")
 # Words of engram and the kit, not of the user: never hashed.

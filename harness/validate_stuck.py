@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from canary.db import EngramDb, enrolled_projects
-from canary.lane_health import LaneHealth, clear_commands, read_lane_health
-from engram_contract import LEGACY_TARGET
+from engram_sync_kit.canary.db import EngramDb, enrolled_projects
+from engram_sync_kit.canary.lane_health import LaneHealth, clear_commands, read_lane_health
+from engram_sync_kit.engram_contract import LEGACY_TARGET
 
 NO_PROJECT = "(no project)"  # one name for rows without a project, in every table of every report
 _SHOWN_SEQS = 10

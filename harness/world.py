@@ -22,11 +22,11 @@ from typing import IO, Any, Final, Literal
 
 import httpx
 
-from harness.cloud_image import ensure_image
-from harness.engram_env import EngramEnvironment, meaningful_stderr
-from harness.errors import HarnessError, StepFailed
-from harness.polling import free_port
-from harness.step_results import StepResults
+from engram_sync_kit.harness.cloud_image import ensure_image
+from engram_sync_kit.harness.engram_env import EngramEnvironment, meaningful_stderr
+from engram_sync_kit.harness.errors import HarnessError, StepFailed
+from engram_sync_kit.harness.polling import free_port
+from engram_sync_kit.harness.step_results import StepResults
 
 CloudMode = Literal["process", "docker", "inprocess"]
 Process = Literal["serve", "mcp", "cli"]
@@ -367,7 +367,7 @@ class CloudHandle:
         *,
         tls: bool = False,
     ) -> None:
-        from fake_cloud.client import FakeCloudClient
+        from engram_sync_kit.fake_cloud.client import FakeCloudClient
 
         self.mode = mode
         self.token = target.token if target is not None else token
@@ -387,7 +387,7 @@ class CloudHandle:
 
     def _attach(self, token: str | None, allowed: list[str]) -> None:
         """Make a running cloud this scenario's: same auth kind, a clean journal, the scenario's allowlist."""
-        from fake_cloud.errors import FakeCloudError
+        from engram_sync_kit.fake_cloud.errors import FakeCloudError
 
         if (token is None) != (self.token is None):
             wanted = "no auth" if token is None else "a token"
@@ -413,7 +413,7 @@ class CloudHandle:
         allowed_text = ",".join(allowed) if allowed != ["*"] else "*"
         ca_file = self.ca_file
         if mode == "inprocess":
-            from fake_cloud.server import FakeCloudConfig, start_fake_cloud
+            from engram_sync_kit.fake_cloud.server import FakeCloudConfig, start_fake_cloud
 
             config = FakeCloudConfig(
                 token=token,
@@ -444,8 +444,8 @@ class CloudHandle:
         return self._start_process(launcher, serve_args, log_path)
 
     def _start_process(self, launcher: list[str] | None, serve_args: list[str], log_path: Path) -> str:
-        from fake_cloud.errors import FakeCloudError
-        from fake_cloud.process import FakeCloudProcess
+        from engram_sync_kit.fake_cloud.errors import FakeCloudError
+        from engram_sync_kit.fake_cloud.process import FakeCloudProcess
 
         process = FakeCloudProcess(serve_args, launcher=launcher, stderr_log=log_path, start_timeout=60.0)
         try:

@@ -12,8 +12,15 @@ from typing import Any
 
 import pytest
 
-from canary.derive import AliasMap, CandidateSource, Resolution, RowContext, derive, session_designation
-from harness.deployment import DeploymentSpec, DeploymentSummary, generate
+from engram_sync_kit.canary.derive import (
+    AliasMap,
+    CandidateSource,
+    Resolution,
+    RowContext,
+    derive,
+    session_designation,
+)
+from engram_sync_kit.harness.deployment import DeploymentSpec, DeploymentSummary, generate
 
 pytestmark = pytest.mark.engram
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.engram_env import EngramEnvironment, meaningful_stderr
-from harness.engram_install import parse_release
-from harness.errors import EngramInstallError
+from engram_sync_kit.harness.engram_env import EngramEnvironment, meaningful_stderr
+from engram_sync_kit.harness.engram_install import parse_release
+from engram_sync_kit.harness.errors import EngramInstallError
 
 
 @pytest.mark.unit

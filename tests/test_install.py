@@ -18,7 +18,7 @@ import httpx
 import pytest
 from test_readme import first_check_output
 
-from engram_contract.version import __version__
+from engram_sync_kit.engram_contract.version import __version__
 
 # One build and one venv for the module: the tests share a worker under xdist (make test runs --dist loadgroup).
 pytestmark = [pytest.mark.engram, pytest.mark.xdist_group("install")]
@@ -203,9 +203,11 @@ def test_the_base_dependencies_are_what_the_canary_and_the_fake_cloud_import() -
         for source in (REPOSITORY / package).rglob("*.py"):
             for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.Import):
-                    imported |= {alias.name.split(".")[0] for alias in node.names}
+                    imported |= {
+                        alias.name.removeprefix("engram_sync_kit.").split(".")[0] for alias in node.names
+                    }
                 elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                    imported.add(node.module.split(".")[0])
+                    imported.add(node.module.removeprefix("engram_sync_kit.").split(".")[0])
     third_party = {name for name in imported - ours if name not in sys.stdlib_module_names}
     assert {distribution_of.get(name, name).lower() for name in third_party} <= base
     assert base & HARNESS_ONLY == set()

@@ -21,13 +21,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from engram_contract import TELEMETRY_ENTITIES
-from harness.deployment.digest import canonical_digest
-from harness.deployment.fill import enroll, fill
-from harness.deployment.history import History
-from harness.deployment.records import go_json, stamp, to_text
-from harness.deployment.sequencing import FORBIDDEN_MESSAGE, sequence
-from harness.deployment.spec import (
+from engram_sync_kit.engram_contract import TELEMETRY_ENTITIES
+from engram_sync_kit.harness.deployment.digest import canonical_digest
+from engram_sync_kit.harness.deployment.fill import enroll, fill
+from engram_sync_kit.harness.deployment.history import History
+from engram_sync_kit.harness.deployment.records import go_json, stamp, to_text
+from engram_sync_kit.harness.deployment.sequencing import FORBIDDEN_MESSAGE, sequence
+from engram_sync_kit.harness.deployment.spec import (
     MAX_SCALE,
     REFERENCE_TIME,
     DeploymentError,
@@ -35,7 +35,7 @@ from harness.deployment.spec import (
     DeploymentSummary,
     KeyVolume,
 )
-from harness.deployment.workspace import check_workspace, materialize
+from engram_sync_kit.harness.deployment.workspace import check_workspace, materialize
 
 __all__ = [
     "FORBIDDEN_MESSAGE",

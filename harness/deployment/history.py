@@ -7,9 +7,9 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from engram_contract import LEGACY_TARGET, go_escape
-from harness.deployment.naming import Names, pick, split
-from harness.deployment.records import (
+from engram_sync_kit.engram_contract import LEGACY_TARGET, go_escape
+from engram_sync_kit.harness.deployment.naming import Names, pick, split
+from engram_sync_kit.harness.deployment.records import (
     Journal,
     Observation,
     Prompt,
@@ -20,7 +20,7 @@ from harness.deployment.records import (
     quote,
     stamp,
 )
-from harness.deployment.spec import DeploymentSpec, KeyVolume
+from engram_sync_kit.harness.deployment.spec import DeploymentSpec, KeyVolume
 
 OBSERVATION_TYPES = ("decision", "architecture", "bugfix", "discovery", "pattern", "config", "learning")
 RELATION_VERBS = ("related", "compatible", "scoped", "conflicts_with", "supersedes", "not_conflict")

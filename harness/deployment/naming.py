@@ -8,7 +8,7 @@ from typing import TypeVar
 
 from faker import Faker
 
-from harness.deployment.spec import DeploymentError
+from engram_sync_kit.harness.deployment.spec import DeploymentError
 
 TEXT_POOL_SIZE = 512
 # Keys the history uses by name: a generated repo name must never collide with one of them.

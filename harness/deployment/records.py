@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from engram_contract import go_escape
+from engram_sync_kit.engram_contract import go_escape
 
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 

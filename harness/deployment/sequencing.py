@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import NamedTuple
 
-from engram_contract import LEGACY_TARGET
-from harness.deployment.history import History
-from harness.deployment.records import stamp
+from engram_sync_kit.engram_contract import LEGACY_TARGET
+from engram_sync_kit.harness.deployment.history import History
+from engram_sync_kit.harness.deployment.records import stamp
 
 FORBIDDEN_MESSAGE = "push mutations: http 403: forbidden: project is not allowed"
 

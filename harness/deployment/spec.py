@@ -7,7 +7,7 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from harness.errors import HarnessError
+from engram_sync_kit.harness.errors import HarnessError
 
 # The design's numbers were measured on 2026-09-05; the generated history ends there unless --now.
 REFERENCE_TIME = datetime(2026, 9, 5, 12, 0, 0)

@@ -6,8 +6,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from harness.deployment.history import History
-from harness.deployment.spec import DeploymentError
+from engram_sync_kit.harness.deployment.history import History
+from engram_sync_kit.harness.deployment.spec import DeploymentError
 
 
 def check_workspace(workspace: Path) -> None:

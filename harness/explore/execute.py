@@ -19,24 +19,30 @@ from typing import Any
 
 import httpx
 
-from canary.checks import run_check
-from canary.config import CanaryConfig
-from canary.db import open_read_only
-from canary.errors import CanaryError
-from canary.report import render_json
-from fake_cloud.errors import FakeCloudError
-from harness.engram_env import EngramEnvironment
-from harness.errors import HarnessError
-from harness.explore.invariants import PUSH_PATH, Observation, Violation, check_all, reached_states
-from harness.explore.operations import LOSSY_NEMESIS, NEMESIS_KINDS, GeneratedStep
-from harness.explore.scenario_out import scenario_document, scenario_yaml
-from harness.lanes import compute_lanes, read_local_mutations
-from harness.loader import Step, parse_scenario
-from harness.localdata import read_sync_state_rows
-from harness.results import StepRecord
-from harness.runner import _make_workspaces
-from harness.steps import StepRunner, _kit_command
-from harness.world import CloudHandle, World, engram_version
+from engram_sync_kit.canary.checks import run_check
+from engram_sync_kit.canary.config import CanaryConfig
+from engram_sync_kit.canary.db import open_read_only
+from engram_sync_kit.canary.errors import CanaryError
+from engram_sync_kit.canary.report import render_json
+from engram_sync_kit.fake_cloud.errors import FakeCloudError
+from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.errors import HarnessError
+from engram_sync_kit.harness.explore.invariants import (
+    PUSH_PATH,
+    Observation,
+    Violation,
+    check_all,
+    reached_states,
+)
+from engram_sync_kit.harness.explore.operations import LOSSY_NEMESIS, NEMESIS_KINDS, GeneratedStep
+from engram_sync_kit.harness.explore.scenario_out import scenario_document, scenario_yaml
+from engram_sync_kit.harness.lanes import compute_lanes, read_local_mutations
+from engram_sync_kit.harness.loader import Step, parse_scenario
+from engram_sync_kit.harness.localdata import read_sync_state_rows
+from engram_sync_kit.harness.results import StepRecord
+from engram_sync_kit.harness.runner import _make_workspaces
+from engram_sync_kit.harness.steps import StepRunner, _kit_command
+from engram_sync_kit.harness.world import CloudHandle, World, engram_version
 
 
 @dataclass

@@ -13,15 +13,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fake_cloud.errors import FakeCloudError
-from harness.explore.execute import HistoryOutcome, StepOutcome, new_cloud, play
-from harness.explore.invariants import INVARIANTS, Violation
-from harness.explore.operations import OPERATION_NAMES, GeneratedStep, GeneratorSettings, generate_history
-from harness.explore.scenario_out import scenario_document, scenario_yaml, with_expected_error
-from harness.explore.shrink import ddmin
-from harness.loader import load_scenario
-from harness.runner import run_scenario
-from harness.world import CloudHandle
+from engram_sync_kit.fake_cloud.errors import FakeCloudError
+from engram_sync_kit.harness.explore.execute import HistoryOutcome, StepOutcome, new_cloud, play
+from engram_sync_kit.harness.explore.invariants import INVARIANTS, Violation
+from engram_sync_kit.harness.explore.operations import (
+    OPERATION_NAMES,
+    GeneratedStep,
+    GeneratorSettings,
+    generate_history,
+)
+from engram_sync_kit.harness.explore.scenario_out import scenario_document, scenario_yaml, with_expected_error
+from engram_sync_kit.harness.explore.shrink import ddmin
+from engram_sync_kit.harness.loader import load_scenario
+from engram_sync_kit.harness.runner import run_scenario
+from engram_sync_kit.harness.world import CloudHandle
 
 SCHEMA = "engram-harness/explore/v1"
 SHRINK_SHARE = 0.5  # shrinking may run this share of the budget past it
@@ -182,7 +187,7 @@ def replay_scenario(binary: Path, path: Path) -> tuple[bool, str]:
 
 
 def explore(settings: ExploreSettings, progress: Progress | None = None) -> ExploreReport:
-    from harness.world import engram_version
+    from engram_sync_kit.harness.world import engram_version
 
     started = time.monotonic()
     deadline = started + settings.budget

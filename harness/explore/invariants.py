@@ -19,9 +19,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from canary.targets import normalize_project
-from engram_contract import LEGACY_TARGET
-from harness.lanes import LaneTable, LocalMutation
+from engram_sync_kit.canary.targets import normalize_project
+from engram_sync_kit.engram_contract import LEGACY_TARGET
+from engram_sync_kit.harness.lanes import LaneTable, LocalMutation
 
 LANE_BLOCKED = "legacy_lane_blocked"
 FOREIGN_CHECKS = ("foreign_sync_target", "foreign_mutation_target")

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fake_cloud.faults import FaultAction
+from engram_sync_kit.fake_cloud.faults import FaultAction
 
 RawStep = dict[str, Any]
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from harness.explore.operations import WORKSPACES, RawStep
+from engram_sync_kit.harness.explore.operations import WORKSPACES, RawStep
 
 SCENARIO_TIMEOUT = 120.0  # seconds for the steps that do not wait on the worker
 CYCLE_ALLOWANCE = 50.0  # seconds per worker cycle a step waits for

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from harness.polling import eventually
+from engram_sync_kit.harness.polling import eventually
 
 CANARY = Path(sys.executable).parent / "engram-canary"
 

@@ -19,7 +19,7 @@ import httpx
 import yaml
 from real_parts import missing
 
-from harness.polling import free_port
+from engram_sync_kit.harness.polling import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 MONITORING = ROOT / "monitoring"

@@ -15,8 +15,8 @@ from typing import Any
 
 from schema_under_test import db_argument, run_apply
 
-from harness.engram_env import EngramEnvironment, meaningful_stderr
-from harness.world import EngramDaemon
+from engram_sync_kit.harness.engram_env import EngramEnvironment, meaningful_stderr
+from engram_sync_kit.harness.world import EngramDaemon
 
 CANARY = Path(sys.executable).parent / "engram-canary"
 

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from canary import cli, triage
+from engram_sync_kit.canary import cli, triage
 
 PAUSE_LIMIT_SECONDS = 300.0
 

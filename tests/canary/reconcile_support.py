@@ -17,9 +17,9 @@ from pathlib import Path
 from canary_support import CANARY
 from schema_under_test import require_opened
 
-from harness.engram_env import EngramEnvironment, meaningful_stderr
-from harness.polling import eventually
-from harness.world import EngramDaemon
+from engram_sync_kit.harness.engram_env import EngramEnvironment, meaningful_stderr
+from engram_sync_kit.harness.polling import eventually
+from engram_sync_kit.harness.world import EngramDaemon
 
 TOKEN = "reconcile-test-token"
 
@@ -53,7 +53,7 @@ def reconcile_here(db: Path, env: Mapping[str, str], *args: str) -> Ran:
     from click.testing import CliRunner
 
     require_opened(db)
-    from canary.cli import cli
+    from engram_sync_kit.canary.cli import cli
 
     cleared: dict[str, str | None] = {k: None for k in os.environ if k.startswith(("ENGRAM_", "SSL_CERT"))}
     cleared["XDG_CONFIG_HOME"] = str(db.parent / "xdg")

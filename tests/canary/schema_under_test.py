@@ -18,8 +18,8 @@ from engram_schemas.builder import V2, V3, V120
 from engram_schemas.open_as import open_as
 from engram_schemas.per_version import RefusedAsPredicted, current
 
-from canary.schema_support import V2 as NAMED_V2
-from canary.schema_support import V3 as NAMED_V3
+from engram_sync_kit.canary.schema_support import V2 as NAMED_V2
+from engram_sync_kit.canary.schema_support import V3 as NAMED_V3
 
 NAMED = {V2: NAMED_V2, V3: NAMED_V3}
 REFUSAL = "refusing to write: this database looks like engram "

@@ -12,9 +12,15 @@ import pytest
 from canary_support import run_canary
 from pydantic import ValidationError
 
-from canary.baseline import Baseline, BaselineEntry, BaselineError, acknowledge, parse_expiry
-from canary.findings import Acknowledgement, Finding, Status, apply_acknowledgements, overall_status
-from harness.engram_env import EngramEnvironment
+from engram_sync_kit.canary.baseline import Baseline, BaselineEntry, BaselineError, acknowledge, parse_expiry
+from engram_sync_kit.canary.findings import (
+    Acknowledgement,
+    Finding,
+    Status,
+    apply_acknowledgements,
+    overall_status,
+)
+from engram_sync_kit.harness.engram_env import EngramEnvironment
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -81,8 +87,8 @@ def test_any_finding_is_acknowledgeable_by_its_identity_even_one_added_later() -
 
 def test_watch_and_check_share_one_status_policy() -> None:
     """Unit: the watcher's status between full checks is overall_status over what the full check saw."""
-    from canary.config import CanaryConfig
-    from canary.watch import Watcher, WatchOptions
+    from engram_sync_kit.canary.config import CanaryConfig
+    from engram_sync_kit.canary.watch import Watcher, WatchOptions
 
     config = CanaryConfig.model_validate({"thresholds": {"critical_new_foreign_targets": 2}})
     watcher = Watcher(WatchOptions(db_path=Path("/nonexistent/engram.db"), config=config, baseline=None))
@@ -230,9 +236,9 @@ def test_every_kind_of_finding_is_acknowledged_and_realarms_when_worse(
 @pytest.mark.engram
 def test_status_is_one_policy_for_check_and_watch(engram_world: EngramEnvironment, tmp_path: Path) -> None:
     """An inbox tripwire seen by the watcher's full check keeps the status between full checks (no flapping)."""
-    from canary.checks import run_check
-    from canary.config import CanaryConfig
-    from canary.watch import Watcher, WatchOptions
+    from engram_sync_kit.canary.checks import run_check
+    from engram_sync_kit.canary.config import CanaryConfig
+    from engram_sync_kit.canary.watch import Watcher, WatchOptions
 
     scratch = tmp_path / "scratch"
     scratch.mkdir()
@@ -262,9 +268,9 @@ def test_status_is_one_policy_for_check_and_watch(engram_world: EngramEnvironmen
 def test_watch_keeps_an_acknowledged_target_silent_until_a_full_check_sees_it_grow(
     engram_world: EngramEnvironment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from canary.baseline import load_baseline
-    from canary.config import CanaryConfig
-    from canary.watch import Watcher, WatchOptions
+    from engram_sync_kit.canary.baseline import load_baseline
+    from engram_sync_kit.canary.config import CanaryConfig
+    from engram_sync_kit.canary.watch import Watcher, WatchOptions
 
     monkeypatch.setenv("ENGRAM_CANARY_STATE_DIR", str(tmp_path / "state"))
     scratch = tmp_path / "scratch"
@@ -303,9 +309,9 @@ def test_findings_are_values_acknowledging_returns_new_ones() -> None:
 
 
 def test_an_expired_acknowledgement_is_labelled_expired_and_a_grown_one_worse() -> None:
-    from canary.checks import CheckResult
-    from canary.config import CanaryConfig
-    from canary.report import render_text
+    from engram_sync_kit.canary.checks import CheckResult
+    from engram_sync_kit.canary.config import CanaryConfig
+    from engram_sync_kit.canary.report import render_text
 
     expires = parse_expiry("1d", NOW)
     empty, grown = finding("foreign_sync_target", 0, target="cloud:gone"), finding("inbox_age", 2, key="side")

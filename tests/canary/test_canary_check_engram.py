@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from canary_support import rows_digest, run_canary
 
-from harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.engram_env import EngramEnvironment
 
 pytestmark = pytest.mark.engram
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from canary_support import run_canary
 
-from canary.config import CanaryConfig, ConfigError, load_config
+from engram_sync_kit.canary.config import CanaryConfig, ConfigError, load_config
 
 
 def test_bad_arguments_are_unknown_with_one_line(tmp_path: Path) -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from canary import __version__
-from canary.cli import cli
+from engram_sync_kit.canary import __version__
+from engram_sync_kit.canary.cli import cli
 
 
 def invoke(tmp_path: Path, *args: str) -> Result:

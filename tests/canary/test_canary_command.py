@@ -11,10 +11,10 @@ import pytest
 
 PROBE = """
 import os, sys
-import canary.command
+import engram_sync_kit.canary.command
 sys.argv = ["engram-canary", "--help"]
 try:
-    canary.command.main()
+    engram_sync_kit.canary.command.main()
 except SystemExit:
     pass
 import pydantic.plugin._loader as loader

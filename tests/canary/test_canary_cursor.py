@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 from inbox_support import canary, engram_ok
 
-from canary.db import discover_schema, open_read_only
-from canary.derive import AliasMap
-from canary.findings import Finding
-from canary.inbox import findings_from, tripwire_findings
-from canary.inbox_cursor import CursorMode, tripwire_inputs
-from canary.inbox_settings import InboxSettings
-from harness.engram_env import EngramEnvironment
+from engram_sync_kit.canary.db import discover_schema, open_read_only
+from engram_sync_kit.canary.derive import AliasMap
+from engram_sync_kit.canary.findings import Finding
+from engram_sync_kit.canary.inbox import findings_from, tripwire_findings
+from engram_sync_kit.canary.inbox_cursor import CursorMode, tripwire_inputs
+from engram_sync_kit.canary.inbox_settings import InboxSettings
+from engram_sync_kit.harness.engram_env import EngramEnvironment
 
 pytestmark = pytest.mark.engram
 SETTINGS = InboxSettings(age_days=0.5, unsorted_growth_rows=1)
@@ -99,8 +99,8 @@ def test_check_through_its_state_equals_check_full(
 ) -> None:
     """The whole check (foreign-target evidence kept too) prints what `check --full` prints, before and
     after the database changes."""
-    from canary.checks import run_check
-    from canary.config import CanaryConfig
+    from engram_sync_kit.canary.checks import run_check
+    from engram_sync_kit.canary.config import CanaryConfig
 
     monkeypatch.setenv("ENGRAM_CANARY_STATE_DIR", str(tmp_path / "state"))
     config = CanaryConfig()

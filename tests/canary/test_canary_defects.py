@@ -15,11 +15,11 @@ import pytest
 from canary_support import CANARY, canary_env, run_canary
 from real_parts import missing
 
-from canary.checks import CheckResult
-from canary.config import CanaryConfig
-from canary.findings import Finding
-from canary.report import render_text
-from harness.engram_env import EngramEnvironment
+from engram_sync_kit.canary.checks import CheckResult
+from engram_sync_kit.canary.config import CanaryConfig
+from engram_sync_kit.canary.findings import Finding
+from engram_sync_kit.canary.report import render_text
+from engram_sync_kit.harness.engram_env import EngramEnvironment
 
 NOBODY = 65534
 

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from inbox_support import by_key, canary, query
 
-from canary.derive import AliasMap, CandidateSource, RowContext, stage_a
-from harness.engram_env import EngramEnvironment
-from harness.world import McpSession
+from engram_sync_kit.canary.derive import AliasMap, CandidateSource, RowContext, stage_a
+from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.world import McpSession
 
 pytestmark = pytest.mark.engram
 

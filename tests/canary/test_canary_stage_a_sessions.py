@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from inbox_support import canary, query
 
-from canary.stage_a import SESSION_SPANS_DIRECTORIES, normalize_directory
-from harness.engram_env import EngramEnvironment
-from harness.world import McpSession
+from engram_sync_kit.canary.stage_a import SESSION_SPANS_DIRECTORIES, normalize_directory
+from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.world import McpSession
 
 pytestmark = pytest.mark.engram
 

@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner, Result
 from engram_schemas.builder import V120, build
 
-from canary.cli import cli
-from canary.settings import MOVED
+from engram_sync_kit.canary.cli import cli
+from engram_sync_kit.canary.settings import MOVED
 
 MAX_OPTION_SLOTS = 55
 CANARY_DOC = Path(__file__).resolve().parents[2] / "docs" / "canary.md"

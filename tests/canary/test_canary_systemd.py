@@ -9,7 +9,7 @@ from pathlib import Path
 from canary_support import CANARY, run_canary
 from real_parts import missing
 
-from canary.systemd import UnitOptions, command_line, render_units
+from engram_sync_kit.canary.systemd import UnitOptions, command_line, render_units
 
 
 def options(tmp_path: Path, **overrides: object) -> UnitOptions:

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from canary_support import WatchProcess
 
-from harness.engram_env import EngramEnvironment
-from harness.polling import eventually
+from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.polling import eventually
 
 pytestmark = pytest.mark.engram
 
@@ -133,8 +133,8 @@ def test_a_stop_ends_the_watcher_within_2_s_whatever_is_queued(
 
 @pytest.mark.unit
 def test_a_coalesced_run_names_the_common_event_and_the_worst_status() -> None:
-    from canary.findings import Status
-    from canary.notify import Alert, hook_environment
+    from engram_sync_kit.canary.findings import Status
+    from engram_sync_kit.canary.notify import Alert, hook_environment
 
     alerts = [
         Alert("appeared", "cloud:a", "engram-canary WARNING: NEW ... cloud:a", Status.WARNING),
@@ -162,9 +162,9 @@ def test_a_stop_during_the_first_full_check_ends_it_at_once(
     import io
     import threading
 
-    from canary import watch as watch_module
-    from canary.checks import check_snapshot
-    from canary.config import CanaryConfig
+    from engram_sync_kit.canary import watch as watch_module
+    from engram_sync_kit.canary.checks import check_snapshot
+    from engram_sync_kit.canary.config import CanaryConfig
 
     assert engram_world.run(["save", "seed", "c", "--project", "seed"]).returncode == 0
     in_long_read = threading.Event()

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from canary_support import WatchProcess
 
-from harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.engram_env import EngramEnvironment
 
 pytestmark = pytest.mark.engram
 
@@ -148,9 +148,9 @@ def test_a_replace_during_a_check_releases_the_old_file_within_100_ms(
 ) -> None:
     """A full check is in a long read (seconds) when the file is replaced: the watcher lets go of the old file at
     once (the read is aborted), then reads the new one from scratch."""
-    from canary import watch as watch_module
-    from canary.checks import check_snapshot
-    from canary.config import CanaryConfig
+    from engram_sync_kit.canary import watch as watch_module
+    from engram_sync_kit.canary.checks import check_snapshot
+    from engram_sync_kit.canary.config import CanaryConfig
 
     save(engram_world, "seed", project="seed")
     replacement = tmp_path / "replacement.db"

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from canary.derive import (
+from engram_sync_kit.canary.derive import (
     UNSORTED,
     AliasMap,
     CandidateSource,

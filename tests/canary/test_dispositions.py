@@ -23,7 +23,7 @@ import pytest
 from click.testing import CliRunner
 from engram_schemas.builder import ENROLLED, STRAY, V2, V3, build
 
-from canary.cli import cli
+from engram_sync_kit.canary.cli import cli
 
 RETIRED = [("superseded", "local_entity_deleted"), ("quarantined", "payload_invalid")]
 LANE_CHECKS = {"legacy_lane_blocked", "project_lane_blocked"}

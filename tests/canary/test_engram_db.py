@@ -12,13 +12,13 @@ import pytest
 from click.testing import CliRunner
 from inbox_support import engram_ok, query, save
 
-import canary.db
-import canary.triage
-from canary.checks import run_check
-from canary.cli import cli
-from canary.config import CanaryConfig
-from canary.db import DatabaseUnavailable, EngramDb, Schema, SyncStateRow
-from harness.engram_env import EngramEnvironment
+import engram_sync_kit.canary.db
+import engram_sync_kit.canary.triage
+from engram_sync_kit.canary.checks import run_check
+from engram_sync_kit.canary.cli import cli
+from engram_sync_kit.canary.config import CanaryConfig
+from engram_sync_kit.canary.db import DatabaseUnavailable, EngramDb, Schema, SyncStateRow
+from engram_sync_kit.harness.engram_env import EngramEnvironment
 
 V120_SCHEMA = Path(__file__).parents[1] / "fixtures" / "engram_schemas" / "v1.20.0.sql"
 
@@ -42,15 +42,15 @@ def world(
 def discoveries(monkeypatch: pytest.MonkeyPatch) -> list[Schema]:
     """Every schema discovered from now on (the read side's EngramDb.open and triage's write connection)."""
     found: list[Schema] = []
-    real = canary.db.discover_schema
+    real = engram_sync_kit.canary.db.discover_schema
 
     def counting(connection: sqlite3.Connection, path: Path) -> Schema:
         schema = real(connection, path)
         found.append(schema)
         return schema
 
-    monkeypatch.setattr(canary.db, "discover_schema", counting)
-    monkeypatch.setattr(canary.triage, "discover_schema", counting)
+    monkeypatch.setattr(engram_sync_kit.canary.db, "discover_schema", counting)
+    monkeypatch.setattr(engram_sync_kit.canary.triage, "discover_schema", counting)
     return found
 
 
@@ -99,7 +99,7 @@ def test_the_watcher_discovers_the_schema_once_per_file(
 ) -> None:
     """The watcher opens the file for each check (it holds no connection between checks, see
     test_canary_watch_restore) and reuses the schema it discovered while PRAGMA schema_version is unchanged."""
-    from canary.watch import Watcher, WatchOptions
+    from engram_sync_kit.canary.watch import Watcher, WatchOptions
 
     watcher = Watcher(
         WatchOptions(db_path=world.db_path, config=CanaryConfig(), baseline=None, stream=io.StringIO())

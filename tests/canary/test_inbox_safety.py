@@ -19,8 +19,8 @@ from inbox_support import (
     save,
 )
 
-from harness.engram_env import EngramEnvironment
-from harness.polling import eventually
+from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.polling import eventually
 
 pytestmark = pytest.mark.engram
 

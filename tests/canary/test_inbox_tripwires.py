@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from inbox_support import canary, engram_serve, save
 
-from canary.db import discover_schema, open_read_only
-from canary.derive import AliasMap
-from canary.inbox import tripwire_findings
-from canary.inbox_settings import InboxSettings
-from harness.engram_env import EngramEnvironment
+from engram_sync_kit.canary.db import discover_schema, open_read_only
+from engram_sync_kit.canary.derive import AliasMap
+from engram_sync_kit.canary.inbox import tripwire_findings
+from engram_sync_kit.canary.inbox_settings import InboxSettings
+from engram_sync_kit.harness.engram_env import EngramEnvironment
 
 pytestmark = pytest.mark.engram
 

@@ -17,7 +17,7 @@ import pytest
 from canary_support import WatchProcess
 from inbox_support import canary, db_digest, engram_ok, query, save
 
-from harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.engram_env import EngramEnvironment
 
 pytestmark = pytest.mark.engram
 
@@ -208,9 +208,9 @@ def test_lane_health_kept_in_the_state_dir_equals_check_full_across_changes(
 ) -> None:
     """An unchanged database answers lane health from the state dir; rows appended, a sync_state change
     and an ack each read the lanes again, and every answer equals `check --full`."""
-    from canary import lane_health
-    from canary.checks import run_check
-    from canary.config import CanaryConfig
+    from engram_sync_kit.canary import lane_health
+    from engram_sync_kit.canary.checks import run_check
+    from engram_sync_kit.canary.config import CanaryConfig
 
     world = blocked
     monkeypatch.setenv("ENGRAM_CANARY_STATE_DIR", str(tmp_path / "state"))

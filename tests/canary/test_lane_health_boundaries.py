@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from canary.lane_health import LaneHealth
+from engram_sync_kit.canary.lane_health import LaneHealth
 
 
 @pytest.mark.parametrize(

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from engram_schemas.builder import ENROLLED, V3, V120, build
 
-from canary.db import discover_schema, open_read_only
-from canary.findings import Finding
-from canary.lane_health import lane_findings
+from engram_sync_kit.canary.db import discover_schema, open_read_only
+from engram_sync_kit.canary.findings import Finding
+from engram_sync_kit.canary.lane_health import lane_findings
 
 
 def findings_after_refused_row(db: Path, target_key: str) -> list[Finding]:

@@ -31,8 +31,8 @@ from reconcile_support import (
     save_memories,
 )
 
-from fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
-from harness.engram_env import EngramEnvironment
+from engram_sync_kit.fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
+from engram_sync_kit.harness.engram_env import EngramEnvironment
 
 pytestmark = pytest.mark.engram
 

@@ -21,9 +21,9 @@ from real_parts import missing
 from reconcile_support import TOKEN, Ran, journal, run_reconcile, sync_both_ways
 from schema_under_test import copies_opened_as_v2_v3
 
-from fake_cloud.real_server import RealCloudError, psql, real_cloud_server, throwaway_postgres
-from fake_cloud.server import FakeCloudConfig, start_fake_cloud
-from fake_cloud.tls_front import tls_front
+from engram_sync_kit.fake_cloud.real_server import RealCloudError, psql, real_cloud_server, throwaway_postgres
+from engram_sync_kit.fake_cloud.server import FakeCloudConfig, start_fake_cloud
+from engram_sync_kit.fake_cloud.tls_front import tls_front
 
 pytestmark = [pytest.mark.engram]
 

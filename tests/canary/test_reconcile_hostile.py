@@ -19,10 +19,10 @@ from hostile_cloud import Answer, HostileCloud, always, gzip_bomb, hostile, http
 from real_parts import missing
 from reconcile_support import TOKEN, Ran, engram, reconcile_here, save_memories
 
-from canary import cloud_client
-from fake_cloud.server import FakeCloudConfig, start_fake_cloud
-from harness.engram_env import EngramEnvironment
-from harness.engram_install import DEFAULT_VERSION, find_engram
+from engram_sync_kit.canary import cloud_client
+from engram_sync_kit.fake_cloud.server import FakeCloudConfig, start_fake_cloud
+from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram
 
 pytestmark = pytest.mark.engram
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from canary.cloud_client import (
+from engram_sync_kit.canary.cloud_client import (
     CloudMutation,
     CloudReader,
     CloudSettings,
@@ -20,8 +20,8 @@ from canary.cloud_client import (
     PullPage,
     resolve_settings,
 )
-from canary.reconcile import Journal, LocalRow, Matcher, ReconcileError, parse_since
-from engram_contract import payload_digest
+from engram_sync_kit.canary.reconcile import Journal, LocalRow, Matcher, ReconcileError, parse_since
+from engram_sync_kit.engram_contract import payload_digest
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 

@@ -24,8 +24,8 @@ import pytest
 from click.testing import CliRunner
 from engram_schemas.builder import FIXTURE_VERSIONS, PHANTOM_TARGET, build
 
-from canary.cli import cli
-from engram_contract.remotes import remote_state_key
+from engram_sync_kit.canary.cli import cli
+from engram_sync_kit.engram_contract.remotes import remote_state_key
 
 # The URL/token pairs engram's own tests use (seedLiveRemoteConfig); the ids are pinned literally so a
 # change in the derivation shows here, not only in both sides of a comparison.

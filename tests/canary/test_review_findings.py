@@ -22,10 +22,10 @@ from click.testing import CliRunner, Result
 from engram_schemas.builder import ENROLLED, V120, build
 from inbox_support import canary, engram_ok, engram_serve, save
 
-from canary.cli import cli
-from fake_cloud.server import FakeCloudConfig, start_fake_cloud
-from harness.engram_env import EngramEnvironment
-from harness.world import McpSession
+from engram_sync_kit.canary.cli import cli
+from engram_sync_kit.fake_cloud.server import FakeCloudConfig, start_fake_cloud
+from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.world import McpSession
 
 DEEP = 100_000
 

@@ -27,9 +27,9 @@ from engram_schemas.builder import V2 as FIXTURE_V2
 from engram_schemas.builder import V3 as FIXTURE_V3
 from engram_schemas.builder import V120 as FIXTURE_V120
 
-from canary.cli import cli
-from canary.db import discover_schema, open_read_only
-from canary.schema_support import V2, V3, V120, LaneModel, identify
+from engram_sync_kit.canary.cli import cli
+from engram_sync_kit.canary.db import discover_schema, open_read_only
+from engram_sync_kit.canary.schema_support import V2, V3, V120, LaneModel, identify
 
 EXPECTED_VERSION = {FIXTURE_V120: V120, FIXTURE_V2: V2, FIXTURE_V3: V3}
 SOURCE_FIXTURES = (FIXTURE_V2, FIXTURE_V3)

@@ -27,10 +27,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from inbox_support import engram_ok
 
-from canary.derive import AliasMap
-from canary.errors import CanaryError
-from canary.repair import RepairPlanner
-from canary.triage import (
+from engram_sync_kit.canary.derive import AliasMap
+from engram_sync_kit.canary.errors import CanaryError
+from engram_sync_kit.canary.repair import RepairPlanner
+from engram_sync_kit.canary.triage import (
     CleanupPlanner,
     InboxPlanner,
     LaneRowsPlanner,
@@ -41,8 +41,8 @@ from canary.triage import (
     plan_claim,
     plan_drop,
 )
-from engram_contract import payload_digest, refusal_for_entry
-from harness.engram_env import EngramEnvironment
+from engram_sync_kit.engram_contract import payload_digest, refusal_for_entry
+from engram_sync_kit.harness.engram_env import EngramEnvironment
 
 pytestmark = pytest.mark.engram
 

@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 from inbox_support import canary, engram_ok, engram_serve, query, save
 
-from engram_contract import payload_digest
-from fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
-from harness.engram_env import EngramEnvironment
-from harness.polling import eventually
+from engram_sync_kit.engram_contract import payload_digest
+from engram_sync_kit.fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
+from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.polling import eventually
 
 pytestmark = pytest.mark.engram
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-import canary.triage as triage
-from canary.db import Schema
-from canary.triage import Copy, Plan, apply, lane_row
+import engram_sync_kit.canary.triage as triage
+from engram_sync_kit.canary.db import Schema
+from engram_sync_kit.canary.triage import Copy, Plan, apply, lane_row
 
 V120_SCHEMA = Path(__file__).parents[1] / "fixtures" / "engram_schemas" / "v1.20.0.sql"
 ROWS = 3000

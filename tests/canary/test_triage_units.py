@@ -10,8 +10,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from canary.db import discover_schema
-from canary.triage import PhantomTarget, Plan, TriageError, execute_plan, near_enrolled_name, parse_seqs
+from engram_sync_kit.canary.db import discover_schema
+from engram_sync_kit.canary.triage import (
+    PhantomTarget,
+    Plan,
+    TriageError,
+    execute_plan,
+    near_enrolled_name,
+    parse_seqs,
+)
 
 V120_SCHEMA = Path(__file__).parents[1] / "fixtures" / "engram_schemas" / "v1.20.0.sql"
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from engram_contract import PushRefusal, push_rules, refusal_for_entry
-from engram_contract.push_rules import MATERIALIZE_STATUS
+from engram_sync_kit.engram_contract import PushRefusal, push_rules, refusal_for_entry
+from engram_sync_kit.engram_contract.push_rules import MATERIALIZE_STATUS
 
 
 def session(**fields: Any) -> dict[str, Any]:

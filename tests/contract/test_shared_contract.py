@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from canary.errors import CanaryError
-from engram_contract import LANE_COUNTS, ContractError, enrolled_name, go_escape, go_json
-from engram_contract.files import atomic_write, xdg_config_home
-from engram_contract.journal_match import field_text, matches, mismatched_fields
-from engram_contract.yaml_source import YamlSyntaxError, load_yaml
-from harness import schema
-from harness.errors import HarnessError
-from harness.lanes import MeasuredLaneRow
+from engram_sync_kit.canary.errors import CanaryError
+from engram_sync_kit.engram_contract import LANE_COUNTS, ContractError, enrolled_name, go_escape, go_json
+from engram_sync_kit.engram_contract.files import atomic_write, xdg_config_home
+from engram_sync_kit.engram_contract.journal_match import field_text, matches, mismatched_fields
+from engram_sync_kit.engram_contract.yaml_source import YamlSyntaxError, load_yaml
+from engram_sync_kit.harness import schema
+from engram_sync_kit.harness.errors import HarnessError
+from engram_sync_kit.harness.lanes import MeasuredLaneRow
 
 
 def test_xdg_config_home_follows_the_variable_and_falls_back_to_dot_config(
@@ -94,7 +94,7 @@ def test_lane_count_names_have_one_definition() -> None:
 
 
 def test_a_current_state_delivers_a_row_when_it_carries_every_field_but_the_ignored_ones() -> None:
-    from engram_contract import carries_fields, decoded_payload
+    from engram_sync_kit.engram_contract import carries_fields, decoded_payload
 
     local = decoded_payload('{"id": "o1", "title": "t", "project": "My-App"}')
     assert local == {"id": "o1", "title": "t", "project": "My-App"}
@@ -114,7 +114,7 @@ def test_a_current_state_delivers_a_row_when_it_carries_every_field_but_the_igno
 )
 def test_a_payload_string_that_does_not_decode_is_digested_as_given(text: str) -> None:
     """A payload that is a JSON string of 1,000 `[` gave the fake cloud a RecursionError (issue 24, item 11)."""
-    from engram_contract import decoded_payload, payload_digest
+    from engram_sync_kit.engram_contract import decoded_payload, payload_digest
 
     assert decoded_payload(text) == text
     assert payload_digest(text) == payload_digest(text)

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from canary.db import discover_schema, open_read_only
-from canary.schema_support import V2, V3, LaneModel, identify
 from engram_schemas.builder import V2 as FIXTURE_V2
 from engram_schemas.builder import V3 as FIXTURE_V3
 from engram_schemas.builder import create_database, dump_schema
 from engram_schemas.open_as import open_as
-from harness.engram_env import EngramEnvironment
+from engram_sync_kit.canary.db import discover_schema, open_read_only
+from engram_sync_kit.canary.schema_support import V2, V3, LaneModel, identify
+from engram_sync_kit.harness.engram_env import EngramEnvironment
 
 pytestmark = pytest.mark.engram
 

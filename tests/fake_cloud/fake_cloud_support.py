@@ -16,9 +16,9 @@ from typing import Any
 
 import httpx
 
-from fake_cloud.client import FakeCloudClient
-from fake_cloud.process import FakeCloudProcess
-from fake_cloud.server import FakeCloudConfig, start_fake_cloud
+from engram_sync_kit.fake_cloud.client import FakeCloudClient
+from engram_sync_kit.fake_cloud.process import FakeCloudProcess
+from engram_sync_kit.fake_cloud.server import FakeCloudConfig, start_fake_cloud
 
 TOKEN = "contract-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -17,9 +17,9 @@ import pytest
 from differential_cases import ALLOWED, MAX_PUSH_BYTES, PAUSED, TOKEN, Case, Outcome, build_cases, run_cases
 from real_parts import missing
 
-from fake_cloud.real_server import RealCloudError, real_cloud_server, throwaway_postgres
-from fake_cloud.server import FakeCloudConfig, start_fake_cloud
-from harness.engram_env import EngramEnvironment, meaningful_stderr
+from engram_sync_kit.fake_cloud.real_server import RealCloudError, real_cloud_server, throwaway_postgres
+from engram_sync_kit.fake_cloud.server import FakeCloudConfig, start_fake_cloud
+from engram_sync_kit.harness.engram_env import EngramEnvironment, meaningful_stderr
 
 # One worker runs the whole table: the real server and its database are started once.
 pytestmark = [pytest.mark.engram, pytest.mark.xdist_group("differential")]

@@ -19,11 +19,11 @@ from typing import Any
 import httpx
 import pytest
 
-from fake_cloud import protocol
-from fake_cloud.client import FakeCloudClient, FakeCloudInternalError
-from fake_cloud.faults import Fault, FaultAction, Route
-from fake_cloud.process import FakeCloudProcess, command
-from fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
+from engram_sync_kit.fake_cloud import protocol
+from engram_sync_kit.fake_cloud.client import FakeCloudClient, FakeCloudInternalError
+from engram_sync_kit.fake_cloud.faults import Fault, FaultAction, Route
+from engram_sync_kit.fake_cloud.process import FakeCloudProcess, command
+from engram_sync_kit.fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
 
 TOKEN = "adversary-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -417,7 +417,7 @@ def test_the_first_line_is_the_url_actually_bound_for_localhost() -> None:
 
 
 def test_python_refuses_a_non_loopback_bind_without_a_control_token() -> None:
-    from fake_cloud.errors import FakeCloudError
+    from engram_sync_kit.fake_cloud.errors import FakeCloudError
 
     with pytest.raises(FakeCloudError, match="refusing to bind '0.0.0.0' without a control token"):
         FakeCloudConfig(token="t", host="0.0.0.0").validate()
@@ -426,7 +426,7 @@ def test_python_refuses_a_non_loopback_bind_without_a_control_token() -> None:
 def test_the_harness_closing_its_cloud_raises_the_fakes_own_error(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from harness.world import CloudHandle
+    from engram_sync_kit.harness.world import CloudHandle
 
     def broken(*_: Any) -> Any:
         raise KeyError("planted bug")

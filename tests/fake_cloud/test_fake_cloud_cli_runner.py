@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from click.testing import CliRunner, Result
 
-from fake_cloud.cli import cli
+from engram_sync_kit.fake_cloud.cli import cli
 
 
 def invoke(*args: str) -> Result:

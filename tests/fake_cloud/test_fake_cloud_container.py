@@ -21,7 +21,7 @@ import pytest
 from docker_cloud import REPO, health_status, start_docker_fake_cloud
 from real_parts import missing
 
-from fake_cloud.server import FakeCloudConfig
+from engram_sync_kit.fake_cloud.server import FakeCloudConfig
 
 pytestmark = pytest.mark.docker
 

@@ -10,8 +10,8 @@ import httpx
 import pytest
 from fake_cloud_support import AUTH, CloudUnderTest
 
-from fake_cloud.client import FakeCloudControlError, FakeCloudWaitTimeout
-from fake_cloud.models import Fault, FaultAction, Route
+from engram_sync_kit.fake_cloud.client import FakeCloudControlError, FakeCloudWaitTimeout
+from engram_sync_kit.fake_cloud.models import Fault, FaultAction, Route
 
 
 def push(http: httpx.Client, project: str = "p", key: str = "o1") -> httpx.Response:

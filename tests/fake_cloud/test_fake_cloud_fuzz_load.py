@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fake_cloud.control import ROUTES as CONTROL_ROUTES
-from fake_cloud.process import FakeCloudProcess
-from fake_cloud.routes import SYNC_ROUTES
-from fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
+from engram_sync_kit.fake_cloud.control import ROUTES as CONTROL_ROUTES
+from engram_sync_kit.fake_cloud.process import FakeCloudProcess
+from engram_sync_kit.fake_cloud.routes import SYNC_ROUTES
+from engram_sync_kit.fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
 
 TOKEN = "fuzz-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

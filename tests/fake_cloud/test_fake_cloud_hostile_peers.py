@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
+from engram_sync_kit.fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
 
 # ô is Latin-1; ✓ and 令牌 are not, so a Latin-1 encoding with "replace" turns each into one "?".
 CONTROL_TOKEN = "contrôle-✓-令牌"

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
+from engram_sync_kit.fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
 
 TOKEN = "robust-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
-from harness.engram_env import EngramEnvironment, meaningful_stderr
-from harness.world import EngramDaemon
+from engram_sync_kit.fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
+from engram_sync_kit.harness.engram_env import EngramEnvironment, meaningful_stderr
+from engram_sync_kit.harness.world import EngramDaemon
 
 pytestmark = pytest.mark.engram
 

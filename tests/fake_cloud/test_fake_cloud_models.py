@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from fake_cloud import chunkcodec
-from fake_cloud.chunkcodec import ChunkError
-from fake_cloud.models import (
+from engram_sync_kit.fake_cloud import chunkcodec
+from engram_sync_kit.fake_cloud.chunkcodec import ChunkError
+from engram_sync_kit.fake_cloud.models import (
     FakeCloudState,
     Fault,
     FaultAction,

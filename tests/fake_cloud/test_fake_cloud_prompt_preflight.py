@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from engram_contract.prompt_preflight import (
+from engram_sync_kit.engram_contract.prompt_preflight import (
     PROMPT_PAIR_CLAIMS_PATH,
     PROMPT_PROVENANCE_BLOCKED,
     SERVER_UNSUPPORTED,
@@ -32,7 +32,7 @@ from engram_contract.prompt_preflight import (
     provenance_error_code,
     remote_failure_reason,
 )
-from fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
+from engram_sync_kit.fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
 
 TOKEN = "prompt-preflight-token"
 PUSH = "/sync/mutations/push"

@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
-from engram_contract import refusal_for_entry
-from engram_contract.push_rules import PushRefusal
-from fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
+from engram_sync_kit.engram_contract import refusal_for_entry
+from engram_sync_kit.engram_contract.push_rules import PushRefusal
+from engram_sync_kit.fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
 
 TOKEN = "push-versions-token"
 PUSH = "/sync/mutations/push"

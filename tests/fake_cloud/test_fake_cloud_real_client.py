@@ -21,10 +21,10 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from fake_cloud.models import Fault, Route
-from fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
-from harness.engram_env import EngramEnvironment, meaningful_stderr
-from harness.polling import free_port
+from engram_sync_kit.fake_cloud.models import Fault, Route
+from engram_sync_kit.fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
+from engram_sync_kit.harness.engram_env import EngramEnvironment, meaningful_stderr
+from engram_sync_kit.harness.polling import free_port
 
 pytestmark = pytest.mark.engram
 

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fake_cloud.client import FakeCloudClient
-from fake_cloud.errors import FakeCloudError
-from fake_cloud.process import FakeCloudProcess, command
-from fake_cloud.server import FakeCloudConfig, start_fake_cloud
+from engram_sync_kit.fake_cloud.client import FakeCloudClient
+from engram_sync_kit.fake_cloud.errors import FakeCloudError
+from engram_sync_kit.fake_cloud.process import FakeCloudProcess, command
+from engram_sync_kit.fake_cloud.server import FakeCloudConfig, start_fake_cloud
 
 
 def clean_env(**extra: str) -> dict[str, str]:

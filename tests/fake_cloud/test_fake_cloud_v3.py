@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 from real_parts import missing
 
-from fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
-from harness.engram_env import EngramEnvironment, meaningful_stderr
-from harness.engram_install import cached_binary
-from harness.polling import free_port
+from engram_sync_kit.fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
+from engram_sync_kit.harness.engram_env import EngramEnvironment, meaningful_stderr
+from engram_sync_kit.harness.engram_install import cached_binary
+from engram_sync_kit.harness.polling import free_port
 
 pytestmark = [pytest.mark.engram, pytest.mark.engram_v3]
 

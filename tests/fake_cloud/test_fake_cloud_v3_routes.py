@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from fake_cloud.process import FakeCloudProcess, command
-from fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
+from engram_sync_kit.fake_cloud.process import FakeCloudProcess, command
+from engram_sync_kit.fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
 
 TOKEN = "v3-routes-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -313,7 +313,7 @@ def test_cli_refuses_an_unknown_server_version() -> None:
 
 
 def test_python_api_refuses_an_unknown_server_version() -> None:
-    from fake_cloud.errors import FakeCloudError
+    from engram_sync_kit.fake_cloud.errors import FakeCloudError
 
     with pytest.raises(FakeCloudError, match="server_version must be one of v1.20, v2, v3, got 'v4'"):
         FakeCloudConfig(token="t", server_version="v4").validate()  # type: ignore[arg-type]
@@ -321,7 +321,7 @@ def test_python_api_refuses_an_unknown_server_version() -> None:
 
 @pytest.mark.parametrize("mode", ["inprocess", "process"])
 def test_the_harness_cloud_answers_as_v120_for_the_v120_client(mode: str, tmp_path: Path) -> None:
-    from harness.world import CloudHandle
+    from engram_sync_kit.harness.world import CloudHandle
 
     handle = CloudHandle(mode, TOKEN, ["alpha"], tmp_path / "cloud.log")  # type: ignore[arg-type]
     try:

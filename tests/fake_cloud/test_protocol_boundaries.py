@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from fake_cloud.protocol import DEFAULT_PULL_LIMIT, MAX_MUTATION_BATCH, pull_mutations, push_mutations
-from fake_cloud.state import FakeCloudState
+from engram_sync_kit.fake_cloud.protocol import (
+    DEFAULT_PULL_LIMIT,
+    MAX_MUTATION_BATCH,
+    pull_mutations,
+    push_mutations,
+)
+from engram_sync_kit.fake_cloud.state import FakeCloudState
 
 
 def sessions(count: int, project: str = "p") -> dict[str, Any]:

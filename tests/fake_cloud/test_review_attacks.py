@@ -24,10 +24,10 @@ import test_fake_cloud_fuzz_load as route_fuzzer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fake_cloud import httpserver
-from fake_cloud.httpserver import MAX_HEADER_BYTES
-from fake_cloud.process import FakeCloudProcess, command
-from fake_cloud.server import FakeCloudConfig, RunningFakeCloud, Serving, start_fake_cloud
+from engram_sync_kit.fake_cloud import httpserver
+from engram_sync_kit.fake_cloud.httpserver import MAX_HEADER_BYTES
+from engram_sync_kit.fake_cloud.process import FakeCloudProcess, command
+from engram_sync_kit.fake_cloud.server import FakeCloudConfig, RunningFakeCloud, Serving, start_fake_cloud
 
 TOKEN = "review-token"
 AUTH_LINE = f"Authorization: Bearer {TOKEN}\r\n".encode()

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from real_parts import missing
 
-from fake_cloud.real_server import RealCloudError, real_cloud_server, throwaway_postgres
-from fake_cloud.server import FakeCloudConfig, start_fake_cloud
+from engram_sync_kit.fake_cloud.real_server import RealCloudError, real_cloud_server, throwaway_postgres
+from engram_sync_kit.fake_cloud.server import FakeCloudConfig, start_fake_cloud
 
 pytestmark = [pytest.mark.engram, pytest.mark.xdist_group("differential")]
 

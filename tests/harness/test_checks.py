@@ -6,10 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from harness.checks import Observed, evaluate, in_range
-from harness.lanes import LaneTable, MeasuredLaneRow
-from harness.loader import parse_scenario
-from harness.step_results import CanaryResult, DoctorResult, EnrollResult, InboxListResult, StepResults
+from engram_sync_kit.harness.checks import Observed, evaluate, in_range
+from engram_sync_kit.harness.lanes import LaneTable, MeasuredLaneRow
+from engram_sync_kit.harness.loader import parse_scenario
+from engram_sync_kit.harness.step_results import (
+    CanaryResult,
+    DoctorResult,
+    EnrollResult,
+    InboxListResult,
+    StepResults,
+)
 
 
 @pytest.mark.parametrize(

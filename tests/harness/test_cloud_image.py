@@ -19,9 +19,15 @@ from typing import Any, ClassVar
 
 import pytest
 
-from harness.cloud_image import IMAGE_NAME, CloudImageError, Engine, content_digest, ensure_image
-from harness.errors import HarnessError
-from harness.world import CloudHandle
+from engram_sync_kit.harness.cloud_image import (
+    IMAGE_NAME,
+    CloudImageError,
+    Engine,
+    content_digest,
+    ensure_image,
+)
+from engram_sync_kit.harness.errors import HarnessError
+from engram_sync_kit.harness.world import CloudHandle
 
 HARNESS = str(Path(sys.executable).parent / "engram-harness")
 REPO = Path(__file__).resolve().parents[2]

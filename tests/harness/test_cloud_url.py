@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fake_cloud.process import FakeCloudProcess
+from engram_sync_kit.fake_cloud.process import FakeCloudProcess
 
 HARNESS = str(Path(sys.executable).parent / "engram-harness")
 SCENARIO = """\

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from harness.design_checks import (
+from engram_sync_kit.harness.design_checks import (
     check_cloud_status,
     check_doctor_verdict,
     check_enroll_hint,
@@ -22,16 +22,16 @@ from harness.design_checks import (
     parse_save_warning,
     parse_status_inbox_line,
 )
-from harness.design_schema import (
+from engram_sync_kit.harness.design_schema import (
     CloudStatusCheck,
     DoctorVerdictCheck,
     EnrollHintCheck,
     InboxRowCheck,
     SaveAnswerCheck,
 )
-from harness.errors import ScenarioError
-from harness.loader import parse_scenario
-from harness.step_results import (
+from engram_sync_kit.harness.errors import ScenarioError
+from engram_sync_kit.harness.loader import parse_scenario
+from engram_sync_kit.harness.step_results import (
     CloudStatusResult,
     CommandOutput,
     DoctorResult,

@@ -10,17 +10,29 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from fake_cloud.faults import Fault as CloudFault
-from harness.cli import cli
-from harness.explore import explorer
-from harness.explore.execute import HistoryOutcome, StepOutcome, parsed_steps
-from harness.explore.invariants import Observation, Violation, check_i1, check_i2, check_i3, check_i5
-from harness.explore.operations import NEMESIS_KINDS, GeneratorSettings, generate_history
-from harness.explore.scenario_out import expected_error, scenario_document, scenario_yaml, with_expected_error
-from harness.explore.shrink import ddmin
-from harness.lanes import LocalMutation, compute_lanes
-from harness.loader import load_scenario, parse_scenario
-from harness.schema import Fault
+from engram_sync_kit.fake_cloud.faults import Fault as CloudFault
+from engram_sync_kit.harness.cli import cli
+from engram_sync_kit.harness.explore import explorer
+from engram_sync_kit.harness.explore.execute import HistoryOutcome, StepOutcome, parsed_steps
+from engram_sync_kit.harness.explore.invariants import (
+    Observation,
+    Violation,
+    check_i1,
+    check_i2,
+    check_i3,
+    check_i5,
+)
+from engram_sync_kit.harness.explore.operations import NEMESIS_KINDS, GeneratorSettings, generate_history
+from engram_sync_kit.harness.explore.scenario_out import (
+    expected_error,
+    scenario_document,
+    scenario_yaml,
+    with_expected_error,
+)
+from engram_sync_kit.harness.explore.shrink import ddmin
+from engram_sync_kit.harness.lanes import LocalMutation, compute_lanes
+from engram_sync_kit.harness.loader import load_scenario, parse_scenario
+from engram_sync_kit.harness.schema import Fault
 
 ALL_NEMESIS = tuple(NEMESIS_KINDS)
 
@@ -232,7 +244,7 @@ def test_the_loop_finds_shrinks_writes_and_replays_one_violation_per_kind(
         return True, "lost 2"
 
     monkeypatch.setattr(explorer, "replay_scenario", replay)
-    monkeypatch.setattr("harness.world.engram_version", lambda binary: "1.20.0")
+    monkeypatch.setattr("engram_sync_kit.harness.world.engram_version", lambda binary: "1.20.0")
     settings = explorer.ExploreSettings(
         binary=Path("/bin/true"),
         seed=1,

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.explore.operations import GeneratorSettings, generate_history
-from harness.loader import load_scenario
+from engram_sync_kit.harness.explore.operations import GeneratorSettings, generate_history
+from engram_sync_kit.harness.loader import load_scenario
 
 pytestmark = pytest.mark.engram
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from click.testing import CliRunner, Result
 
-from harness import __version__
-from harness.cli import cli
+from engram_sync_kit.harness import __version__
+from engram_sync_kit.harness.cli import cli
 
 
 def invoke(*args: str) -> Result:

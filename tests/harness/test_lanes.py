@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from engram_contract import payload_digest
-from fake_cloud.models import payload_digest as cloud_digest
-from harness.errors import HarnessError
-from harness.lanes import LocalMutation, compute_lanes, read_acked_seqs, read_local_mutations
+from engram_sync_kit.engram_contract import payload_digest
+from engram_sync_kit.fake_cloud.models import payload_digest as cloud_digest
+from engram_sync_kit.harness.errors import HarnessError
+from engram_sync_kit.harness.lanes import LocalMutation, compute_lanes, read_acked_seqs, read_local_mutations
 
 PAYLOAD = {"sync_id": "obs-1", "title": "t", "content": "ü", "project": "app"}
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.loader import parse_scenario
-from harness.results import ExpectationResult, ScenarioResult, judge
+from engram_sync_kit.harness.loader import parse_scenario
+from engram_sync_kit.harness.results import ExpectationResult, ScenarioResult, judge
 
 SCENARIO = """\
 name: verdicts

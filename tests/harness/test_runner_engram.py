@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from harness.engram_env import EngramEnvironment
-from harness.loader import parse_scenario
-from harness.report import print_result
-from harness.results import ScenarioResult, judge
-from harness.runner import run_scenario
+from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.loader import parse_scenario
+from engram_sync_kit.harness.report import print_result
+from engram_sync_kit.harness.results import ScenarioResult, judge
+from engram_sync_kit.harness.runner import run_scenario
 
 pytestmark = pytest.mark.engram
 
@@ -158,7 +158,7 @@ def test_a_scenario_that_outlives_its_timeout_stops_at_the_next_step(
 
 
 def test_rows_acked_before_a_run_on_a_copy_are_not_lost(tmp_path: Path, engram_bin: Path) -> None:
-    from fake_cloud.server import FakeCloudConfig, start_fake_cloud
+    from engram_sync_kit.fake_cloud.server import FakeCloudConfig, start_fake_cloud
 
     source = EngramEnvironment(binary=engram_bin, root=tmp_path / "real").prepare()
     with start_fake_cloud(FakeCloudConfig(token="t", server_version="v1.20")) as cloud:

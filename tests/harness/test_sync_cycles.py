@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.steps import BLOCKED_REASON, WorkerSnapshot, _cycle_done
+from engram_sync_kit.harness.steps import BLOCKED_REASON, WorkerSnapshot, _cycle_done
 
 FAILED_ONCE = WorkerSnapshot(None, 1, "degraded", "transport_failed", "lease-1", journal_id=4)
 

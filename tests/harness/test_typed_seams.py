@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from harness.checks import EVALUATORS, Observed, evaluate
-from harness.errors import ScenarioError
-from harness.lanes import LaneTable
-from harness.loader import parse_scenario
-from harness.schema import (
+from engram_sync_kit.harness.checks import EVALUATORS, Observed, evaluate
+from engram_sync_kit.harness.errors import ScenarioError
+from engram_sync_kit.harness.lanes import LaneTable
+from engram_sync_kit.harness.loader import parse_scenario
+from engram_sync_kit.harness.schema import (
     CHECK_KEYS,
     EXPECTATION_MODELS,
     ReceivedCheck,
@@ -21,7 +21,7 @@ from harness.schema import (
     json_schema,
     parse_expectation,
 )
-from harness.step_results import (
+from engram_sync_kit.harness.step_results import (
     CanaryResult,
     CloudStatusResult,
     CommandOutput,

@@ -19,12 +19,12 @@ import pytest
 from click.testing import CliRunner
 from pydantic import ValidationError
 
-from canary.inbox import KeySummary
-from harness import validate_cli
-from harness.cli import cli
-from harness.errors import HarnessError
-from harness.lanes import LocalMutation
-from harness.validate import (
+from engram_sync_kit.canary.inbox import KeySummary
+from engram_sync_kit.harness import validate_cli
+from engram_sync_kit.harness.cli import cli
+from engram_sync_kit.harness.errors import HarnessError
+from engram_sync_kit.harness.lanes import LocalMutation
+from engram_sync_kit.harness.validate import (
     PUSH_PATH,
     ValidateError,
     ValidateOptions,
@@ -35,9 +35,9 @@ from harness.validate import (
     schema_diff,
     suggested_plan,
 )
-from harness.validate_model import ValidateReport
-from harness.validate_report import anonymized, render_html, render_markdown, stable_hash
-from harness.validate_stuck import stuck_rows
+from engram_sync_kit.harness.validate_model import ValidateReport
+from engram_sync_kit.harness.validate_report import anonymized, render_html, render_markdown, stable_hash
+from engram_sync_kit.harness.validate_stuck import stuck_rows
 
 KEY = b"\x00" * 32
 DATA = Path(__file__).parent / "data" / "validate-report.json"

@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from canary.derive import AliasMap
-from harness.cli import cli
-from harness.deployment import DeploymentSpec, DeploymentSummary, generate
-from harness.engram_env import EngramEnvironment
-from harness.validate import inbox_snapshot
-from harness.validate_report import anonymized, render_html, render_markdown
+from engram_sync_kit.canary.derive import AliasMap
+from engram_sync_kit.harness.cli import cli
+from engram_sync_kit.harness.deployment import DeploymentSpec, DeploymentSummary, generate
+from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.validate import inbox_snapshot
+from engram_sync_kit.harness.validate_report import anonymized, render_html, render_markdown
 
 pytestmark = [pytest.mark.engram, pytest.mark.xdist_group("validate-scale-1")]
 

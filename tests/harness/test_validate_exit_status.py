@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from harness import validate_cli
-from harness.cli import cli
-from harness.validate import ValidateOptions
+from engram_sync_kit.harness import validate_cli
+from engram_sync_kit.harness.cli import cli
+from engram_sync_kit.harness.validate import ValidateOptions
 
 SAMPLE = Path(__file__).parent / "data" / "validate-report.json"
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from real_parts import missing
 
-from harness.validate_report import render_html
+from engram_sync_kit.harness.validate_report import render_html
 
 DATA = Path(__file__).parent / "data" / "validate-report.json"
 WINDOW = (1280, 900)

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from harness import validate_cli
-from harness.cli import cli
-from harness.errors import HarnessError
-from harness.validate import ValidateOptions, is_live
+from engram_sync_kit.harness import validate_cli
+from engram_sync_kit.harness.cli import cli
+from engram_sync_kit.harness.errors import HarnessError
+from engram_sync_kit.harness.validate import ValidateOptions, is_live
 
 pytestmark = pytest.mark.unit
 

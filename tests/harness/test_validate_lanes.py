@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from engram_contract import payload_digest
-from harness.lanes import compute_lanes, read_local_mutations
-from harness.validate_lanes import AckedSeqs, measure_lanes
+from engram_sync_kit.engram_contract import payload_digest
+from engram_sync_kit.harness.lanes import compute_lanes, read_local_mutations
+from engram_sync_kit.harness.validate_lanes import AckedSeqs, measure_lanes
 
 pytestmark = pytest.mark.unit
 

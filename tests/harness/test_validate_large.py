@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from canary.derive import AliasMap
-from harness.deployment import DeploymentSpec, generate
-from harness.engram_env import EngramEnvironment
-from harness.validate import ValidateOptions, inbox_snapshot, validate
-from harness.validate_report import render_markdown
+from engram_sync_kit.canary.derive import AliasMap
+from engram_sync_kit.harness.deployment import DeploymentSpec, generate
+from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.validate import ValidateOptions, inbox_snapshot, validate
+from engram_sync_kit.harness.validate_report import render_markdown
 
 pytestmark = [pytest.mark.engram, pytest.mark.xdist_group("validate-scale-3")]
 
