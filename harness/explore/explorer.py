@@ -259,8 +259,14 @@ def _explore_loop(
             )
             final = minimal_outcome if minimal_outcome is not None else outcome
             shown = next((v for v in final.violations if v.kind == violation.kind), violation)
-            path = write_scenario(settings, seed, final, shown)
             found.minimized_steps = len(final.steps)
+            try:
+                path = write_scenario(settings, seed, final, shown)
+            except OSError as error:
+                report.errors.append(
+                    f"seed {seed}: cannot write the scenario to {settings.out}: {error.strerror}"
+                )
+                continue
             found.scenario = str(path)
             if progress is not None:
                 progress(report, f"replaying {path.name}")
