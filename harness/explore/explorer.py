@@ -255,7 +255,7 @@ def _explore_loop(
                 settings,
                 played,
                 violation.kind,
-                max(deadline, time.monotonic()) + settings.budget * SHRINK_SHARE,
+                deadline + settings.budget * SHRINK_SHARE,
             )
             final = minimal_outcome if minimal_outcome is not None else outcome
             shown = next((v for v in final.violations if v.kind == violation.kind), violation)
