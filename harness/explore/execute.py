@@ -28,7 +28,7 @@ from fake_cloud.errors import FakeCloudError
 from harness.engram_env import EngramEnvironment
 from harness.errors import HarnessError
 from harness.explore.invariants import PUSH_PATH, Observation, Violation, check_all, reached_states
-from harness.explore.operations import LOSSY_NEMESIS, NEMESIS_KINDS, GeneratedStep
+from harness.explore.operations import LOSSY_ACTIONS, GeneratedStep
 from harness.explore.scenario_out import scenario_document, scenario_yaml
 from harness.lanes import compute_lanes, read_local_mutations
 from harness.loader import Step, parse_scenario
@@ -74,11 +74,7 @@ def _enrolled(db_path: Path) -> set[str]:
 
 def _is_lossy(raw: dict[str, Any]) -> bool:
     faults = raw.get("cloud", {}).get("faults") if isinstance(raw.get("cloud"), dict) else None
-    return any(
-        fault.get("action") == NEMESIS_KINDS[kind]("any")[0]["action"]
-        for fault in faults or []
-        for kind in LOSSY_NEMESIS
-    )
+    return any(fault.get("action") in LOSSY_ACTIONS for fault in faults or [])
 
 
 @dataclass
