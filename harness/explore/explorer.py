@@ -169,7 +169,9 @@ def write_scenario(
 
 def replay_scenario(binary: Path, path: Path) -> tuple[bool, str]:
     """Does `engram-harness run PATH` show the violation: every step ran and an expectation failed?"""
-    result = run_scenario(load_scenario(path), binary)
+    # run keeps a failing scenario's directory for inspection; this replay only needs the verdict.
+    with tempfile.TemporaryDirectory(prefix="engram-explore-replay-") as root:
+        result = run_scenario(load_scenario(path), binary, root=Path(root))
     if result.status == "error":
         return False, f"the run errored: {result.error}"
     failed_step = result.failed_step
