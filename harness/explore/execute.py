@@ -188,14 +188,16 @@ class HistoryPlayer:
         return world
 
     def close(self, keep: bool = False) -> None:
-        if self.world is not None:
-            if self.shared_cloud is not None:
-                self.world.close_processes()
-            else:
-                with contextlib.suppress(FakeCloudError):  # the fake's own bug: the run has its answer
-                    self.world.close()
-        if self.own_root and not keep:
-            shutil.rmtree(self.root, ignore_errors=True)
+        try:
+            if self.world is not None:
+                if self.shared_cloud is not None:
+                    self.world.close_processes()
+                else:
+                    with contextlib.suppress(FakeCloudError):  # the fake's own bug: the run has its answer
+                        self.world.close()
+        finally:  # the history's directory goes even when a process would not stop cleanly
+            if self.own_root and not keep:
+                shutil.rmtree(self.root, ignore_errors=True)
 
 
 def parsed_steps(history: Sequence[GeneratedStep], autosync: bool) -> tuple[Step, ...]:
