@@ -150,6 +150,12 @@ def explore_command(
         replay=replay,
         shrink=not no_shrink,
     )
+    try:  # before a long run: the scenarios go there
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise BadInput(f"--out {out}: {error.strerror}") from None
+    if not os.access(out, os.W_OK):
+        raise BadInput(f"--out {out}: not writable")
     console = Console(stderr=True)
     click.echo(
         f"explore: replaying the history of seed {replay}" if replay is not None else f"explore: seed {seed}",

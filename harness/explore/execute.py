@@ -34,7 +34,7 @@ from engram_sync_kit.harness.explore.invariants import (
     check_all,
     reached_states,
 )
-from engram_sync_kit.harness.explore.operations import LOSSY_NEMESIS, NEMESIS_KINDS, GeneratedStep
+from engram_sync_kit.harness.explore.operations import LOSSY_ACTIONS, GeneratedStep
 from engram_sync_kit.harness.explore.scenario_out import scenario_document, scenario_yaml
 from engram_sync_kit.harness.lanes import compute_lanes, read_local_mutations
 from engram_sync_kit.harness.loader import Step, parse_scenario
@@ -80,11 +80,7 @@ def _enrolled(db_path: Path) -> set[str]:
 
 def _is_lossy(raw: dict[str, Any]) -> bool:
     faults = raw.get("cloud", {}).get("faults") if isinstance(raw.get("cloud"), dict) else None
-    return any(
-        fault.get("action") == NEMESIS_KINDS[kind]("any")[0]["action"]
-        for fault in faults or []
-        for kind in LOSSY_NEMESIS
-    )
+    return any(fault.get("action") in LOSSY_ACTIONS for fault in faults or [])
 
 
 @dataclass
@@ -198,14 +194,16 @@ class HistoryPlayer:
         return world
 
     def close(self, keep: bool = False) -> None:
-        if self.world is not None:
-            if self.shared_cloud is not None:
-                self.world.close_processes()
-            else:
-                with contextlib.suppress(FakeCloudError):  # the fake's own bug: the run has its answer
-                    self.world.close()
-        if self.own_root and not keep:
-            shutil.rmtree(self.root, ignore_errors=True)
+        try:
+            if self.world is not None:
+                if self.shared_cloud is not None:
+                    self.world.close_processes()
+                else:
+                    with contextlib.suppress(FakeCloudError):  # the fake's own bug: the run has its answer
+                        self.world.close()
+        finally:  # the history's directory goes even when a process would not stop cleanly
+            if self.own_root and not keep:
+                shutil.rmtree(self.root, ignore_errors=True)
 
 
 def parsed_steps(history: Sequence[GeneratedStep], autosync: bool) -> tuple[Step, ...]:

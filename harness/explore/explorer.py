@@ -174,7 +174,9 @@ def write_scenario(
 
 def replay_scenario(binary: Path, path: Path) -> tuple[bool, str]:
     """Does `engram-harness run PATH` show the violation: every step ran and an expectation failed?"""
-    result = run_scenario(load_scenario(path), binary)
+    # run keeps a failing scenario's directory for inspection; this replay only needs the verdict.
+    with tempfile.TemporaryDirectory(prefix="engram-explore-replay-") as root:
+        result = run_scenario(load_scenario(path), binary, root=Path(root))
     if result.status == "error":
         return False, f"the run errored: {result.error}"
     failed_step = result.failed_step
@@ -260,12 +262,18 @@ def _explore_loop(
                 settings,
                 played,
                 violation.kind,
-                max(deadline, time.monotonic()) + settings.budget * SHRINK_SHARE,
+                deadline + settings.budget * SHRINK_SHARE,
             )
             final = minimal_outcome if minimal_outcome is not None else outcome
             shown = next((v for v in final.violations if v.kind == violation.kind), violation)
-            path = write_scenario(settings, seed, final, shown)
             found.minimized_steps = len(final.steps)
+            try:
+                path = write_scenario(settings, seed, final, shown)
+            except OSError as error:
+                report.errors.append(
+                    f"seed {seed}: cannot write the scenario to {settings.out}: {error.strerror}"
+                )
+                continue
             found.scenario = str(path)
             if progress is not None:
                 progress(report, f"replaying {path.name}")

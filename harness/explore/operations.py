@@ -41,8 +41,8 @@ NEMESIS_KINDS: dict[str, Callable[[str], list[dict[str, Any]]]] = {
         {"route": route, "times": 1, "action": FaultAction.ACK_WITHOUT_STORE.value}
     ],
 }
-#: faults whose push answers 200 yet stores nothing: lost rows after them are the nemesis's, not engram's
-LOSSY_NEMESIS = frozenset({"ack_without_store"})
+#: fault actions whose push answers 200 yet stores nothing: lost rows after them are the nemesis's
+LOSSY_ACTIONS = frozenset({FaultAction.ACK_WITHOUT_STORE.value})
 
 
 @dataclass

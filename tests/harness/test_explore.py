@@ -186,6 +186,10 @@ def test_i5_fires_only_once_settled_and_names_the_head_of_the_lane() -> None:
         (["--budget", "0"], "--budget"),
         (["--engram", "/nonexistent/engram"], "not an executable file"),
         (["--engram", "/bin/sh", "--engram-version", "v1.20.0"], "exclusive"),
+        (["--engram", "/bin/sh", "--out", "/etc/hostname"], "--out"),
+        (["--engram", "/bin/sh", "--out", "/proc/explore-out"], "--out /proc/explore-out"),
+        (["--nemesis", "stürm503"], "'stürm503' is not a nemesis kind"),
+        (["--steps", "0"], "--steps"),
     ],
 )
 def test_bad_input_exits_3_with_one_line(args: list[str], message: str) -> None:
