@@ -30,6 +30,7 @@ from urllib.parse import quote
 import httpx
 
 from engram_sync_kit.harness.errors import HarnessError
+from engram_sync_kit.harness.process_env import environment_snapshot
 
 IMAGE_NAME = "engram-sync-kit/fake-cloud"
 DEFAULT_BASE_IMAGE = "local/debian-python:bookworm"
@@ -233,7 +234,7 @@ def _make_base_image(progress: Progress, base: str, repo: Path, engine: Engine) 
     with _build_lock(repo):
         done = subprocess.run(
             ["bash", str(repo / "scripts" / "docker-engine.sh"), "base"],
-            env={**os.environ, "ENGRAM_KIT_BASE_IMAGE": base},
+            env={**environment_snapshot(), "ENGRAM_KIT_BASE_IMAGE": base},
             capture_output=True,
             text=True,
             check=False,

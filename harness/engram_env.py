@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from engram_sync_kit.harness.process_env import environment_snapshot
 
 # engram checks for updates on every command; with no route to the internet that only adds a line
 # of noise on stderr, which callers strip before judging what engram printed.
@@ -48,7 +49,7 @@ class EngramEnvironment:
         return self
 
     def env(self, overrides: Mapping[str, str] | None = None) -> dict[str, str]:
-        base = {key: value for key, value in os.environ.items() if key not in _ENGRAM_VARIABLES}
+        base = {key: value for key, value in environment_snapshot().items() if key not in _ENGRAM_VARIABLES}
         base.update(
             {
                 "ENGRAM_DATA_DIR": str(self.data_dir.resolve()),

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engram_sync_kit.harness.errors import EngramInstallError
+from engram_sync_kit.harness.process_env import environment_snapshot
 
 MODULE_ROOT = "github.com/Gentleman-Programming/engram"
 DEFAULT_VERSION = "v1.20.0"
@@ -87,7 +88,7 @@ def install_engram(version: str = DEFAULT_VERSION, *, force: bool = False) -> Pa
         raise EngramInstallError("no Go toolchain on PATH; engram is built with `go install` (Go 1.25+)")
     target.parent.mkdir(parents=True, exist_ok=True)
     ldflags = f"-X main.version={release.version.removeprefix('v')}"
-    env = {**os.environ, "GOBIN": str(target.parent), "CGO_ENABLED": "0"}
+    env = {**environment_snapshot(), "GOBIN": str(target.parent), "CGO_ENABLED": "0"}
     installed = subprocess.run(
         [go, "install", "-ldflags", ldflags, f"{release.package}@{release.version}"],
         env=env,

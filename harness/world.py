@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import queue
 import re
 import signal
@@ -26,6 +25,7 @@ from engram_sync_kit.harness.cloud_image import ensure_image
 from engram_sync_kit.harness.engram_env import EngramEnvironment, meaningful_stderr
 from engram_sync_kit.harness.errors import HarnessError, StepFailed
 from engram_sync_kit.harness.polling import free_port
+from engram_sync_kit.harness.process_env import environment_snapshot
 from engram_sync_kit.harness.step_results import StepResults
 
 CloudMode = Literal["process", "docker", "inprocess"]
@@ -629,7 +629,7 @@ def engram_version(binary: Path) -> str:
     # may reallocate meanwhile (CI once saw execve fail with EFAULT on this very call).
     result = subprocess.run(
         [str(binary), "version"],
-        env=dict(os.environ),
+        env=environment_snapshot(),
         capture_output=True,
         text=True,
         timeout=30,
