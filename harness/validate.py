@@ -51,7 +51,7 @@ from engram_sync_kit.harness.validate_stuck import (
     blocked_lanes,
     project_name,
     read_lanes_health,
-    runnable,
+    runnable_commands,
     stuck_rows,
     way_out,
 )
@@ -1091,7 +1091,7 @@ def what_to_run(report: dict[str, Any], steps: Sequence[PlanStep], options: Vali
     else:
         chosen = [tuple(shlex.split(line)) for line in way_out(report["current"]["lane_health_before"])]
         chosen = [args[1:] if args[:1] == ("engram-canary",) else args for args in chosen]
-    return [runnable(list(args), options.db, options.aliases) for args in chosen]
+    return runnable_commands(chosen, options.db, options.aliases)
 
 
 def _name_the_testers_file(

@@ -10,14 +10,19 @@ rows and why.
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from engram_sync_kit.canary.aliases import default_aliases_path
+from engram_sync_kit.canary.config import load_config
 from engram_sync_kit.canary.db import EngramDb, enrolled_projects
+from engram_sync_kit.canary.errors import CanaryError
 from engram_sync_kit.canary.lane_health import LaneHealth, clear_commands, read_lane_health
+from engram_sync_kit.canary.settings import CONFIG_ENV
 from engram_sync_kit.engram_contract import LEGACY_TARGET
 
 NO_PROJECT = "(no project)"  # one name for rows without a project, in every table of every report
@@ -139,12 +144,44 @@ def _entry(lane: str, project: str, rows: int, kind: str, reason: str, seqs: lis
     }
 
 
-def runnable(args: Sequence[str], db: Path, aliases: Path | None) -> str:
+def runnable(args: Sequence[str], db: Path) -> str:
     """A plan line as the tester runs it: the canary on the tester's own database, --apply."""
-    words = ["engram-canary", *args, "--db", str(db)]
-    if aliases is not None and args[:1] == ["inbox"]:
-        words += ["--aliases", str(aliases)]
-    return shlex.join([*words, "--apply"])
+    return shlex.join(["engram-canary", *args, "--db", str(db), "--apply"])
+
+
+def runnable_commands(chosen: Sequence[Sequence[str]], db: Path, aliases: Path | None) -> list[str]:
+    """The plan's lines as the tester runs them. The canary reads the alias map from its config key
+    inbox.aliases (`--aliases` is deprecated), so a map the canary would not read by itself is named in a
+    leading shell comment that says where to set it."""
+    commands = [runnable(args, db) for args in chosen]
+    if aliases is None or not any(tuple(args[:1]) == ("inbox",) for args in chosen):
+        return commands
+    read = canary_alias_map()
+    if read is not None and _same_file(read, aliases):
+        return commands
+    # Not the config's own path: it names the tester's home, which --anonymize hides.
+    note = (
+        f"# first set inbox: aliases: {aliases} in the canary's config file (engram-canary config names it)"
+    )
+    return [note, *commands]
+
+
+def canary_alias_map() -> Path | None:
+    """The alias map the canary reads when run with no option: config inbox.aliases, else the documented
+    default; None when its config cannot be read."""
+    named = os.environ.get(CONFIG_ENV, "").strip()
+    try:
+        config, _ = load_config(Path(named) if named else None)
+    except CanaryError:
+        return None
+    return config.inbox.aliases or default_aliases_path()
+
+
+def _same_file(one: Path, other: Path) -> bool:
+    try:
+        return one.expanduser().resolve() == other.expanduser().resolve()
+    except (OSError, RuntimeError):
+        return False
 
 
 def _first_line(text: str, limit: int = 200) -> str:

@@ -37,7 +37,7 @@ from engram_sync_kit.harness.validate import (
 )
 from engram_sync_kit.harness.validate_model import ValidateReport
 from engram_sync_kit.harness.validate_report import anonymized, render_html, render_markdown, stable_hash
-from engram_sync_kit.harness.validate_stuck import stuck_rows
+from engram_sync_kit.harness.validate_stuck import runnable_commands, stuck_rows
 
 KEY = b"\x00" * 32
 DATA = Path(__file__).parent / "data" / "validate-report.json"
@@ -783,3 +783,42 @@ def test_the_details_give_validates_own_time_apart_from_engrams(report: dict[str
         "- Time: 368 s in all, validate's own 62 s, engram's 306 s (this run: engram doctor 238 s, "
         "serve's start 32 s, worker ticks 33 s)."
     ) in render_markdown(shaped)
+
+
+def _canary_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("ENGRAM_CANARY_CONFIG", raising=False)
+    return tmp_path / "xdg" / "engram-canary"
+
+
+def test_the_printed_commands_use_no_deprecated_aliases_option(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _canary_home(tmp_path, monkeypatch)
+    db, aliases = Path("/home/t/.engram/engram.db"), tmp_path / "my aliases.yaml"
+    chosen = [("inbox", "drop", "--project", "unsorted", "--noise"), ("repair",)]
+    commands = runnable_commands(chosen, db, aliases)
+    assert commands == [
+        f"# first set inbox: aliases: {aliases} in the canary's config file (engram-canary config names it)",
+        "engram-canary inbox drop --project unsorted --noise --db /home/t/.engram/engram.db --apply",
+        "engram-canary repair --db /home/t/.engram/engram.db --apply",
+    ]
+    assert not any("--aliases" in command for command in commands)
+
+
+def test_an_alias_map_the_canary_reads_anyway_needs_no_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config_dir = _canary_home(tmp_path, monkeypatch)
+    db, chosen = Path("/d/engram.db"), [("inbox", "drop", "--project", "x")]
+    plain = ["engram-canary inbox drop --project x --db /d/engram.db --apply"]
+    assert runnable_commands(chosen, db, config_dir / "aliases.yaml") == plain
+    assert runnable_commands(chosen, db, None) == plain
+    assert runnable_commands([("repair",)], db, tmp_path / "elsewhere.yaml") == [
+        "engram-canary repair --db /d/engram.db --apply"
+    ]
+    elsewhere = tmp_path / "elsewhere.yaml"
+    config = tmp_path / "canary.yaml"
+    config.write_text(f"inbox:\n  aliases: {elsewhere}\n", encoding="utf-8")
+    monkeypatch.setenv("ENGRAM_CANARY_CONFIG", str(config))
+    assert runnable_commands(chosen, db, elsewhere) == plain
