@@ -22,7 +22,22 @@ from pathlib import Path
 from typing import Any
 
 from engram_sync_kit.engram_contract import LEGACY_TARGET
-from engram_sync_kit.harness.validate_model import Run, StuckRow, ValidateReport, as_report
+from engram_sync_kit.harness.validate_model import (
+    CanarySnapshot,
+    Database,
+    Doctor,
+    ForeignTarget,
+    InboxKey,
+    LaneRow,
+    Migrations,
+    ProjectRow,
+    Run,
+    StuckRow,
+    Totals,
+    ValidateReport,
+    WhatIf,
+    as_report,
+)
 from engram_sync_kit.harness.validate_stuck import NO_PROJECT, project_name
 
 COUNTS = ("delivered", "stranded", "refused", "lost", "duplicated")
@@ -178,28 +193,35 @@ def _runs(report: dict[str, Any]) -> list[dict[str, Any]]:
 # ─── shared facts for both renderings ───────────────────────────────────────
 
 
-def _inbox_totals(inbox: Sequence[dict[str, Any]]) -> tuple[int, int, int]:
+def _inbox_totals(inbox: Sequence[InboxKey]) -> tuple[int, int, int]:
     """(keys, memories, telemetry) of an inbox listing."""
-    return len(inbox), sum(int(k["count"]) for k in inbox), sum(int(k["telemetry"]) for k in inbox)
+    return len(inbox), sum(k.count for k in inbox), sum(k.telemetry for k in inbox)
 
 
-def _doctor_line(doctor: dict[str, Any]) -> str:
-    if doctor.get("status") == "skipped":
+def _doctor_line(doctor: Doctor) -> str:
+    if doctor.status == "skipped":
         return "skipped (--no-doctor)"
-    if doctor.get("error"):
-        return f"{doctor.get('status')} ({doctor['error']})"
-    summary = doctor.get("summary") or {}
-    flagged = [c["check_id"] for c in doctor.get("checks", []) if c.get("result") not in ("ok", None)]
-    text = f"{doctor.get('status')} ({summary.get('total', '?')} checks"
+    if doctor.error:
+        return f"{doctor.status} ({doctor.error})"
+    flagged = [c.check_id for c in doctor.checks if c.result not in ("ok", None)]
+    text = f"{doctor.status} ({doctor.summary.get('total', '?')} checks"
     return text + (f"; not ok: {', '.join(map(str, flagged))})" if flagged else ")")
 
 
-def _migrations_line(migrations: dict[str, Any]) -> str:
-    before, after = migrations["user_version"]
+def _migrations_line(migrations: Migrations | None) -> str:
+    if migrations is None:
+        return "not compared"
+    before, after = migrations.user_version
     parts = [
-        f"{len(migrations[kind])} {kind}" for kind in ("added", "changed", "dropped") if migrations[kind]
+        f"{len(names)} {kind}"
+        for kind, names in (
+            ("added", migrations.added),
+            ("changed", migrations.changed),
+            ("dropped", migrations.dropped),
+        )
+        if names
     ]
-    columns = sum(len(columns) for columns in migrations["added_columns"].values())
+    columns = sum(len(columns) for columns in migrations.added_columns.values())
     if columns:
         parts.append(f"{columns} new column(s)")
     if not parts and before == after:
@@ -207,40 +229,38 @@ def _migrations_line(migrations: dict[str, Any]) -> str:
     return ", ".join(parts) + f" (user_version {before} -> {after})"
 
 
-def next_steps(report: dict[str, Any]) -> list[str]:
-    current = report["current"]
-    total = current["totals"]
+def next_steps(report: ValidateReport) -> list[str]:
+    current = report.current
+    total = current.totals
     steps = []
-    if total["lost"]:
+    if total.lost:
         steps.append(
-            f"{total['lost']} row(s) were acked but never reached the cloud: this is an engram bug; "
+            f"{total.lost} row(s) were acked but never reached the cloud: this is an engram bug; "
             "attach this report (--anonymize) to an engram issue."
         )
-    for item in current["refused"]:
+    for item in current.refused:
         steps.append(
-            f"The server refused {item['rows']} row(s) of project {item['project']!r}: "
-            + (one_line(item["reasons"][0]) if item["reasons"] else f"HTTP {', '.join(item['statuses'])}")
-            + f" ({_refusal_hint(item['statuses'])})."
+            f"The server refused {item.rows} row(s) of project {item.project!r}: "
+            + (one_line(item.reasons[0]) if item.reasons else f"HTTP {', '.join(item.statuses)}")
+            + f" ({_refusal_hint(item.statuses)})."
         )
-    inbox_keys, memories, telemetry = _inbox_totals(current["inbox_after"])
-    what_if = report.get("what_if")
+    inbox_keys, memories, telemetry = _inbox_totals(current.inbox_after)
+    what_if = report.what_if
     if what_if is not None:
-        effect, proof = what_if["effect"], what_if["proof"]
-        if proof["ok"] and (effect["discarded_rows"] or effect["to_deliver_rows"]):
+        effect, proof = what_if.effect, what_if.proof
+        if proof.ok and (effect.discarded_rows or effect.to_deliver_rows):
             steps.append(
-                f"The {what_if['plan_source']} plan makes no row worse off "
-                f"(discards {effect['discarded_rows']}, delivers {effect['to_deliver_rows']}): "
+                f"The {what_if.plan_source} plan makes no row worse off "
+                f"(discards {effect.discarded_rows}, delivers {effect.to_deliver_rows}): "
                 "run its lines with --apply on the real database (engram-canary takes a backup first)."
             )
-        elif not proof["ok"]:
-            failed = [f"{check['check']} ({check['detail']})" for check in proof["checks"] if not check["ok"]]
+        elif not proof.ok:
+            failed = [f"{check.check} ({check.detail})" for check in proof.checks if not check.ok]
             steps.append(f"Do not apply the plan as is: {'; '.join(failed)}.")
-            for item in what_if["run"]["refused"]:
-                reason = (
-                    one_line(item["reasons"][0]) if item["reasons"] else "HTTP " + ", ".join(item["statuses"])
-                )
+            for item in what_if.run.refused:
+                reason = one_line(item.reasons[0]) if item.reasons else "HTTP " + ", ".join(item.statuses)
                 steps.append(
-                    f"With the plan, the server refuses {item['rows']} row(s) of {item['project']!r}: {reason}."
+                    f"With the plan, the server refuses {item.rows} row(s) of {item.project!r}: {reason}."
                 )
     if memories or telemetry:
         steps.append(
@@ -277,11 +297,9 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
     return lines
 
 
-def _interesting(rows: Sequence[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+def _interesting(rows: Sequence[LaneRow], limit: int) -> list[LaneRow]:
     """Rows with something undelivered first, biggest first; at most LIMIT."""
-    ranked = sorted(
-        rows, key=lambda r: (-(r["stranded"] + r["refused"] + r["lost"]), -r["delivered"], r["project"])
-    )
+    ranked = sorted(rows, key=lambda r: (-(r.stranded + r.refused + r.lost), -r.delivered, r.project))
     return ranked[:limit]
 
 
@@ -381,87 +399,94 @@ def first_screen(report: ValidateReport) -> list[str]:
     return lines
 
 
+def _counts(row: LaneRow | ProjectRow | Totals) -> list[int]:
+    return [row.delivered, row.stranded, row.refused, row.lost, row.duplicated]  # COUNTS, in order
+
+
+def _canary_status(snapshot: CanarySnapshot | None) -> str:
+    return snapshot.status if snapshot is not None else "not checked"
+
+
+def _canary_headline(snapshot: CanarySnapshot | None) -> str:
+    return snapshot.headline if snapshot is not None else ""
+
+
 def render_markdown(typed: ValidateReport | dict[str, Any]) -> str:
-    model = as_report(typed)
-    report = model.to_json()
-    current = report["current"]
-    total = current["totals"]
-    database = report["database"]
-    ticks = current["ticks"]
+    report = as_report(typed)
+    current = report.current
+    total = current.totals
+    database = report.database
     lines = [
-        f"### engram {report['engram']['version']} rehearsed on a copy of `{database['path']}`",
+        f"### engram {report.engram.version} rehearsed on a copy of `{database.path}`",
         "",
-        *first_screen(model),
+        *first_screen(report),
     ]
     lines += [
         "",
         "**Details**",
         "",
         f"- Original untouched: {_untouched(database)}; "
-        f"{total['enqueued']} sync rows; {len(ticks)} worker tick(s), "
+        f"{total.enqueued} sync rows; {len(current.ticks)} worker tick(s), "
         f"{_ended(current)}.",
-        f"- Migrations applied by the binary: {_migrations_line(current['migrations'])}.",
-        *([f"- Time: {time_line(model)}."] if model.timings else []),
-        f"- Canary: {current['canary_before']['status']} -> {current['canary_after']['status']} "
-        f"({current['canary_after']['headline']}).",
-        f"- engram doctor: {_doctor_line(current['doctor_before'])} -> {_doctor_line(current['doctor_after'])}.",
+        f"- Migrations applied by the binary: {_migrations_line(current.migrations)}.",
+        *([f"- Time: {time_line(report)}."] if report.timings else []),
+        f"- Canary: {_canary_status(current.canary_before)} -> {current.canary_after.status} "
+        f"({current.canary_after.headline}).",
+        f"- engram doctor: {_doctor_line(current.doctor_before)} -> {_doctor_line(current.doctor_after)}.",
     ]
-    before, after = _inbox_totals(current["inbox_before"]), _inbox_totals(current["inbox_after"])
+    before, after = _inbox_totals(current.inbox_before), _inbox_totals(current.inbox_after)
     lines.append(
         f"- Inbox: {before[1]} memories + {before[2]} telemetry in {before[0]} key(s) -> "
         f"{after[1]} + {after[2]} in {after[0]}."
     )
     lines += ["", "**Totals**", ""]
-    lines += _table(["acked before", *COUNTS], [[total["acked_before_run"], *(total[c] for c in COUNTS)]])
+    lines += _table(["acked before", *COUNTS], [[total.acked_before_run, *_counts(total)]])
     lines += ["", "**Per lane** (undelivered first)", ""]
     lines += _table(
         ["lane", "project", "enqueued", *COUNTS],
-        [
-            [r["lane"], project_name(r["project"]), r["enqueued"], *(r[c] for c in COUNTS)]
-            for r in _interesting(current["lanes"], 12)
-        ],
+        [[r.lane, project_name(r.project), r.enqueued, *_counts(r)] for r in _interesting(current.lanes, 12)],
     )
-    if len(current["lanes"]) > 12:
-        lines.append(f"\n({len(current['lanes']) - 12} more lane rows in the JSON/HTML report)")
-    if current["refused"]:
+    if len(current.lanes) > 12:
+        lines.append(f"\n({len(current.lanes) - 12} more lane rows in the JSON/HTML report)")
+    if current.refused:
         lines += ["", "**Refused by the server in the run** (the worker stops at the first refusal)", ""]
         lines += _table(
             ["project", "rows", "attempts", "status", "reason"],
             [
                 [
-                    project_name(r["project"]),
-                    r["rows"],
-                    r["attempts"],
-                    ", ".join(r["statuses"]),
-                    one_line((r["reasons"] or [""])[0])[:160],
+                    project_name(r.project),
+                    r.rows,
+                    r.attempts,
+                    ", ".join(r.statuses),
+                    one_line((r.reasons or [""])[0])[:160],
                 ]
-                for r in current["refused"]
+                for r in current.refused
             ],
         )
-    what_if = report.get("what_if")
+    what_if = report.what_if
     if what_if is not None:
-        effect, proof = what_if["effect"], what_if["proof"]
-        applied = sum(1 for step in what_if["plan"] if step["outcome"] == "applied")
-        wtotal = what_if["run"]["totals"]
+        effect, proof = what_if.effect, what_if.proof
+        applied = sum(1 for step in what_if.plan if step.outcome == "applied")
+        wtotal = what_if.run.totals
         lines += [
             "",
-            f"**What-if** ({what_if['plan_source']} plan, {len(what_if['plan'])} line(s), {applied} applied)",
+            f"**What-if** ({what_if.plan_source} plan, {len(what_if.plan)} line(s), {applied} applied)",
             "",
-            f"- Discards {effect['discarded_rows']} row(s); hands {effect['to_deliver_rows']} claimed copies to "
-            f"the worker ({effect['delivered_in_run']} delivered in the run, {effect['still_waiting']} waiting)"
+            f"- Discards {effect.discarded_rows} row(s); hands {effect.to_deliver_rows} claimed copies to "
+            f"the worker ({effect.delivered_in_run} delivered in the run, {effect.still_waiting} waiting)"
             + (
-                f"; the canary's pre-flight keeps {effect['kept_by_preflight']} row(s) the server would refuse."
-                if effect.get("kept_by_preflight")
+                f"; the canary's pre-flight keeps {effect.kept_by_preflight} row(s) the server would refuse."
+                if effect.kept_by_preflight
                 else "."
             ),
-            f"- Stranded {total['stranded']} -> {wtotal['stranded']}, delivered {total['delivered']} -> "
-            f"{wtotal['delivered']}, refused {total['refused']} -> {wtotal['refused']}, lost {wtotal['lost']}.",
-            f"- Proof: {'holds' if proof['ok'] else 'FAILS'} ("
-            + "; ".join(f"{'ok' if c['ok'] else 'FAILED'}: {c['check']}" for c in proof["checks"])
+            f"- Stranded {total.stranded} -> {wtotal.stranded}, delivered {total.delivered} -> "
+            f"{wtotal.delivered}, refused {total.refused} -> {wtotal.refused}, lost {wtotal.lost}.",
+            f"- Proof: {'holds' if proof.ok else 'FAILS'} ("
+            + "; ".join(f"{'ok' if c.ok else 'FAILED'}: {c.check}" for c in proof.checks)
             + ")",
         ]
     lines += ["", "**Next**", ""] + [f"- {step}" for step in next_steps(report)]
-    if report.get("anonymized"):
+    if report.anonymized:
         lines += [
             "",
             "_Names and paths are replaced by keyed hashes (--anonymize; the key file of --anonymize-key "
@@ -482,19 +507,18 @@ def _why(entry: StuckRow) -> str:
     return text + (f" (seq {', '.join(map(str, entry.seqs))})" if entry.seqs else "")
 
 
-def _ended(run: dict[str, Any]) -> str:
-    worker = run.get("worker") or {}
-    if worker.get("lifecycle") == "degraded":
-        return "engram's worker degraded: " + one_line(str(worker.get("last_error") or "no reason recorded"))
-    ticks = run["ticks"]
-    ended = run.get("ended") or ("idle" if ticks and ticks[-1]["worker_pending"] in (0, -1) else "tick limit")
+def _ended(run: Run) -> str:
+    if run.worker.lifecycle == "degraded":
+        return "engram's worker degraded: " + one_line(run.worker.last_error or "no reason recorded")
+    ticks = run.ticks
+    ended = run.ended or ("idle" if ticks and ticks[-1].worker_pending in (0, -1) else "tick limit")
     return ENDINGS.get(ended, ended)
 
 
-def _untouched(database: dict[str, Any]) -> str:
-    if database.get("original_untouched"):
+def _untouched(database: Database) -> str:
+    if database.original_untouched:
         return "yes"
-    if database.get("live"):
+    if database.live:
         return "no, the live engram wrote it meanwhile (validate only reads it)"
     return "NO"
 
@@ -607,10 +631,10 @@ def _moment(text: Any) -> datetime | None:
     return None
 
 
-def timeline_chart(chart_id: str, title: str, targets: Sequence[dict[str, Any]], width: int = 760) -> str:
+def timeline_chart(chart_id: str, title: str, targets: Sequence[ForeignTarget], width: int = 760) -> str:
     """Foreign targets over time: the cumulative count by the time engram last touched each target."""
     points = sorted(
-        ((moment, target) for target in targets if (moment := _moment(target.get("updated_at"))) is not None),
+        ((moment, target) for target in targets if (moment := _moment(target.updated_at)) is not None),
         key=lambda pair: pair[0],
     )
     height, left, bottom, top = 260, 50, 40, 30
@@ -646,9 +670,9 @@ def timeline_chart(chart_id: str, title: str, targets: Sequence[dict[str, Any]],
         x, y = x_of(moment), y_of(index)
         path.append(f"H{x:.1f}V{y:.1f}")
         parts.append(
-            f"<circle class='point' data-target='{_esc(target['target_key'])}' cx='{x:.1f}' cy='{y:.1f}' r='3' "
-            f"fill='{PALETTE['line']}'><title>{_esc(target['target_key'])}: seq {_esc(target.get('last_enqueued_seq'))}, "
-            f"{_esc(target.get('updated_at'))}, {_esc(target.get('lifecycle'))}</title></circle>"
+            f"<circle class='point' data-target='{_esc(target.target_key)}' cx='{x:.1f}' cy='{y:.1f}' r='3' "
+            f"fill='{PALETTE['line']}'><title>{_esc(target.target_key)}: seq {_esc(target.last_enqueued_seq)}, "
+            f"{_esc(target.updated_at)}, {_esc(target.lifecycle)}</title></circle>"
         )
     parts.append(f"<path d='{''.join(path)}' fill='none' stroke='{PALETTE['line']}' stroke-width='1.5'/>")
     parts.append("</svg>")
@@ -695,9 +719,9 @@ def _figure(figure_id: str, label: str, value: Any, good: bool | None = None) ->
 SPREAD_SECONDS = 3600.0  # a timeline of targets all touched within the hour is a vertical line
 
 
-def _foreign_view(targets: Sequence[dict[str, Any]]) -> str:
+def _foreign_view(targets: Sequence[ForeignTarget]) -> str:
     """The foreign targets over time when their times spread; else (one moment, or none) a table."""
-    moments = sorted(m for t in targets if (m := _moment(t.get("updated_at"))) is not None)
+    moments = sorted(m for t in targets if (m := _moment(t.updated_at)) is not None)
     if len(moments) >= 2 and (moments[-1] - moments[0]).total_seconds() >= SPREAD_SECONDS:
         return timeline_chart(
             "plot-foreign", "Foreign sync targets over time (cumulative, by last update)", targets
@@ -706,15 +730,7 @@ def _foreign_view(targets: Sequence[dict[str, Any]]) -> str:
         return "<p id='foreign-targets'>No foreign sync target.</p>"
     return _html_table(
         ["target", "lifecycle", "last enqueued seq", "last update"],
-        [
-            [
-                t["target_key"],
-                t.get("lifecycle") or "",
-                t.get("last_enqueued_seq") or "",
-                t.get("updated_at") or "",
-            ]
-            for t in targets
-        ],
+        [[t.target_key, t.lifecycle or "", t.last_enqueued_seq or "", t.updated_at or ""] for t in targets],
         "foreign-targets",
     )
 
@@ -725,51 +741,49 @@ def _md_bold(text: str) -> str:
     return "".join(f"<b>{part}</b>" if index % 2 else part for index, part in enumerate(parts))
 
 
-def _blocked_check(what_if: dict[str, Any]) -> bool:
+def _blocked_check(what_if: WhatIf) -> bool:
     """The proof's honest headline: false whenever a blocker remains after the plan (or the proof fails)."""
-    return bool(what_if["proof"]["ok"]) and all(
-        check["ok"]
-        for check in what_if["proof"]["checks"]
-        if check["check"] == "nothing blocked after the plan"
+    return what_if.proof.ok and all(
+        check.ok for check in what_if.proof.checks if check.check == "nothing blocked after the plan"
     )
 
 
-def _inbox_chart(inbox: Sequence[dict[str, Any]]) -> str:
-    keys = sorted(inbox, key=lambda k: -int(k["total"]))[:25]
-    labels = [str(k["key"]) for k in keys]
+def _inbox_chart(inbox: Sequence[InboxKey]) -> str:
+    keys = sorted(inbox, key=lambda k: -k.total)[:25]
+    labels = [k.key for k in keys]
     return hbar_chart(
         "plot-inbox",
         "Inbox before the run: rows per key (oldest age in days)",
         labels,
         [
-            ("memories", [float(k["count"]) for k in keys]),
-            ("telemetry", [float(k["telemetry"]) for k in keys]),
+            ("memories", [float(k.count) for k in keys]),
+            ("telemetry", [float(k.telemetry) for k in keys]),
         ],
         stacked=True,
-        note=lambda i: f"{float(keys[i]['oldest_age_days']):.0f} d",
+        note=lambda i: f"{keys[i].oldest_age_days:.0f} d",
     )
 
 
 STUCK_KINDS = ("refused", "held back", "not enrolled", "per-project lane", "waiting", "other lane")
 
 
-def _lanes_chart(report: dict[str, Any], limit: int = 25) -> str:
+def _lanes_chart(current: Run, limit: int = 25) -> str:
     """The undelivered rows of this engram's run per lane and project, split by why they are stuck."""
-    current = report["current"]
-    stuck = current.get("stuck")
-    if stuck is None:  # a report of an older validate: refused and stranded from the lane table
+    if current.stuck is not None:
+        stuck = [(e.lane, e.project, e.rows, e.kind) for e in current.stuck]
+    else:  # a report of an older validate: refused and stranded from the lane table
         stuck = [
-            {"lane": r["lane"], "project": project_name(r["project"]), "rows": r[kind], "kind": kind}
-            for r in current["lanes"]
-            for kind in ("refused", "stranded")
-            if r[kind]
+            (r.lane, project_name(r.project), rows, kind)
+            for r in current.lanes
+            for kind, rows in (("refused", r.refused), ("stranded", r.stranded))
+            if rows
         ]
     totals: Counter[str] = Counter()
     cells: dict[tuple[str, str], float] = {}
-    for entry in stuck:
-        label = f"{entry['lane']} · {entry['project']}"
-        totals[label] += int(entry["rows"])
-        cells[(label, entry["kind"])] = cells.get((label, entry["kind"]), 0.0) + float(entry["rows"])
+    for lane, project, rows, kind in stuck:
+        label = f"{lane} · {project}"
+        totals[label] += rows
+        cells[(label, kind)] = cells.get((label, kind), 0.0) + float(rows)
     labels = [label for label, _ in sorted(totals.items(), key=lambda item: (-item[1], item[0]))[:limit]]
     kinds = [kind for kind in (*STUCK_KINDS, "stranded") if any(k == kind for _, k in cells)]
     more = len(totals) - len(labels)
@@ -783,13 +797,10 @@ def _lanes_chart(report: dict[str, Any], limit: int = 25) -> str:
     )
 
 
-def _what_if_chart(report: dict[str, Any]) -> str:
-    current = report["current"]["totals"]
-    what_if = report["what_if"]["run"]["totals"]
-    effect = report["what_if"]["effect"]
+def _what_if_chart(current: Totals, what_if: WhatIf) -> str:
     labels = ["delivered", "stranded", "refused", "lost", "discarded by the plan"]
-    now = [float(current[c]) for c in labels[:4]] + [0.0]
-    then = [float(what_if[c]) for c in labels[:4]] + [float(effect["discarded_rows"])]
+    now = [float(n) for n in _counts(current)[:4]] + [0.0]
+    then = [float(n) for n in _counts(what_if.run.totals)[:4]] + [float(what_if.effect.discarded_rows)]
     return hbar_chart(
         "plot-what-if",
         "What-if: this engram as is vs after the plan",
@@ -800,30 +811,26 @@ def _what_if_chart(report: dict[str, Any]) -> str:
 
 
 def render_html(typed: ValidateReport | dict[str, Any]) -> str:
-    model = as_report(typed)
-    report = model.to_json()
-    current = report["current"]
-    total = current["totals"]
-    what_if = report.get("what_if")
-    database = report["database"]
-    title = f"engram {report['engram']['version']} rehearsed on {_basename(database['path'])}"
+    report = as_report(typed)
+    current = report.current
+    total = current.totals
+    what_if = report.what_if
+    database = report.database
+    title = f"engram {report.engram.version} rehearsed on {_basename(database.path)}"
     figures = [
-        _figure("fig-delivered", "delivered", total["delivered"]),
-        _figure("fig-stranded", "stranded", total["stranded"]),
-        _figure("fig-refused", "refused", total["refused"], total["refused"] == 0),
-        _figure("fig-lost", "lost", total["lost"], total["lost"] == 0),
-        _figure("fig-duplicated", "duplicated", total["duplicated"]),
+        _figure("fig-delivered", "delivered", total.delivered),
+        _figure("fig-stranded", "stranded", total.stranded),
+        _figure("fig-refused", "refused", total.refused, total.refused == 0),
+        _figure("fig-lost", "lost", total.lost, total.lost == 0),
+        _figure("fig-duplicated", "duplicated", total.duplicated),
         _figure(
-            "fig-canary",
-            "canary after",
-            current["canary_after"]["status"],
-            current["canary_after"]["status"] == "ok",
+            "fig-canary", "canary after", current.canary_after.status, current.canary_after.status == "ok"
         ),
         _figure(
             "fig-untouched",
             "original untouched",
-            "yes" if database.get("original_untouched") else ("live" if database.get("live") else "NO"),
-            bool(database.get("original_untouched")),
+            "yes" if database.original_untouched else ("live" if database.live else "NO"),
+            bool(database.original_untouched),
         ),
     ]
     if what_if is not None:
@@ -835,24 +842,24 @@ def render_html(typed: ValidateReport | dict[str, Any]) -> str:
                 _blocked_check(what_if),
             )
         )
-    stuck = model.current.stuck or []
-    plan_text = plan_line(model)
-    commands = model.what_to_run
+    stuck = current.stuck or []
+    plan_text = plan_line(report)
+    commands = report.what_to_run
     body = [
         f"<h1>{_esc(title)}</h1>",
-        f"<small>{_esc(report['generated_at'])} · {len(current['ticks'])} worker tick(s) · "
-        f"{total['enqueued']} sync rows{' · names anonymized' if report.get('anonymized') else ''}</small>",
-        f"<section id='answers'><p id='answer-lost' class='{'ok' if not total['lost'] else 'bad'}'>"
-        f"{_md_bold(lost_line(model.current))}</p>",
-        f"<p id='answer-stuck'>{_md_bold(stuck_line(model.current))}</p>",
-        f"<p id='worker'>{_esc(worker_line(model.current))}</p>",
+        f"<small>{_esc(report.generated_at)} · {len(current.ticks)} worker tick(s) · "
+        f"{total.enqueued} sync rows{' · names anonymized' if report.anonymized else ''}</small>",
+        f"<section id='answers'><p id='answer-lost' class='{'ok' if not total.lost else 'bad'}'>"
+        f"{_md_bold(lost_line(current))}</p>",
+        f"<p id='answer-stuck'>{_md_bold(stuck_line(current))}</p>",
+        f"<p id='worker'>{_esc(worker_line(current))}</p>",
         _html_table(
             ["lane", "project", "rows", "why"], [[e.lane, e.project, e.rows, _why(e)] for e in stuck], "stuck"
         )
         if stuck
         else "",
         "<p><b>What to run</b> (in order, on your database; each command takes a backup first):</p>",
-        f"<p id='plan-verdict' class='{'ok' if what_if is None or what_if['proof']['ok'] else 'bad'}'>"
+        f"<p id='plan-verdict' class='{'ok' if what_if is None or what_if.proof.ok else 'bad'}'>"
         f"{_esc(plan_text)}</p>"
         if plan_text
         else "",
@@ -865,18 +872,12 @@ def render_html(typed: ValidateReport | dict[str, Any]) -> str:
         + "".join(f"<li>{_esc(step)}</li>" for step in next_steps(report))
         + "</ul>",
         "<h2>Lanes</h2>",
-        _lanes_chart(report),
+        _lanes_chart(current),
         _html_table(
             ["lane", "project", "enqueued", "acked before", *COUNTS],
             [
-                [
-                    r["lane"],
-                    project_name(r["project"]),
-                    r["enqueued"],
-                    r["acked_before_run"],
-                    *(r[c] for c in COUNTS),
-                ]
-                for r in current["lanes"]
+                [r.lane, project_name(r.project), r.enqueued, r.acked_before_run, *_counts(r)]
+                for r in current.lanes
             ],
             "lanes",
         ),
@@ -884,95 +885,73 @@ def render_html(typed: ValidateReport | dict[str, Any]) -> str:
         _html_table(
             ["project", "enqueued", "acked before", *COUNTS],
             [
-                [project_name(r["project"]), r["enqueued"], r["acked_before_run"], *(r[c] for c in COUNTS)]
-                for r in current["projects"]
+                [project_name(r.project), r.enqueued, r.acked_before_run, *_counts(r)]
+                for r in current.projects
             ],
             "projects",
         ),
     ]
-    if current["refused"]:
+    if current.refused:
         body += [
             "<h2>Refused by the server</h2>",
             _html_table(
                 ["project", "rows", "attempts", "status", "reason (as engram recorded it)"],
                 [
-                    [
-                        project_name(r["project"]),
-                        r["rows"],
-                        r["attempts"],
-                        ", ".join(r["statuses"]),
-                        "; ".join(r["reasons"]),
-                    ]
-                    for r in current["refused"]
+                    [project_name(r.project), r.rows, r.attempts, ", ".join(r.statuses), "; ".join(r.reasons)]
+                    for r in current.refused
                 ],
                 "refused",
             ),
         ]
+    inbox_after = _inbox_totals(current.inbox_after)
     body += [
         "<h2>Inbox</h2>",
-        _inbox_chart(current["inbox_before"]),
+        _inbox_chart(current.inbox_before),
         _html_table(
             ["key", "memories", "telemetry", "oldest (days)", "claim"],
             [
-                [
-                    k["key"],
-                    k["count"],
-                    k["telemetry"],
-                    f"{float(k['oldest_age_days']):.1f}",
-                    k["claim_command"] or "",
-                ]
-                for k in current["inbox_before"]
+                [k.key, k.count, k.telemetry, f"{k.oldest_age_days:.1f}", k.claim_command or ""]
+                for k in current.inbox_before
             ],
             "inbox",
         ),
-        f"<p>After the run: {_inbox_totals(current['inbox_after'])[1]} memories and "
-        f"{_inbox_totals(current['inbox_after'])[2]} telemetry rows in {len(current['inbox_after'])} key(s).</p>",
+        f"<p>After the run: {inbox_after[1]} memories and "
+        f"{inbox_after[2]} telemetry rows in {inbox_after[0]} key(s).</p>",
         "<h2>Foreign targets</h2>",
-        _foreign_view(current["foreign_targets_before"]),
+        _foreign_view(current.foreign_targets_before),
         "<h2>Canary, doctor, migrations</h2>",
         _html_table(
             ["", "before", "after"],
             [
-                ["canary", current["canary_before"]["status"], current["canary_after"]["status"]],
-                [
-                    "canary headline",
-                    current["canary_before"]["headline"],
-                    current["canary_after"]["headline"],
-                ],
-                [
-                    "engram doctor",
-                    _doctor_line(current["doctor_before"]),
-                    _doctor_line(current["doctor_after"]),
-                ],
+                ["canary", _canary_status(current.canary_before), current.canary_after.status],
+                ["canary headline", _canary_headline(current.canary_before), current.canary_after.headline],
+                ["engram doctor", _doctor_line(current.doctor_before), _doctor_line(current.doctor_after)],
             ],
             "verdicts",
         ),
-        f"<p id='migrations'>Migrations applied by the binary: {_esc(_migrations_line(current['migrations']))}</p>",
+        f"<p id='migrations'>Migrations applied by the binary: {_esc(_migrations_line(current.migrations))}</p>",
         "<h2>Worker ticks</h2>",
         _html_table(
             ["tick", "seconds", "phase", "accepted", "refused", "waiting after"],
-            [
-                [t["tick"], t["seconds"], t["phase"], t["accepted"], t["refused"], t["worker_pending"]]
-                for t in current["ticks"]
-            ],
+            [[t.tick, t.seconds, t.phase, t.accepted, t.refused, t.worker_pending] for t in current.ticks],
             "ticks",
         ),
     ]
     if what_if is not None:
-        effect = what_if["effect"]
+        effect = what_if.effect
         body += [
             "<h2>What-if</h2>",
-            f"<p>{_esc(what_if['plan_source'])} plan applied to a second copy: discards {effect['discarded_rows']} row(s), "
-            f"hands {effect['to_deliver_rows']} claimed copies to the worker ({effect['delivered_in_run']} delivered in the run).</p>",
-            _what_if_chart(report),
+            f"<p>{_esc(what_if.plan_source)} plan applied to a second copy: discards {effect.discarded_rows} row(s), "
+            f"hands {effect.to_deliver_rows} claimed copies to the worker ({effect.delivered_in_run} delivered in the run).</p>",
+            _what_if_chart(total, what_if),
             _html_table(
                 ["line", "command", "outcome"],
-                [[step["line"], step["command"], step["outcome"]] for step in what_if["plan"]],
+                [[step.line, step.command, step.outcome] for step in what_if.plan],
                 "plan",
             ),
             _html_table(
                 ["check", "holds", "detail"],
-                [[c["check"], "yes" if c["ok"] else "NO", c["detail"]] for c in what_if["proof"]["checks"]],
+                [[c.check, "yes" if c.ok else "NO", c.detail] for c in what_if.proof.checks],
                 "proof",
             ),
         ]
