@@ -1,8 +1,9 @@
 """The typed validate report: one pydantic model that the JSON, the markdown and the HTML are rendered from.
 
 harness.validate builds it; harness.validate_report renders it (a plain dict, such as a JSON file of an
-older run, is validated into it first, so nothing is rendered that the model does not allow). Fields
-added by later validates have defaults, so a report of an earlier one still loads.
+older run, is validated into it first, so nothing is rendered that the model does not allow). The
+answers to "why stuck" and "what to run" (stuck, worker, lane health, what_to_run) are required: a report
+of a validate from before them is refused, not shown with those answers silently empty.
 """
 
 from __future__ import annotations
@@ -206,10 +207,10 @@ class Run(_Model):
     foreign_targets_after: list[ForeignTarget] = Field(default_factory=list)
     lane_state_before: list[LaneState] = Field(default_factory=list)
     lane_state_after: list[LaneState] = Field(default_factory=list)
-    lane_health_before: LanesHealth = Field(default_factory=LanesHealth)
-    lane_health: LanesHealth = Field(default_factory=LanesHealth)
-    worker: Worker = Field(default_factory=Worker)
-    stuck: list[StuckRow] | None = None  # None: a report of a validate that did not say why
+    lane_health_before: LanesHealth
+    lane_health: LanesHealth
+    worker: Worker
+    stuck: list[StuckRow]
     migrations: Migrations | None = None
     projects: list[ProjectRow] = Field(default_factory=list)
     totals: Totals
@@ -285,7 +286,7 @@ class ValidateReport(_Model):
     options: Options
     current: Run
     what_if: WhatIf | None = None
-    what_to_run: list[str] = Field(default_factory=list)
+    what_to_run: list[str]
     timings: dict[str, float] = Field(default_factory=dict)
     anonymized: bool = False
 
@@ -302,5 +303,5 @@ class ValidateReport(_Model):
 
 
 def as_report(value: ValidateReport | dict[str, Any]) -> ValidateReport:
-    """The model itself, or a report dict (a JSON file, an older run) validated into it."""
+    """The model itself, or a report dict (a JSON file of a run) validated into it."""
     return value if isinstance(value, ValidateReport) else ValidateReport.model_validate(value)

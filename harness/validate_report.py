@@ -328,7 +328,7 @@ def lost_line(run: Run) -> str:
 
 
 def stuck_line(run: Run) -> str:
-    stuck = run.stuck or []
+    stuck = run.stuck
     rows = sum(entry.rows for entry in stuck)
     if not rows:
         return "**Stuck:** 0 rows."
@@ -343,7 +343,7 @@ def plan_line(report: ValidateReport) -> str | None:
     what_if = report.what_if
     if what_if is None:
         return None
-    held = sum(e.rows for e in report.current.stuck or [] if e.kind in ("refused", "held back"))
+    held = sum(e.rows for e in report.current.stuck if e.kind in ("refused", "held back"))
     gained = what_if.run.totals.delivered - report.current.totals.delivered
     text = (
         f"With the {what_if.plan_source} plan, the what-if delivers {gained} more row(s) than today "
@@ -380,7 +380,7 @@ def first_screen(report: ValidateReport) -> list[str]:
     """The three answers, in markdown: lost, stuck (per lane and project, and why), what to run."""
     current = report.current
     lines = [lost_line(current), "", stuck_line(current), "", worker_line(current), ""]
-    stuck = current.stuck or []
+    stuck = current.stuck
     if stuck:
         lines += _table(
             ["lane", "project", "rows", "why"], [[e.lane, e.project, e.rows, _why(e)] for e in stuck[:15]]
@@ -769,23 +769,14 @@ STUCK_KINDS = ("refused", "held back", "not enrolled", "per-project lane", "wait
 
 def _lanes_chart(current: Run, limit: int = 25) -> str:
     """The undelivered rows of this engram's run per lane and project, split by why they are stuck."""
-    if current.stuck is not None:
-        stuck = [(e.lane, e.project, e.rows, e.kind) for e in current.stuck]
-    else:  # a report of an older validate: refused and stranded from the lane table
-        stuck = [
-            (r.lane, project_name(r.project), rows, kind)
-            for r in current.lanes
-            for kind, rows in (("refused", r.refused), ("stranded", r.stranded))
-            if rows
-        ]
     totals: Counter[str] = Counter()
     cells: dict[tuple[str, str], float] = {}
-    for lane, project, rows, kind in stuck:
-        label = f"{lane} · {project}"
-        totals[label] += rows
-        cells[(label, kind)] = cells.get((label, kind), 0.0) + float(rows)
+    for entry in current.stuck:
+        label = f"{entry.lane} · {entry.project}"
+        totals[label] += entry.rows
+        cells[(label, entry.kind)] = cells.get((label, entry.kind), 0.0) + float(entry.rows)
     labels = [label for label, _ in sorted(totals.items(), key=lambda item: (-item[1], item[0]))[:limit]]
-    kinds = [kind for kind in (*STUCK_KINDS, "stranded") if any(k == kind for _, k in cells)]
+    kinds = [kind for kind in STUCK_KINDS if any(k == kind for _, k in cells)]
     more = len(totals) - len(labels)
     return hbar_chart(
         "plot-lanes",
@@ -842,7 +833,7 @@ def render_html(typed: ValidateReport | dict[str, Any]) -> str:
                 _blocked_check(what_if),
             )
         )
-    stuck = current.stuck or []
+    stuck = current.stuck
     plan_text = plan_line(report)
     commands = report.what_to_run
     body = [

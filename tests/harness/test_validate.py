@@ -180,11 +180,14 @@ def test_a_refused_row_without_a_project_keeps_the_servers_reason() -> None:
 def test_markdown_is_short_and_pins_the_verdicts(report: dict[str, Any]) -> None:
     text = render_markdown(report)
     assert len(text.splitlines()) < 75
-    assert "- Original untouched: yes; 7580 sync rows; 1 worker tick(s), idle after the last one." in text
+    assert (
+        "- Original untouched: yes; 10 sync rows; 1 worker tick(s), engram's worker degraded: push:" in text
+    )
     assert "- Migrations applied by the binary: none (schema unchanged, user_version 0)." in text
-    assert "| 6553 | 0 | 1027 | 0 | 0 | 0 |" in text
-    assert "- Proof: FAILS (" in text and "FAILED: no new refusals" in text
-    assert "status 403: forbidden: project is not allowed" in text
+    assert "| 0 | 0 | 6 | 4 | 0 | 0 |" in text
+    assert "- Proof: holds (ok: nothing blocked after the plan; " in text
+    assert "| 500 | push: transport push project " in text and "session payload directory is required" in text
+    assert "refused: 400 mutation entries must specify a project (seq 5, 6)" in text
 
 
 def test_html_is_one_offline_file(report: dict[str, Any]) -> None:
@@ -255,9 +258,12 @@ def test_anonymize_hashes_names_everywhere_and_keeps_the_numbers() -> None:
 
 
 def test_anonymize_keeps_the_kits_own_words() -> None:
-    hidden = anonymized(_named_report(), KEY)
+    report = _named_report()
+    inbox = report["current"]["inbox_before"]
+    inbox.append({**inbox[0], "key": "unsorted", "cwds": {}, "claim_command": None})
+    hidden = anonymized(report, KEY)
     keys = {key["key"] for key in hidden["current"]["inbox_before"]}
-    assert "unsorted" in keys
+    assert {"unsorted", "(no project)"} <= keys
     assert {row["lane"] for row in hidden["current"]["lanes"]} >= {"cloud"}
 
 
@@ -294,7 +300,7 @@ def test_cli_writes_json_html_and_markdown_from_one_report(
     result = CliRunner(mix_stderr=False).invoke(
         cli, [*args, "--json", str(out_json), "--html", str(out_html), "--anonymize", "-q"]
     )
-    assert result.exit_code == 3, result.output  # the sample's what-if plan fails its proof
+    assert result.exit_code == 0, result.output  # the sample's what-if plan holds its proof
     assert seen[0].ticks == 3 and seen[0].allowed_projects == ("a", "b") and seen[0].what_if
     written = json.loads(out_json.read_text())
     assert written["anonymized"] is True
@@ -573,6 +579,14 @@ def test_the_lanes_chart_splits_by_project_and_by_why(report: dict[str, Any]) ->
     assert ("refused", "cloud · (no project)", "2") in bars and ("not enrolled", "cloud · side", "2") in bars
 
 
+def spread_foreign_targets(report: dict[str, Any]) -> dict[str, Any]:
+    """The sample (one small home) has one foreign target: add one touched three months earlier."""
+    shaped = copy.deepcopy(report)
+    targets = shaped["current"]["foreign_targets_before"]
+    targets.append({**targets[0], "target_key": "cloud:older-target", "updated_at": "2026-09-01 08:00:00"})
+    return shaped
+
+
 def test_foreign_targets_all_touched_at_once_are_a_table_not_a_vertical_line(report: dict[str, Any]) -> None:
     shaped = copy.deepcopy(report)
     for target in shaped["current"]["foreign_targets_before"]:
@@ -580,7 +594,7 @@ def test_foreign_targets_all_touched_at_once_are_a_table_not_a_vertical_line(rep
     page = render_html(shaped)
     assert "<svg id='plot-foreign'" not in page and "<table id='foreign-targets'>" in page
     assert page.count("<svg id='plot-foreign'") == 0
-    assert "<svg id='plot-foreign'" in render_html(report)  # the sample's targets spread over months
+    assert "<svg id='plot-foreign'" in render_html(spread_foreign_targets(report))
 
 
 def test_no_table_has_a_column_without_a_value(report: dict[str, Any]) -> None:
@@ -822,3 +836,28 @@ def test_an_alias_map_the_canary_reads_anyway_needs_no_note(
     config.write_text(f"inbox:\n  aliases: {elsewhere}\n", encoding="utf-8")
     monkeypatch.setenv("ENGRAM_CANARY_CONFIG", str(config))
     assert runnable_commands(chosen, db, elsewhere) == plain
+
+
+@pytest.mark.parametrize(
+    "missing",
+    [
+        ("what_to_run",),
+        ("current", "stuck"),
+        ("current", "worker"),
+        ("current", "lane_health"),
+        ("current", "lane_health_before"),
+        ("what_if", "run", "stuck"),
+    ],
+    ids=lambda path: ".".join(path),
+)
+def test_a_report_of_the_old_format_is_refused_not_shown_with_empty_answers(
+    report: dict[str, Any], missing: tuple[str, ...]
+) -> None:
+    old = copy.deepcopy(report)
+    *parents, last = missing
+    section = old
+    for part in parents:
+        section = section[part]
+    del section[last]
+    with pytest.raises(ValidationError, match=last):
+        render_markdown(old)

@@ -1,13 +1,15 @@
 """The validate HTML report in a real headless Chromium (Debian's package; scripts/chromium.sh installs it).
 
 The report is rendered from tests/harness/data/validate-report.json, an anonymized report of a real
-run (engram v1.20.0 on the scale-1 deployment, a claim plan, a server allowlist that refuses one
-project). Checks: a screenshot at a normal window size, no console message of level error, and the key
+run: `validate --ticks 2 --anonymize` on a small home made with engram v1.20.0 by
+test_validate_blocked_lane.make_blocked_home (two enrolled projects, a save without a project the cloud
+refuses with 400, a session without a directory it refuses with 500, an unenrolled project). Checks: a screenshot at a normal window size, no console message of level error, and the key
 figures in the DOM Chromium built.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import shutil
@@ -39,6 +41,14 @@ def chromium() -> str:
 def report() -> dict[str, Any]:
     loaded: dict[str, Any] = json.loads(DATA.read_text(encoding="utf-8"))
     return loaded
+
+
+def spread_foreign_targets(report: dict[str, Any]) -> dict[str, Any]:
+    """The sample (one small home) has one foreign target: add one touched three months earlier."""
+    shaped = copy.deepcopy(report)
+    targets = shaped["current"]["foreign_targets_before"]
+    targets.append({**targets[0], "target_key": "cloud:older-target", "updated_at": "2026-09-01 08:00:00"})
+    return shaped
 
 
 def _run(browser: str, page: Path, *flags: str) -> subprocess.CompletedProcess[str]:
@@ -87,6 +97,7 @@ def test_the_console_check_can_fail(chromium: str, tmp_path: Path) -> None:
 def test_report_renders_without_console_errors_and_shows_the_key_figures(
     chromium: str, report: dict[str, Any], tmp_path: Path
 ) -> None:
+    report = spread_foreign_targets(report)
     page = tmp_path / "report.html"
     page.write_text(render_html(report), encoding="utf-8")
     result = _run(chromium, page, "--dump-dom")
@@ -105,7 +116,7 @@ def test_report_renders_without_console_errors_and_shows_the_key_figures(
     keys = min(25, len(report["current"]["inbox_before"]))
     assert dom.count('data-series="memories"') == keys
     assert dom.count('class="point"') == len(report["current"]["foreign_targets_before"])
-    refused = report["what_if"]["run"]["refused"]
+    refused = report["current"]["refused"]
     assert refused and all(item["project"] in dom for item in refused)
 
 
