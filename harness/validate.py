@@ -31,6 +31,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from engram_sync_kit.canary.checks import read_target_space, run_check
 from engram_sync_kit.canary.config import CanaryConfig
 from engram_sync_kit.canary.db import EngramDb
@@ -46,7 +48,7 @@ from engram_sync_kit.harness.errors import HarnessError, StepFailed
 from engram_sync_kit.harness.lanes import LocalMutation
 from engram_sync_kit.harness.runner import copy_database
 from engram_sync_kit.harness.validate_lanes import AckedSeqs, measure_lanes
-from engram_sync_kit.harness.validate_model import ValidateReport, as_report
+from engram_sync_kit.harness.validate_model import ValidateReport, Worker, as_report
 from engram_sync_kit.harness.validate_stuck import (
     blocked_lanes,
     project_name,
@@ -1068,17 +1070,17 @@ def _runs(report: dict[str, Any]) -> list[dict[str, Any]]:
 ENGRAM_PHASES = ("doctor_before", "worker", "doctor_after")  # "worker" includes serve's start
 
 
-def worker_words(health: dict[str, Any]) -> dict[str, Any]:
+def worker_words(health: dict[str, Any]) -> Worker:
     """engram's own record of its cloud worker (the legacy lane's sync_state), in its own words."""
     lane = next((lane for lane in health["lanes"] if lane["target_key"] == LEGACY_TARGET), None)
     if lane is None:
-        return {"lifecycle": None, "last_error": None, "consecutive_failures": 0, "pending": 0}
-    return {
-        "lifecycle": lane["lifecycle"],
-        "last_error": lane["last_error"],
-        "consecutive_failures": lane["consecutive_failures"],
-        "pending": lane["pending"],
-    }
+        return Worker()
+    return Worker(
+        lifecycle=lane["lifecycle"],
+        last_error=lane["last_error"],
+        consecutive_failures=lane["consecutive_failures"],
+        pending=lane["pending"],
+    )
 
 
 def what_to_run(report: dict[str, Any], steps: Sequence[PlanStep], options: ValidateOptions) -> list[str]:
@@ -1101,6 +1103,8 @@ def _name_the_testers_file(
     its real path, anything else under the work dir as `<validate copy>/...`."""
 
     def walk(value: Any) -> Any:
+        if isinstance(value, BaseModel):  # a part built typed: its strings are renamed the same way
+            return type(value).model_validate(walk(value.model_dump()))
         if isinstance(value, dict):
             return {key: walk(item) for key, item in value.items()}
         if isinstance(value, list):

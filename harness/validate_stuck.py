@@ -24,6 +24,7 @@ from engram_sync_kit.canary.errors import CanaryError
 from engram_sync_kit.canary.lane_health import LaneHealth, clear_commands, read_lane_health
 from engram_sync_kit.canary.settings import CONFIG_ENV
 from engram_sync_kit.engram_contract import LEGACY_TARGET
+from engram_sync_kit.harness.validate_model import StuckRow
 
 NO_PROJECT = "(no project)"  # one name for rows without a project, in every table of every report
 _SHOWN_SEQS = 10
@@ -80,7 +81,7 @@ def blocked_lanes(health: dict[str, Any]) -> list[dict[str, Any]]:
     return [lane for lane in health["lanes"] if lane["blocked"]]
 
 
-def stuck_rows(lanes: Sequence[dict[str, Any]], health: dict[str, Any]) -> list[dict[str, Any]]:
+def stuck_rows(lanes: Sequence[dict[str, Any]], health: dict[str, Any]) -> list[StuckRow]:
     """Per lane and project, the undelivered rows of a run and why, most specific reason first.
 
     `refused`: the row itself fails the cloud's push contract (status and reason); `held back`: a row the
@@ -96,7 +97,7 @@ def stuck_rows(lanes: Sequence[dict[str, Any]], health: dict[str, Any]) -> list[
     if "not enrolled" in engram_said:
         not_enrolled += f"; engram: {engram_said}"
     accounted: Counter[tuple[str, str]] = Counter()
-    found: list[dict[str, Any]] = []
+    found: list[StuckRow] = []
     for lane in health["lanes"]:
         target = lane["target_key"]
         groups: dict[tuple[str, str], list[int]] = defaultdict(list)
@@ -130,18 +131,13 @@ def stuck_rows(lanes: Sequence[dict[str, Any]], health: dict[str, Any]) -> list[
             kind, reason = "other lane", f"lane {lane} is not the cloud worker's"
         found.append(_entry(lane, project, rest, kind, reason, []))
     order = {"refused": 0, "held back": 1, "not enrolled": 2, "per-project lane": 3, "waiting": 4}
-    return sorted(found, key=lambda e: (order.get(e["kind"], 5), e["lane"] != LEGACY_TARGET, -e["rows"]))
+    return sorted(found, key=lambda e: (order.get(e.kind, 5), e.lane != LEGACY_TARGET, -e.rows))
 
 
-def _entry(lane: str, project: str, rows: int, kind: str, reason: str, seqs: list[int]) -> dict[str, Any]:
-    return {
-        "lane": lane,
-        "project": project_name(project),
-        "rows": rows,
-        "kind": kind,
-        "reason": reason,
-        "seqs": seqs[:_SHOWN_SEQS],
-    }
+def _entry(lane: str, project: str, rows: int, kind: str, reason: str, seqs: list[int]) -> StuckRow:
+    return StuckRow(
+        lane=lane, project=project_name(project), rows=rows, kind=kind, reason=reason, seqs=seqs[:_SHOWN_SEQS]
+    )
 
 
 def runnable(args: Sequence[str], db: Path) -> str:

@@ -28,6 +28,7 @@ from engram_sync_kit.harness.validate import (
     PUSH_PATH,
     ValidateError,
     ValidateOptions,
+    _name_the_testers_file,
     blocked_proof,
     parse_plan,
     refused_projects,
@@ -35,7 +36,7 @@ from engram_sync_kit.harness.validate import (
     schema_diff,
     suggested_plan,
 )
-from engram_sync_kit.harness.validate_model import ValidateReport
+from engram_sync_kit.harness.validate_model import StuckRow, ValidateReport
 from engram_sync_kit.harness.validate_report import anonymized, render_html, render_markdown, stable_hash
 from engram_sync_kit.harness.validate_stuck import runnable_commands, stuck_rows
 
@@ -666,7 +667,7 @@ def test_stuck_rows_give_engrams_reason_for_unenrolled_rows_and_every_blocker() 
         {"lane": "cloud", "project": "/", "stranded": 31, "refused": 0},
         {"lane": "cloud:app", "project": "app", "stranded": 4, "refused": 0},
     ]
-    rows = [(r["lane"], r["project"], r["rows"], r["kind"], r["reason"]) for r in stuck_rows(lanes, health)]
+    rows = [(r.lane, r.project, r.rows, r.kind, r.reason) for r in stuck_rows(lanes, health)]
     assert rows == [
         ("cloud", "(no project)", 1, "refused", "400 mutation entries must specify a project"),
         ("cloud", "app", 1, "refused", "500 session payload directory is required for upsert"),
@@ -861,3 +862,10 @@ def test_a_report_of_the_old_format_is_refused_not_shown_with_empty_answers(
     del section[last]
     with pytest.raises(ValidationError, match=last):
         render_markdown(old)
+
+
+def test_parts_built_typed_name_the_testers_file_too(tmp_path: Path) -> None:
+    copy_db, real_db = tmp_path / "work" / "current" / "engram.db", Path("/home/t/.engram/engram.db")
+    row = StuckRow(lane="cloud", project="p", rows=1, kind="refused", reason=f"{copy_db}: locked", seqs=[1])
+    named = _name_the_testers_file({"current": {"stuck": [row]}}, {copy_db: real_db}, tmp_path / "work")
+    assert named["current"]["stuck"] == [row.model_copy(update={"reason": f"{real_db}: locked"})]
