@@ -24,8 +24,17 @@ from engram_sync_kit.harness.polling import eventually, free_port
 pytestmark = pytest.mark.engram
 
 
+RECOVERY_BUSY = "database is locked (261)"
+
+
 def save(world: EngramEnvironment, cwd: Path, project: str) -> None:
-    result = world.run(["save", f"note for {project}", "content", "--project", project], cwd=cwd)
+    """One `engram save`. These tests judge the alerts, so a save that met the watcher's own open at the
+    instant engram set WAL mode (SQLITE_BUSY_RECOVERY, 261: docs/canary.md, watch, known limits) is
+    tried once more; any other failure fails the test."""
+    args = ["save", f"note for {project}", "content", "--project", project]
+    result = world.run(args, cwd=cwd)
+    if result.returncode != 0 and RECOVERY_BUSY in result.stderr:
+        result = world.run(args, cwd=cwd)
     assert result.returncode == 0, result.stderr
 
 
