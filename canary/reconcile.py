@@ -43,6 +43,7 @@ from engram_sync_kit.canary.errors import CanaryError
 from engram_sync_kit.canary.findings import Status
 from engram_sync_kit.canary.targets import normalize_project
 from engram_sync_kit.canary.text import printable
+from engram_sync_kit.canary.triage_log import logged_acks
 from engram_sync_kit.engram_contract import carries_fields, decoded_payload, payload_digest
 
 RESULT_SCHEMA = "engram-canary/reconcile/v1"
@@ -131,8 +132,6 @@ class Journal:
 
 def read_journal(db_path: Path, acked_since: datetime | None) -> Journal:
     """Every local-source row acked in the window plus every unacked row, in one short read transaction."""
-    from engram_sync_kit.canary.triage import logged_acks
-
     triaged = logged_acks(db_path)
     db = EngramDb.open(db_path)
     try:
