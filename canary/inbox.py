@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from engram_sync_kit.canary.aliases import load_aliases
 from engram_sync_kit.canary.config import state_file_for
 from engram_sync_kit.canary.db import Schema, enrolled_projects, read_transaction
 from engram_sync_kit.canary.derive import (
@@ -583,8 +584,6 @@ def tripwire_findings(
     if not schema.has_column("sync_mutations", "project"):
         return []
     if aliases is None:
-        from engram_sync_kit.canary.aliases import load_aliases
-
         aliases, _ = load_aliases(settings.aliases)
     snapshot = read_inbox(connection, schema, aliases, now=now)
     return findings_for(snapshot, settings)
