@@ -21,6 +21,7 @@ from engram_sync_kit.canary.schema_support import waiting_filter
 from engram_sync_kit.canary.targets import normalize_project
 from engram_sync_kit.engram_contract import LEGACY_TARGET, PushRefusal, refusal_for_entry
 from engram_sync_kit.engram_contract.gojson import go_json
+from engram_sync_kit.engram_contract.worker_selection import worker_lists
 
 
 def entry_refusal(project: str, row: InboxRow, payload: str) -> PushRefusal | None:
@@ -67,7 +68,6 @@ _PENDING_SQL = (
     "SELECT seq, target_key, entity, entity_key, op, payload, project, occurred_at, acked_at "
     "FROM sync_mutations WHERE target_key = ? AND acked_at IS NULL {listed} ORDER BY seq"
 )
-_LISTED = "AND (project = '' OR project IN (SELECT project FROM sync_enrolled_projects))"
 _OBSERVATION_FIELDS = frozenset({"type", "title", "content", "scope"})
 _MAX_FIXES_PER_ROW = 4  # an entry can lack several fields; each fix is checked again by the contract
 
@@ -86,7 +86,7 @@ def pending_listed_rows(
     enrolled (a per-project lane lists all of its unacked rows)."""
     listed = ""
     if target_key == LEGACY_TARGET and schema.has_column("sync_mutations", "project"):
-        listed = _LISTED if schema.has_table("sync_enrolled_projects") else "AND project = ''"
+        listed = "AND " + worker_lists(enrollment_table=schema.has_table("sync_enrolled_projects"))
     listed += waiting_filter(schema)  # v2/v3 never send a quarantined row again
     return [
         lane_row(values) for values in connection.execute(_PENDING_SQL.format(listed=listed), (target_key,))
