@@ -57,6 +57,7 @@ from engram_sync_kit.canary.targets import (
 from engram_sync_kit.canary.triage_log import TRIAGE_LOG_NAME as TRIAGE_LOG_NAME  # validate reads it here
 from engram_sync_kit.canary.triage_log import default_backup_dir
 from engram_sync_kit.engram_contract import LEGACY_TARGET, PushRefusal, enrolled_name
+from engram_sync_kit.engram_contract.enqueue import INSERT_LOCAL_SQL, mark_enqueued
 from engram_sync_kit.engram_contract.gojson import go_json
 
 _CHUNK = 500
@@ -762,11 +763,7 @@ class _SyncState:
         if not prepared.inserts:
             return ()
         before = count_rows(self.connection, "SELECT ifnull(MAX(seq), 0) FROM sync_mutations")
-        self.connection.executemany(
-            "INSERT INTO sync_mutations (target_key, entity, entity_key, op, payload, source, project) "
-            "VALUES (?, ?, ?, ?, ?, 'local', ?)",
-            prepared.inserts,
-        )
+        self.connection.executemany(INSERT_LOCAL_SQL, prepared.inserts)
         # We hold the write lock, so the rows after `before` are exactly ours, numbered one by one in
         # insertion order (AUTOINCREMENT); their range is checked rather than read row by row.
         first, last, found = self.connection.execute(
@@ -779,11 +776,7 @@ class _SyncState:
         seqs = range(int(first), int(last) + 1)
         for target_key, index in prepared.last_copy_by_target.items():
             self.ensure(target_key)
-            self.connection.execute(
-                "UPDATE sync_state SET lifecycle = 'pending', last_enqueued_seq = ?, updated_at = datetime('now') "
-                "WHERE target_key = ?",
-                (seqs[index], target_key),
-            )
+            mark_enqueued(self.connection, target_key, seqs[index])
         return tuple(seqs)
 
     def ack(self, prepared: PreparedWrite, *, on_half: Callable[[], None] = lambda: None) -> None:

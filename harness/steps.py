@@ -42,6 +42,7 @@ import httpx
 import yaml
 from pydantic import BaseModel
 
+from engram_sync_kit.engram_contract.enqueue import JOURNAL_COLUMNS, mark_enqueued
 from engram_sync_kit.engram_contract.journal_match import field_text
 from engram_sync_kit.fake_cloud.client import FakeCloudClient, FakeCloudWaitTimeout
 from engram_sync_kit.fake_cloud.control import MAX_WAIT_SECONDS
@@ -321,15 +322,10 @@ def do_reenqueue(world: World, step: s.ReenqueueStep) -> None:
         if row is None:
             raise StepFailed(f"observation {step.of!r} ({saved.sync_id}) has no sync_mutations row to copy")
         cursor = connection.execute(
-            "INSERT INTO sync_mutations (target_key, entity, entity_key, op, payload, source, project) "
-            "SELECT target_key, entity, entity_key, op, payload, source, project FROM sync_mutations WHERE seq = ?",
+            f"INSERT INTO sync_mutations ({JOURNAL_COLUMNS}) SELECT {JOURNAL_COLUMNS} FROM sync_mutations WHERE seq = ?",
             (row[0],),
         )
-        connection.execute(
-            "UPDATE sync_state SET lifecycle = 'pending', last_enqueued_seq = ?, updated_at = datetime('now') "
-            "WHERE target_key = ?",
-            (cursor.lastrowid, row[1]),
-        )
+        mark_enqueued(connection, row[1], int(cursor.lastrowid or 0))
 
 
 def do_revise(world: World, step: s.ReviseStep) -> None:
