@@ -41,13 +41,13 @@ from bench.worktree import checkout
 from engram_sync_kit.canary.db import EngramDb
 from engram_sync_kit.canary.derive import AliasMap
 from engram_sync_kit.canary.inbox import read_inbox, summarize
+from engram_sync_kit.canary.lanes import entry_refusal
 from engram_sync_kit.canary.triage import (
     CleanupPlanner,
     InboxPlanner,
     Plan,
     Selection,
     apply,
-    entry_refusal,
     plan_claim,
     plan_drop,
 )

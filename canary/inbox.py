@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from engram_sync_kit.canary.aliases import load_aliases
 from engram_sync_kit.canary.config import state_file_for
 from engram_sync_kit.canary.db import Schema, enrolled_projects, read_transaction
 from engram_sync_kit.canary.derive import (
@@ -43,9 +44,10 @@ from engram_sync_kit.canary.targets import INBOX_TARGET, normalize_project
 from engram_sync_kit.canary.text import printable
 from engram_sync_kit.engram_contract import LEGACY_TARGET, TELEMETRY_ENTITIES
 from engram_sync_kit.engram_contract.files import atomic_write
+from engram_sync_kit.engram_contract.worker_selection import legacy_unacked, worker_skips
 
-# Rows of the legacy lane that the v1.20 worker skips: unacked, non-empty project, not enrolled.
-_INBOX_ROWS_SQL = f"""
+# The inbox's rows: on the legacy lane, the unacked rows the v1.20 worker skips (worker_selection).
+_INBOX_ROWS_SQL = """
 SELECT m.seq, m.entity, m.entity_key, m.op, CAST(m.payload AS BLOB), m.project, m.occurred_at,
        s.id, s.project, s.directory
 FROM sync_mutations AS m
@@ -53,13 +55,10 @@ LEFT JOIN sessions AS s ON s.id = CASE
     WHEN m.entity = 'session' THEN m.entity_key
     WHEN json_valid(m.payload) THEN json_extract(m.payload, '$.session_id')
 END
-WHERE m.target_key = '{LEGACY_TARGET}' AND m.acked_at IS NULL AND m.project != ''
-  AND m.project NOT IN (SELECT project FROM sync_enrolled_projects)
-  AND m.seq > ?
+WHERE {inbox}
+  AND m.seq > ?{waiting}
 ORDER BY m.seq
 """
-_LEGACY_INBOX_WHERE = f"""m.target_key = '{LEGACY_TARGET}' AND m.acked_at IS NULL AND m.project != ''
-  AND m.project NOT IN (SELECT project FROM sync_enrolled_projects)"""
 # On a design-conforming engram the inbox is a lane of its own: every unacked row journaled to it.
 _DESIGN_INBOX_WHERE = f"m.target_key = '{INBOX_TARGET}' AND m.acked_at IS NULL"
 
@@ -406,12 +405,12 @@ def select_inbox_rows(
     memory = remembered_keys_path(connection) if resolver is None else None
     resolver = resolver or GitRepoResolver(read_key_entries(memory) if memory is not None else None)
     enrolled = enrolled_projects(connection, schema)
-    sql = _INBOX_ROWS_SQL
     if identify(connection, schema).lane_model is LaneModel.DESIGN_CONFORMING:
-        sql = sql.replace(_LEGACY_INBOX_WHERE, _DESIGN_INBOX_WHERE)
-    sql = sql.replace("AND m.seq > ?", f"AND m.seq > ?{waiting_filter(schema, 'm.')}")
-    if not schema.has_table("sync_enrolled_projects"):
-        sql = sql.replace("AND m.project NOT IN (SELECT project FROM sync_enrolled_projects)", "")
+        inbox = _DESIGN_INBOX_WHERE
+    else:
+        skipped = worker_skips("m.", enrollment_table=schema.has_table("sync_enrolled_projects"))
+        inbox = f"{legacy_unacked('m.')} AND {skipped}"
+    sql = _INBOX_ROWS_SQL.format(inbox=inbox, waiting=waiting_filter(schema, "m."))
     rows: list[InboxRow] = []
     undecodable: list[int] = []
     for (
@@ -583,8 +582,6 @@ def tripwire_findings(
     if not schema.has_column("sync_mutations", "project"):
         return []
     if aliases is None:
-        from engram_sync_kit.canary.aliases import load_aliases
-
         aliases, _ = load_aliases(settings.aliases)
     snapshot = read_inbox(connection, schema, aliases, now=now)
     return findings_for(snapshot, settings)

@@ -23,19 +23,17 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engram_sync_kit.canary.config import keep_state, state_file_for
 from engram_sync_kit.canary.db import Schema, enrolled_projects, quote_identifier, read_transaction
 from engram_sync_kit.canary.findings import Finding
 from engram_sync_kit.canary.inbox import InboxRow
+from engram_sync_kit.canary.lanes import Deriver, Fix, derive_fix, entry_refusal, pending_listed_rows
 from engram_sync_kit.canary.schema_support import identify, waiting_filter
 from engram_sync_kit.canary.targets import project_target
 from engram_sync_kit.engram_contract import LEGACY_TARGET, PushRefusal
 from engram_sync_kit.engram_contract.prompt_preflight import PROMPT_PROVENANCE_BLOCKED
-
-if TYPE_CHECKING:
-    from engram_sync_kit.canary.repair import Deriver
 
 LEGACY_LANE_BLOCKED = "legacy_lane_blocked"
 PROJECT_LANE_BLOCKED = "project_lane_blocked"
@@ -82,9 +80,6 @@ def read_lane_health(connection: sqlite3.Connection, schema: Schema) -> list[Lan
     """Every live lane's health, in the caller's read transaction."""
     if not schema.has_column("sync_mutations", "project"):
         return []
-    # Imported here: an unchanged check answers from the state dir without triage's contract code.
-    from engram_sync_kit.canary.repair import Deriver
-
     enrolled = enrolled_projects(connection, schema)
     deriver = Deriver(connection, schema, enrolled)
     return [
@@ -106,9 +101,6 @@ def _live_lanes(connection: sqlite3.Connection, schema: Schema, enrolled: frozen
 
 
 def _lane(connection: sqlite3.Connection, schema: Schema, deriver: Deriver, target_key: str) -> LaneHealth:
-    from engram_sync_kit.canary.repair import Fix, derive_fix, pending_listed_rows
-    from engram_sync_kit.canary.triage import entry_refusal
-
     health = LaneHealth(target_key)
     columns = [
         name

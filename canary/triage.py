@@ -42,13 +42,11 @@ from engram_sync_kit.canary.db import (
 from engram_sync_kit.canary.derive import (
     UNSORTED,
     AliasMap,
-    CandidateSource,
-    Derivation,
-    Resolution,
     normalize_cwd,
 )
 from engram_sync_kit.canary.errors import CanaryError
-from engram_sync_kit.canary.inbox import NO_PROJECT_KEY, InboxRow, InboxSnapshot, select_inbox_rows
+from engram_sync_kit.canary.inbox import InboxRow, InboxSnapshot, select_inbox_rows
+from engram_sync_kit.canary.lanes import LANE_ROW_COLUMNS, entry_refusal, lane_row, with_project
 from engram_sync_kit.canary.schema_support import identify, require_write_tested
 from engram_sync_kit.canary.targets import (
     RESERVED_INBOX_PROJECT,
@@ -56,13 +54,14 @@ from engram_sync_kit.canary.targets import (
     normalize_project,
     project_target,
 )
-from engram_sync_kit.engram_contract import LEGACY_TARGET, PushRefusal, enrolled_name, refusal_for_entry
+from engram_sync_kit.canary.triage_log import TRIAGE_LOG_NAME as TRIAGE_LOG_NAME  # validate reads it here
+from engram_sync_kit.canary.triage_log import default_backup_dir
+from engram_sync_kit.engram_contract import LEGACY_TARGET, PushRefusal, enrolled_name
+from engram_sync_kit.engram_contract.enqueue import INSERT_LOCAL_SQL, mark_enqueued
 from engram_sync_kit.engram_contract.gojson import go_json
 
 _CHUNK = 500
 WRITE_CACHE_KIB = 64 * 1024
-BACKUP_DIR_NAME = "engram-canary-backups"
-TRIAGE_LOG_NAME = "triage-log.jsonl"
 # Each backup is a full copy of every memory; ten is a week of daily triage and bounded on disk.
 DEFAULT_KEEP_BACKUPS = 10
 PRIVATE_DIR_MODE = 0o700
@@ -422,13 +421,6 @@ def plan_drop(snapshot: InboxSnapshot, selection: Selection) -> Plan:
     )
 
 
-def entry_refusal(project: str, row: InboxRow, payload: str) -> PushRefusal | None:
-    """The shared contract's answer for this row pushed under `project` (engram_contract.push_rules)."""
-    return refusal_for_entry(
-        project=project, entity=row.entity, entity_key=row.entity_key, op=row.op, payload=payload
-    )
-
-
 def preflight_copy(row: InboxRow, project: str, *, repair: bool) -> Copy | RefusedRow:
     """The copy claim would insert, checked against the cloud contract before any lock is taken.
 
@@ -466,25 +458,6 @@ def _set_field(payload: str, name: str, value: object) -> str:
     return go_json(decoded, sort_keys=False)
 
 
-_LANE_ROW_COLUMNS = "seq, target_key, entity, entity_key, op, payload, project, occurred_at, acked_at"
-
-
-def lane_row(values: Sequence[Any]) -> InboxRow:
-    """A legacy-lane row outside the inbox (no key): carried as an InboxRow so ack/log treat it alike."""
-    seq, _, entity, entity_key, op, payload, project, occurred_at, _ = values
-    return InboxRow(
-        seq=int(seq),
-        entity=str(entity),
-        entity_key=str(entity_key),
-        op=str(op),
-        payload=str(payload),
-        project=str(project or ""),
-        occurred_at=str(occurred_at),
-        cwd=None,
-        derivation=Derivation(None, CandidateSource.NONE, NO_PROJECT_KEY, Resolution.INBOX, None),
-    )
-
-
 def select_lane_rows(connection: sqlite3.Connection, schema: Schema, rows: RowSelection) -> list[InboxRow]:
     """The rows `drop --seq/--unattributed` acks, refusing any row engram could still deliver.
 
@@ -495,7 +468,7 @@ def select_lane_rows(connection: sqlite3.Connection, schema: Schema, rows: RowSe
         raise TriageError("sync_mutations has no project column: this engram predates per-project sync")
     if rows.unattributed:
         found = connection.execute(
-            f"SELECT {_LANE_ROW_COLUMNS} FROM sync_mutations "
+            f"SELECT {LANE_ROW_COLUMNS} FROM sync_mutations "
             "WHERE +target_key = ? AND acked_at IS NULL AND project = '' ORDER BY seq",
             (LEGACY_TARGET,),
         ).fetchall()
@@ -508,7 +481,7 @@ def select_lane_rows(connection: sqlite3.Connection, schema: Schema, rows: RowSe
         by_seq = {
             int(values[0]): values
             for values in connection.execute(
-                f"SELECT {_LANE_ROW_COLUMNS} FROM sync_mutations WHERE seq IN ({marks})", tuple(chunk)
+                f"SELECT {LANE_ROW_COLUMNS} FROM sync_mutations WHERE seq IN ({marks})", tuple(chunk)
             )
         }
         for seq in chunk:
@@ -546,18 +519,6 @@ def parse_seqs(text: str) -> tuple[int, ...]:
             )
         seqs[int(word)] = None
     return tuple(seqs)
-
-
-def with_project(payload: str, project: str) -> str:
-    """The same payload with its project set to the enrolled name; key order and other values kept."""
-    try:
-        decoded = json.loads(payload)
-    except (ValueError, RecursionError):
-        return payload
-    if not isinstance(decoded, dict):
-        return payload
-    decoded["project"] = project
-    return go_json(decoded, sort_keys=False)
 
 
 def plan_cleanup(
@@ -802,11 +763,7 @@ class _SyncState:
         if not prepared.inserts:
             return ()
         before = count_rows(self.connection, "SELECT ifnull(MAX(seq), 0) FROM sync_mutations")
-        self.connection.executemany(
-            "INSERT INTO sync_mutations (target_key, entity, entity_key, op, payload, source, project) "
-            "VALUES (?, ?, ?, ?, ?, 'local', ?)",
-            prepared.inserts,
-        )
+        self.connection.executemany(INSERT_LOCAL_SQL, prepared.inserts)
         # We hold the write lock, so the rows after `before` are exactly ours, numbered one by one in
         # insertion order (AUTOINCREMENT); their range is checked rather than read row by row.
         first, last, found = self.connection.execute(
@@ -819,11 +776,7 @@ class _SyncState:
         seqs = range(int(first), int(last) + 1)
         for target_key, index in prepared.last_copy_by_target.items():
             self.ensure(target_key)
-            self.connection.execute(
-                "UPDATE sync_state SET lifecycle = 'pending', last_enqueued_seq = ?, updated_at = datetime('now') "
-                "WHERE target_key = ?",
-                (seqs[index], target_key),
-            )
+            mark_enqueued(self.connection, target_key, seqs[index])
         return tuple(seqs)
 
     def ack(self, prepared: PreparedWrite, *, on_half: Callable[[], None] = lambda: None) -> None:
@@ -1081,34 +1034,6 @@ def apply(
         )
     finally:
         connection.close()
-
-
-def default_backup_dir(db_path: Path) -> Path:
-    return db_path.resolve().parent / BACKUP_DIR_NAME
-
-
-def logged_acks(db_path: Path, log: Path | None = None) -> dict[int, datetime]:
-    """The seqs this database's triage log says an --apply acked (discarded, replaced or claimed), with
-    when. Best effort: a missing or unreadable log, or a line that is not an entry, is no entry."""
-    path = log if log is not None else default_backup_dir(db_path) / TRIAGE_LOG_NAME
-    acks: dict[int, datetime] = {}
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError):
-        return acks
-    resolved = str(db_path.resolve())
-    for line in lines:
-        try:
-            entry = json.loads(line)
-            if not isinstance(entry, dict) or entry.get("db") != resolved:
-                continue
-            moment = datetime.fromisoformat(str(entry["time"]).replace("Z", "+00:00"))
-            seqs = [int(seq) for seq in entry.get("acked_seqs") or ()]
-        except (ValueError, TypeError, KeyError, RecursionError):
-            continue
-        for seq in seqs:
-            acks[seq] = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-    return acks
 
 
 def _log(

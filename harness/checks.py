@@ -7,9 +7,12 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
+
+from pydantic import BaseModel
 
 from engram_sync_kit.engram_contract.journal_match import matches
+from engram_sync_kit.harness import design_schema as d
 from engram_sync_kit.harness import schema as s
 from engram_sync_kit.harness.design_checks import (
     check_cloud_status,
@@ -394,30 +397,75 @@ def _local(check: s.LocalCheck, observed: Observed) -> list[str]:
     return []
 
 
-#: kind -> the function that judges its check: one entry per expectation model (schema.EXPECTATION_MODELS)
-EVALUATORS: dict[str, Callable[[Any, Observed], list[str]]] = {
-    "lanes": _lanes,
-    "lost": _lost,
-    "answer": _answer,
-    "sync_state_targets": lambda check, observed: _set(
-        check, observed.sync_state_targets, "sync_state targets"
-    ),
-    "canary": _canary,
-    "inbox": _inbox,
-    "doctor": _doctor,
-    "stderr": _text,
-    "command": _command,
-    "received": _received,
-    "journal": _journal,
-    "sync_state": _sync_state,
-    "local": _local,
-    "save_answer": lambda check, observed: check_save_answer(check, observed.results),
-    "enroll_hint": lambda check, observed: check_enroll_hint(check, observed.results),
-    "cloud_status": lambda check, observed: check_cloud_status(check, observed.results),
-    "doctor_check": lambda check, observed: check_doctor_verdict(check, observed.results),
-    "inbox_row": lambda check, observed: check_inbox_row(check, observed.results, observed.db_path),
+def _sync_state_targets(check: s.SetCheck, observed: Observed) -> list[str]:
+    return _set(check, observed.sync_state_targets, "sync_state targets")
+
+
+def _save_answer(check: d.SaveAnswerCheck, observed: Observed) -> list[str]:
+    return check_save_answer(check, observed.results)
+
+
+def _enroll_hint(check: d.EnrollHintCheck, observed: Observed) -> list[str]:
+    return check_enroll_hint(check, observed.results)
+
+
+def _cloud_status(check: d.CloudStatusCheck, observed: Observed) -> list[str]:
+    return check_cloud_status(check, observed.results)
+
+
+def _doctor_check(check: d.DoctorVerdictCheck, observed: Observed) -> list[str]:
+    return check_doctor_verdict(check, observed.results)
+
+
+def _inbox_row(check: d.InboxRowCheck, observed: Observed) -> list[str]:
+    return check_inbox_row(check, observed.results, observed.db_path)
+
+
+CheckT = TypeVar("CheckT", bound=BaseModel, contravariant=True)
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+class Evaluator(Protocol[CheckT]):
+    """Judges one check of its kind against what the scenario observed: the problems found."""
+
+    def __call__(self, check: CheckT, observed: Observed, /) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class Judge:
+    model: type[BaseModel]
+    evaluate: Evaluator[Any]
+
+    def __call__(self, check: BaseModel, observed: Observed) -> list[str]:
+        return self.evaluate(check, observed)
+
+
+def judge(model: type[ModelT], evaluate: Evaluator[ModelT]) -> Judge:
+    """One entry of EVALUATORS: mypy checks that `evaluate` takes the check model of its kind."""
+    return Judge(model, evaluate)
+
+
+#: kind -> the judge of its check: one entry per expectation model (tests/harness/test_typed_seams.py)
+EVALUATORS: dict[str, Judge] = {
+    "lanes": judge(s.LanesCheck, _lanes),
+    "lost": judge(s.LostCheck, _lost),
+    "answer": judge(s.AnswerCheck, _answer),
+    "sync_state_targets": judge(s.SetCheck, _sync_state_targets),
+    "canary": judge(s.CanaryCheck, _canary),
+    "inbox": judge(s.InboxCheck, _inbox),
+    "doctor": judge(s.DoctorCheck, _doctor),
+    "stderr": judge(s.TextCheck, _text),
+    "command": judge(s.CommandCheck, _command),
+    "received": judge(s.ReceivedCheck, _received),
+    "journal": judge(s.JournalCheck, _journal),
+    "sync_state": judge(s.SyncStateCheck, _sync_state),
+    "local": judge(s.LocalCheck, _local),
+    "save_answer": judge(d.SaveAnswerCheck, _save_answer),
+    "enroll_hint": judge(d.EnrollHintCheck, _enroll_hint),
+    "cloud_status": judge(d.CloudStatusCheck, _cloud_status),
+    "doctor_check": judge(d.DoctorVerdictCheck, _doctor_check),
+    "inbox_row": judge(d.InboxRowCheck, _inbox_row),
 }
-assert tuple(EVALUATORS) == s.CHECK_KEYS
 
 
 def evaluate(expectation: s.ExpectationBase, observed: Observed) -> tuple[str, str]:

@@ -36,12 +36,13 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import httpx
 import yaml
 from pydantic import BaseModel
 
+from engram_sync_kit.engram_contract.enqueue import JOURNAL_COLUMNS, mark_enqueued
 from engram_sync_kit.engram_contract.journal_match import field_text
 from engram_sync_kit.fake_cloud.client import FakeCloudClient, FakeCloudWaitTimeout
 from engram_sync_kit.fake_cloud.control import MAX_WAIT_SECONDS
@@ -321,15 +322,10 @@ def do_reenqueue(world: World, step: s.ReenqueueStep) -> None:
         if row is None:
             raise StepFailed(f"observation {step.of!r} ({saved.sync_id}) has no sync_mutations row to copy")
         cursor = connection.execute(
-            "INSERT INTO sync_mutations (target_key, entity, entity_key, op, payload, source, project) "
-            "SELECT target_key, entity, entity_key, op, payload, source, project FROM sync_mutations WHERE seq = ?",
+            f"INSERT INTO sync_mutations ({JOURNAL_COLUMNS}) SELECT {JOURNAL_COLUMNS} FROM sync_mutations WHERE seq = ?",
             (row[0],),
         )
-        connection.execute(
-            "UPDATE sync_state SET lifecycle = 'pending', last_enqueued_seq = ?, updated_at = datetime('now') "
-            "WHERE target_key = ?",
-            (cursor.lastrowid, row[1]),
-        )
+        mark_enqueued(connection, row[1], int(cursor.lastrowid or 0))
 
 
 def do_revise(world: World, step: s.ReviseStep) -> None:
@@ -741,33 +737,54 @@ def do_legacy_rows(world: World, step: s.LegacyRowsStep) -> None:
             )
 
 
-HANDLERS: dict[str, Callable[[World, Any], None]] = {
-    "session": do_session,
-    "end_session": do_end_session,
-    "save": do_save,
-    "prompt": do_prompt,
-    "enroll": do_enroll,
-    "unenroll": do_unenroll,
-    "alias": do_alias,
-    "relate": do_relate,
-    "reenqueue": do_reenqueue,
-    "revise": do_revise,
-    "cloud": do_cloud,
-    "sync": do_sync,
-    "daemon": do_daemon,
-    "canary": do_canary,
-    "inbox": do_inbox,
-    "doctor": do_doctor,
-    "run": do_run,
-    "reconcile": do_reconcile,
-    "time_travel": do_time_travel,
-    "legacy_rows": do_legacy_rows,
-    "http": do_http,
-    "observe": do_observe,
-    "cloud_status": do_cloud_status,
-    "engram_inbox": do_engram_inbox,
+StepT = TypeVar("StepT", bound=BaseModel, contravariant=True)
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+class StepHandler(Protocol[StepT]):
+    """Runs one parsed step of its kind against the world."""
+
+    def __call__(self, world: World, step: StepT, /) -> None: ...
+
+
+@dataclass(frozen=True)
+class StepKind:
+    model: type[BaseModel]
+    run: StepHandler[Any]
+
+
+def step_kind(model: type[ModelT], run: StepHandler[ModelT]) -> StepKind:
+    """One entry of HANDLERS: mypy checks that `run` takes the model the step's YAML parses into."""
+    return StepKind(model, run)
+
+
+#: step name -> its kind; with the nesting steps, one entry per schema.STEP_MODELS (tests/harness/test_dispatch_tables.py)
+HANDLERS: dict[str, StepKind] = {
+    "session": step_kind(s.SessionStep, do_session),
+    "end_session": step_kind(s.EndSessionStep, do_end_session),
+    "save": step_kind(s.SaveStep, do_save),
+    "prompt": step_kind(s.PromptStep, do_prompt),
+    "enroll": step_kind(s.EnrollStep, do_enroll),
+    "unenroll": step_kind(s.UnenrollStep, do_unenroll),
+    "alias": step_kind(s.AliasStep, do_alias),
+    "relate": step_kind(s.RelateStep, do_relate),
+    "reenqueue": step_kind(s.ReenqueueStep, do_reenqueue),
+    "revise": step_kind(s.ReviseStep, do_revise),
+    "cloud": step_kind(s.CloudStep, do_cloud),
+    "sync": step_kind(s.SyncStep, do_sync),
+    "daemon": step_kind(s.DaemonStep, do_daemon),
+    "canary": step_kind(s.CanaryStep, do_canary),
+    "inbox": step_kind(s.InboxStep, do_inbox),
+    "doctor": step_kind(s.DoctorStep, do_doctor),
+    "run": step_kind(s.RunStep, do_run),
+    "reconcile": step_kind(s.ReconcileStep, do_reconcile),
+    "time_travel": step_kind(s.TimeTravelStep, do_time_travel),
+    "legacy_rows": step_kind(s.LegacyRowsStep, do_legacy_rows),
+    "http": step_kind(s.HttpStep, do_http),
+    "observe": step_kind(s.ObserveStep, do_observe),
+    "cloud_status": step_kind(ds.CloudStatusStep, do_cloud_status),
+    "engram_inbox": step_kind(ds.EngramInboxStep, do_engram_inbox),
 }
-assert set(HANDLERS) | set(s.NESTING_STEPS) == set(s.STEP_MODELS)
 
 
 # ─── running a list of steps ─────────────────────────────────────────────────
@@ -877,7 +894,7 @@ class StepRunner:
         begun: tuple[int, int] | None = None
         try:
             begun = self._begin(label)
-            HANDLERS[step.name](self.world, body)
+            HANDLERS[step.name].run(self.world, body)
             if expect_error is not None:
                 status, error = "failed", f"expected an error containing {expect_error!r}, the step succeeded"
         except StepUnsupported as failure:

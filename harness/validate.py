@@ -42,6 +42,7 @@ from engram_sync_kit.canary.inbox import KeySummary, read_inbox, summarize
 from engram_sync_kit.canary.report import headline
 from engram_sync_kit.canary.triage import TRIAGE_LOG_NAME
 from engram_sync_kit.engram_contract import LEGACY_TARGET
+from engram_sync_kit.engram_contract.worker_selection import legacy_unacked, worker_pushes
 from engram_sync_kit.fake_cloud.errors import FakeCloudError
 from engram_sync_kit.harness.engram_env import EngramEnvironment, meaningful_stderr
 from engram_sync_kit.harness.errors import HarnessError, StepFailed
@@ -232,10 +233,8 @@ def inbox_snapshot(db: Path, aliases: AliasMap) -> tuple[list[dict[str, Any]], l
 
 
 def _pending_sql(connection: sqlite3.Connection) -> str:
-    enrolled = "project IN (SELECT project FROM sync_enrolled_projects)"
     columns = {row[1] for row in connection.execute("PRAGMA table_info(sync_mutations)")}
-    readable = f"(project = '' OR {enrolled})" if "project" in columns else "1"
-    return f"target_key = '{LEGACY_TARGET}' AND acked_at IS NULL AND {readable}"
+    return worker_pushes() if "project" in columns else legacy_unacked()
 
 
 def worker_pending(db: Path) -> int:

@@ -17,7 +17,8 @@ import pytest
 
 import engram_sync_kit.canary.triage as triage
 from engram_sync_kit.canary.db import Schema
-from engram_sync_kit.canary.triage import Copy, Plan, apply, lane_row
+from engram_sync_kit.canary.lanes import lane_row, with_project
+from engram_sync_kit.canary.triage import Copy, Plan, apply
 
 V120_SCHEMA = Path(__file__).parents[1] / "fixtures" / "engram_schemas" / "v1.20.0.sql"
 ROWS = 3000
@@ -65,7 +66,7 @@ class ClaimOfRows:
         plan = Plan("claim", project="main-proj", enrolled=frozenset({"main-proj"}))
         for values in _rows(connection, limit):
             row = lane_row(values)
-            plan.copies.append(Copy(row, "main-proj", triage.with_project(row.payload, "main-proj")))
+            plan.copies.append(Copy(row, "main-proj", with_project(row.payload, "main-proj")))
             plan.acks.append(row)
         return plan
 

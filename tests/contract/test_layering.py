@@ -36,3 +36,41 @@ def test_imports_point_one_way(package: str) -> None:
         str(path.relative_to(ROOT)): sorted(imported_packages(path) - MAY_IMPORT[package]) for path in files
     }
     assert {path: names for path, names in wrong.items() if names} == {}
+
+
+# Inside the canary: the read paths (check and its lanes, inbox listing, reconcile, watch, report) cannot
+# reach the modules that write engram's database, by any import, direct or through another canary module.
+CANARY_READERS = ("checks", "lane_health", "lanes", "inbox", "reconcile", "watch", "report")
+CANARY_WRITERS = frozenset({"triage", "repair"})
+
+
+def canary_imports(path: Path) -> set[str]:
+    """The canary modules `path` imports anywhere in it (module level, in functions, under TYPE_CHECKING)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        modules: list[str] = []
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            base = node.module if node.level == 0 else f"canary.{node.module}"
+            modules = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+        for module in modules:
+            parts = module.removeprefix("engram_sync_kit.").split(".")
+            if parts[0] == "canary" and len(parts) > 1 and (ROOT / "canary" / f"{parts[1]}.py").exists():
+                names.add(parts[1])
+    return names
+
+
+@pytest.mark.parametrize("reader", CANARY_READERS)
+def test_canary_read_paths_reach_no_writer(reader: str) -> None:
+    assert (ROOT / "canary" / f"{reader}.py").exists() or reader == "lanes"
+    reached: dict[str, list[str]] = {reader: [reader]}
+    todo = [reader]
+    while todo:
+        module = todo.pop()
+        path = ROOT / "canary" / f"{module}.py"
+        for imported in sorted(canary_imports(path)) if path.exists() else ():
+            if imported not in reached:
+                reached[imported] = [*reached[module], imported]
+                todo.append(imported)
+    assert {name: " -> ".join(chain) for name, chain in reached.items() if name in CANARY_WRITERS} == {}
