@@ -71,6 +71,7 @@ class MeasuredLaneRow:
     duplicated: int = 0
     delivered_as_current_state: int = 0
     acked_before_run: int = 0
+    triaged: int = 0  # acked by the kit's own triage --apply (its log says so): never meant for the cloud
 
     def counts(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in LANE_COUNTS}
@@ -175,8 +176,21 @@ def read_acked_seqs(db_path: Path) -> frozenset[int]:
     )
 
 
+def triaged_seqs(db_path: Path) -> frozenset[int]:
+    """The rows the kit's triage --apply acked on purpose (discarded, or replaced by a copy), from the
+    triage log next to the database: acked and never sent, yet not lost."""
+    from engram_sync_kit.canary.triage import (
+        logged_acks,
+    )  # the log's one reader; triage is not imported otherwise
+
+    return frozenset(logged_acks(db_path))
+
+
 def compute_lanes(
-    local: Sequence[LocalMutation], received: Iterable[Received], acked_before: frozenset[int] = frozenset()
+    local: Sequence[LocalMutation],
+    received: Iterable[Received],
+    acked_before: frozenset[int] = frozenset(),
+    triaged: frozenset[int] = frozenset(),
 ) -> LaneTable:
     pool: defaultdict[MatchKey, list[Received]] = defaultdict(list)
     for item in received:
@@ -217,6 +231,8 @@ def compute_lanes(
             row.delivered_as_current_state += 1
         elif mutation.seq in acked_before:
             row.acked_before_run += 1
+        elif mutation.acked and mutation.seq in triaged:
+            row.triaged += 1
         elif mutation.acked:
             row.lost += 1
             lost_rows.append(mutation)

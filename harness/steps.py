@@ -676,6 +676,22 @@ def do_reconcile(world: World, step: s.ReconcileStep) -> None:
     command = [_kit_command("engram-canary"), "reconcile", "--db", str(world.db_path), "--format", "json"]
     if step.since is not None:
         command += ["--since", step.since]
+    result = _canary_command(world, command, "engram-canary reconcile")
+    world.results.record(step.as_, RunResult(result.returncode, result.stdout, result.stderr))
+
+
+def do_triage(world: World, step: s.TriageStep) -> None:
+    command = [_kit_command("engram-canary"), *step.args, "--db", str(world.db_path)]
+    result = _canary_command(world, command, f"engram-canary {' '.join(step.args[:2])}")
+    world.results.record(step.as_, RunResult(result.returncode, result.stdout, result.stderr))
+    if step.exit is not None and result.returncode != step.exit:
+        detail = " | ".join((result.stderr or result.stdout).strip().splitlines())[-300:]
+        raise StepFailed(
+            f"engram-canary {' '.join(step.args)} exited {result.returncode}, expected {step.exit}: {detail}"
+        )
+
+
+def _canary_command(world: World, command: list[str], what: str) -> subprocess.CompletedProcess[str]:
     started = time.monotonic()
     try:
         result = subprocess.run(
@@ -687,11 +703,11 @@ def do_reconcile(world: World, step: s.ReconcileStep) -> None:
             env=world.env.env(world.command_env()),
         )
     except (OSError, subprocess.TimeoutExpired) as error:
-        raise StepFailed(f"engram-canary reconcile could not run: {error}") from None
+        raise StepFailed(f"{what} could not run: {error}") from None
     world.record_command(
         [Path(command[0]).name, *command[1:]], Path.cwd(), result, time.monotonic() - started
     )
-    world.results.record(step.as_, RunResult(result.returncode, result.stdout, result.stderr))
+    return result
 
 
 def do_time_travel(world: World, step: s.TimeTravelStep) -> None:
@@ -760,6 +776,7 @@ HANDLERS: dict[str, Callable[[World, Any], None]] = {
     "doctor": do_doctor,
     "run": do_run,
     "reconcile": do_reconcile,
+    "triage": do_triage,
     "time_travel": do_time_travel,
     "legacy_rows": do_legacy_rows,
     "http": do_http,

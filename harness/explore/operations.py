@@ -156,6 +156,17 @@ def _pause(rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep:
     return {"cloud": {"pause": project}}
 
 
+def _triage(rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep:
+    """One of the commands the canary suggests (its legacy_lane_blocked clear_commands, its inbox
+    claim_command), applied. Drawn from the seed, not read from the canary's answer, so the history stays
+    a function of the seed; a command with nothing to do exits non-zero and changes nothing."""
+    choices: list[list[str]] = [["repair"], ["inbox", "drop", "--unattributed"]]
+    if model.enrolled:
+        # the plain dir's memories wait in the inbox under its key; the canary names this claim for them
+        choices.append(["inbox", "claim", "--project", "scratch", "--as", rng.choice(sorted(model.enrolled))])
+    return {"triage": {"args": [*rng.choice(choices), "--apply"], "exit": None}}
+
+
 def _nemesis(rng: random.Random, _model: Model, settings: GeneratorSettings) -> RawStep | None:
     if not settings.nemesis:
         return None
@@ -178,6 +189,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("sync_autosync", 2, _sync_autosync),
     Operation("restart", 1, _restart),
     Operation("pause", 1, _pause),
+    Operation("triage", 2, _triage),
     Operation("nemesis", 3, _nemesis),
     Operation("clear_faults", 1, _clear_faults),
 )

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from engram_sync_kit.harness.explore.operations import GeneratorSettings, generate_history
+from engram_sync_kit.harness.explore.execute import play
+from engram_sync_kit.harness.explore.operations import GeneratedStep, GeneratorSettings, generate_history
+from engram_sync_kit.harness.explore.scenario_out import scenario_document, scenario_yaml
 from engram_sync_kit.harness.loader import load_scenario
 
 pytestmark = pytest.mark.engram
@@ -83,3 +85,36 @@ def test_a_planted_ack_without_store_is_found_shrunk_written_and_replayed(
     )
     assert replay.returncode == 1, replay.stdout
     assert "acked, never received" in replay.stdout
+
+
+#: the canary's own triage as explore plays it: a CLI save without a project journals project "" rows (the
+#: canary suggests `inbox drop --unattributed`), the drop acks them on purpose, the manual sync delivers
+TRIAGE_HISTORY = [
+    GeneratedStep("enroll", {"enroll": "my-app"}),
+    GeneratedStep("save_cli", {"save": {"in": "app", "title": "no project", "content": "c", "via": "cli"}}),
+    GeneratedStep("save_mcp", {"save": {"in": "app", "title": "with project", "content": "c"}}),
+    GeneratedStep(
+        "triage", {"triage": {"args": ["inbox", "drop", "--unattributed", "--apply"], "exit": None}}
+    ),
+    GeneratedStep("sync_manual", {"sync": {"via": "manual", "project": "my-app", "in": "app"}}),
+]
+
+
+def test_a_triage_drop_is_no_loss_for_explore_nor_for_the_replayed_scenario(
+    engram_bin: Path, tmp_path: Path
+) -> None:
+    outcome = play(engram_bin, TRIAGE_HISTORY, autosync=False)
+    assert outcome.error == "" and outcome.violations == [], (outcome.error, outcome.violations)
+    assert [step.status for step in outcome.steps] == ["ok"] * len(TRIAGE_HISTORY)
+    assert "rows_triaged" in outcome.steps[-1].states and "rows_lost" not in outcome.steps[-1].states
+    scenario = tmp_path / "triage.scenario.yaml"
+    document = scenario_document("triage", [step.raw for step in TRIAGE_HISTORY], autosync=False)
+    scenario.write_text(scenario_yaml(document), encoding="utf-8")
+    replay = subprocess.run(
+        [HARNESS, "run", str(scenario), "--engram", str(engram_bin)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert replay.returncode == 0, replay.stdout + replay.stderr  # the dropped rows are not "lost"
