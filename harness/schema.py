@@ -460,6 +460,15 @@ class TriageStep(StepBase):
         return args
 
 
+class RenameStep(StepBase):
+    """A workspace's directory renamed on disk, as a user renames a repo or a folder; later steps `in:` it
+    run in the new directory (engram derives the project from the new name)."""
+
+    workspace: str = Field(description="The workspace whose directory is renamed (not home nor root).")
+    to: str = Field(pattern=_NAME, description="The directory's new name, next to the old one.")
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
 class TimeTravelStep(StepBase):
     """SIMULATES LEGACY DATA: shifts stored timestamps back, since engram has no clock to set."""
 
@@ -554,6 +563,7 @@ STEP_MODELS: dict[str, type[BaseModel]] = {
     "run": RunStep,
     "reconcile": ReconcileStep,
     "triage": TriageStep,
+    "rename": RenameStep,
     "time_travel": TimeTravelStep,
     "legacy_rows": LegacyRowsStep,
     "observe": ObserveStep,

@@ -681,7 +681,8 @@ def do_reconcile(world: World, step: s.ReconcileStep) -> None:
 
 
 def do_triage(world: World, step: s.TriageStep) -> None:
-    command = [_kit_command("engram-canary"), *step.args, "--db", str(world.db_path)]
+    args = [str(arg) for arg in with_workspace_paths(list(step.args), world.workspaces)]
+    command = [_kit_command("engram-canary"), *args, "--db", str(world.db_path)]
     result = _canary_command(world, command, f"engram-canary {' '.join(step.args[:2])}")
     world.results.record(step.as_, RunResult(result.returncode, result.stdout, result.stderr))
     if step.exit is not None and result.returncode != step.exit:
@@ -708,6 +709,20 @@ def _canary_command(world: World, command: list[str], what: str) -> subprocess.C
         [Path(command[0]).name, *command[1:]], Path.cwd(), result, time.monotonic() - started
     )
     return result
+
+
+def do_rename(world: World, step: s.RenameStep) -> None:
+    old = world.workspaces[step.workspace]
+    if old in (world.env.home, Path("/")):
+        raise StepFailed(f"rename: workspace {step.workspace!r} is {old}, which a scenario never renames")
+    new = old.parent / step.to
+    if new.exists():
+        raise StepFailed(f"rename: {new} already exists")
+    old.rename(new)
+    # a workspace created inside the renamed one moves with it
+    for name, path in list(world.workspaces.items()):
+        if path == old or old in path.parents:
+            world.workspaces[name] = new / path.relative_to(old)
 
 
 def do_time_travel(world: World, step: s.TimeTravelStep) -> None:
@@ -777,6 +792,7 @@ HANDLERS: dict[str, Callable[[World, Any], None]] = {
     "run": do_run,
     "reconcile": do_reconcile,
     "triage": do_triage,
+    "rename": do_rename,
     "time_travel": do_time_travel,
     "legacy_rows": do_legacy_rows,
     "http": do_http,

@@ -240,6 +240,30 @@ def _delivered(lanes: LaneTable) -> dict[tuple[str, str], int]:
     return {(row.lane, row.project): row.delivered for row in lanes.rows}
 
 
+def _copies_without_their_session(observation: Observation) -> list[tuple[int, str, str]]:
+    """Copies (observations, prompts) whose session has no row in the copy's project that is not itself
+    acked on purpose: the cloud checks a pushed chunk's session references per project."""
+    copies = {
+        int(pair[1])
+        for entry in observation.triage_entries
+        if not entry.get("discarded")
+        for pair in entry.get("copies") or []
+    }
+    sessions = {
+        (normalize_project(row.project), row.entity_key)
+        for row in observation.local
+        if row.entity == "session" and row.seq not in observation.triaged
+    }
+    orphans = []
+    for row in observation.local:
+        if row.seq not in copies or row.entity not in ("observation", "prompt"):
+            continue
+        session = str((row.payload or {}).get("session_id") or "") if isinstance(row.payload, dict) else ""
+        if session and (normalize_project(row.project), session) not in sessions:
+            orphans.append((row.seq, session, row.project))
+    return orphans
+
+
 def check_i4(observation: Observation) -> list[Violation]:
     before = observation.before
     if before is None:
@@ -278,6 +302,20 @@ def check_i4(observation: Observation) -> list[Violation]:
         for entry in observation.triage_entries
         if not entry.get("discarded")
     )
+    orphans = _copies_without_their_session(observation)
+    if orphans:
+        problems.append(
+            (
+                "copy-without-session",
+                "the triage copied "
+                + ", ".join(
+                    f"seq {seq} (session {session!r}, project {project!r})"
+                    for seq, session, project in orphans[:5]
+                )
+                + " into a project that holds no row of that session: the cloud refuses it on the chunk path "
+                '("references missing session_id")',
+            )
+        )
     if missing or uncopied > replaced:
         problems.append(
             (
@@ -289,7 +327,7 @@ def check_i4(observation: Observation) -> list[Violation]:
         Violation(
             "I4",
             detail,
-            extra_steps=({"canary": {"as": "explore-canary"}},),
+            extra_steps=(*_sync_each(orphans if signature == "copy-without-session" else []), _CANARY_STEP),
             expectations=(
                 _expectation(
                     "explore I4: a triage --apply never adds a refusal and never loses a row",
@@ -300,6 +338,15 @@ def check_i4(observation: Observation) -> list[Violation]:
         )
         for signature, detail in problems
     ]
+
+
+_CANARY_STEP: dict[str, Any] = {"canary": {"as": "explore-canary"}}
+
+
+def _sync_each(orphans: Sequence[tuple[int, str, str]]) -> list[dict[str, Any]]:
+    """A manual sync of each project that received an orphaned copy: the cloud's refusal fails it."""
+    projects = sorted({project for _, _, project in orphans})
+    return [{"run": {"args": ["sync", "--cloud", "--project", project]}} for project in projects]
 
 
 def check_i5(observation: Observation) -> list[Violation]:

@@ -311,9 +311,13 @@ def test_i4_holds_for_a_drop_and_a_repair_that_append_acceptable_copies() -> Non
     blocked = [_entry(1, ""), _entry(2, "my-app")]
     dropped = [_entry(1, "", acked=True), _entry(2, "my-app")]
     assert _after_triage(blocked, dropped, [{"acked_seqs": [1], "discarded": True, "copies": []}]) == []
-    repaired = [_entry(1, "", acked=True), _entry(2, "my-app"), _entry(3, "my-app")]
+    session = LocalMutation(4, "cloud", "my-app", "session", "s", "upsert", "d4", False, {"id": "s"})
+    repaired = [_entry(1, "", acked=True), _entry(2, "my-app"), _entry(3, "my-app"), session]
     entry = {"acked_seqs": [1], "discarded": False, "copies": [[1, 3]]}
-    assert _after_triage(blocked, repaired, [entry]) == []
+    assert _after_triage([*blocked, session], repaired, [entry]) == []
+    (orphan,) = _after_triage(blocked, repaired[:3], [entry])  # the copy's session 's' is not in my-app
+    assert orphan.kind == "I4/copy-without-session"
+    assert orphan.extra_steps[0] == {"run": {"args": ["sync", "--cloud", "--project", "my-app"]}}
     assert check_i4(_observation(repaired)) == []  # not after a triage step: nothing to compare
 
 
@@ -326,6 +330,10 @@ def test_i4_fails_on_a_new_refusal_a_lost_row_less_delivered_or_a_missing_copy()
     assert "seq 3 (500 observation payload sync_id is required)" in refusal.detail
     assert refusal.extra_steps == ({"canary": {"as": "explore-canary"}},)
     no_copy = [_entry(1, "", acked=True), _entry(2, "my-app")]
+    refused_copy = [
+        *refused_copy,
+        LocalMutation(4, "cloud", "my-app", "session", "s", "upsert", "d4", False, {}),
+    ]
     kinds = [v.kind for v in _after_triage(before, no_copy, [entry])]
     assert kinds == ["I4/no-copy"]
     unlogged = [_entry(1, ""), _entry(2, "my-app", acked=True)]

@@ -235,6 +235,8 @@ RULE_BREAKERS = {
     "absent doctor check with a result": BASE
     + "expect:\n  - {tag: design, doctor_check: {check: c, present: false, result: ok}}\n",
     "no steps": "name: r\n",
+    "rename to a path": BASE + "  - rename: {workspace: app, to: ../elsewhere}\n",
+    "rename without a new name": BASE + "  - rename: {workspace: app}\n",
     "triage that is no triage command": BASE + "  - triage: {args: [check, --apply]}\n",
     "triage of a half command": BASE + "  - triage: {args: [inbox]}\n",
     "triage naming its own database": BASE + "  - triage: {args: [repair, --db, /tmp/x.db, --apply]}\n",
@@ -274,4 +276,14 @@ def test_a_triage_step_runs_one_of_the_canarys_triage_commands_on_the_scenarios_
     assert errors_of(BASE + "  - triage: {args: [repair, --db, x.db]}\n") == [
         "s.scenario.yaml:6: steps.1.triage.args: args must not name --db: the step passes "
         "the scenario's database"
+    ]
+
+
+def test_a_rename_step_names_a_declared_workspace_and_a_plain_new_name() -> None:
+    (_, rename) = parse_scenario(
+        BASE + "  - rename: {workspace: app, to: my-app-2}\n", Path("s.scenario.yaml")
+    ).steps
+    assert (rename.name, rename.body.workspace, rename.body.to) == ("rename", "app", "my-app-2")  # type: ignore[attr-defined]
+    assert errors_of(BASE + "  - rename: {workspace: nope, to: x}\n") == [
+        "s.scenario.yaml:6: rename: unknown workspace 'nope'; declared: app"
     ]
