@@ -333,6 +333,7 @@ def check_i4(observation: Observation) -> list[Violation]:
                     "explore I4: a triage --apply never adds a refusal and never loses a row",
                     {"canary": {"of": "explore-canary", "findings_exclude": [{"check": LANE_BLOCKED}]}},
                 ),
+                *_synced_each(orphans if signature == "copy-without-session" else []),
             ),
             signature=signature,
         )
@@ -344,9 +345,24 @@ _CANARY_STEP: dict[str, Any] = {"canary": {"as": "explore-canary"}}
 
 
 def _sync_each(orphans: Sequence[tuple[int, str, str]]) -> list[dict[str, Any]]:
-    """A manual sync of each project that received an orphaned copy: the cloud's refusal fails it."""
+    """A manual sync of each project that received an orphaned copy, kept for the check below."""
     projects = sorted({project for _, _, project in orphans})
-    return [{"run": {"args": ["sync", "--cloud", "--project", project]}} for project in projects]
+    return [
+        {"run": {"args": ["sync", "--cloud", "--project", project], "exit": None, "as": f"sync-{project}"}}
+        for project in projects
+    ]
+
+
+def _synced_each(orphans: Sequence[tuple[int, str, str]]) -> list[dict[str, Any]]:
+    """Each of those syncs must succeed: the cloud's refusal of the orphaned copy fails it."""
+    projects = sorted({project for _, _, project in orphans})
+    return [
+        _expectation(
+            "explore I4: a triage copy is delivered by the next sync",
+            {"command": {"of": f"sync-{project}", "exit": 0}},
+        )
+        for project in projects
+    ]
 
 
 def check_i5(observation: Observation) -> list[Violation]:

@@ -317,7 +317,9 @@ def test_i4_holds_for_a_drop_and_a_repair_that_append_acceptable_copies() -> Non
     assert _after_triage([*blocked, session], repaired, [entry]) == []
     (orphan,) = _after_triage(blocked, repaired[:3], [entry])  # the copy's session 's' is not in my-app
     assert orphan.kind == "I4/copy-without-session"
-    assert orphan.extra_steps[0] == {"run": {"args": ["sync", "--cloud", "--project", "my-app"]}}
+    sync = {"args": ["sync", "--cloud", "--project", "my-app"], "exit": None, "as": "sync-my-app"}
+    assert orphan.extra_steps[0] == {"run": sync}
+    assert orphan.expectations[1]["command"] == {"of": "sync-my-app", "exit": 0}
     assert check_i4(_observation(repaired)) == []  # not after a triage step: nothing to compare
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from engram_sync_kit.harness.explore.execute import play
+from engram_sync_kit.harness.explore.explorer import replay_scenario
 from engram_sync_kit.harness.explore.operations import GeneratedStep, GeneratorSettings, generate_history
 from engram_sync_kit.harness.explore.scenario_out import scenario_document, scenario_yaml
 from engram_sync_kit.harness.loader import load_scenario
@@ -158,10 +159,15 @@ def test_i4_catches_a_claim_whose_copy_references_a_session_the_project_never_ge
     (violation,) = outcome.violations
     assert violation.kind == "I4/copy-without-session" and violation.owner == "ours"
     assert "session 'manual-save-scratch', project 'my-app'" in violation.detail
+    path = tmp_path / "claim.scenario.yaml"
     steps = [*(step.raw for step in CLAIM_HISTORY), *violation.extra_steps]
-    replay = _run_scenario(engram_bin, tmp_path / "claim.scenario.yaml", steps)
-    assert replay.returncode == 1, replay.stdout + replay.stderr
-    assert "references missing session_id" in replay.stdout  # the manual sync after the claim fails
+    path.write_text(
+        scenario_yaml(scenario_document("claim", steps, autosync=False, expectations=violation.expectations)),
+        encoding="utf-8",
+    )
+    replays, detail = replay_scenario(engram_bin, path)
+    assert replays is True, detail  # every step ran; the sync after the claim exited 1, not 0
+    assert "sync-my-app" in detail, detail
 
 
 RENAME_SCENARIO = """\
