@@ -17,6 +17,7 @@ from typing import Any, Protocol, TypeVar
 
 from engram_sync_kit.canary.db import open_read_only
 from engram_sync_kit.canary.errors import CanaryError
+from engram_sync_kit.canary.triage_log import logged_acks
 from engram_sync_kit.engram_contract import LANE_COUNTS, carries_fields, decoded_payload, payload_digest
 from engram_sync_kit.harness.errors import HarnessError
 
@@ -71,6 +72,7 @@ class MeasuredLaneRow:
     duplicated: int = 0
     delivered_as_current_state: int = 0
     acked_before_run: int = 0
+    triaged: int = 0  # acked by the kit's own triage --apply (its log says so): never meant for the cloud
 
     def counts(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in LANE_COUNTS}
@@ -175,8 +177,17 @@ def read_acked_seqs(db_path: Path) -> frozenset[int]:
     )
 
 
+def triaged_seqs(db_path: Path) -> frozenset[int]:
+    """The rows the kit's triage --apply acked on purpose (discarded, or replaced by a copy), from the
+    triage log next to the database: acked and never sent, yet not lost."""
+    return frozenset(logged_acks(db_path))
+
+
 def compute_lanes(
-    local: Sequence[LocalMutation], received: Iterable[Received], acked_before: frozenset[int] = frozenset()
+    local: Sequence[LocalMutation],
+    received: Iterable[Received],
+    acked_before: frozenset[int] = frozenset(),
+    triaged: frozenset[int] = frozenset(),
 ) -> LaneTable:
     pool: defaultdict[MatchKey, list[Received]] = defaultdict(list)
     for item in received:
@@ -217,6 +228,8 @@ def compute_lanes(
             row.delivered_as_current_state += 1
         elif mutation.seq in acked_before:
             row.acked_before_run += 1
+        elif mutation.acked and mutation.seq in triaged:
+            row.triaged += 1
         elif mutation.acked:
             row.lost += 1
             lost_rows.append(mutation)

@@ -211,7 +211,7 @@ def _parse_expectation(raw: Any, loc: Loc, located: _Located) -> ExpectationBase
 
 def _workspace_refs(steps: Iterable[Step]) -> Iterable[tuple[Step, str]]:
     for step in steps:
-        for attribute in ("in_", "cwd"):
+        for attribute in ("in_", "cwd", "workspace"):
             value = getattr(step.body, attribute, None)
             if isinstance(value, str):
                 yield step, value

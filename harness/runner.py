@@ -25,6 +25,7 @@ from engram_sync_kit.harness.lanes import (
     read_acked_seqs,
     read_local_mutations,
     read_sync_state_targets,
+    triaged_seqs,
 )
 from engram_sync_kit.harness.loader import Scenario
 from engram_sync_kit.harness.localdata import count_local_rows, read_sync_state_rows
@@ -311,7 +312,9 @@ def _observe(
     result: ScenarioResult, world: World, acked_before: frozenset[int], marks: dict[str, StepMarks]
 ) -> None:
     received = world.cloud.client.received()
-    result.lanes = compute_lanes(read_local_mutations(world.db_path), received, acked_before)
+    result.lanes = compute_lanes(
+        read_local_mutations(world.db_path), received, acked_before, triaged_seqs(world.db_path)
+    )
     result.sync_state_targets = read_sync_state_targets(world.db_path)
     result.sync_state = read_sync_state_rows(world.db_path)
     journal = world.cloud.client.journal()

@@ -410,6 +410,65 @@ class ReconcileStep(StepBase):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
+#: the engram-canary commands that write engram's database, each a triage of the legacy lane or the inbox
+TRIAGE_COMMANDS = (("repair",), ("inbox", "claim"), ("inbox", "drop"))
+
+
+class TriageStep(StepBase):
+    """An engram-canary triage command (repair, inbox claim, inbox drop) on the scenario's database."""
+
+    args: list[str] = Field(
+        min_length=1,
+        description="engram-canary's arguments after the program name, without --db (the step adds it); "
+        "--apply writes, as on a real machine.",
+    )
+    exit: int | None = Field(0, description="Required exit code; null accepts any.")
+    as_: str = Field("triage", alias="as", description="Keeps exit code and output for a `command` check.")
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        populate_by_name=True,
+        json_schema_extra=schema_rules(
+            {
+                "properties": {
+                    "args": {
+                        "anyOf": [
+                            {
+                                "prefixItems": [
+                                    {"const": command[0]},
+                                    *({"const": word} for word in command[1:]),
+                                ],
+                                "minItems": len(command),
+                            }
+                            for command in TRIAGE_COMMANDS
+                        ],
+                        "not": {"contains": {"pattern": "^--db(=|$)"}},
+                    }
+                }
+            }
+        ),
+    )
+
+    @field_validator("args")
+    @classmethod
+    def _a_triage_command(cls, args: list[str]) -> list[str]:
+        if not any(tuple(args[: len(command)]) == command for command in TRIAGE_COMMANDS):
+            known = ", ".join(" ".join(command) for command in TRIAGE_COMMANDS)
+            raise ValueError(f"args must start with a triage command ({known}), got {args[:2]}")
+        if any(arg == "--db" or arg.startswith("--db=") for arg in args):
+            raise ValueError("args must not name --db: the step passes the scenario's database")
+        return args
+
+
+class RenameStep(StepBase):
+    """A workspace's directory renamed on disk, as a user renames a repo or a folder; later steps `in:` it
+    run in the new directory (engram derives the project from the new name)."""
+
+    workspace: str = Field(description="The workspace whose directory is renamed (not home nor root).")
+    to: str = Field(pattern=_NAME, description="The directory's new name, next to the old one.")
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
 class TimeTravelStep(StepBase):
     """SIMULATES LEGACY DATA: shifts stored timestamps back, since engram has no clock to set."""
 
@@ -503,6 +562,8 @@ STEP_MODELS: dict[str, type[BaseModel]] = {
     "doctor": DoctorStep,
     "run": RunStep,
     "reconcile": ReconcileStep,
+    "triage": TriageStep,
+    "rename": RenameStep,
     "time_travel": TimeTravelStep,
     "legacy_rows": LegacyRowsStep,
     "observe": ObserveStep,

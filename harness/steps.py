@@ -672,6 +672,23 @@ def do_reconcile(world: World, step: s.ReconcileStep) -> None:
     command = [_kit_command("engram-canary"), "reconcile", "--db", str(world.db_path), "--format", "json"]
     if step.since is not None:
         command += ["--since", step.since]
+    result = _canary_command(world, command, "engram-canary reconcile")
+    world.results.record(step.as_, RunResult(result.returncode, result.stdout, result.stderr))
+
+
+def do_triage(world: World, step: s.TriageStep) -> None:
+    args = [str(arg) for arg in with_workspace_paths(list(step.args), world.workspaces)]
+    command = [_kit_command("engram-canary"), *args, "--db", str(world.db_path)]
+    result = _canary_command(world, command, f"engram-canary {' '.join(step.args[:2])}")
+    world.results.record(step.as_, RunResult(result.returncode, result.stdout, result.stderr))
+    if step.exit is not None and result.returncode != step.exit:
+        detail = " | ".join((result.stderr or result.stdout).strip().splitlines())[-300:]
+        raise StepFailed(
+            f"engram-canary {' '.join(step.args)} exited {result.returncode}, expected {step.exit}: {detail}"
+        )
+
+
+def _canary_command(world: World, command: list[str], what: str) -> subprocess.CompletedProcess[str]:
     started = time.monotonic()
     try:
         result = subprocess.run(
@@ -683,11 +700,25 @@ def do_reconcile(world: World, step: s.ReconcileStep) -> None:
             env=world.env.env(world.command_env()),
         )
     except (OSError, subprocess.TimeoutExpired) as error:
-        raise StepFailed(f"engram-canary reconcile could not run: {error}") from None
+        raise StepFailed(f"{what} could not run: {error}") from None
     world.record_command(
         [Path(command[0]).name, *command[1:]], Path.cwd(), result, time.monotonic() - started
     )
-    world.results.record(step.as_, RunResult(result.returncode, result.stdout, result.stderr))
+    return result
+
+
+def do_rename(world: World, step: s.RenameStep) -> None:
+    old = world.workspaces[step.workspace]
+    if old in (world.env.home, Path("/")):
+        raise StepFailed(f"rename: workspace {step.workspace!r} is {old}, which a scenario never renames")
+    new = old.parent / step.to
+    if new.exists():
+        raise StepFailed(f"rename: {new} already exists")
+    old.rename(new)
+    # a workspace created inside the renamed one moves with it
+    for name, path in list(world.workspaces.items()):
+        if path == old or old in path.parents:
+            world.workspaces[name] = new / path.relative_to(old)
 
 
 def do_time_travel(world: World, step: s.TimeTravelStep) -> None:
@@ -778,6 +809,8 @@ HANDLERS: dict[str, StepKind] = {
     "doctor": step_kind(s.DoctorStep, do_doctor),
     "run": step_kind(s.RunStep, do_run),
     "reconcile": step_kind(s.ReconcileStep, do_reconcile),
+    "triage": step_kind(s.TriageStep, do_triage),
+    "rename": step_kind(s.RenameStep, do_rename),
     "time_travel": step_kind(s.TimeTravelStep, do_time_travel),
     "legacy_rows": step_kind(s.LegacyRowsStep, do_legacy_rows),
     "http": step_kind(s.HttpStep, do_http),

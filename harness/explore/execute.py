@@ -24,6 +24,7 @@ from engram_sync_kit.canary.config import CanaryConfig
 from engram_sync_kit.canary.db import open_read_only
 from engram_sync_kit.canary.errors import CanaryError
 from engram_sync_kit.canary.report import render_json
+from engram_sync_kit.canary.triage_log import TRIAGE_LOG_NAME, default_backup_dir
 from engram_sync_kit.fake_cloud.errors import FakeCloudError
 from engram_sync_kit.harness.engram_env import EngramEnvironment
 from engram_sync_kit.harness.errors import HarnessError
@@ -32,11 +33,12 @@ from engram_sync_kit.harness.explore.invariants import (
     Observation,
     Violation,
     check_all,
+    lost_rows,
     reached_states,
 )
 from engram_sync_kit.harness.explore.operations import LOSSY_ACTIONS, GeneratedStep
 from engram_sync_kit.harness.explore.scenario_out import scenario_document, scenario_yaml
-from engram_sync_kit.harness.lanes import compute_lanes, read_local_mutations
+from engram_sync_kit.harness.lanes import LaneTable, compute_lanes, read_local_mutations, triaged_seqs
 from engram_sync_kit.harness.loader import Step, parse_scenario
 from engram_sync_kit.harness.localdata import read_sync_state_rows
 from engram_sync_kit.harness.results import StepRecord
@@ -221,6 +223,7 @@ def _observe(
     local = read_local_mutations(world.db_path)
     lanes = compute_lanes(local, world.cloud.client.received())
     observation = Observation(
+        triaged=triaged_seqs(world.db_path),
         local=local,
         lanes=lanes,
         canary=canary,
@@ -228,8 +231,8 @@ def _observe(
         lossy_nemesis=lossy,
         enrolled=_enrolled(world.db_path),
     )
-    if lanes.lost_rows:
-        lost = frozenset(row.seq for row in lanes.lost_rows)
+    if lost_rows(observation):
+        lost = frozenset(row.seq for row in lost_rows(observation))
         if lost not in reconcile_cache:
             reconcile_cache[lost] = _reconcile_lost(world)
         observation.reconcile_lost = reconcile_cache[lost]
@@ -256,10 +259,13 @@ def play(
         lossy = False
         cloud_side = CloudSide()
         reconcile_cache: dict[frozenset[int], frozenset[int] | None] = {}
+        # what the step before left (a fresh world holds no row): a triage step is judged against it (I4)
+        previous = Observation(local=[], lanes=LaneTable(), canary={}, sync_state=[])
         for index, (generated, step) in enumerate(zip(history, parsed_steps(history, autosync), strict=True)):
             lossy = lossy or _is_lossy(generated.raw)
             cloud_side.play(generated.raw)
             journal_before = _last_journal_id(world)
+            log_before = len(_triage_log(world))
             started = time.monotonic()
             runner.run((step,), prefix=f"{index + 1}.")
             record: StepRecord = runner.records[-1]
@@ -272,7 +278,11 @@ def play(
                 if _is_worker_cycle(generated.raw):
                     observation.cycle_push_statuses = _push_statuses(world, journal_before)
                     observation.settled = generated.operation == "settle"
+                if "triage" in generated.raw:
+                    observation.before = previous
+                    observation.triage_entries = _triage_log(world)[log_before:]
                 violations = check_all(observation)
+                observation.before, previous = None, observation
                 states = reached_states(observation) | cloud_side.states()
             step_outcome = StepOutcome(
                 generated.operation,
@@ -302,6 +312,22 @@ def play(
     finally:
         player.close(keep=keep)
     return outcome
+
+
+def _triage_log(world: World) -> list[dict[str, Any]]:
+    """The canary's triage log next to the scenario's database, one entry per --apply, oldest first."""
+    path = default_backup_dir(world.db_path) / TRIAGE_LOG_NAME
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    entries = []
+    for line in lines:
+        with contextlib.suppress(json.JSONDecodeError):
+            entry = json.loads(line)
+            if isinstance(entry, dict):
+                entries.append(entry)
+    return entries
 
 
 def _last_journal_id(world: World) -> int:

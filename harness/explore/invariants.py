@@ -6,11 +6,15 @@ engram's database read-only), never against the canary's own reading of it.
 - I2: right after a worker cycle, the canary's `legacy_lane_blocked` holds exactly when that cycle's last
   push was refused while listed rows still wait at the head of the legacy lane.
 - I3: the canary's foreign-target findings match sync_state (and the lanes) and the enrolled set.
+- I4: right after a triage --apply (the canary's own claim, drop or repair), no pending row is refused
+  that was not refused before (a copy it appended is acceptable to the cloud), no row is lost that was not
+  lost before, every (lane, project) delivers at least what it delivered, and every row it acked without
+  discarding it has its copy in the database. Rows its log says it acked on purpose are never lost (I1).
 - I5: once the nemesis is quiet (faults cleared, pauses resumed) and two worker cycles ran, every enrolled
   project's rows on the legacy lane are delivered. A refusal caused by engram's own rows (a save without a
   project, a session without a directory) is then engram's liveness bug.
 
-A violation of I2 or I3 (or I1-reconcile) is a bug of ours; I1 and I5 can be engram's.
+A violation of I2, I3 or I4 (or I1-reconcile) is a bug of ours; I1 and I5 can be engram's.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engram_sync_kit.canary.targets import normalize_project
-from engram_sync_kit.engram_contract import LEGACY_TARGET
+from engram_sync_kit.engram_contract import LEGACY_TARGET, refusal_for_entry
 from engram_sync_kit.harness.lanes import LaneTable, LocalMutation
 
 LANE_BLOCKED = "legacy_lane_blocked"
@@ -29,7 +33,7 @@ ALWAYS_ALLOWED = frozenset({LEGACY_TARGET, "cloud:inbox", "local"})
 PUSH_PATH = "/sync/mutations/push"
 
 #: who a violation points at: engram, the kit's own canary/triage, or the nemesis that was told to lose rows
-OWNERS = {"I1": "engram", "I1-reconcile": "ours", "I2": "ours", "I3": "ours", "I5": "engram"}
+OWNERS = {"I1": "engram", "I1-reconcile": "ours", "I2": "ours", "I3": "ours", "I4": "ours", "I5": "engram"}
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,10 @@ class Observation:
     lossy_nemesis: bool = False  # an ack_without_store fault was scheduled in this history
     reconcile_lost: frozenset[int] | None = None
     enrolled: set[str] = field(default_factory=set)  # sync_enrolled_projects, read from the database
+    triaged: frozenset[int] = frozenset()  # rows the triage log says an --apply acked on purpose
+    #: after a triage step: what the step before it left, and the triage log entries this step wrote
+    before: Observation | None = None
+    triage_entries: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _expectation(why: str, check: dict[str, Any]) -> dict[str, Any]:
@@ -90,8 +98,13 @@ def listed_pending(local: Iterable[LocalMutation], enrolled: set[str]) -> list[L
     ]
 
 
+def lost_rows(observation: Observation) -> list[LocalMutation]:
+    """Acked rows the cloud lacks, less those the kit's triage acked on purpose (its log names them)."""
+    return [row for row in observation.lanes.lost_rows if row.seq not in observation.triaged]
+
+
 def check_i1(observation: Observation) -> list[Violation]:
-    lost = observation.lanes.lost_rows
+    lost = lost_rows(observation)
     if not lost:
         return []
     seqs = frozenset(row.seq for row in lost)
@@ -204,6 +217,154 @@ def check_i3(observation: Observation) -> list[Violation]:
     return violations
 
 
+def refused_pending(local: Iterable[LocalMutation]) -> dict[int, str]:
+    """seq -> the reason the cloud refuses it, for every row still waiting (the contract's push rules, which
+    the fake cloud enforces)."""
+    refused: dict[int, str] = {}
+    for row in local:
+        if row.acked:
+            continue
+        refusal = refusal_for_entry(
+            project=row.project,
+            entity=row.entity,
+            entity_key=row.entity_key,
+            op=row.op,
+            payload=row.payload,
+        )
+        if refusal is not None:
+            refused[row.seq] = f"{refusal.status} {refusal.reason}"
+    return refused
+
+
+def _delivered(lanes: LaneTable) -> dict[tuple[str, str], int]:
+    return {(row.lane, row.project): row.delivered for row in lanes.rows}
+
+
+def _copies_without_their_session(observation: Observation) -> list[tuple[int, str, str]]:
+    """Copies (observations, prompts) whose session has no row in the copy's project that is not itself
+    acked on purpose: the cloud checks a pushed chunk's session references per project."""
+    copies = {
+        int(pair[1])
+        for entry in observation.triage_entries
+        if not entry.get("discarded")
+        for pair in entry.get("copies") or []
+    }
+    sessions = {
+        (normalize_project(row.project), row.entity_key)
+        for row in observation.local
+        if row.entity == "session" and row.seq not in observation.triaged
+    }
+    orphans = []
+    for row in observation.local:
+        if row.seq not in copies or row.entity not in ("observation", "prompt"):
+            continue
+        session = str((row.payload or {}).get("session_id") or "") if isinstance(row.payload, dict) else ""
+        if session and (normalize_project(row.project), session) not in sessions:
+            orphans.append((row.seq, session, row.project))
+    return orphans
+
+
+def check_i4(observation: Observation) -> list[Violation]:
+    before = observation.before
+    if before is None:
+        return []  # only a triage step carries what the step before it left
+    problems: list[tuple[str, str]] = []
+    was_refused = refused_pending(before.local)
+    added = {
+        seq: reason for seq, reason in refused_pending(observation.local).items() if seq not in was_refused
+    }
+    if added:
+        shown = ", ".join(f"seq {seq} ({reason})" for seq, reason in sorted(added.items())[:5])
+        problems.append(("new-refusal", f"the triage left {len(added)} new refused row(s): {shown}"))
+    lost_before = {row.seq for row in lost_rows(before)}
+    newly_lost = [row.seq for row in lost_rows(observation) if row.seq not in lost_before]
+    if newly_lost:
+        problems.append(("lost", f"rows lost after the triage: seqs {newly_lost[:10]}"))
+    then = _delivered(observation.lanes)
+    fewer = [
+        f"{lane}/{project or '-'}: {count} -> {then.get((lane, project), 0)}"
+        for (lane, project), count in _delivered(before.lanes).items()
+        if then.get((lane, project), 0) < count
+    ]
+    if fewer:
+        problems.append(("delivers-less", f"lanes deliver less after the triage: {'; '.join(fewer)}"))
+    present = {row.seq for row in observation.local}
+    missing = [
+        int(pair[1])
+        for entry in observation.triage_entries
+        if not entry.get("discarded")
+        for pair in entry.get("copies") or []
+        if int(pair[1]) not in present
+    ]
+    replaced = sum(len(entry.get("copies") or []) for entry in observation.triage_entries)
+    uncopied = sum(
+        len(entry.get("acked_seqs") or [])
+        for entry in observation.triage_entries
+        if not entry.get("discarded")
+    )
+    orphans = _copies_without_their_session(observation)
+    if orphans:
+        problems.append(
+            (
+                "copy-without-session",
+                "the triage copied "
+                + ", ".join(
+                    f"seq {seq} (session {session!r}, project {project!r})"
+                    for seq, session, project in orphans[:5]
+                )
+                + " into a project that holds no row of that session: the cloud refuses it on the chunk path "
+                '("references missing session_id")',
+            )
+        )
+    if missing or uncopied > replaced:
+        problems.append(
+            (
+                "no-copy",
+                f"the triage acked {uncopied} row(s) as replaced, with {replaced} copies; missing {missing[:10]}",
+            )
+        )
+    return [
+        Violation(
+            "I4",
+            detail,
+            extra_steps=(*_sync_each(orphans if signature == "copy-without-session" else []), _CANARY_STEP),
+            expectations=(
+                _expectation(
+                    "explore I4: a triage --apply never adds a refusal and never loses a row",
+                    {"canary": {"of": "explore-canary", "findings_exclude": [{"check": LANE_BLOCKED}]}},
+                ),
+                *_synced_each(orphans if signature == "copy-without-session" else []),
+            ),
+            signature=signature,
+        )
+        for signature, detail in problems
+    ]
+
+
+_CANARY_STEP: dict[str, Any] = {"canary": {"as": "explore-canary"}}
+
+
+def _sync_each(orphans: Sequence[tuple[int, str, str]]) -> list[dict[str, Any]]:
+    """A manual sync of each project that received an orphaned copy, kept for the check below."""
+    projects = sorted({project for _, _, project in orphans})
+    return [
+        {"run": {"args": ["sync", "--cloud", "--project", project], "exit": None, "as": f"sync-{project}"}}
+        for project in projects
+    ]
+
+
+def _synced_each(orphans: Sequence[tuple[int, str, str]]) -> list[dict[str, Any]]:
+    """Each of those syncs must succeed: the cloud's refusal of the orphaned copy fails it."""
+    projects = sorted({project for _, _, project in orphans})
+    return [
+        _expectation(
+            "explore I4: a triage copy is delivered by the next sync",
+            {"command": {"of": f"sync-{project}", "exit": 0}},
+        )
+        for project in projects
+    ]
+
+
 def check_i5(observation: Observation) -> list[Violation]:
     if not observation.settled:
         return []
@@ -249,8 +410,8 @@ def check_i5(observation: Observation) -> list[Violation]:
     ]
 
 
-CHECKERS = (check_i1, check_i2, check_i3, check_i5)
-INVARIANTS = ("I1", "I1-reconcile", "I2", "I3", "I5")
+CHECKERS = (check_i1, check_i2, check_i3, check_i4, check_i5)
+INVARIANTS = ("I1", "I1-reconcile", "I2", "I3", "I4", "I5")
 
 
 def check_all(observation: Observation) -> list[Violation]:
@@ -270,8 +431,10 @@ def reached_states(observation: Observation) -> set[str]:
         states.add("foreign_target")
     if findings(observation.canary, "unattributed_mutations"):
         states.add("unattributed_rows")
-    if observation.lanes.lost_rows:
+    if lost_rows(observation):
         states.add("rows_lost")
+    if observation.triaged:
+        states.add("rows_triaged")
     if any(row.stranded for row in observation.lanes.rows):
         states.add("rows_waiting")
     if any(row.delivered for row in observation.lanes.rows):

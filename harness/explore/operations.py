@@ -24,6 +24,7 @@ WORKSPACES: dict[str, dict[str, Any]] = {
 }
 REPO_PROJECTS = {"app": "my-app", "other": "other-repo"}
 PLACES = ("app", "other", "scratch", "home")
+RENAMABLE = ("app", "other", "scratch")
 
 #: nemesis kinds, each one fault of the fake cloud's fault API (fake_cloud.faults is the one source)
 NEMESIS_KINDS: dict[str, Callable[[str], list[dict[str, Any]]]] = {
@@ -52,6 +53,7 @@ class Model:
     enrolled: set[str] = field(default_factory=set)
     sessions: list[str] = field(default_factory=list)
     paused: set[str] = field(default_factory=set)
+    renamed_keys: list[str] = field(default_factory=list)  # the keys renamed repos give later saves
     counter: int = 0
 
     def next_id(self) -> int:
@@ -156,6 +158,32 @@ def _pause(rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep:
     return {"cloud": {"pause": project}}
 
 
+def _triage(rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep:
+    """One of the commands the canary suggests (its legacy_lane_blocked clear_commands, its inbox
+    claim_command), applied. Drawn from the seed, not read from the canary's answer, so the history stays
+    a function of the seed; a command with nothing to do exits non-zero and changes nothing."""
+    choices: list[list[str]] = [["repair"], ["inbox", "drop", "--unattributed"]]
+    if model.enrolled:
+        owner = rng.choice(sorted(model.enrolled))
+        # a plain dir's memories wait under `unsorted` with their cwd: the canary's cwd_claim_commands
+        choices.append(
+            ["inbox", "claim", "--project", "unsorted", "--cwd", "{workspace:scratch}", "--as", owner]
+        )
+        # a renamed repo's later memories wait under its new key: the canary's claim_command
+        choices.extend(["inbox", "claim", "--project", key, "--as", owner] for key in model.renamed_keys)
+    return {"triage": {"args": [*rng.choice(choices), "--apply"], "exit": None}}
+
+
+def _rename(rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep:
+    """A repo or plain dir renamed between saves: engram derives a new key for the saves after it."""
+    place = rng.choice(RENAMABLE)
+    spec = WORKSPACES[place]
+    name = f"{spec.get('git') or spec['dir']}-{model.next_id()}"
+    if "git" in spec:
+        model.renamed_keys.append(name)
+    return {"rename": {"workspace": place, "to": name}}
+
+
 def _nemesis(rng: random.Random, _model: Model, settings: GeneratorSettings) -> RawStep | None:
     if not settings.nemesis:
         return None
@@ -178,6 +206,8 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("sync_autosync", 2, _sync_autosync),
     Operation("restart", 1, _restart),
     Operation("pause", 1, _pause),
+    Operation("triage", 2, _triage),
+    Operation("rename", 1, _rename),
     Operation("nemesis", 3, _nemesis),
     Operation("clear_faults", 1, _clear_faults),
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 import typing
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from engram_sync_kit.harness.explore.invariants import (
     check_i1,
     check_i2,
     check_i3,
+    check_i4,
     check_i5,
 )
 from engram_sync_kit.harness.explore.operations import NEMESIS_KINDS, GeneratorSettings, generate_history
@@ -119,7 +121,8 @@ def _observation(local: list[LocalMutation], **fields: typing.Any) -> Observatio
         "enrolled": {"my-app"},
     }
     defaults.update(fields)
-    return Observation(local=local, lanes=compute_lanes(local, []), **defaults)
+    defaults.setdefault("lanes", compute_lanes(local, []))
+    return Observation(local=local, **defaults)
 
 
 def _blocked() -> dict[str, typing.Any]:
@@ -272,3 +275,102 @@ def test_the_loop_finds_shrinks_writes_and_replays_one_violation_per_kind(
     data = report.as_json()
     assert {"histories", "steps", "violations", "coverage"} <= set(data)
     assert data["coverage"]["states"]["rows_waiting"] == report.steps
+
+
+GOOD = {"sync_id": "o", "session_id": "s", "type": "manual", "title": "t", "content": "c", "scope": "project"}
+
+
+def _entry(
+    seq: int, project: str, *, acked: bool = False, payload: dict[str, typing.Any] | None = None
+) -> LocalMutation:
+    body = {**GOOD, "sync_id": f"obs-{seq}"} if payload is None else payload
+    return LocalMutation(seq, "cloud", project, "observation", f"obs-{seq}", "upsert", f"d{seq}", acked, body)
+
+
+def _after_triage(
+    before: list[LocalMutation],
+    after: list[LocalMutation],
+    entries: list[dict[str, typing.Any]],
+    **fields: typing.Any,
+) -> list[Violation]:
+    triaged = frozenset(seq for entry in entries for seq in entry.get("acked_seqs", []))
+    observation = _observation(
+        after, before=_observation(before), triage_entries=entries, triaged=triaged, **fields
+    )
+    return check_i4(observation)
+
+
+def test_i1_leaves_out_the_rows_the_triage_log_says_were_acked_on_purpose() -> None:
+    dropped = [_row(1, "", acked=True), _row(2, "my-app", acked=True)]
+    (violation,) = check_i1(_observation(dropped, triaged=frozenset({1})))
+    assert "seq 2" in violation.detail and "seq 1" not in violation.detail
+    assert check_i1(_observation(dropped, triaged=frozenset({1, 2}))) == []
+
+
+def test_i4_holds_for_a_drop_and_a_repair_that_append_acceptable_copies() -> None:
+    blocked = [_entry(1, ""), _entry(2, "my-app")]
+    dropped = [_entry(1, "", acked=True), _entry(2, "my-app")]
+    assert _after_triage(blocked, dropped, [{"acked_seqs": [1], "discarded": True, "copies": []}]) == []
+    session = LocalMutation(4, "cloud", "my-app", "session", "s", "upsert", "d4", False, {"id": "s"})
+    repaired = [_entry(1, "", acked=True), _entry(2, "my-app"), _entry(3, "my-app"), session]
+    entry = {"acked_seqs": [1], "discarded": False, "copies": [[1, 3]]}
+    assert _after_triage([*blocked, session], repaired, [entry]) == []
+    (orphan,) = _after_triage(blocked, repaired[:3], [entry])  # the copy's session 's' is not in my-app
+    assert orphan.kind == "I4/copy-without-session"
+    sync = {"args": ["sync", "--cloud", "--project", "my-app"], "exit": None, "as": "sync-my-app"}
+    assert orphan.extra_steps[0] == {"run": sync}
+    assert orphan.expectations[1]["command"] == {"of": "sync-my-app", "exit": 0}
+    assert check_i4(_observation(repaired)) == []  # not after a triage step: nothing to compare
+
+
+def test_i4_fails_on_a_new_refusal_a_lost_row_less_delivered_or_a_missing_copy() -> None:
+    before = [_entry(1, ""), _entry(2, "my-app")]
+    refused_copy = [_entry(1, "", acked=True), _entry(2, "my-app"), _entry(3, "my-app", payload={})]
+    entry = {"acked_seqs": [1], "discarded": False, "copies": [[1, 3]]}
+    (refusal,) = _after_triage(before, refused_copy, [entry])
+    assert (refusal.kind, refusal.owner) == ("I4/new-refusal", "ours")
+    assert "seq 3 (500 observation payload sync_id is required)" in refusal.detail
+    assert refusal.extra_steps == ({"canary": {"as": "explore-canary"}},)
+    no_copy = [_entry(1, "", acked=True), _entry(2, "my-app")]
+    refused_copy = [
+        *refused_copy,
+        LocalMutation(4, "cloud", "my-app", "session", "s", "upsert", "d4", False, {}),
+    ]
+    kinds = [v.kind for v in _after_triage(before, no_copy, [entry])]
+    assert kinds == ["I4/no-copy"]
+    unlogged = [_entry(1, ""), _entry(2, "my-app", acked=True)]
+    assert [v.kind for v in _after_triage(before, unlogged, [])] == ["I4/lost"]
+
+
+def test_i4_fails_when_a_lane_delivers_less_than_before() -> None:
+    rows = [_entry(1, "my-app", acked=True)]
+    received = [_Got("observation", "obs-1", "upsert", "d1")]
+    before = _observation(rows, lanes=compute_lanes(rows, received))
+    after = _observation(rows, before=before, triage_entries=[], triaged=frozenset({1}))
+    (violation,) = check_i4(after)
+    assert violation.kind == "I4/delivers-less" and "cloud/my-app: 1 -> 0" in violation.detail
+
+
+@dataclass(frozen=True)
+class _Got:
+    entity: str
+    entity_key: str
+    op: str
+    payload_digest: str
+    payload: typing.Any = None
+    transport: typing.Any = None
+
+
+def test_the_triage_operation_applies_a_command_the_canary_suggests() -> None:
+    settings = GeneratorSettings(autosync=True, nemesis=(), steps=40)
+    commands = {
+        " ".join(step.raw["triage"]["args"][:2])
+        for seed in range(20)
+        for step in generate_history(seed, settings)
+        if step.operation == "triage"
+    }
+    assert commands == {"repair --apply", "inbox drop", "inbox claim"}
+    for seed in range(20):
+        for step in generate_history(seed, settings):
+            if step.operation == "triage":
+                assert step.raw["triage"]["args"][-1] == "--apply" and step.raw["triage"]["exit"] is None

@@ -12,12 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from engram_sync_kit.harness.explore.operations import GeneratorSettings, generate_history
+from engram_sync_kit.harness.explore.execute import play
+from engram_sync_kit.harness.explore.explorer import replay_scenario
+from engram_sync_kit.harness.explore.operations import GeneratedStep, GeneratorSettings, generate_history
+from engram_sync_kit.harness.explore.scenario_out import scenario_document, scenario_yaml
 from engram_sync_kit.harness.loader import load_scenario
 
 pytestmark = pytest.mark.engram
 
-PLANTED_SEED = 9
+PLANTED_SEED = 17
 SETTINGS = GeneratorSettings(autosync=False, nemesis=("ack_without_store",), steps=8)
 HARNESS = str(Path(sys.executable).parent / "engram-harness")
 
@@ -83,3 +86,117 @@ def test_a_planted_ack_without_store_is_found_shrunk_written_and_replayed(
     )
     assert replay.returncode == 1, replay.stdout
     assert "acked, never received" in replay.stdout
+
+
+#: the canary's own triage as explore plays it: a CLI save without a project journals project "" rows (the
+#: canary suggests `inbox drop --unattributed`), the drop acks them on purpose, the manual sync delivers
+DROP_HISTORY = [
+    GeneratedStep("enroll", {"enroll": "my-app"}),
+    GeneratedStep("save_cli", {"save": {"in": "app", "title": "no project", "content": "c", "via": "cli"}}),
+    GeneratedStep("save_mcp", {"save": {"in": "app", "title": "with project", "content": "c"}}),
+    GeneratedStep(
+        "triage", {"triage": {"args": ["inbox", "drop", "--unattributed", "--apply"], "exit": None}}
+    ),
+    GeneratedStep("sync_manual", {"sync": {"via": "manual", "project": "my-app", "in": "app"}}),
+]
+#: a plain dir's memory claimed into my-app with the canary's own cwd claim command: its session stays in
+#: the inbox, so the copy references a session my-app never holds
+CLAIM_HISTORY = [
+    GeneratedStep("enroll", {"enroll": "my-app"}),
+    GeneratedStep("save_mcp", {"save": {"in": "scratch", "title": "plain dir", "content": "c"}}),
+    GeneratedStep(
+        "triage",
+        {
+            "triage": {
+                "args": [
+                    "inbox",
+                    "claim",
+                    "--project",
+                    "unsorted",
+                    "--cwd",
+                    "{workspace:scratch}",
+                    "--as",
+                    "my-app",
+                    "--apply",
+                ],
+                "exit": 0,
+            }
+        },
+    ),
+]
+
+
+def _run_scenario(
+    engram_bin: Path, path: Path, steps: list[dict[str, object]]
+) -> subprocess.CompletedProcess[str]:
+    path.write_text(scenario_yaml(scenario_document("triage", steps, autosync=False)), encoding="utf-8")
+    return subprocess.run(
+        [HARNESS, "run", str(path), "--engram", str(engram_bin)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_a_triage_drop_is_no_loss_for_explore_nor_for_the_replayed_scenario(
+    engram_bin: Path, tmp_path: Path
+) -> None:
+    outcome = play(engram_bin, DROP_HISTORY, autosync=False)
+    assert outcome.error == "" and outcome.violations == [], (outcome.error, outcome.violations)
+    assert [step.status for step in outcome.steps] == ["ok"] * len(DROP_HISTORY)
+    assert "rows_triaged" in outcome.steps[-1].states and "rows_lost" not in outcome.steps[-1].states
+    replay = _run_scenario(engram_bin, tmp_path / "drop.scenario.yaml", [step.raw for step in DROP_HISTORY])
+    assert replay.returncode == 0, replay.stdout + replay.stderr  # the dropped rows are not "lost"
+    assert 'cloud/"" 0/2, cloud/my-app 2/2' in replay.stdout
+
+
+def test_i4_catches_a_claim_whose_copy_references_a_session_the_project_never_gets(
+    engram_bin: Path, tmp_path: Path
+) -> None:
+    outcome = play(engram_bin, CLAIM_HISTORY, autosync=False)
+    assert outcome.error == "" and outcome.violation_step == 2
+    (violation,) = outcome.violations
+    assert violation.kind == "I4/copy-without-session" and violation.owner == "ours"
+    assert "session 'manual-save-scratch', project 'my-app'" in violation.detail
+    path = tmp_path / "claim.scenario.yaml"
+    steps = [*(step.raw for step in CLAIM_HISTORY), *violation.extra_steps]
+    path.write_text(
+        scenario_yaml(scenario_document("claim", steps, autosync=False, expectations=violation.expectations)),
+        encoding="utf-8",
+    )
+    replays, detail = replay_scenario(engram_bin, path)
+    assert replays is True, detail  # every step ran; the sync after the claim exited 1, not 0
+    assert "sync-my-app" in detail, detail
+
+
+RENAME_SCENARIO = """\
+name: rename
+cloud: {autosync: false}
+workspaces:
+  app: {git: my-app}
+  inner: {dir: notes, parent: app}
+steps:
+  - save: {in: app, title: before, content: c, as: before}
+  - rename: {workspace: app, to: my-app-2}
+  - save: {in: app, title: after, content: c, as: after}
+  - save: {in: inner, title: inside, content: c, as: inside}
+  - rename: {workspace: app, to: my-app-2, expect_error: already exists}
+expect:
+  - {tag: design, design_section: "§4", save_answer: {of: before, fields: {project: my-app}}}
+  - {tag: design, design_section: "§4", save_answer: {of: after, fields: {project: my-app-2}}}
+  - {tag: design, design_section: "§4", save_answer: {of: inside, fields: {project: my-app-2}}}
+"""
+
+
+def test_a_renamed_repo_gives_the_saves_after_it_the_new_name(engram_bin: Path, tmp_path: Path) -> None:
+    scenario = tmp_path / "rename.scenario.yaml"
+    scenario.write_text(RENAME_SCENARIO, encoding="utf-8")
+    replay = subprocess.run(
+        [HARNESS, "run", str(scenario), "--engram", str(engram_bin)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert replay.returncode == 0, replay.stdout + replay.stderr

@@ -146,3 +146,11 @@ def test_rows_acked_before_a_run_on_a_copied_database_are_not_lost() -> None:
     table = compute_lanes([row(1), row(2, key="obs-2")], [], acked_before=frozenset({1}))
     (only,) = table.rows
     assert only.acked_before_run == 1 and only.lost == 1 and [m.seq for m in table.lost_rows] == [2]
+
+
+def test_rows_the_triage_acked_on_purpose_are_triaged_not_lost() -> None:
+    local = [row(1, key="obs-1"), row(2, key="obs-2"), row(3, key="obs-3", acked=False)]
+    table = compute_lanes(local, [], triaged=frozenset({1, 3}))
+    (only,) = table.rows
+    assert (only.triaged, only.lost, only.stranded) == (1, 1, 1)  # an unacked row is never triaged
+    assert [m.seq for m in table.lost_rows] == [2]

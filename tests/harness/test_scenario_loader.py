@@ -235,6 +235,12 @@ RULE_BREAKERS = {
     "absent doctor check with a result": BASE
     + "expect:\n  - {tag: design, doctor_check: {check: c, present: false, result: ok}}\n",
     "no steps": "name: r\n",
+    "rename to a path": BASE + "  - rename: {workspace: app, to: ../elsewhere}\n",
+    "rename without a new name": BASE + "  - rename: {workspace: app}\n",
+    "triage that is no triage command": BASE + "  - triage: {args: [check, --apply]}\n",
+    "triage of a half command": BASE + "  - triage: {args: [inbox]}\n",
+    "triage naming its own database": BASE + "  - triage: {args: [repair, --db, /tmp/x.db, --apply]}\n",
+    "triage naming its own database with =": BASE + "  - triage: {args: [repair, --db=/tmp/x.db]}\n",
 }
 
 
@@ -252,3 +258,32 @@ def test_the_json_schema_names_its_dialect() -> None:
     schema = json_schema()
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     jsonschema.Draft202012Validator.check_schema(schema)
+
+
+def test_a_triage_step_runs_one_of_the_canarys_triage_commands_on_the_scenarios_database() -> None:
+    text = (
+        BASE
+        + "  - triage: {args: [inbox, drop, --unattributed, --apply]}\n"
+        + "  - triage: {args: [repair], exit: null, as: dry}\n"
+        + "  - triage: {args: [inbox, claim, --project, scratch, --as, my-app, --apply], exit: 1}\n"
+    )
+    steps = parse_scenario(text, Path("s.scenario.yaml")).steps[1:]
+    assert [(step.name, step.body.args[:2], step.body.exit, step.body.as_) for step in steps] == [  # type: ignore[attr-defined]
+        ("triage", ["inbox", "drop"], 0, "triage"),
+        ("triage", ["repair"], None, "dry"),
+        ("triage", ["inbox", "claim"], 1, "triage"),
+    ]
+    assert errors_of(BASE + "  - triage: {args: [repair, --db, x.db]}\n") == [
+        "s.scenario.yaml:6: steps.1.triage.args: args must not name --db: the step passes "
+        "the scenario's database"
+    ]
+
+
+def test_a_rename_step_names_a_declared_workspace_and_a_plain_new_name() -> None:
+    (_, rename) = parse_scenario(
+        BASE + "  - rename: {workspace: app, to: my-app-2}\n", Path("s.scenario.yaml")
+    ).steps
+    assert (rename.name, rename.body.workspace, rename.body.to) == ("rename", "app", "my-app-2")  # type: ignore[attr-defined]
+    assert errors_of(BASE + "  - rename: {workspace: nope, to: x}\n") == [
+        "s.scenario.yaml:6: rename: unknown workspace 'nope'; declared: app"
+    ]
