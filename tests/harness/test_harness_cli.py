@@ -105,7 +105,7 @@ def test_expect_selects_which_tagged_expectations_decide_the_exit_code(
     )
     assert scenario["lanes"][0] == {
         "lane": "cloud", "project": "my-app", "enqueued": 2, "acked": 2, "delivered": 2, "stranded": 0,
-        "lost": 0, "duplicated": 0, "delivered_as_current_state": 0, "acked_before_run": 0,
+        "lost": 0, "duplicated": 0, "delivered_as_current_state": 0, "acked_before_run": 0, "triaged": 0,
     }  # fmt: skip
     assert [e["status"] for e in scenario["expectations"]] == ["pass", "fail", "pass"]
     suite = ElementTree.parse(tmp_path / "junit.xml").getroot().find("testsuite")
