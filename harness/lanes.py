@@ -145,23 +145,24 @@ def _local_mutations(connection: sqlite3.Connection) -> list[LocalMutation]:
         f"SELECT seq, target_key, {project}, entity, entity_key, op, payload, acked_at IS NOT NULL "
         f"FROM sync_mutations {source} ORDER BY seq"
     )
-    mutations = []
-    for seq, lane, proj, entity, entity_key, op, payload, acked in cursor:
-        decoded = decoded_payload(payload)
-        mutations.append(
-            LocalMutation(
-                seq=int(seq),
-                lane=str(lane),
-                project=str(proj),
-                entity=str(entity),
-                entity_key=str(entity_key),
-                op=str(op),
-                digest=payload_digest(decoded),
-                acked=bool(acked),
-                payload=decoded,
-            )
-        )
-    return mutations
+    return [local_mutation(row) for row in cursor]
+
+
+def local_mutation(row: Sequence[Any]) -> LocalMutation:
+    """One row of `seq, target_key, project, entity, entity_key, op, payload, acked` as a LocalMutation."""
+    seq, lane, proj, entity, entity_key, op, payload, acked = row
+    decoded = decoded_payload(payload)
+    return LocalMutation(
+        seq=int(seq),
+        lane=str(lane),
+        project=str(proj),
+        entity=str(entity),
+        entity_key=str(entity_key),
+        op=str(op),
+        digest=payload_digest(decoded),
+        acked=bool(acked),
+        payload=decoded,
+    )
 
 
 def _transport(item: Received) -> str:

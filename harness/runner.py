@@ -106,6 +106,22 @@ def copy_database(source: Path, target: Path) -> None:
         )
 
 
+#: What a played scenario can raise that is its result (an error line), not a bug of the harness.
+SCENARIO_ERRORS = (
+    HarnessError,
+    FakeCloudError,
+    httpx.HTTPError,
+    sqlite3.Error,
+    OSError,
+    subprocess.SubprocessError,
+)
+
+
+def error_detail(error: BaseException) -> str:
+    """The one line a scenario's error is reported as: the harness's own words, else the type and text."""
+    return str(error) if isinstance(error, HarnessError) else f"{type(error).__name__}: {error}"
+
+
 def run_scenario(
     scenario: Scenario,
     binary: Path,
@@ -193,16 +209,8 @@ def run_scenario(
         mark = time.monotonic()
         _observe(result, world, acked_before, runner.marks)
         result.timings["evaluate"] = time.monotonic() - mark
-    except (
-        HarnessError,
-        FakeCloudError,
-        httpx.HTTPError,
-        sqlite3.Error,
-        OSError,
-        subprocess.SubprocessError,
-    ) as error:
-        detail = str(error) if isinstance(error, HarnessError) else f"{type(error).__name__}: {error}"
-        result.status, result.error = "error", detail
+    except SCENARIO_ERRORS as error:
+        result.status, result.error = "error", error_detail(error)
     finally:
         mark = time.monotonic()
         if world is not None:

@@ -14,7 +14,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from engram_sync_kit.engram_contract import decoded_payload, payload_digest
 from engram_sync_kit.harness.lanes import (
     LaneTable,
     LocalMutation,
@@ -22,6 +21,7 @@ from engram_sync_kit.harness.lanes import (
     MeasuredLaneRow,
     Received,
     compute_lanes,
+    local_mutation,
     read_for_lanes,
 )
 
@@ -125,19 +125,5 @@ def _candidates(connection: sqlite3.Connection, seqs: Sequence[int]) -> list[Loc
             f"FROM sync_mutations WHERE seq IN ({marks}) ORDER BY seq",
             chunk,
         )
-        for seq, lane, proj, entity, entity_key, op, payload, acked in cursor:
-            decoded = decoded_payload(payload)
-            found.append(
-                LocalMutation(
-                    seq=int(seq),
-                    lane=str(lane),
-                    project=str(proj),
-                    entity=str(entity),
-                    entity_key=str(entity_key),
-                    op=str(op),
-                    digest=payload_digest(decoded),
-                    acked=bool(acked),
-                    payload=decoded,
-                )
-            )
+        found.extend(local_mutation(row) for row in cursor)
     return found

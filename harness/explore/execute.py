@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from engram_sync_kit.canary.checks import run_check
 from engram_sync_kit.canary.config import CanaryConfig
 from engram_sync_kit.canary.db import open_read_only
@@ -27,7 +25,6 @@ from engram_sync_kit.canary.report import render_json
 from engram_sync_kit.canary.triage_log import TRIAGE_LOG_NAME, default_backup_dir
 from engram_sync_kit.fake_cloud.errors import FakeCloudError
 from engram_sync_kit.harness.engram_env import EngramEnvironment
-from engram_sync_kit.harness.errors import HarnessError
 from engram_sync_kit.harness.explore.invariants import (
     PUSH_PATH,
     Observation,
@@ -42,7 +39,7 @@ from engram_sync_kit.harness.lanes import LaneTable, compute_lanes, read_local_m
 from engram_sync_kit.harness.loader import Step, parse_scenario
 from engram_sync_kit.harness.localdata import read_sync_state_rows
 from engram_sync_kit.harness.results import StepRecord
-from engram_sync_kit.harness.runner import _make_workspaces
+from engram_sync_kit.harness.runner import SCENARIO_ERRORS, _make_workspaces, error_detail
 from engram_sync_kit.harness.steps import StepRunner, _kit_command
 from engram_sync_kit.harness.world import CloudHandle, World, engram_version
 
@@ -300,15 +297,8 @@ def play(
                 outcome.violations, outcome.violation_step = violations, index
                 if stop_at_violation:
                     break
-    except (
-        HarnessError,
-        FakeCloudError,
-        httpx.HTTPError,
-        sqlite3.Error,
-        OSError,
-        subprocess.SubprocessError,
-    ) as error:
-        outcome.error = str(error) if isinstance(error, HarnessError) else f"{type(error).__name__}: {error}"
+    except SCENARIO_ERRORS as error:
+        outcome.error = error_detail(error)
     finally:
         player.close(keep=keep)
     return outcome
