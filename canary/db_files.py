@@ -80,6 +80,19 @@ def wal_frame_bytes(db: Path) -> int:
     return state[0] - WAL_HEADER_BYTES if state is not None else 0
 
 
+def process_age_seconds(pid: int) -> float | None:
+    """How long process `pid` has been running (Linux: /proc/PID/stat's start time against /proc/uptime),
+    or None where that cannot be read."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+        uptime = float(Path("/proc/uptime").read_text(encoding="ascii").split()[0])
+        # The command name (field 2) may hold spaces and parentheses: count fields after its last ')'.
+        started_ticks = int(stat.rsplit(")", 1)[1].split()[19])
+        return max(0.0, uptime - started_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def lock_holder(db: Path) -> int | None:
     """The pid of another process holding one of SQLite's locks on `db` (a connection inside it), or None.
 

@@ -45,7 +45,13 @@ from engram_sync_kit.canary.checks import (
 )
 from engram_sync_kit.canary.config import CanaryConfig
 from engram_sync_kit.canary.db import DatabaseUnavailable, EngramDb, Schema, describe_read_error
-from engram_sync_kit.canary.db_files import FileFingerprint, lock_holder, wal_frame_bytes, wal_path
+from engram_sync_kit.canary.db_files import (
+    FileFingerprint,
+    lock_holder,
+    process_age_seconds,
+    wal_frame_bytes,
+    wal_path,
+)
 from engram_sync_kit.canary.errors import CanaryError
 from engram_sync_kit.canary.findings import Finding, Status, overall_status
 from engram_sync_kit.canary.lane_health import lane_transitions
@@ -59,8 +65,11 @@ REPLACE_EVENTS = frozenset({"created", "deleted", "moved"})
 # A commit's last write to -wal can land a moment before the wal-index says it is committed;
 # look again a few times when a write showed no new rows.
 CONFIRM_RETRIES_SECONDS = (0.005, 0.02, 0.1)
-# An `engram save` closes the file a few ms after its commit; a holder still there after this long is a
-# long-lived engram (serve, an MCP session), read beside it from then on.
+# A holder that started less than this long ago is an engram command (an `engram save`) that is about to
+# leave, even when a busy machine keeps it inside for a second or more: wait for it. One that stays past
+# this age is a long-lived engram (serve, an MCP session), read beside it from then on.
+SHORT_LIVED_SECONDS = 5.0
+# Where a holder's age cannot be read (no /proc), one still inside after this long counts as long-lived.
 WRITER_SETTLE_SECONDS = 0.25
 SETTLE_POLL_SECONDS = 0.002
 LONG_LIVED_REMEMBERED = 64
@@ -273,7 +282,7 @@ class Watcher:
                 continue
             if self._incremental_check():
                 retries = []
-            elif state is FileState.WRITTEN:
+            elif state is FileState.WRITTEN and self._commit_may_be_pending():
                 retries = [time.monotonic() + delay for delay in CONFIRM_RETRIES_SECONDS]
 
     # -- reading ---------------------------------------------------------------------------------
@@ -294,15 +303,23 @@ class Watcher:
         holder = lock_holder(self.options.db_path)
         if holder is None or holder in self.long_lived:
             return
-        deadline = time.monotonic() + WRITER_SETTLE_SECONDS
+        unknown_age_deadline = time.monotonic() + WRITER_SETTLE_SECONDS
         while holder is not None and not self._abandoning():
-            if time.monotonic() >= deadline:
+            age = process_age_seconds(holder)
+            if (age is None and time.monotonic() >= unknown_age_deadline) or (
+                age is not None and age >= SHORT_LIVED_SECONDS
+            ):
                 self.long_lived[holder] = None
                 while len(self.long_lived) > LONG_LIVED_REMEMBERED:
                     del self.long_lived[next(iter(self.long_lived))]
                 return
             time.sleep(SETTLE_POLL_SECONDS)
             holder = lock_holder(self.options.db_path)
+
+    def _commit_may_be_pending(self) -> bool:
+        """Only a -wal with frames can hold a commit not yet visible; after engram's last close (a checkpoint,
+        the -wal gone) another look would only be one more open beside the next engram command."""
+        return self.fingerprint is not None and self.fingerprint.wal is not None
 
     def _abandoning(self) -> bool:
         return self.stop_event.is_set() or self.replaced_event.is_set()

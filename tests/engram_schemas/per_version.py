@@ -54,6 +54,13 @@ V120_ONLY: dict[str, str] = {
     "test_canary_watch_restore::test_a_restore_with_mv_under_watch_is_not_undone": (
         "time: two homes and a watcher per run; the restore is SQLite's WAL at work, the same for every schema"
     ),
+    "test_canary_watch_restore::test_engram_removes_its_wal_after_each_save_under_watch": (
+        "the -wal's removal is SQLite's last close, the same for every schema; on v2/v3 the simulated open "
+        "after each save is a write from the long-lived test process, which the watcher rightly reads beside"
+    ),
+    "test_canary_watch_restore::test_a_save_slowed_by_a_loaded_machine_still_removes_its_wal_under_watch": (
+        "time: the wait for a young engram command is the watcher's own, the same for every schema"
+    ),
     "test_canary_watch_exec::test_alerts_that_arrive_during_a_hook_run_are_one_next_run": (
         "time: the hook queue and the stop are the watcher's own, the same for every schema"
     ),
