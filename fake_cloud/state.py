@@ -6,6 +6,7 @@ with dropped counters), the allowlist and pause switches, the fault schedule and
 
 from __future__ import annotations
 
+import hmac
 import json
 import time
 from collections import deque
@@ -14,13 +15,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
-from engram_sync_kit.engram_contract import payload_digest
+from engram_sync_kit.engram_contract import go_strings, payload_digest
 from engram_sync_kit.engram_contract.journal_match import mismatched_fields
 from engram_sync_kit.fake_cloud import chunkcodec
 from engram_sync_kit.fake_cloud.chunkcodec import ChunkError
 from engram_sync_kit.fake_cloud.errors import FakeCloudError
 from engram_sync_kit.fake_cloud.faults import Fault, Route
-from engram_sync_kit.fake_cloud.httpserver import bearer_matches
+from engram_sync_kit.fake_cloud.httpserver import wire_bytes
 from engram_sync_kit.fake_cloud.wire import FORBIDDEN, NO_PRINCIPAL, Reply
 
 DEFAULT_MAX_PUSH_BYTES = 8 * 1024 * 1024
@@ -309,13 +310,13 @@ class FakeCloudState:
         """The 401 text the real server answers with, or None when the request may pass."""
         if self.token is None:
             return None
-        header = (header or "").strip()
-        if not header:
+        raw = go_strings.trim_space(wire_bytes(header or ""))
+        if not raw:
             return "unauthorized: missing authorization header"
-        parts = header.split()
-        if len(parts) != 2 or parts[0].lower() != "bearer":
+        parts = go_strings.fields(raw)
+        if len(parts) != 2 or parts[0].lower() != b"bearer":
             return "unauthorized: authorization must use Bearer token"
-        if not bearer_matches(parts[1], self.token):
+        if not hmac.compare_digest(parts[1], self.token.encode()):
             return "unauthorized: unknown token"
         return None
 

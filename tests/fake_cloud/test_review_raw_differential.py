@@ -46,6 +46,12 @@ def push_entry(entity: str, op: str, payload: bytes) -> bytes:
     return push(b"Content-Length: %d\r\n" % len(body)) + body
 
 
+def authorized_as(value: bytes) -> bytes:
+    """A push whose Authorization header is `value`, as the bytes on the wire."""
+    head = b"POST /sync/mutations/push HTTP/1.1\r\nHost: f\r\nAuthorization: " + value + b"\r\n"
+    return head + b"Content-Length: %d\r\n\r\n" % len(ENTRY) + ENTRY
+
+
 # A payload that is a JSON string whose text opens 1,000 or more arrays (issue 24, item 11).
 DEEP_STRING = b'"' + b"[" * 1000 + b'"'
 CASES: dict[str, bytes] = {
@@ -87,6 +93,15 @@ CASES: dict[str, bytes] = {
     "session payload a string of 1000 [": push_entry("session", "upsert", DEEP_STRING),
     "observation payload a string of 1000 [": push_entry("observation", "upsert", DEEP_STRING),
     "relation payload a string of 1000 [": push_entry("relation", "upsert", DEEP_STRING),
+    # Go splits the header with strings.Fields: on UTF-8 white space only, never inside a token's bytes.
+    "bearer after a UTF-8 no-break space": authorized_as(b"Bearer\xc2\xa0" + TOKEN.encode()),
+    "bearer after a lone 0xA0 byte": authorized_as(b"Bearer\xa0" + TOKEN.encode()),
+    "bearer after a NEL (U+0085)": authorized_as(b"Bearer\xc2\x85" + TOKEN.encode()),
+    "bearer after an ideographic space": authorized_as(b"Bearer\xe3\x80\x80" + TOKEN.encode()),
+    "bearer after a tab, token with a trailing no-break space": authorized_as(
+        b"Bearer\t" + TOKEN.encode() + b"\xc2\xa0"
+    ),
+    "bearer token with a lone 0x85 byte": authorized_as(b"Bearer " + TOKEN.encode() + b"\x85"),
 }
 # Kept on purpose (observed on v1.20.0): v1.20's answer, then the fake's.
 KNOWN_DIFFERENCES = {
