@@ -38,7 +38,9 @@ READ_SIZE = 65536
 MAX_GO_CONTENT_LENGTH = (1 << 63) - 1  # Go parses Content-Length as a signed 64-bit integer
 HEADER_TIMEOUT = 10.0
 BODY_TIMEOUT = 30.0
-IDLE_TIMEOUT = 60.0
+# engram's client (an http.Client on Go's DefaultTransport) drops its idle connections after 90 s and v1.20's
+# server never does; closing sooner would race a push sent after a 60 s backoff into a spurious failure.
+IDLE_TIMEOUT = 120.0
 MAX_HEADER_BYTES = (1 << 20) + 4096  # Go's http.DefaultMaxHeaderBytes plus the slack its reader allows
 MAX_CHUNK_LINE = 4096  # Go's maxLineLength for a chunk's size line (its bufio buffer, too)
 LINGER_SECONDS = 0.5  # Go's rstAvoidanceDelay

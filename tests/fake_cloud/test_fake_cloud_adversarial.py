@@ -439,3 +439,11 @@ def test_the_harness_closing_its_cloud_raises_the_fakes_own_error(
         handle.close()
     with pytest.raises(httpx.TransportError):  # and the cloud is stopped all the same
         httpx.get(f"{handle.base_url}/health", trust_env=False, timeout=2)
+
+
+def test_an_idle_connection_outlives_engrams_client_pool() -> None:
+    """engram's MutationTransport uses an http.Client on Go's DefaultTransport (IdleConnTimeout 90 s;
+    internal/cloud/remote/transport.go at v1.20.0): the client, not the fake, must close an idle
+    connection first, as with v1.20's server, which never does."""
+    go_default_transport_idle_seconds = 90.0
+    assert FakeCloudConfig().idle_timeout > go_default_transport_idle_seconds
