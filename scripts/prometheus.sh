@@ -7,6 +7,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 state="$here/.cache/prometheus"
 mkdir -p "$state"
+# shellcheck source=scripts/apt-packages.sh
+. "$here/scripts/apt-packages.sh"
 find_all() {
   local prometheus promtool exporter
   prometheus=$(command -v prometheus || true)
@@ -18,22 +20,7 @@ find_all() {
 }
 found=$(find_all)
 if [ -z "$found" ]; then
-  if [ "$(id -u)" != 0 ]; then
-    echo "prometheus.sh: no prometheus/promtool/node_exporter and installing Debian's packages needs root" >&2
-    exit 1
-  fi
-  # Other set-up scripts may hold dpkg's lock: wait for it rather than fail.
-  lock_wait=(-o DPkg::Lock::Timeout=300)
-  if [ ! -f "$state/apt-updated" ]; then apt-get "${lock_wait[@]}" update -qq && touch "$state/apt-updated"; fi
-  # policy-rc.d 101: the packages' maintainer scripts must not start their services on this machine.
-  policy=/usr/sbin/policy-rc.d
-  restore_policy=0
-  if [ ! -e "$policy" ]; then printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && restore_policy=1; fi
-  status=0
-  DEBIAN_FRONTEND=noninteractive apt-get "${lock_wait[@]}" install -y -qq --no-install-recommends \
-    prometheus prometheus-node-exporter >"$state/install.log" 2>&1 || status=$?
-  if [ "$restore_policy" = 1 ]; then rm -f "$policy"; fi
-  [ "$status" = 0 ] || { echo "prometheus.sh: apt-get install failed; see $state/install.log" >&2; exit 1; }
+  apt_install prometheus.sh "$state" prometheus prometheus-node-exporter
   found=$(find_all)
 fi
 [ -n "$found" ] || { echo "prometheus.sh: the packages are installed but a binary is not on PATH" >&2; exit 1; }
