@@ -30,6 +30,7 @@ from typing import Any
 
 import click
 
+from engram_sync_kit.canary.watch import SHORT_LIVED_SECONDS
 from engram_sync_kit.harness.deployment import DeploymentSpec, generate
 from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram
 
@@ -157,6 +158,9 @@ def measure_latency(db: Path, env: dict[str, str], events: int, poll: bool = Fal
     assert writer.stdin is not None and writer.stdout is not None
     latencies: list[float] = []
     tag = "poll" if poll else "inotify"
+    # A long-lived writer, as engram serve is once it has run SHORT_LIVED_SECONDS: before that the watcher
+    # waits for it to leave, as for an engram command (docs/canary.md, watch).
+    time.sleep(SHORT_LIVED_SECONDS + 0.2)
     try:
         for number in range(events):
             key = f"cloud:bench-{tag}-{number:04d}"
