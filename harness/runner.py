@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from engram_sync_kit.engram_contract.read_only import connect_read_only
 from engram_sync_kit.fake_cloud.errors import FakeCloudError
 from engram_sync_kit.harness.checks import Observed, evaluate
 from engram_sync_kit.harness.engram_env import EngramEnvironment
@@ -90,9 +91,7 @@ def copy_database(source: Path, target: Path) -> None:
             shutil.copyfile(source, target)
         else:
             with (
-                closing(
-                    sqlite3.connect(f"file:{source.resolve()}?mode=ro", uri=True, timeout=15)
-                ) as original,
+                closing(connect_read_only(source, timeout=15)) as original,
                 closing(sqlite3.connect(target)) as copy,
             ):
                 original.backup(copy)
