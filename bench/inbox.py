@@ -51,6 +51,7 @@ from engram_sync_kit.canary.triage import (
     plan_claim,
     plan_drop,
 )
+from engram_sync_kit.engram_contract.read_only import connect_read_only
 from engram_sync_kit.harness.deployment import DeploymentSpec, generate
 from engram_sync_kit.harness.engram_env import EngramEnvironment
 from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram
@@ -225,7 +226,7 @@ def real_engram_rows(engram: Path, workdir: Path, rows: int) -> Path:
 
 def fresh_copy(source: Path, target: Path) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
-    with closing(sqlite3.connect(str(source))) as origin, closing(sqlite3.connect(str(target))) as copy:
+    with closing(connect_read_only(source)) as origin, closing(sqlite3.connect(str(target))) as copy:
         origin.backup(copy)
     return target
 

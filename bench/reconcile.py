@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from typing import Any
 import httpx
 
 from bench.fake_cloud import machine, print_rows, save, server_env
+from engram_sync_kit.engram_contract.read_only import connect_read_only
 from engram_sync_kit.fake_cloud.process import FakeCloudProcess
 from engram_sync_kit.fake_cloud.real_server import real_cloud_server, throwaway_postgres
 from engram_sync_kit.fake_cloud.tls_front import tls_front
@@ -45,7 +45,7 @@ CANARY = Path(sys.executable).parent / "engram-canary"
 
 
 def acked_enrolled_rows(db: Path) -> list[tuple[int, str, str, str, str, str]]:
-    connection = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    connection = connect_read_only(db)
     try:
         return [
             (int(seq), str(project), str(entity), str(key), str(op), str(payload))

@@ -21,6 +21,7 @@ from engram_sync_kit.harness.design_checks import (
     check_inbox_row,
     check_save_answer,
 )
+from engram_sync_kit.harness.evidence import OutputEntry
 from engram_sync_kit.harness.lanes import LaneTable
 from engram_sync_kit.harness.localdata import local_key
 from engram_sync_kit.harness.results import StepMarks
@@ -33,7 +34,6 @@ from engram_sync_kit.harness.step_results import (
     StepResult,
     StepResults,
 )
-from engram_sync_kit.harness.world import OutputEntry
 
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.]+))?$")
 

@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 from collections.abc import Mapping
-from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from engram_sync_kit.harness import design_schema as d
+from engram_sync_kit.harness.engram_read import read_engram
 from engram_sync_kit.harness.step_results import (
     CommandOutput,
     DoctorResult,
@@ -258,14 +257,14 @@ def check_inbox_row(check: d.InboxRowCheck, results: StepResults, db_path: Path 
     if db_path is None:
         raise LookupError("no database to read (the scenario did not get that far)")
     sync_id = saved.sync_id
-    with closing(sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=10)) as connection:
-        rows = list(
-            connection.execute(
-                "SELECT target_key, project, payload, acked_at FROM sync_mutations "
-                "WHERE entity = 'observation' AND entity_key = ? ORDER BY seq",
-                (sync_id,),
-            )
-        )
+    rows = read_engram(
+        db_path,
+        lambda connection: connection.execute(
+            "SELECT target_key, project, payload, acked_at FROM sync_mutations "
+            "WHERE entity = 'observation' AND entity_key = ? ORDER BY seq",
+            (sync_id,),
+        ).fetchall(),
+    )
     if not rows:
         return [f"save {check.of}: no observation rows for {sync_id} in sync_mutations"]
     on_target = [row for row in rows if row[0] == check.target]

@@ -15,10 +15,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from engram_sync_kit.canary.db import open_read_only
-from engram_sync_kit.canary.errors import CanaryError
 from engram_sync_kit.canary.triage_log import logged_acks
 from engram_sync_kit.engram_contract import LANE_COUNTS, carries_fields, decoded_payload, payload_digest
+from engram_sync_kit.harness.engram_read import EngramReadError, read_engram, read_with
 from engram_sync_kit.harness.errors import HarnessError
 
 MatchKey = tuple[str, str, str, str]
@@ -96,20 +95,6 @@ class LaneTable:
         return [asdict(row) for row in self.rows]
 
 
-def read_with(db_path: Path, read: Callable[[sqlite3.Connection], T], empty: T) -> T:
-    """READ on a read-only connection; EMPTY when the database is missing or unreadable."""
-    try:
-        connection = open_read_only(db_path)
-    except CanaryError:
-        return empty
-    try:
-        return read(connection)
-    except sqlite3.Error:
-        return empty
-    finally:
-        connection.close()
-
-
 class LaneReadError(HarnessError):
     """The lane table's inputs cannot be read: an empty table would pass "nothing lost" unchecked."""
 
@@ -119,15 +104,9 @@ def read_for_lanes(db_path: Path, read: Callable[[sqlite3.Connection], T], empty
     if not db_path.exists():
         return empty
     try:
-        connection = open_read_only(db_path)
-    except CanaryError as error:
+        return read_engram(db_path, read)
+    except EngramReadError as error:
         raise LaneReadError(f"cannot count the lanes: {error}") from error
-    try:
-        return read(connection)
-    except sqlite3.Error as error:
-        raise LaneReadError(f"cannot count the lanes: {db_path}: {error}") from error
-    finally:
-        connection.close()
 
 
 def read_local_mutations(db_path: Path) -> list[LocalMutation]:

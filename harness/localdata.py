@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from engram_sync_kit.harness import schema as s
-from engram_sync_kit.harness.lanes import read_with
+from engram_sync_kit.harness.engram_read import read_with
 
 SYNC_STATE_COLUMNS = (
     "target_key",

@@ -23,6 +23,7 @@ from _pytest.config.findpaths import determine_setup
 from rich.console import Console
 
 from engram_sync_kit.harness.cloud_image import ensure_image
+from engram_sync_kit.harness.cloud_launch import CloudMode
 from engram_sync_kit.harness.design_conformance import design_outcomes
 from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram
 from engram_sync_kit.harness.errors import ScenarioError
@@ -30,7 +31,6 @@ from engram_sync_kit.harness.loader import SCENARIO_SUFFIX, Scenario, load_scena
 from engram_sync_kit.harness.report import print_result, write_junit
 from engram_sync_kit.harness.results import ExpectMode, ScenarioResult
 from engram_sync_kit.harness.runner import run_scenario
-from engram_sync_kit.harness.world import CloudMode
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -13,6 +13,7 @@ from rich.console import Console
 
 from engram_sync_kit.harness.cloud_cli import show_progress
 from engram_sync_kit.harness.cloud_image import ensure_image
+from engram_sync_kit.harness.cloud_launch import CloudMode, CloudTarget
 from engram_sync_kit.harness.design_conformance import conformance_table
 from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
 from engram_sync_kit.harness.errors import EngramInstallError, HarnessError
@@ -22,7 +23,6 @@ from engram_sync_kit.harness.report import matrix_table, print_result, summary_t
 from engram_sync_kit.harness.results import ExpectMode, ScenarioResult, StepRecord
 from engram_sync_kit.harness.runner import run_many
 from engram_sync_kit.harness.schema import json_schema_text
-from engram_sync_kit.harness.world import CloudMode, CloudTarget
 
 NO_ENGRAM = (
     "no engram binary: give --engram PATH, set ENGRAM_BIN=PATH, or run `engram-harness engram install` "

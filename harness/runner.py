@@ -16,8 +16,10 @@ from typing import Any
 
 import httpx
 
+from engram_sync_kit.engram_contract.read_only import connect_read_only
 from engram_sync_kit.fake_cloud.errors import FakeCloudError
 from engram_sync_kit.harness.checks import Observed, evaluate
+from engram_sync_kit.harness.cloud_launch import CloudHandle, CloudMode, CloudTarget
 from engram_sync_kit.harness.engram_env import EngramEnvironment
 from engram_sync_kit.harness.errors import HarnessError
 from engram_sync_kit.harness.lanes import (
@@ -39,7 +41,7 @@ from engram_sync_kit.harness.results import (
 )
 from engram_sync_kit.harness.schema import LanesExpectation, LocalExpectation, LostExpectation, WorkspaceSpec
 from engram_sync_kit.harness.steps import StepRunner, plain
-from engram_sync_kit.harness.world import CloudHandle, CloudMode, CloudTarget, World, engram_version
+from engram_sync_kit.harness.world import World, engram_version
 
 
 def _make_workspaces(world: World, specs: dict[str, WorkspaceSpec]) -> None:
@@ -90,9 +92,7 @@ def copy_database(source: Path, target: Path) -> None:
             shutil.copyfile(source, target)
         else:
             with (
-                closing(
-                    sqlite3.connect(f"file:{source.resolve()}?mode=ro", uri=True, timeout=15)
-                ) as original,
+                closing(connect_read_only(source, timeout=15)) as original,
                 closing(sqlite3.connect(target)) as copy,
             ):
                 original.backup(copy)

@@ -50,6 +50,7 @@ from engram_sync_kit.harness import design_schema as ds
 from engram_sync_kit.harness import schema as s
 from engram_sync_kit.harness.design_checks import parse_status_inbox_line
 from engram_sync_kit.harness.engram_env import meaningful_stderr
+from engram_sync_kit.harness.engram_read import EngramReadError, read_engram
 from engram_sync_kit.harness.errors import StepFailed, StepUnsupported
 from engram_sync_kit.harness.loader import Step
 from engram_sync_kit.harness.localdata import count_local_rows, local_key, read_sync_state_rows
@@ -107,9 +108,11 @@ def _write(world: World) -> Iterator[sqlite3.Connection]:
 
 
 def _read_one(world: World, sql: str, parameters: tuple[Any, ...] = ()) -> tuple[Any, ...] | None:
-    with closing(sqlite3.connect(f"file:{world.db_path}?mode=ro", uri=True, timeout=15)) as connection:
+    def first_row(connection: sqlite3.Connection) -> tuple[Any, ...] | None:
         row: tuple[Any, ...] | None = connection.execute(sql, parameters).fetchone()
         return row
+
+    return read_engram(world.db_path, first_row)
 
 
 def _observation_row(world: World, observation_id: int) -> SavedObservation:
@@ -419,7 +422,7 @@ def _status_snapshot(world: World) -> WorkerSnapshot:
 def _lease(world: World) -> str | None:
     try:
         row = _read_one(world, "SELECT lease_until FROM sync_state WHERE target_key = 'cloud'")
-    except sqlite3.Error:
+    except EngramReadError:
         return None
     return None if row is None or row[0] is None else str(row[0])
 

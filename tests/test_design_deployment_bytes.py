@@ -1,14 +1,19 @@
 """What check, inbox list and repair print on the seed-7 design deployment, pinned byte for byte (with the
-canary's clock frozen): a refactoring that moves canary code must not change a byte. The digests change
-only on purpose, like the deployment's own in tests/harness/test_deployment.py."""
+canary's clock frozen), and the JSON reports of two scenarios run on a copy of it: a refactoring that moves
+canary or harness code must not change a byte. The digests change only on purpose, like the deployment's
+own in tests/harness/test_deployment.py."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,3 +73,73 @@ def test_check_inbox_list_and_repair_print_the_same_bytes(engram_bin: Path, tmp_
         )
         outputs[command] = (ran.returncode, hashlib.sha256(ran.stdout + ran.stderr).hexdigest()[:8])
     assert outputs == COMMANDS
+
+
+ROOT = Path(__file__).parents[1]
+# scenario -> sha256 prefix of its normalized `engram-harness run --db --json` report, recorded on 32e1326
+# (before the harness's share of the architecture step). Both read engram's database through every harness
+# reader: the lane table, sync_state, local counts, the inbox_row check, the canary's check and doctor.
+SCENARIO_REPORTS = {
+    "closed-target-invariant": "b24dcc7f",
+    "inbox-surfaces-save-status-commands": "8eec7654",
+}
+# What the normalization replaces, and nothing else: timestamps (engram's and the canary's clocks) and
+# durations (`seconds`, `timings`, the canary's `*_age_days`, which grow with the wall clock); temporary
+# paths (the scenario's directory, this test's); and the noise of the run's environment that no kit code
+# decides: the fake cloud's free port, the random sync ids engram mints, SQLite's WAL checkpoint counters
+# in engram doctor's answer, and the checkout's path. The same keys are replaced inside the JSON that a
+# step captured as text (the canary's and doctor's stdout).
+TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})?")
+DURATIONS = frozenset({"seconds", "timings"})
+AGE = re.compile(r"[a-z_]*_age_days")
+SCENARIO_DIR = re.compile(re.escape(tempfile.gettempdir()) + r"/engram-harness-[a-z0-9_]+")
+FREE_PORT = re.compile(r"127\.0\.0\.1:\d+")
+SYNC_ID = re.compile(r"\b(obs|sess|prompt|rel)-[0-9a-f]{16}\b")
+WAL_COUNTERS = frozenset({"checkpoint_log", "checkpointed_frames"})
+NUMBER_IN_TEXT = re.compile(r'("(?:checkpoint_log|checkpointed_frames|[a-z_]*_age_days)"): [0-9.]+')
+
+
+def normalized(value: Any, here: Path) -> Any:
+    if isinstance(value, dict):
+        return {
+            key: normalized(item, here)
+            for key, item in value.items()
+            if key not in DURATIONS and key not in WAL_COUNTERS and not AGE.fullmatch(key)
+        }
+    if isinstance(value, list):
+        return [normalized(item, here) for item in value]
+    if isinstance(value, str):
+        text = SCENARIO_DIR.sub("<tmp>", value.replace(str(ROOT), "<checkout>"))
+        text = FREE_PORT.sub("127.0.0.1:<port>", text.replace(str(here), "<tmp>"))
+        text = NUMBER_IN_TEXT.sub(r"\1: <n>", SYNC_ID.sub(r"\1-<id>", text))
+        return TIMESTAMP.sub("<time>", text)
+    return value
+
+
+def test_scenario_reports_on_the_design_deployment_keep_their_bytes(engram_bin: Path, tmp_path: Path) -> None:
+    generate(DeploymentSpec(), 7, tmp_path / "engram.db", engram_bin)
+    digests: dict[str, str] = {}
+    harness = [sys.executable, "-c", "from engram_sync_kit.harness.entry import main; main()", "run"]
+    for scenario in SCENARIO_REPORTS:
+        report = tmp_path / f"{scenario}.json"
+        scenario_file = ROOT / "scenarios" / f"{scenario}.scenario.yaml"
+        ran = subprocess.run(
+            [
+                *harness,
+                str(scenario_file),
+                "--engram",
+                str(engram_bin),
+                "--db",
+                "engram.db",
+                "--json",
+                str(report),
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            timeout=300,
+            check=False,
+        )
+        assert report.exists(), ran.stderr.decode(errors="replace")[-2000:]
+        text = json.dumps(normalized(json.loads(report.read_bytes()), tmp_path), indent=2, ensure_ascii=False)
+        digests[scenario] = hashlib.sha256(text.encode()).hexdigest()[:8]
+    assert digests == SCENARIO_REPORTS

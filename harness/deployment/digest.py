@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 from pathlib import Path
+
+from engram_sync_kit.engram_contract.read_only import connect_read_only
 
 
 def canonical_digest(db_path: Path) -> str:
     """sha256 over every row of every engram table (FTS indexes excluded: they derive from the rows)."""
     digest = hashlib.sha256()
-    connection = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    connection = connect_read_only(db_path)
     try:
         tables = [
             name

@@ -7,6 +7,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from engram_sync_kit.canary.targets import project_target
 from engram_sync_kit.engram_contract import LEGACY_TARGET, go_escape
 from engram_sync_kit.harness.deployment.naming import Names, pick, split
 from engram_sync_kit.harness.deployment.records import (
@@ -279,7 +280,7 @@ class History:
             project = observation.session.project
             self.journal.add(
                 when,
-                f"{LEGACY_TARGET}:{project}",
+                project_target(project),
                 "observation",
                 observation.sync_id,
                 "upsert",

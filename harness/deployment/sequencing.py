@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import NamedTuple
 
+from engram_sync_kit.canary.targets import project_target
 from engram_sync_kit.engram_contract import LEGACY_TARGET
 from engram_sync_kit.harness.deployment.history import History
 from engram_sync_kit.harness.deployment.records import stamp
@@ -119,7 +120,7 @@ def sequence(history: History) -> SequencedRows:
         cursor = per_project[project]
         states.append(
             SyncStateRow(
-                f"{LEGACY_TARGET}:{project}",
+                project_target(project),
                 "pending" if cursor.pending else "healthy",
                 cursor.max_seq,
                 cursor.max_acked,
@@ -129,7 +130,7 @@ def sequence(history: History) -> SequencedRows:
     forbidden = per_project[history.forbidden_key]
     states.append(
         SyncStateRow(
-            f"{LEGACY_TARGET}:{history.forbidden_key}",
+            project_target(history.forbidden_key),
             "degraded",
             forbidden.max_seq,
             forbidden.max_acked,

@@ -7,6 +7,7 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from engram_sync_kit.canary.targets import project_target
 from engram_sync_kit.harness.errors import HarnessError
 
 # The design's numbers were measured on 2026-09-05; the generated history ends there unless --now.
@@ -223,4 +224,4 @@ class DeploymentSummary(BaseModel):
     @property
     def foreign_targets(self) -> list[str]:
         """The sync targets outside the closed target space: the 35 phantoms, then the 403 one."""
-        return [f"cloud:{key}" for key in [*self.phantom_keys, self.forbidden_key]]
+        return [project_target(key) for key in [*self.phantom_keys, self.forbidden_key]]

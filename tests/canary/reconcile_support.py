@@ -18,8 +18,8 @@ from canary_support import CANARY
 from schema_under_test import require_opened
 
 from engram_sync_kit.harness.engram_env import EngramEnvironment, meaningful_stderr
+from engram_sync_kit.harness.engram_serve import EngramDaemon
 from engram_sync_kit.harness.polling import eventually
-from engram_sync_kit.harness.world import EngramDaemon
 
 TOKEN = "reconcile-test-token"
 

@@ -15,7 +15,7 @@ from inbox_support import by_key, canary, query
 
 from engram_sync_kit.canary.derive import AliasMap, CandidateSource, RowContext, stage_a
 from engram_sync_kit.harness.engram_env import EngramEnvironment
-from engram_sync_kit.harness.world import McpSession
+from engram_sync_kit.harness.mcp_client import McpSession
 
 pytestmark = pytest.mark.engram
 

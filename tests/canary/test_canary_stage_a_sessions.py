@@ -14,7 +14,7 @@ from inbox_support import canary, query
 
 from engram_sync_kit.canary.stage_a import SESSION_SPANS_DIRECTORIES, normalize_directory
 from engram_sync_kit.harness.engram_env import EngramEnvironment
-from engram_sync_kit.harness.world import McpSession
+from engram_sync_kit.harness.mcp_client import McpSession
 
 pytestmark = pytest.mark.engram
 

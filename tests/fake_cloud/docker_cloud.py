@@ -23,7 +23,7 @@ from fake_cloud_support import TOKEN, CloudUnderTest
 from engram_sync_kit.fake_cloud.client import FakeCloudClient
 from engram_sync_kit.fake_cloud.server import FakeCloudConfig
 from engram_sync_kit.harness.cloud_image import ensure_image
-from engram_sync_kit.harness.world import CloudHandle
+from engram_sync_kit.harness.cloud_launch import CloudHandle
 
 if TYPE_CHECKING:
     from testcontainers.core.container import DockerContainer

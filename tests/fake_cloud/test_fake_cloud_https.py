@@ -17,7 +17,7 @@ import pytest
 
 from engram_sync_kit.fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
 from engram_sync_kit.harness.engram_env import EngramEnvironment, meaningful_stderr
-from engram_sync_kit.harness.world import EngramDaemon
+from engram_sync_kit.harness.engram_serve import EngramDaemon
 
 pytestmark = pytest.mark.engram
 

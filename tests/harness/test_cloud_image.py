@@ -26,8 +26,8 @@ from engram_sync_kit.harness.cloud_image import (
     content_digest,
     ensure_image,
 )
+from engram_sync_kit.harness.cloud_launch import CloudHandle
 from engram_sync_kit.harness.errors import HarnessError
-from engram_sync_kit.harness.world import CloudHandle
 
 HARNESS = str(Path(sys.executable).parent / "engram-harness")
 REPO = Path(__file__).resolve().parents[2]

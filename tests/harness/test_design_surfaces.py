@@ -257,10 +257,12 @@ def test_new_steps_and_checks_refuse_bad_input_in_one_line(
 
 
 def journal_db(tmp_path: Path, *rows: tuple[str, str, str, str | None]) -> Path:
-    """A sync_mutations table of the design's shape (engram's own columns), for the inbox_row reader."""
+    """A sync_mutations table of the design's shape (engram's own columns), for the inbox_row reader,
+    beside the sync_state table that makes the file engram's to the harness's reader (EngramDb)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     db = tmp_path / "engram.db"
     connection = sqlite3.connect(db)
+    connection.execute("CREATE TABLE sync_state (target_key TEXT PRIMARY KEY)")
     connection.execute(
         "CREATE TABLE sync_mutations (seq INTEGER PRIMARY KEY, target_key TEXT, entity TEXT, entity_key TEXT, "
         "op TEXT, payload TEXT, project TEXT, acked_at TEXT)"

@@ -7,13 +7,13 @@ from pathlib import Path
 
 from engram_sync_kit.engram_contract.journal_match import matches
 from engram_sync_kit.harness.checks import Observed, evaluate
+from engram_sync_kit.harness.evidence import OutputEntry
 from engram_sync_kit.harness.lanes import LaneTable
 from engram_sync_kit.harness.loader import parse_scenario
 from engram_sync_kit.harness.localdata import local_key
 from engram_sync_kit.harness.results import StepMarks
 from engram_sync_kit.harness.schema import LocalCheck
 from engram_sync_kit.harness.step_results import RunResult, StepResults
-from engram_sync_kit.harness.world import OutputEntry
 
 STEPS = "  - observe: mid\n  - enroll: {project: a, label: first}\n  - enroll: {project: b, label: second}\n"
 

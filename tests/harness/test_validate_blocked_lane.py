@@ -31,10 +31,10 @@ from click.testing import CliRunner
 from engram_sync_kit.fake_cloud.server import FakeCloudConfig, start_fake_cloud
 from engram_sync_kit.harness.cli import cli
 from engram_sync_kit.harness.engram_env import EngramEnvironment, meaningful_stderr
+from engram_sync_kit.harness.engram_serve import EngramDaemon
 from engram_sync_kit.harness.polling import eventually
 from engram_sync_kit.harness.runner import copy_database
 from engram_sync_kit.harness.validate_report import one_line
-from engram_sync_kit.harness.world import EngramDaemon
 
 pytestmark = [pytest.mark.engram, pytest.mark.xdist_group("validate-blocked-lane")]
 

@@ -1,0 +1,48 @@
+"""Every read-only SQLite URI of the kit is built by engram_contract.read_only.read_only_uri, the one place
+that quotes the path (tests/harness/test_engram_read.py shows what an unquoted path opens instead)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).parents[2]
+PACKAGES = ("engram_contract", "canary", "fake_cloud", "harness", "bench")
+THE_ONE_PLACE = "engram_contract/read_only.py"
+# Built by hand still, each in a module another change owns; remove an entry when its module calls
+# read_only_uri (the test fails on an entry that no longer builds one, so the list cannot go stale).
+NOT_YET = {
+    "canary/db.py": "EngramDb.open quotes the path itself (the canary's half of issue 25)",
+    "harness/validate.py": "copy_original's shared-lock copy (validate is reshaped by issue 22)",
+}
+
+
+def builds_a_read_only_uri(path: Path) -> bool:
+    """A string or f-string in code (not a docstring or comment) that ends a URI with ?mode=ro."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return any(
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and "?mode=ro" in node.value
+        and id(node) not in docstrings
+        for node in ast.walk(tree)
+    )
+
+
+def test_only_engram_contract_builds_read_only_uris() -> None:
+    found = {
+        str(path.relative_to(ROOT))
+        for package in PACKAGES
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if builds_a_read_only_uri(path)
+    }
+    assert THE_ONE_PLACE in found  # else the scan itself finds nothing
+    assert found - {THE_ONE_PLACE} == set(NOT_YET)
