@@ -37,9 +37,7 @@ def test_saves_by_hand_and_a_plan_into_a_refused_project_are_reported_with_the_s
     for title in ("no project", "still none"):
         assert env.run(["save", title, "from a plain dir"], cwd=plain_dir).returncode == 0
     inbox, _ = inbox_snapshot(db, AliasMap())
-    keys = sorted(
-        key["key"] for key in inbox if key["count"] and key["key"] not in ("unsorted", "(no project)")
-    )[:3]
+    keys = sorted(key.key for key in inbox if key.count and key.key not in ("unsorted", "(no project)"))[:3]
     assert keys
     plan = tmp_path / "plan.txt"
     # Drop the rows without a project first: in seq order they would hold back every row after them.
@@ -69,7 +67,7 @@ def test_saves_by_hand_and_a_plan_into_a_refused_project_are_reported_with_the_s
 
     what_if = report["what_if"]
     claimed = what_if["effect"]["to_deliver_rows"]
-    memories = sum(key["count"] for key in inbox if key["key"] in keys)
+    memories = sum(key.count for key in inbox if key.key in keys)
     # The canary's pre-flight keeps the rows the server would refuse anyway; the rest are copied.
     assert (
         0 < claimed == what_if["effect"]["claimed_rows"] == memories - what_if["effect"]["kept_by_preflight"]
