@@ -1,7 +1,7 @@
 """The typed validate report: one pydantic model that the JSON, the markdown and the HTML are rendered from.
 
-harness.validate builds it; harness.validate_report renders it (a plain dict, such as a JSON file of an
-older run, is validated into it first, so nothing is rendered that the model does not allow). The
+harness.validate builds it part by part; harness.validate_report renders only the model (a JSON file of a
+run goes through as_report first, so nothing is rendered that the model does not allow). The
 answers to "why stuck" and "what to run" (stuck, worker, lane health, what_to_run) are required: a report
 of a validate from before them is refused, not shown with those answers silently empty.
 

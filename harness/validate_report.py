@@ -27,7 +27,6 @@ from engram_sync_kit.harness.validate_model import (
     Totals,
     ValidateReport,
     WhatIf,
-    as_report,
 )
 from engram_sync_kit.harness.validate_stuck import project_name
 
@@ -255,8 +254,7 @@ def _canary_headline(snapshot: CanarySnapshot | None) -> str:
     return snapshot.headline if snapshot is not None else ""
 
 
-def render_markdown(typed: ValidateReport | dict[str, Any]) -> str:
-    report = as_report(typed)
+def render_markdown(report: ValidateReport) -> str:
     current = report.current
     total = current.totals
     database = report.database
@@ -645,8 +643,7 @@ def _what_if_chart(current: Totals, what_if: WhatIf) -> str:
     )
 
 
-def render_html(typed: ValidateReport | dict[str, Any]) -> str:
-    report = as_report(typed)
+def render_html(report: ValidateReport) -> str:
     current = report.current
     total = current.totals
     what_if = report.what_if

@@ -196,7 +196,7 @@ def test_a_refused_row_without_a_project_keeps_the_servers_reason() -> None:
 
 
 def test_markdown_is_short_and_pins_the_verdicts(report: dict[str, Any]) -> None:
-    text = render_markdown(report)
+    text = render_markdown(as_report(report))
     assert len(text.splitlines()) < 75
     assert (
         "- Original untouched: yes; 10 sync rows; 1 worker tick(s), engram's worker degraded: push:" in text
@@ -209,7 +209,7 @@ def test_markdown_is_short_and_pins_the_verdicts(report: dict[str, Any]) -> None
 
 
 def test_html_is_one_offline_file(report: dict[str, Any]) -> None:
-    page = render_html(report)
+    page = render_html(as_report(report))
     assert page.startswith("<!DOCTYPE html>")
     for forbidden in ("<script", "<link", "src=", "@import", "url("):
         assert forbidden not in page
@@ -220,7 +220,7 @@ def test_html_escapes_names(report: dict[str, Any]) -> None:
     hostile = copy.deepcopy(report)
     hostile["current"]["lanes"][0]["project"] = "<script>alert(1)</script>"
     hostile["current"]["inbox_before"][0]["key"] = "x' onload='alert(1)"
-    page = render_html(hostile)
+    page = render_html(as_report(hostile))
     assert "<script>" not in page and "x' onload" not in page
     assert "&lt;script&gt;" in page
 
@@ -260,7 +260,11 @@ def hide(report: dict[str, Any], key: bytes = KEY) -> dict[str, Any]:
 def test_anonymize_hashes_names_everywhere_and_keeps_the_numbers() -> None:
     report = _named_report()
     hidden = hide(report)
-    outputs = json.dumps(hidden, ensure_ascii=False) + render_markdown(hidden) + render_html(hidden)
+    outputs = (
+        json.dumps(hidden, ensure_ascii=False)
+        + render_markdown(as_report(hidden))
+        + render_html(as_report(hidden))
+    )
     for secret in ("Ana", "lm-studio", "LM Studio", "código", "/home/ana"):
         assert secret not in outputs, secret
     lane = hidden["current"]["lanes"][0]
@@ -327,8 +331,8 @@ def test_cli_writes_json_html_and_markdown_from_one_report(
     assert seen[0].ticks == 3 and seen[0].allowed_projects == ("a", "b") and seen[0].what_if
     written = json.loads(out_json.read_text())
     assert written["anonymized"] is True
-    assert result.output == render_markdown(written)
-    assert out_html.read_text() == render_html(written)
+    assert result.output == render_markdown(as_report(written))
+    assert out_html.read_text() == render_html(as_report(written))
     assert "Ana" not in out_json.read_text() + out_html.read_text() + result.output
 
 
@@ -607,7 +611,7 @@ def test_the_lanes_chart_splits_by_project_and_by_why(report: dict[str, Any]) ->
             "seqs": [],
         },
     ]
-    page = render_html(shaped)
+    page = render_html(as_report(shaped))
     chart = page.split("<svg id='plot-lanes'", 1)[1].split("</svg>", 1)[0]
     bars = re.findall(r"data-series='([^']*)' data-label='([^']*)' data-value='([^']*)'", chart)
     assert ("refused", "cloud · app", "1") in bars and ("held back", "cloud · app", "3") in bars
@@ -626,17 +630,17 @@ def test_foreign_targets_all_touched_at_once_are_a_table_not_a_vertical_line(rep
     shaped = copy.deepcopy(report)
     for target in shaped["current"]["foreign_targets_before"]:
         target["updated_at"] = "2026-03-01 10:00:00"
-    page = render_html(shaped)
+    page = render_html(as_report(shaped))
     assert "<svg id='plot-foreign'" not in page and "<table id='foreign-targets'>" in page
     assert page.count("<svg id='plot-foreign'") == 0
-    assert "<svg id='plot-foreign'" in render_html(spread_foreign_targets(report))
+    assert "<svg id='plot-foreign'" in render_html(as_report(spread_foreign_targets(report)))
 
 
 def test_no_table_has_a_column_without_a_value(report: dict[str, Any]) -> None:
     shaped = copy.deepcopy(report)
     for key in shaped["current"]["inbox_before"]:
         key["claim_command"] = None
-    page = render_html(shaped)
+    page = render_html(as_report(shaped))
     inbox = page.split("<table id='inbox'>", 1)[1].split("</table>", 1)[0]
     assert "<th>claim</th>" not in inbox
     for table in re.findall(r"<table[^>]*>(.*?)</table>", page):
@@ -648,17 +652,17 @@ def test_no_table_has_a_column_without_a_value(report: dict[str, Any]) -> None:
 
 def test_every_rendering_comes_from_the_one_typed_model(report: dict[str, Any]) -> None:
     model = ValidateReport.model_validate(report)
-    assert render_markdown(model) == render_markdown(report)
-    assert render_html(model) == render_html(report)
+    assert render_markdown(as_report(model)) == render_markdown(as_report(report))
+    assert render_html(as_report(model)) == render_html(as_report(report))
     assert ValidateReport.model_validate(model.to_json()) == model  # the JSON form loads back the same
     unknown = copy.deepcopy(report)
     unknown["current"]["totals"]["surprise"] = 1
     with pytest.raises(ValidationError):
-        render_markdown(unknown)
+        render_markdown(as_report(unknown))
     wrong = copy.deepcopy(report)
     wrong["current"]["totals"]["lost"] = "many"
     with pytest.raises(ValidationError):
-        render_html(wrong)
+        render_html(as_report(wrong))
 
 
 def test_stuck_rows_give_engrams_reason_for_unenrolled_rows_and_every_blocker() -> None:
@@ -757,14 +761,14 @@ def test_a_plan_that_frees_nothing_while_rows_are_held_back_says_so_first_and_in
             {"check": "nothing lost", "ok": True, "detail": "0 row(s) acked but never received"},
         ],
     }
-    text = render_markdown(shaped)
+    text = render_markdown(as_report(shaped))
     screen = text.split("**Details**")[0]
     assert "it delivers nothing while 20 row(s) are held back" in screen
     assert (
         "Its proof FAILS: nothing blocked after the plan (lane cloud: seq 4 (...)). Do not run it as is."
         in screen
     )
-    page = render_html(shaped)
+    page = render_html(as_report(shaped))
     assert "<div class='figure bad' id='fig-proof'><b>NO</b>nothing blocked after the plan</div>" in page
     assert "<p id='plan-verdict' class='bad'>" in page
 
@@ -810,7 +814,11 @@ def test_anonymize_hashes_the_names_of_lane_health_and_the_stuck_table(report: d
         "engram-canary inbox drop --project 'Zé Private' --noise --db /home/ana/x.db --apply"
     ]
     hidden = hide(shaped)
-    outputs = json.dumps(hidden, ensure_ascii=False) + render_markdown(hidden) + render_html(hidden)
+    outputs = (
+        json.dumps(hidden, ensure_ascii=False)
+        + render_markdown(as_report(hidden))
+        + render_html(as_report(hidden))
+    )
     for secret in ("Ana Secret", "Zé Private", "/home/ana"):
         assert secret not in outputs, secret
     assert hidden["current"]["lane_health"]["lanes"][0]["held_back_by_project"] == {
@@ -831,7 +839,7 @@ def test_the_details_give_validates_own_time_apart_from_engrams(report: dict[str
     assert (
         "- Time: 368 s in all, validate's own 62 s, engram's 306 s (this run: engram doctor 238 s, "
         "serve's start 32 s, worker ticks 33 s)."
-    ) in render_markdown(shaped)
+    ) in render_markdown(as_report(shaped))
 
 
 def _canary_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -895,7 +903,7 @@ def test_a_report_of_the_old_format_is_refused_not_shown_with_empty_answers(
         section = section[part]
     del section[last]
     with pytest.raises(ValidationError, match=last):
-        render_markdown(old)
+        render_markdown(as_report(old))
 
 
 def test_parts_built_typed_name_the_testers_file_too(tmp_path: Path) -> None:

@@ -93,8 +93,8 @@ def test_no_planted_name_path_text_or_session_id_survives_in_any_rendering() -> 
     assert isinstance(hidden, ValidateReport) and hidden.anonymized
     outputs = {
         "json": json.dumps(hidden.to_json(), ensure_ascii=False),
-        "markdown": render_markdown(hidden),
-        "html": render_html(hidden),
+        "markdown": render_markdown(as_report(hidden)),
+        "html": render_html(as_report(hidden)),
     }
     for kind, text in outputs.items():
         assert SECRET not in text, f"{kind}: {text[max(0, text.find(SECRET) - 80) : text.find(SECRET) + 40]}"
@@ -124,4 +124,4 @@ def test_a_project_named_like_a_word_of_the_kit_leaves_the_kits_words_alone() ->
     hidden = anonymized(report, KEY)
     assert hidden.current.lanes[0].project == stable_hash("degraded", KEY)
     assert hidden.current.worker.lifecycle == "degraded"
-    assert "engram's worker: degraded" in render_markdown(hidden)
+    assert "engram's worker: degraded" in render_markdown(as_report(hidden))

@@ -178,8 +178,8 @@ def test_markdown_summary_on_stdout_and_html_file(validated: Validated) -> None:
     assert text.startswith(f"### engram 1.20.0 rehearsed on a copy of `{validated.db}`")
     assert "- Original untouched: yes;" in text
     assert "- Proof: holds" in text
-    assert text == render_markdown(validated.report)
-    assert validated.html == render_html(validated.report)
+    assert text == render_markdown(as_report(validated.report))
+    assert validated.html == render_html(as_report(validated.report))
     assert "<svg id='plot-inbox'" in validated.html and "http://" not in validated.html.replace(
         "http://www.w3.org/2000/svg", ""
     )
@@ -206,8 +206,8 @@ def test_anonymized_report_keeps_the_numbers_and_leaks_no_name(validated: Valida
     assert len(report["current"]["lanes"]) == len(validated.report["current"]["lanes"])
     outputs = {
         "json": json.dumps(report, ensure_ascii=False),
-        "markdown": render_markdown(report),
-        "html": render_html(report),
+        "markdown": render_markdown(as_report(report)),
+        "html": render_html(as_report(report)),
     }
     names = _names_in(validated.db)
     assert len(names) > 1000  # titles, contents, projects and directories of the deployment

@@ -14,6 +14,7 @@ from engram_sync_kit.canary.derive import AliasMap
 from engram_sync_kit.harness.deployment import DeploymentSpec, generate
 from engram_sync_kit.harness.engram_env import EngramEnvironment
 from engram_sync_kit.harness.validate import ValidateOptions, inbox_snapshot, validate
+from engram_sync_kit.harness.validate_model import as_report
 from engram_sync_kit.harness.validate_report import render_markdown
 
 pytestmark = [pytest.mark.engram, pytest.mark.xdist_group("validate-scale-3")]
@@ -86,7 +87,7 @@ def test_saves_by_hand_and_a_plan_into_a_refused_project_are_reported_with_the_s
     failed = [check["check"] for check in what_if["proof"]["checks"] if not check["ok"]]
     # the claimed copies wait behind the server's 403 on a degraded lane: the plan leaves it blocked
     assert failed == ["nothing blocked after the plan", "no new refusals"]
-    text = render_markdown(report)
+    text = render_markdown(as_report(report))
     assert "- Proof: FAILS (" in text
     assert f"With the plan, the server refuses {claimed} row(s) of '{refused_project}'" in text
     assert "The server refused 4 row(s) of project '': push: transport push project \"\"" in text
