@@ -29,9 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-
-from pydantic import BaseModel
+from typing import Protocol, TypeVar
 
 from engram_sync_kit.canary.checks import read_target_space, run_check
 from engram_sync_kit.canary.config import CanaryConfig
@@ -46,10 +44,38 @@ from engram_sync_kit.engram_contract.worker_selection import legacy_unacked, wor
 from engram_sync_kit.fake_cloud.errors import FakeCloudError
 from engram_sync_kit.harness.engram_env import EngramEnvironment, meaningful_stderr
 from engram_sync_kit.harness.errors import HarnessError, StepFailed
-from engram_sync_kit.harness.lanes import LocalMutation
+from engram_sync_kit.harness.lanes import LaneTable, LocalMutation, MatchKey
 from engram_sync_kit.harness.runner import copy_database
 from engram_sync_kit.harness.validate_lanes import AckedSeqs, measure_lanes
-from engram_sync_kit.harness.validate_model import ValidateReport, Worker, as_report
+from engram_sync_kit.harness.validate_model import (
+    CanaryFinding,
+    CanarySnapshot,
+    Database,
+    Doctor,
+    DoctorCheck,
+    Effect,
+    EffectGroup,
+    Engram,
+    ForeignTarget,
+    InboxKey,
+    LaneRow,
+    LanesHealth,
+    LaneState,
+    Migrations,
+    Options,
+    PlanOutcome,
+    ProjectRow,
+    Proof,
+    ProofCheck,
+    Refusal,
+    Run,
+    Tick,
+    Totals,
+    ValidateReport,
+    WhatIf,
+    Worker,
+    rewrite_strings,
+)
 from engram_sync_kit.harness.validate_stuck import (
     blocked_lanes,
     project_name,
@@ -73,6 +99,7 @@ PLAN_RESERVED_OPTIONS = ("--db", "--apply", "--backup-dir", "--aliases", "--keep
 STATUS_RANK = {"ok": 0, "warning": 1, "critical": 2, "unknown": 3}
 
 Progress = Callable[[str], None]
+T = TypeVar("T")
 
 
 class ValidateError(HarnessError):
@@ -162,13 +189,20 @@ def suggested_plan(summaries: Sequence[KeySummary], way_out: Sequence[str] = ())
 # ─── read-only snapshots ─────────────────────────────────────────────────────
 
 
-def _read(db: Path, read: Callable[[sqlite3.Connection], Any]) -> Any:
+def _read(db: Path, read: Callable[[sqlite3.Connection], T]) -> T:
     with EngramDb.open(db) as engram, engram.read_transaction() as connection:
         return read(connection)
 
 
-def schema_snapshot(db: Path) -> dict[str, Any]:
-    def read(connection: sqlite3.Connection) -> dict[str, Any]:
+@dataclass(frozen=True)
+class SchemaSnapshot:
+    user_version: int
+    objects: dict[str, str]  # "table name" -> its SQL, whitespace folded
+    columns: dict[str, list[str]]
+
+
+def schema_snapshot(db: Path) -> SchemaSnapshot:
+    def read(connection: sqlite3.Connection) -> SchemaSnapshot:
         objects = {
             f"{kind} {name}": " ".join(str(sql or "").split())
             for kind, name, sql in connection.execute(
@@ -176,60 +210,78 @@ def schema_snapshot(db: Path) -> dict[str, Any]:
             )
         }
         columns = {
-            name: [str(row[1]) for row in connection.execute(f"PRAGMA table_info('{name}')")]
+            str(name): [str(row[1]) for row in connection.execute(f"PRAGMA table_info('{name}')")]
             for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
         }
         version = int(connection.execute("PRAGMA user_version").fetchone()[0])
-        return {"user_version": version, "objects": objects, "columns": columns}
+        return SchemaSnapshot(version, objects, columns)
 
-    result: dict[str, Any] = _read(db, read)
-    return result
+    return _read(db, read)
 
 
-def schema_diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+def schema_diff(before: SchemaSnapshot, after: SchemaSnapshot) -> Migrations:
     """What the binary changed in the copy's schema: new, dropped and changed objects, new columns."""
-    old, new = before["objects"], after["objects"]
+    old, new = before.objects, after.objects
     added_columns = {
-        table: [column for column in columns if column not in before["columns"].get(table, [])]
-        for table, columns in after["columns"].items()
-        if table in before["columns"]
+        table: [column for column in columns if column not in before.columns.get(table, [])]
+        for table, columns in after.columns.items()
+        if table in before.columns
     }
-    return {
-        "user_version": [before["user_version"], after["user_version"]],
-        "added": sorted(name for name in new if name not in old),
-        "dropped": sorted(name for name in old if name not in new),
-        "changed": sorted(name for name in new if name in old and new[name] != old[name]),
-        "added_columns": {table: columns for table, columns in added_columns.items() if columns},
-    }
+    return Migrations(
+        user_version=[before.user_version, after.user_version],
+        added=sorted(name for name in new if name not in old),
+        dropped=sorted(name for name in old if name not in new),
+        changed=sorted(name for name in new if name in old and new[name] != old[name]),
+        added_columns={table: columns for table, columns in added_columns.items() if columns},
+    )
 
 
-def canary_snapshot(db: Path) -> dict[str, Any]:
+def canary_snapshot(db: Path) -> CanarySnapshot:
     # The canary's cursor (its state dir, which _canary_state points into validate's work dir) makes the
     # check after the run incremental over the one before it: seconds, not a full read, on 1M rows.
     result = run_check(db, CanaryConfig(), None)
-    return {
-        "status": result.status,
-        "headline": headline(result),
-        "findings": [
-            {
-                "check": finding.check,
-                "severity": finding.severity,
-                "target_key": finding.target_key,
-                "key": finding.key,
-                "size": finding.size,
-                "message": finding.message,
-            }
+    return CanarySnapshot(
+        status=result.status,
+        headline=headline(result),
+        findings=[
+            CanaryFinding(
+                check=finding.check,
+                severity=finding.severity,
+                target_key=finding.target_key,
+                key=finding.key,
+                size=finding.size,
+                message=finding.message,
+            )
             for finding in result.findings
         ],
-    }
+    )
 
 
-def inbox_snapshot(db: Path, aliases: AliasMap) -> tuple[list[dict[str, Any]], list[KeySummary]]:
+def inbox_key(summary: KeySummary) -> InboxKey:
+    """One key of `inbox list`, as the canary's JSON gives it (times in UTC, ages to the millisecond)."""
+    return InboxKey(
+        key=summary.key,
+        count=summary.count,
+        telemetry=summary.telemetry,
+        total=summary.total,
+        oldest=summary.oldest.strftime("%Y-%m-%dT%H:%M:%SZ") if summary.oldest is not None else None,
+        oldest_age_days=round(summary.oldest_age_days, 3),
+        entities=dict(sorted(summary.entities.items())),
+        cwds=dict(sorted(summary.cwds.items())),
+        resolved_to=summary.resolved_to,
+        claim_command=summary.claim_command,
+        cwd_claim_commands=dict(sorted(summary.cwd_claim_commands.items())),
+        hint=summary.hint,
+        missing_cwds=list(summary.missing_cwds),
+    )
+
+
+def inbox_snapshot(db: Path, aliases: AliasMap) -> tuple[list[InboxKey], list[KeySummary]]:
     with EngramDb.open(db) as engram:
         snapshot = read_inbox(engram.connection, engram.schema, aliases)
     summaries = summarize(snapshot)
     listed = [*summaries, *([snapshot.unattributed] if snapshot.unattributed else [])]
-    return [summary.to_json() for summary in listed], summaries
+    return [inbox_key(summary) for summary in listed], summaries
 
 
 def _pending_sql(connection: sqlite3.Connection) -> str:
@@ -245,12 +297,20 @@ def worker_pending(db: Path) -> int:
         return int(connection.execute(sql).fetchone()[0])
 
     try:
-        return int(_read(db, read))
+        return _read(db, read)
     except (CanaryError, sqlite3.Error):
         return -1
 
 
-def foreign_targets(db: Path) -> list[dict[str, Any]]:
+def _optional_int(value: object) -> int | None:
+    return int(value) if isinstance(value, int | str) and str(value).lstrip("-").isdigit() else None
+
+
+def _optional_str(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def foreign_targets(db: Path) -> list[ForeignTarget]:
     """sync_state targets outside the allowed space, with the seq and time engram last touched them."""
 
     with EngramDb.open(db) as engram, engram.read_transaction():
@@ -259,84 +319,168 @@ def foreign_targets(db: Path) -> list[dict[str, Any]]:
     for key in space.foreign_sync_targets():
         fields = space.sync_state[key].fields
         rows.append(
-            {
-                "target_key": key,
-                "lifecycle": fields.get("lifecycle"),
-                "last_enqueued_seq": fields.get("last_enqueued_seq"),
-                "updated_at": fields.get("updated_at"),
-            }
+            ForeignTarget(
+                target_key=key,
+                lifecycle=_optional_str(fields.get("lifecycle")),
+                last_enqueued_seq=_optional_int(fields.get("last_enqueued_seq")),
+                updated_at=_optional_str(fields.get("updated_at")),
+            )
         )
-    return sorted(rows, key=lambda row: (str(row["updated_at"] or ""), row["target_key"]))
+    return sorted(rows, key=lambda row: (row.updated_at or "", row.target_key))
 
 
-def _sync_state_cloud(db: Path) -> dict[str, Any]:
-    def read(connection: sqlite3.Connection) -> dict[str, Any]:
+@dataclass(frozen=True)
+class CloudState:
+    """The legacy lane's sync_state row: what a tick reads of it."""
+
+    lease_until: object = None
+    last_error: str | None = None
+
+
+def _sync_state_cloud(db: Path) -> CloudState:
+    def read(connection: sqlite3.Connection) -> CloudState:
         cursor = connection.execute("SELECT * FROM sync_state WHERE target_key = ?", (LEGACY_TARGET,))
         row = cursor.fetchone()
-        names = [column[0] for column in cursor.description]
-        return dict(zip(names, row, strict=True)) if row else {}
+        if row is None:
+            return CloudState()
+        values = dict(zip((column[0] for column in cursor.description), row, strict=True))
+        return CloudState(values.get("lease_until"), str(values.get("last_error") or "") or None)
 
     try:
-        result: dict[str, Any] = _read(db, read)
+        return _read(db, read)
     except (CanaryError, sqlite3.Error):
-        return {}
-    return result
+        return CloudState()
 
 
-DOCTOR_SKIPPED: dict[str, Any] = {"status": "skipped", "summary": {}, "checks": []}
+DOCTOR_SKIPPED = Doctor(status="skipped")
 
 
-def doctor(env: EngramEnvironment) -> dict[str, Any]:
+def doctor(env: EngramEnvironment) -> Doctor:
     """`engram doctor --json`: its status, summary and the checks that are not ok."""
     try:
         result = env.run(["doctor", "--json"], timeout=120)
     except (OSError, subprocess.SubprocessError) as error:
-        return {"status": "error", "error": f"engram doctor could not run: {error}"}
+        return Doctor(status="error", error=f"engram doctor could not run: {error}")
     try:
         data = json.loads(result.stdout)
     except json.JSONDecodeError:
         detail = meaningful_stderr(result.stderr) or result.stdout.strip()
-        return {"status": "error", "error": f"engram doctor exited {result.returncode}: {detail[:300]}"}
-    checks = data.get("checks") or []
-    return {
-        "status": str(data.get("status", "?")),
-        "summary": data.get("summary") or {},
-        "checks": [
-            {
-                "check_id": check.get("check_id"),
-                "result": check.get("result"),
-                "severity": check.get("severity"),
-                "message": check.get("message"),
-                "findings": len(check.get("findings") or []),
-            }
-            for check in checks
+        return Doctor(status="error", error=f"engram doctor exited {result.returncode}: {detail[:300]}")
+    if not isinstance(data, dict):
+        return Doctor(status="error", error=f"engram doctor printed no object: {result.stdout[:300]}")
+    summary = data.get("summary")
+    checks = data.get("checks")
+    return Doctor(
+        status=str(data.get("status", "?")),
+        summary={str(k): v for k, v in summary.items() if isinstance(v, int)}
+        if isinstance(summary, dict)
+        else {},
+        checks=[
+            DoctorCheck(
+                check_id=_optional_str(check.get("check_id")),
+                result=_optional_str(check.get("result")),
+                severity=_optional_str(check.get("severity")),
+                message=_optional_str(check.get("message")),
+                findings=len(check.get("findings") or []),
+            )
+            for check in (checks if isinstance(checks, list) else [])
             if isinstance(check, dict)
         ],
-    }
+    )
 
 
 # ─── one rehearsal: the worker on one copy ───────────────────────────────────
 
 
-@dataclass
-class _Tick:
-    last_sync_at: Any
-    failures: Any
-    phase: Any
-    lease: Any
+@dataclass(frozen=True)
+class _TickState:
+    last_sync_at: object
+    failures: int | None
+    phase: str | None
+    lease: object
 
 
-def _tick_state(daemon: EngramDaemon, db: Path) -> _Tick:
+def _tick_state(daemon: EngramDaemon, db: Path) -> _TickState:
     status = daemon.sync_status()
-    lease = _sync_state_cloud(db).get("lease_until")
-    return _Tick(status.get("last_sync_at"), status.get("consecutive_failures"), status.get("phase"), lease)
+    return _TickState(
+        status.get("last_sync_at"),
+        _optional_int(status.get("consecutive_failures")),
+        _optional_str(status.get("phase")),
+        _sync_state_cloud(db).lease_until,
+    )
 
 
-def _tick_done(before: _Tick, now: _Tick) -> bool:
+def _tick_done(before: _TickState, now: _TickState) -> bool:
     if now.last_sync_at != before.last_sync_at or now.failures != before.failures:
         return True
     # A cycle with only unenrolled rows pending sends nothing: it shows as a new lease, then degraded.
     return bool(now.lease != before.lease and now.phase == "degraded")
+
+
+@dataclass(frozen=True)
+class CopyRead:
+    """What validate reads of one copy, before or after a run. The what-if copy is read light before its
+    run (its lanes only): the plan's effect says what it did to the inbox."""
+
+    lane_state: list[LaneState]
+    lane_health: LanesHealth
+    canary: CanarySnapshot | None = None
+    inbox: list[InboxKey] = field(default_factory=list)
+    summaries: list[KeySummary] = field(default_factory=list)
+    foreign_targets: list[ForeignTarget] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What one rehearsal measured; Run (the report's) adds the reading of the copy before it."""
+
+    ticks: list[Tick]
+    ended: str
+    lanes: list[LaneRow]
+    refused: list[Refusal]
+    unmatched_received: int
+    journal_overflow: int
+    doctor_before: Doctor
+    doctor_after: Doctor
+    worker_pending_after: int
+    serve_log: str
+    seconds: float
+    timings: dict[str, float]
+    after: CopyRead
+
+    def run(self, before: CopyRead, migrations: Migrations | None = None) -> Run:
+        after = self.after
+        if after.canary is None:
+            raise ValidateError("the copy after a run is read in full")  # _snapshot_copy always is
+        return Run(
+            ticks=self.ticks,
+            ended=self.ended,
+            lanes=self.lanes,
+            refused=self.refused,
+            unmatched_received=self.unmatched_received,
+            journal_overflow=self.journal_overflow,
+            doctor_before=self.doctor_before,
+            doctor_after=self.doctor_after,
+            worker_pending_after=self.worker_pending_after,
+            serve_log=self.serve_log,
+            seconds=self.seconds,
+            timings=self.timings,
+            canary_before=before.canary,
+            canary_after=after.canary,
+            inbox_before=before.inbox,
+            inbox_after=after.inbox,
+            foreign_targets_before=before.foreign_targets,
+            foreign_targets_after=after.foreign_targets,
+            lane_state_before=before.lane_state,
+            lane_state_after=after.lane_state,
+            lane_health_before=before.lane_health,
+            lane_health=after.lane_health,
+            worker=worker_words(after.lane_health),
+            stuck=stuck_rows(self.lanes, after.lane_health),
+            migrations=migrations,
+            projects=per_project(self.lanes),
+            totals=totals(self.lanes),
+        )
 
 
 @dataclass
@@ -347,13 +491,12 @@ class Rehearsal:
     ticks: int
     tick_timeout: float
     progress: Progress
-    run_doctor: bool = True
+    run_doctor: bool
     # Reads the copy once engram is done with it, in this run's thread: it overlaps the other run.
-    read_after: Callable[[Path], dict[str, Any]] | None = None
-    result: dict[str, Any] = field(default_factory=dict)
+    read_after: Callable[[Path], CopyRead]
     ended: str = "tick limit"  # idle | stalled | tick limit
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> Measured:
         db = self.env.db_path
         started = time.monotonic()
         acked_before = AckedSeqs.read(db)
@@ -371,7 +514,7 @@ class Rehearsal:
             {"ENGRAM_CLOUD_SERVER": cloud.base_url, "ENGRAM_CLOUD_TOKEN": token},
             logs / "serve.log",
         )
-        ticks: list[dict[str, Any]] = []
+        ticks: list[Tick] = []
         daemon.ready_timeout = SERVE_READY_TIMEOUT
         try:
             daemon.start(autosync=True)
@@ -405,27 +548,30 @@ class Rehearsal:
         unmatched = lanes.unmatched_received
         del local, lanes, received
         timings["lanes"] = time.monotonic() - mark
-        self.result = {
-            "ticks": ticks,
-            "ended": self.ended,
-            "lanes": lane_rows,
-            "refused": refused["by_project"],
-            "unmatched_received": unmatched,
-            "journal_overflow": journal.overflow,
-            "doctor_before": doctor_before,
-            "doctor_after": doctor_after,
-            "worker_pending_after": worker_pending(db),
-            "serve_log": meaningful_stderr(daemon.log_text())[-2000:],
-            "seconds": round(time.monotonic() - started, 2),
-            "timings": {name: round(value, 2) for name, value in timings.items()},
-        }
-        if self.read_after is not None:
-            mark = time.monotonic()
-            self.result.update(self.read_after(db))
-            self.result["timings"]["read_after"] = round(time.monotonic() - mark, 2)
-        return self.result
+        pending_after = worker_pending(db)
+        serve_log = meaningful_stderr(daemon.log_text())[-2000:]
+        seconds = round(time.monotonic() - started, 2)
+        rounded = {name: round(value, 2) for name, value in timings.items()}
+        mark = time.monotonic()
+        after = self.read_after(db)
+        rounded["read_after"] = round(time.monotonic() - mark, 2)
+        return Measured(
+            ticks=ticks,
+            ended=self.ended,
+            lanes=lane_rows,
+            refused=refused.by_project,
+            unmatched_received=unmatched,
+            journal_overflow=journal.overflow,
+            doctor_before=doctor_before,
+            doctor_after=doctor_after,
+            worker_pending_after=pending_after,
+            serve_log=serve_log,
+            seconds=seconds,
+            timings=rounded,
+            after=after,
+        )
 
-    def _play_ticks(self, daemon: EngramDaemon, cloud: CloudHandle, ticks: list[dict[str, Any]]) -> None:
+    def _play_ticks(self, daemon: EngramDaemon, cloud: CloudHandle, ticks: list[Tick]) -> None:
         db = self.env.db_path
         before = _tick_state(daemon, db)
         previous_pending = worker_pending(db)
@@ -448,24 +594,22 @@ class Rehearsal:
             journal_mark = max((entry.id for entry in entries), default=journal_mark)
             pushes = [entry for entry in entries if entry.path == PUSH_PATH]
             pending = worker_pending(db)
-            state = _sync_state_cloud(db)
-            ticks.append(
-                {
-                    "tick": number,
-                    "seconds": round(time.monotonic() - mark, 2),
-                    "phase": now.phase,
-                    "consecutive_failures": now.failures,
-                    "pushed": len(pushes),
-                    "accepted": sum(1 for entry in pushes if entry.status == 200),
-                    "refused": sum(1 for entry in pushes if entry.status >= 400),
-                    "refused_projects": refused_projects(pushes),
-                    "last_error": state.get("last_error") or None,
-                    "worker_pending": pending,
-                }
+            tick = Tick(
+                tick=number,
+                seconds=round(time.monotonic() - mark, 2),
+                phase=now.phase,
+                consecutive_failures=now.failures,
+                pushed=len(pushes),
+                accepted=sum(1 for entry in pushes if entry.status == 200),
+                refused=sum(1 for entry in pushes if entry.status >= 400),
+                refused_projects=refused_projects(pushes),
+                last_error=_sync_state_cloud(db).last_error,
+                worker_pending=pending,
             )
+            ticks.append(tick)
             self.progress(
-                f"{self.label}: tick {number}: {ticks[-1]['accepted']} accepted, "
-                f"{ticks[-1]['refused']} refused, {pending} waiting for the worker"
+                f"{self.label}: tick {number}: {tick.accepted} accepted, "
+                f"{tick.refused} refused, {pending} waiting for the worker"
             )
             if pending == 0 or pending == previous_pending:
                 # idle: nothing left that this worker reads, or it stopped making progress
@@ -479,14 +623,39 @@ def _one_line(log: str, limit: int = 500) -> str:
     return " | ".join(meaningful_stderr(log).splitlines())[-limit:] or "(empty)"
 
 
-def refused_projects(pushes: Sequence[Any]) -> list[str]:
+class Push(Protocol):
+    """A journal entry of the fake cloud, as validate reads it."""
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def status(self) -> int: ...
+    @property
+    def project(self) -> str | None: ...
+    @property
+    def entity(self) -> str | None: ...
+    @property
+    def entity_key(self) -> str | None: ...
+    @property
+    def op(self) -> str | None: ...
+    @property
+    def payload_digest(self) -> str | None: ...
+
+
+def refused_projects(pushes: Sequence[Push]) -> list[str]:
     """Projects whose push the cloud answered >= 400; a row without a project is ''."""
     return sorted({str(entry.project or "") for entry in pushes if entry.status >= 400})
 
 
+@dataclass(frozen=True)
+class RefusedRows:
+    keys: set[MatchKey]  # the refused mutations, as the lane table matches local rows
+    by_project: list[Refusal]
+
+
 def refused_rows(
-    entries: Sequence[Any], ticks: Sequence[dict[str, Any]], local: Sequence[LocalMutation] = ()
-) -> dict[str, Any]:
+    entries: Sequence[Push], ticks: Sequence[Tick], local: Sequence[LocalMutation] = ()
+) -> RefusedRows:
     """Push entries the cloud answered >= 400: the rows, the attempts and engram's record of the reason.
 
     With LOCAL, rows are the unacked local rows the refusals matched (byte-identical rows, such as two
@@ -494,79 +663,81 @@ def refused_rows(
     """
     reasons: dict[str, Counter[str]] = defaultdict(Counter)
     for tick in ticks:
-        for project in tick["refused_projects"]:
-            if tick["last_error"]:
-                reasons[project][str(tick["last_error"])] += 1
-    keys: set[tuple[str, str, str, str]] = set()
-    by_project: dict[str, dict[str, Any]] = {}
+        for project in tick.refused_projects:
+            if tick.last_error:
+                reasons[project][tick.last_error] += 1
+    statuses: dict[str, Counter[str]] = defaultdict(Counter)
+    distinct: dict[str, set[MatchKey]] = defaultdict(set)
     for entry in entries:
         if entry.path != PUSH_PATH or entry.status < 400:
             continue
         project = str(entry.project or "")
-        keys.add((str(entry.entity), str(entry.entity_key), str(entry.op), str(entry.payload_digest)))
-        item = by_project.setdefault(
-            project, {"project": project, "statuses": Counter(), "rows": set(), "reasons": []}
+        statuses[project][str(entry.status)] += 1
+        distinct[project].add(
+            (str(entry.entity), str(entry.entity_key), str(entry.op), str(entry.payload_digest))
         )
-        item["statuses"][str(entry.status)] += 1
-        item["rows"].add((entry.entity, entry.entity_key, entry.op, entry.payload_digest))
+    keys = set().union(*distinct.values())
     matched: Counter[str] = Counter(m.project for m in local if not m.acked and m.key in keys)
-    listed = []
-    for project, item in sorted(by_project.items()):
-        listed.append(
-            {
-                "project": project,
-                "rows": matched[project] if local else len(item["rows"]),
-                "attempts": sum(item["statuses"].values()),
-                "statuses": dict(item["statuses"]),
-                "reasons": [reason for reason, _ in reasons[project].most_common()],
-            }
+    listed = [
+        Refusal(
+            project=project,
+            rows=matched[project] if local else len(distinct[project]),
+            attempts=sum(counts.values()),
+            statuses=dict(counts),
+            reasons=[reason for reason, _ in reasons[project].most_common()],
         )
-    return {"keys": keys, "by_project": listed}
+        for project, counts in sorted(statuses.items())
+    ]
+    return RefusedRows(keys, listed)
 
 
-def _lane_rows(lanes: Any, local: Sequence[LocalMutation], refused: dict[str, Any]) -> list[dict[str, Any]]:
-    keys = refused["keys"]
-    refused_rows: Counter[tuple[str, str]] = Counter(
-        (mutation.lane, mutation.project) for mutation in local if not mutation.acked and mutation.key in keys
+def _lane_rows(lanes: LaneTable, local: Sequence[LocalMutation], refused: RefusedRows) -> list[LaneRow]:
+    refused_here: Counter[tuple[str, str]] = Counter(
+        (mutation.lane, mutation.project)
+        for mutation in local
+        if not mutation.acked and mutation.key in refused.keys
     )
     rows = []
     for row in lanes.rows:
-        refused_here = min(row.stranded, refused_rows[(row.lane, row.project)])
+        held = min(row.stranded, refused_here[(row.lane, row.project)])
         rows.append(
-            {
-                "lane": row.lane,
-                "project": row.project,
-                "enqueued": row.enqueued,
-                "acked_before_run": row.acked_before_run,
-                "delivered": row.delivered,
-                "stranded": row.stranded - refused_here,
-                "refused": refused_here,
-                "lost": row.lost,
-                "duplicated": row.duplicated,
-            }
+            LaneRow(
+                lane=row.lane,
+                project=row.project,
+                enqueued=row.enqueued,
+                acked_before_run=row.acked_before_run,
+                delivered=row.delivered,
+                stranded=row.stranded - held,
+                refused=held,
+                lost=row.lost,
+                duplicated=row.duplicated,
+            )
         )
     return rows
-
-
-def per_project(lanes: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    totals: dict[str, Counter[str]] = defaultdict(Counter)
-    for row in lanes:
-        for name in COUNT_FIELDS:
-            totals[row["project"]][name] += int(row[name])
-    return [{"project": project, **{n: c[n] for n in COUNT_FIELDS}} for project, c in sorted(totals.items())]
 
 
 COUNT_FIELDS = ("enqueued", "acked_before_run", "delivered", "stranded", "refused", "lost", "duplicated")
 
 
-def totals(lanes: Sequence[dict[str, Any]]) -> dict[str, int]:
-    return {name: sum(int(row[name]) for row in lanes) for name in COUNT_FIELDS}
+def _summed(lanes: Sequence[LaneRow]) -> dict[str, int]:
+    return {name: sum(int(getattr(row, name)) for row in lanes) for name in COUNT_FIELDS}
+
+
+def per_project(lanes: Sequence[LaneRow]) -> list[ProjectRow]:
+    by_project: dict[str, list[LaneRow]] = defaultdict(list)
+    for row in lanes:
+        by_project[row.project].append(row)
+    return [ProjectRow(project=project, **_summed(rows)) for project, rows in sorted(by_project.items())]
+
+
+def totals(lanes: Sequence[LaneRow]) -> Totals:
+    return Totals(**_summed(lanes))
 
 
 # ─── the what-if ─────────────────────────────────────────────────────────────
 
 
-def apply_plan(db: Path, steps: Sequence[PlanStep], aliases: Path, backup_dir: Path) -> list[dict[str, Any]]:
+def apply_plan(db: Path, steps: Sequence[PlanStep], aliases: Path, backup_dir: Path) -> list[PlanOutcome]:
     """Each plan line through the canary's own command, --apply, on the what-if copy.
 
     The canary's click group runs in this process (no interpreter start per line), so a plan line
@@ -592,25 +763,46 @@ def apply_plan(db: Path, steps: Sequence[PlanStep], aliases: Path, backup_dir: P
         output = result.output.strip().splitlines()
         nothing = result.exit_code != 0 and any("nothing to" in line for line in output)
         outcomes.append(
-            {
-                "line": step.line,
-                "command": step.text,
-                "exit": result.exit_code,
-                "outcome": "applied" if result.exit_code == 0 else ("empty" if nothing else "refused"),
-                "message": next(
+            PlanOutcome(
+                line=step.line,
+                command=step.text,
+                exit=result.exit_code,
+                outcome="applied" if result.exit_code == 0 else ("empty" if nothing else "refused"),
+                message=next(
                     (line for line in output if line.startswith(("applied", "Error", "error"))),
                     output[0] if output else "",
                 )[:300],
-            }
+            )
         )
     return outcomes
 
 
-def _triage_log(backup_dir: Path) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class TriageEntry:
+    """One line of the canary's triage log (canary.triage): the rows one --apply acked."""
+
+    discarded: bool
+    acked_seqs: tuple[int, ...]
+    kept_by_preflight: int  # rows the canary's pre-flight refused to touch
+
+
+def _triage_log(backup_dir: Path) -> list[TriageEntry]:
     path = backup_dir / TRIAGE_LOG_NAME
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    entries = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        entry = json.loads(line)
+        entries.append(
+            TriageEntry(
+                discarded=bool(entry.get("discarded")),
+                acked_seqs=tuple(int(seq) for seq in entry.get("acked_seqs") or ()),
+                kept_by_preflight=len(entry.get("refused") or []),
+            )
+        )
+    return entries
 
 
 def _rows_by_seq(db: Path, seqs: Sequence[int]) -> dict[int, tuple[str, str, bool]]:
@@ -627,126 +819,120 @@ def _rows_by_seq(db: Path, seqs: Sequence[int]) -> dict[int, tuple[str, str, boo
                 found[int(seq)] = (str(project), str(entity), bool(acked))
         return found
 
-    result: dict[int, tuple[str, str, bool]] = _read(db, read)
-    return result
+    return _read(db, read)
 
 
 def _seqs_between(db: Path, low: int, high: int) -> list[int]:
     sql = "SELECT seq FROM sync_mutations WHERE seq > ? AND seq <= ? ORDER BY seq"
-    result: list[int] = _read(
-        db, lambda connection: [int(row[0]) for row in connection.execute(sql, (low, high))]
-    )
-    return result
+    return _read(db, lambda connection: [int(row[0]) for row in connection.execute(sql, (low, high))])
 
 
 def _max_seq(db: Path) -> int:
-    return int(
-        _read(
-            db,
-            lambda connection: connection.execute(
-                "SELECT ifnull(MAX(seq), 0) FROM sync_mutations"
-            ).fetchone()[0],
-        )
-    )
+    sql = "SELECT ifnull(MAX(seq), 0) FROM sync_mutations"
+    return _read(db, lambda connection: int(connection.execute(sql).fetchone()[0]))
 
 
-def plan_effect(db: Path, log: Sequence[dict[str, Any]], high_water: tuple[int, int]) -> dict[str, Any]:
+def plan_effect(db: Path, log: Sequence[TriageEntry], high_water: tuple[int, int]) -> Effect:
     """Which rows the applied plan discards and which it hands to the worker, per project and entity.
 
     Discards and claims come from the canary's triage log; the rows handed to the worker are every row
     the plan appended (seq between the high-water marks before and after it), whatever wrote them.
     """
-    discarded = [seq for entry in log if entry.get("discarded") for seq in entry.get("acked_seqs", [])]
-    claimed = [seq for entry in log if not entry.get("discarded") for seq in entry.get("acked_seqs", [])]
+    discarded = [seq for entry in log if entry.discarded for seq in entry.acked_seqs]
+    claimed = [seq for entry in log if not entry.discarded for seq in entry.acked_seqs]
     added = _seqs_between(db, *high_water)
     rows = _rows_by_seq(db, [*discarded, *claimed, *added])
 
-    def grouped(seqs: Sequence[int]) -> list[dict[str, Any]]:
+    def grouped(seqs: Sequence[int]) -> list[EffectGroup]:
         counts: Counter[tuple[str, str]] = Counter((rows[s][0], rows[s][1]) for s in seqs if s in rows)
-        return [{"project": p, "entity": e, "rows": n} for (p, e), n in sorted(counts.items())]
+        return [EffectGroup(project=p, entity=e, rows=n) for (p, e), n in sorted(counts.items())]
 
     delivered = [seq for seq in added if seq in rows and rows[seq][2]]
-    kept = sum(len(entry.get("refused") or []) for entry in log)
-    return {
-        "kept_by_preflight": kept,
-        "discarded": grouped(discarded),
-        "discarded_rows": len(discarded),
-        "claimed": grouped(claimed),
-        "claimed_rows": len(claimed),
-        "to_deliver": grouped(added),
-        "to_deliver_rows": len(added),
-        "delivered_in_run": len(delivered),
-        "still_waiting": len(added) - len(delivered),
-    }
+    return Effect(
+        kept_by_preflight=sum(entry.kept_by_preflight for entry in log),
+        discarded=grouped(discarded),
+        discarded_rows=len(discarded),
+        claimed=grouped(claimed),
+        claimed_rows=len(claimed),
+        to_deliver=grouped(added),
+        to_deliver_rows=len(added),
+        delivered_in_run=len(delivered),
+        still_waiting=len(added) - len(delivered),
+    )
 
 
-def blocked_proof(current: dict[str, Any], what_if: dict[str, Any], effect: dict[str, Any]) -> dict[str, Any]:
+def blocked_proof(current: Run, what_if: Run, effect: Effect) -> Proof:
     """The triage invariant, checked on the two runs: the plan makes no row worse off."""
-    now = {(row["lane"], row["project"]): row for row in current["lanes"]}
-    then = {(row["lane"], row["project"]): row for row in what_if["lanes"]}
+    now = {(row.lane, row.project): row for row in current.lanes}
+    then = {(row.lane, row.project): row for row in what_if.lanes}
+
+    def delivered(rows: dict[tuple[str, str], LaneRow], key: tuple[str, str]) -> int:
+        return rows[key].delivered if key in rows else 0
+
+    def refused(rows: dict[tuple[str, str], LaneRow], key: tuple[str, str]) -> int:
+        return rows[key].refused if key in rows else 0
+
     fewer = [
-        f"lane {lane} project {project_name(project)}: {row['delivered']} -> {then.get((lane, project), {}).get('delivered', 0)}"
+        f"lane {lane} project {project_name(project)}: {row.delivered} -> {delivered(then, (lane, project))}"
         for (lane, project), row in now.items()
-        if then.get((lane, project), {}).get("delivered", 0) < row["delivered"]
+        if delivered(then, (lane, project)) < row.delivered
     ]
     more_refused = [
-        f"lane {lane} project {project_name(project)}: {now.get((lane, project), {}).get('refused', 0)} -> {row['refused']}"
+        f"lane {lane} project {project_name(project)}: {refused(now, (lane, project))} -> {row.refused}"
         for (lane, project), row in then.items()
-        if row["refused"] > now.get((lane, project), {}).get("refused", 0)
+        if row.refused > refused(now, (lane, project))
     ]
-    lost = sum(int(row["lost"]) for row in then.values())
-    rank_now = STATUS_RANK.get(current["canary_after"]["status"], 3)
-    rank_then = STATUS_RANK.get(what_if["canary_after"]["status"], 3)
-    waiting, ended = effect["still_waiting"], what_if.get("ended", "tick limit")
+    lost = sum(row.lost for row in then.values())
+    rank_now = STATUS_RANK.get(current.canary_after.status, 3)
+    rank_then = STATUS_RANK.get(what_if.canary_after.status, 3)
+    waiting, ended = effect.still_waiting, what_if.ended
     remaining = [
-        f"lane {lane['target_key']}: "
+        f"lane {lane.target_key}: "
         + (
-            "; ".join(
-                f"seq {b['seq']} ({project_name(b['project'])}: {b['reason']})" for b in lane["blockers"][:5]
-            )
-            or f"{lane['lifecycle']}: {lane['last_error']}"
+            "; ".join(f"seq {b.seq} ({project_name(b.project)}: {b.reason})" for b in lane.blockers[:5])
+            or f"{lane.lifecycle}: {lane.last_error}"
         )
-        for lane in blocked_lanes(what_if.get("lane_health") or {"lanes": []})
+        for lane in blocked_lanes(what_if.lane_health)
     ]
     checks = [
-        {
-            "check": "nothing blocked after the plan",
-            "ok": not remaining,
-            "detail": "; ".join(remaining) or "no lane the worker reads is blocked after the plan",
-        },
-        {
-            "check": "no lane delivers less",
-            "ok": not fewer,
-            "detail": "; ".join(fewer) or "every (lane, project) delivers at least as much",
-        },
-        {
-            "check": "no new refusals",
-            "ok": not more_refused,
-            "detail": "; ".join(more_refused) or "no (lane, project) has more refused rows",
-        },
-        {"check": "nothing lost", "ok": lost == 0, "detail": f"{lost} row(s) acked but never received"},
-        {
-            "check": "every claimed copy is read by the worker",
-            "ok": waiting <= max(0, int(what_if["worker_pending_after"])),
-            "detail": (
-                f"{effect['delivered_in_run']} delivered in the run, {waiting} still waiting, "
-                f"{what_if['worker_pending_after']} rows the worker reads are pending"
+        ProofCheck(
+            check="nothing blocked after the plan",
+            ok=not remaining,
+            detail="; ".join(remaining) or "no lane the worker reads is blocked after the plan",
+        ),
+        ProofCheck(
+            check="no lane delivers less",
+            ok=not fewer,
+            detail="; ".join(fewer) or "every (lane, project) delivers at least as much",
+        ),
+        ProofCheck(
+            check="no new refusals",
+            ok=not more_refused,
+            detail="; ".join(more_refused) or "no (lane, project) has more refused rows",
+        ),
+        ProofCheck(check="nothing lost", ok=lost == 0, detail=f"{lost} row(s) acked but never received"),
+        ProofCheck(
+            check="every claimed copy is read by the worker",
+            ok=waiting <= max(0, what_if.worker_pending_after),
+            detail=(
+                f"{effect.delivered_in_run} delivered in the run, {waiting} still waiting, "
+                f"{what_if.worker_pending_after} rows the worker reads are pending"
             ),
-        },
-        {
-            # Copies still waiting are fine while the worker makes progress (100 rows a tick); not when
-            # it stalled with them pending (a refusal or a row without a project holds the lane).
-            "check": "claimed copies are delivered or still flowing",
-            "ok": waiting == 0 or ended == "tick limit",
-            "detail": f"{waiting} waiting; the worker {'stalled' if ended == 'stalled' else 'ended: ' + ended}",
-        },
-        {
-            "check": "canary verdict no worse",
-            "ok": rank_then <= rank_now,
-            "detail": f"{current['canary_after']['status']} -> {what_if['canary_after']['status']}",
-        },
+        ),
+        # Copies still waiting are fine while the worker makes progress (100 rows a tick); not when it
+        # stalled with them pending (a refusal or a row without a project holds the lane).
+        ProofCheck(
+            check="claimed copies are delivered or still flowing",
+            ok=waiting == 0 or ended == "tick limit",
+            detail=f"{waiting} waiting; the worker {'stalled' if ended == 'stalled' else 'ended: ' + ended}",
+        ),
+        ProofCheck(
+            check="canary verdict no worse",
+            ok=rank_then <= rank_now,
+            detail=f"{current.canary_after.status} -> {what_if.canary_after.status}",
+        ),
     ]
-    return {"ok": all(check["ok"] for check in checks), "checks": checks}
+    return Proof(ok=all(check.ok for check in checks), checks=checks)
 
 
 # ─── the whole validation ────────────────────────────────────────────────────
@@ -792,39 +978,38 @@ def _canary_state(directory: Path) -> Iterator[None]:
             os.environ[name] = saved
 
 
-def _light_snapshot(db: Path) -> dict[str, Any]:
+def _light_snapshot(db: Path) -> CopyRead:
     """What the what-if copy is read for before its run: the lanes only (the plan's effect says what it
     did to the inbox; a canary check and an inbox listing cost seconds each on a large file)."""
-    return {"lane_state": lane_state(db), "lane_health": read_lanes_health(db)}
+    return CopyRead(lane_state=lane_state(db), lane_health=read_lanes_health(db))
 
 
-def _snapshot_copy(db: Path, aliases: AliasMap) -> dict[str, Any]:
+def _snapshot_copy(db: Path, aliases: AliasMap) -> CopyRead:
     inbox, summaries = inbox_snapshot(db, aliases)
-    return {
-        "summaries": summaries,
-        "canary": canary_snapshot(db),
-        "inbox": inbox,
-        "foreign_targets": foreign_targets(db),
-        "lane_state": lane_state(db),
-        "lane_health": read_lanes_health(db),
-    }
+    return CopyRead(
+        summaries=summaries,
+        canary=canary_snapshot(db),
+        inbox=inbox,
+        foreign_targets=foreign_targets(db),
+        lane_state=lane_state(db),
+        lane_health=read_lanes_health(db),
+    )
 
 
-def lane_state(db: Path) -> list[dict[str, Any]]:
+def lane_state(db: Path) -> list[LaneState]:
     """Rows per lane right now: acked, and waiting (unacked), for the before/after picture."""
 
-    def read(connection: sqlite3.Connection) -> list[dict[str, Any]]:
+    def read(connection: sqlite3.Connection) -> list[LaneState]:
         sql = (
             "SELECT target_key, SUM(acked_at IS NOT NULL), SUM(acked_at IS NULL) "
             "FROM sync_mutations GROUP BY target_key ORDER BY target_key"
         )
         return [
-            {"lane": str(lane), "acked": int(acked), "waiting": int(waiting)}
+            LaneState(lane=str(lane), acked=int(acked), waiting=int(waiting))
             for lane, acked, waiting in connection.execute(sql)
         ]
 
-    result: list[dict[str, Any]] = _read(db, read)
-    return result
+    return _read(db, read)
 
 
 # A database another process holds locked (a rollback journal under BEGIN EXCLUSIVE, say) is waited
@@ -898,7 +1083,7 @@ def validate(options: ValidateOptions, progress: Progress = lambda _message: Non
     copies = {base / "current" / "engram-data" / "engram.db": options.db}
     try:
         with _canary_state(base / "canary-state"):
-            return ValidateReport.model_validate(_validate(options, progress, base))
+            return _validate(options, progress, base)
     except (HarnessError, CanaryError) as error:
         temporary = base if options.work_dir is None else None
         raise ValidateError(_name_in_text(str(error), copies, temporary)) from None
@@ -907,7 +1092,7 @@ def validate(options: ValidateOptions, progress: Progress = lambda _message: Non
             shutil.rmtree(base, ignore_errors=True)
 
 
-def _validate(options: ValidateOptions, progress: Progress, base: Path) -> dict[str, Any]:
+def _validate(options: ValidateOptions, progress: Progress, base: Path) -> ValidateReport:
     started = time.monotonic()
     if options.ticks < 1:
         raise ValidateError(f"--ticks {options.ticks}: at least one tick")
@@ -924,7 +1109,6 @@ def _validate(options: ValidateOptions, progress: Progress, base: Path) -> dict[
     schema_before = schema_snapshot(current_env.db_path)
     before = _snapshot_copy(current_env.db_path, aliases)
     phases["read_before"] = time.monotonic() - mark
-    summaries: list[KeySummary] = before["summaries"]
     rehearsals = [
         Rehearsal(
             "current",
@@ -934,24 +1118,29 @@ def _validate(options: ValidateOptions, progress: Progress, base: Path) -> dict[
             options.tick_timeout,
             progress,
             options.run_doctor,
-            lambda db: _after(db, aliases, before),
+            lambda db: _snapshot_copy(db, aliases),
         )
     ]
-    plan_outcomes: list[dict[str, Any]] = []
+    plan_outcomes: list[PlanOutcome] = []
     what_if_env: EngramEnvironment | None = None
+    what_if_before: CopyRead | None = None
+    high_water = (0, 0)
     if options.what_if:
         what_if_env = EngramEnvironment(binary=options.binary, root=base / "what-if").prepare()
         mark = time.monotonic()
         copy_own_copy(current_env.db_path, what_if_env.db_path)
         phases["what_if_copy"] = time.monotonic() - mark
         if steps is None:
-            steps = suggested_plan(summaries, way_out(before["lane_health"]))
+            steps = suggested_plan(before.summaries, way_out(before.lane_health))
         progress(f"what-if: applying {len(steps)} plan line(s) to a second copy")
         plan_started = time.monotonic()
         before_plan = _max_seq(what_if_env.db_path)
         plan_outcomes = apply_plan(what_if_env.db_path, steps, aliases_file, base / "what-if-backups")
         high_water = (before_plan, _max_seq(what_if_env.db_path))
         phases["what_if_plan"] = time.monotonic() - plan_started
+        mark = time.monotonic()
+        what_if_before = _light_snapshot(what_if_env.db_path)
+        phases["what_if_read_before"] = time.monotonic() - mark
         rehearsals.append(
             Rehearsal(
                 "what-if",
@@ -961,92 +1150,59 @@ def _validate(options: ValidateOptions, progress: Progress, base: Path) -> dict[
                 options.tick_timeout,
                 progress,
                 options.run_doctor,
-                lambda db: _after(db, aliases, what_if_before),
+                lambda db: _snapshot_copy(db, aliases),
             )
         )
-        mark = time.monotonic()
-        what_if_before = _light_snapshot(what_if_env.db_path)
-        phases["what_if_read_before"] = time.monotonic() - mark
     mark = time.monotonic()
     with ThreadPoolExecutor(max_workers=len(rehearsals)) as pool:
-        results = list(pool.map(lambda rehearsal: rehearsal.run(), rehearsals))
+        measured = list(pool.map(lambda rehearsal: rehearsal.run(), rehearsals))
     phases["rehearsals"] = time.monotonic() - mark
     mark = time.monotonic()
-    current = results[0]
-    current["stuck"] = stuck_rows(current["lanes"], current["lane_health"])
-    schema_after = schema_snapshot(current_env.db_path)
-    current["migrations"] = schema_diff(schema_before, schema_after)
-    report: dict[str, Any] = {
-        "schema": REPORT_SCHEMA,
-        "generated_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
-        "database": {"path": str(options.db), "size_bytes": options.db.stat().st_size},
-        "engram": {"binary": str(options.binary), "version": version},
-        "options": {"ticks": options.ticks, "allowed_projects": list(options.allowed_projects)},
-        "current": current,
-    }
-    if what_if_env is not None:
-        what_if = results[1]
-        what_if["stuck"] = stuck_rows(what_if["lanes"], what_if["lane_health"])
-        effect = plan_effect(
-            what_if_env.db_path,
-            _triage_log(base / "what-if-backups"),
-            high_water,
+    current = measured[0].run(before, schema_diff(schema_before, schema_snapshot(current_env.db_path)))
+    what_if: WhatIf | None = None
+    if what_if_env is not None and what_if_before is not None:
+        run = measured[1].run(what_if_before)
+        effect = plan_effect(what_if_env.db_path, _triage_log(base / "what-if-backups"), high_water)
+        what_if = WhatIf(
+            plan_source=options.plan.name if options.plan else "suggested",
+            plan=plan_outcomes,
+            effect=effect,
+            run=run,
+            proof=blocked_proof(current, run, effect),
         )
-        report["what_if"] = {
-            "plan_source": options.plan.name if options.plan else "suggested",
-            "plan": plan_outcomes,
-            "effect": effect,
-            "run": what_if,
-            "proof": blocked_proof(current, what_if, effect),
-        }
-    report["what_to_run"] = what_to_run(report, steps or [], options)
-    finish_report(report)
+    commands = what_to_run(current, what_if, steps or [], options)
     phases["report"] = time.monotonic() - mark
     phases["total"] = time.monotonic() - started
-    # validate only reads the original; a live engram may still write it meanwhile, which is said.
-    report["database"]["original_untouched"] = _stat(options.db) == original_stat
-    report["database"]["live"] = is_live(options.db)
     # engram's own time (doctor, serve's start and the worker's ticks) apart from validate's own phases;
     # the two runs go side by side, so the longer run's engram time is what validate waited.
-    engram_seconds = max(
-        sum(float(run["timings"].get(name, 0.0)) for name in ENGRAM_PHASES) for run in _runs(report)
+    phases["engram"] = max(
+        sum(run.timings.get(name, 0.0) for name in ENGRAM_PHASES) for run in _runs(current, what_if)
     )
-    phases["engram"] = engram_seconds
-    phases["own"] = max(0.0, phases["total"] - engram_seconds)
-    report["timings"] = {name: round(value, 2) for name, value in phases.items()}
+    phases["own"] = max(0.0, phases["total"] - phases["engram"])
+    report = ValidateReport(
+        schema_=REPORT_SCHEMA,
+        generated_at=datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        database=Database(
+            path=str(options.db),
+            size_bytes=options.db.stat().st_size,
+            # validate only reads the original; a live engram may still write it meanwhile, which is said.
+            original_untouched=_stat(options.db) == original_stat,
+            live=is_live(options.db),
+        ),
+        engram=Engram(binary=str(options.binary), version=version),
+        options=Options(ticks=options.ticks, allowed_projects=list(options.allowed_projects)),
+        current=current,
+        what_if=what_if,
+        what_to_run=commands,
+        timings={name: round(value, 2) for name, value in phases.items()},
+    )
     temporary = base if options.work_dir is None else None
     return _name_the_testers_file(report, {current_env.db_path: options.db}, temporary)
 
 
-def _after(db: Path, aliases: AliasMap, before: dict[str, Any]) -> dict[str, Any]:
-    after = _snapshot_copy(db, aliases)
-    return {
-        "canary_before": before.get("canary"),
-        "canary_after": after["canary"],
-        "inbox_before": before.get("inbox", []),
-        "inbox_after": after["inbox"],
-        "foreign_targets_before": before.get("foreign_targets", []),
-        "foreign_targets_after": after["foreign_targets"],
-        "lane_state_before": before["lane_state"],
-        "lane_state_after": after["lane_state"],
-        "lane_health_before": before["lane_health"],
-        "lane_health": after["lane_health"],
-        "worker": worker_words(after["lane_health"]),
-    }
-
-
-def finish_report(report: dict[str, Any]) -> dict[str, Any]:
-    """Per-project and total views derived from the lane rows (kept in the JSON for readers)."""
-    for run in _runs(report):
-        run["projects"] = per_project(run["lanes"])
-        run["totals"] = totals(run["lanes"])
-    return report
-
-
-def alarms(report: ValidateReport | dict[str, Any]) -> list[str]:
+def alarms(model: ValidateReport) -> list[str]:
     """What a script must not pass over (validate exits 3): rows lost or duplicated in a run, or a
     what-if plan that fails its proof. Stranded and refused rows are what the report is for."""
-    model = as_report(report)
     runs = [("current", model.current)] + ([("what-if", model.what_if.run)] if model.what_if else [])
     found = [
         f"{name}: {count} row(s) {label}"
@@ -1059,61 +1215,46 @@ def alarms(report: ValidateReport | dict[str, Any]) -> list[str]:
     return found
 
 
-def _runs(report: dict[str, Any]) -> list[dict[str, Any]]:
-    runs = [report["current"]]
-    if "what_if" in report:
-        runs.append(report["what_if"]["run"])
-    return runs
+def _runs(current: Run, what_if: WhatIf | None) -> list[Run]:
+    return [current] if what_if is None else [current, what_if.run]
 
 
 ENGRAM_PHASES = ("doctor_before", "worker", "doctor_after")  # "worker" includes serve's start
 
 
-def worker_words(health: dict[str, Any]) -> Worker:
+def worker_words(health: LanesHealth) -> Worker:
     """engram's own record of its cloud worker (the legacy lane's sync_state), in its own words."""
-    lane = next((lane for lane in health["lanes"] if lane["target_key"] == LEGACY_TARGET), None)
+    lane = next((lane for lane in health.lanes if lane.target_key == LEGACY_TARGET), None)
     if lane is None:
         return Worker()
     return Worker(
-        lifecycle=lane["lifecycle"],
-        last_error=lane["last_error"],
-        consecutive_failures=lane["consecutive_failures"],
-        pending=lane["pending"],
+        lifecycle=lane.lifecycle,
+        last_error=lane.last_error,
+        consecutive_failures=lane.consecutive_failures,
+        pending=lane.pending,
     )
 
 
-def what_to_run(report: dict[str, Any], steps: Sequence[PlanStep], options: ValidateOptions) -> list[str]:
+def what_to_run(
+    current: Run, what_if: WhatIf | None, steps: Sequence[PlanStep], options: ValidateOptions
+) -> list[str]:
     """The complete commands, in order, on the tester's own database: the what-if's lines that applied
     (the lane's way out first), or without a what-if the canary's way out of every blocked lane."""
-    what_if = report.get("what_if")
     if what_if is not None:
-        applied = {outcome["line"] for outcome in what_if["plan"] if outcome["outcome"] == "applied"}
+        applied = {outcome.line for outcome in what_if.plan if outcome.outcome == "applied"}
         chosen = [step.args for step in steps if step.line in applied]
     else:
-        chosen = [tuple(shlex.split(line)) for line in way_out(report["current"]["lane_health_before"])]
+        chosen = [tuple(shlex.split(line)) for line in way_out(current.lane_health_before)]
         chosen = [args[1:] if args[:1] == ("engram-canary",) else args for args in chosen]
     return runnable_commands(chosen, options.db, options.aliases)
 
 
 def _name_the_testers_file(
-    report: dict[str, Any], copies: dict[Path, Path], base: Path | None
-) -> dict[str, Any]:
+    report: ValidateReport, copies: dict[Path, Path], base: Path | None
+) -> ValidateReport:
     """Every path of validate's disposable copy, as the tester knows it: the copy of their database by
     its real path, anything else under the work dir as `<validate copy>/...`."""
-
-    def walk(value: Any) -> Any:
-        if isinstance(value, BaseModel):  # a part built typed: its strings are renamed the same way
-            return type(value).model_validate(walk(value.model_dump()))
-        if isinstance(value, dict):
-            return {key: walk(item) for key, item in value.items()}
-        if isinstance(value, list):
-            return [walk(item) for item in value]
-        if isinstance(value, str):
-            return _name_in_text(value, copies, base)
-        return value
-
-    result: dict[str, Any] = walk(report)
-    return result
+    return rewrite_strings(report, lambda text, _mark: _name_in_text(text, copies, base))
 
 
 def _name_in_text(text: str, copies: dict[Path, Path], base: Path | None) -> str:

@@ -12,7 +12,6 @@ from engram_sync_kit.canary.errors import CanaryError
 from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, cached_binary, find_engram, install_engram
 from engram_sync_kit.harness.errors import HarnessError
 from engram_sync_kit.harness.validate import ValidateOptions, alarms, validate
-from engram_sync_kit.harness.validate_model import as_report
 
 ALARM_EXIT = 3  # the report was written and finds rows lost or duplicated, or a plan that blocks
 
@@ -121,14 +120,8 @@ def validate_command(
     quiet: bool,
 ) -> None:
     """Rehearse an engram version on a copy of DB: lanes, refusals, canary, doctor, migrations, a what-if."""
-    from engram_sync_kit.harness.validate_report import (
-        anonymized,
-        hide_paths,
-        new_key,
-        read_or_create_key,
-        render_html,
-        render_markdown,
-    )
+    from engram_sync_kit.harness.validate_anonymize import anonymized, hide_paths, new_key, read_or_create_key
+    from engram_sync_kit.harness.validate_report import render_html, render_markdown
 
     for option, path in (("--html", html_path), ("--json", json_path)):
         if path is not None:
@@ -174,9 +167,8 @@ def validate_command(
         )
     except (HarnessError, CanaryError) as error:
         raise click.ClickException(said(str(error))) from None
-    report = as_report(report)
     if anonymize:
-        report = as_report(anonymized(report.to_json(), key, paths))
+        report = anonymized(report, key, paths)
     try:
         if json_path is not None:
             json_path.write_text(

@@ -1,16 +1,117 @@
 """The typed validate report: one pydantic model that the JSON, the markdown and the HTML are rendered from.
 
-harness.validate builds it; harness.validate_report renders it (a plain dict, such as a JSON file of an
-older run, is validated into it first, so nothing is rendered that the model does not allow). The
+harness.validate builds it part by part; harness.validate_report renders only the model (a JSON file of a
+run goes through as_report first, so nothing is rendered that the model does not allow). The
 answers to "why stuck" and "what to run" (stuck, worker, lane health, what_to_run) are required: a report
 of a validate from before them is refused, not shown with those answers silently empty.
+
+Every string of the report carries, in its type, what --anonymize does with it (Hide, below):
+harness.validate_anonymize transforms the model by these marks, and a string without one is refused
+there and by a test that walks every field.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from enum import Enum
+from types import NoneType, UnionType
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field
+
+
+class Hide(Enum):
+    """What --anonymize does with one string of the report."""
+
+    NAME = "name"  # a name of the tester's (project, inbox key, cwd, sync target): hashed whole
+    LANE = "lane"  # a lane: `cloud` stays, `cloud:<project>` keeps its prefix and hashes the project
+    TEXT = "text"  # free text (engram's, the cloud's, the canary's, a command): known names, paths and
+    # double-quoted values inside it hashed
+    PATH = "path"  # the tester's database path: hashed
+    PROGRAM = "program"  # the engram binary's path: the word `engram`
+    PLAN_FILE = "plan file"  # the tester's plan file name, hashed; validate's own `suggested` stays
+    QUOTES_ROWS = "quotes rows"  # free text that can quote a row's title or content: left out (emptied)
+    KIT = "kit"  # words of engram or the kit, never the tester's: statuses, kinds, check ids, entity
+    # names, schema objects, times, versions
+
+
+Name = Annotated[str, Hide.NAME]
+Lane = Annotated[str, Hide.LANE]
+Text = Annotated[str, Hide.TEXT]
+Word = Annotated[str, Hide.KIT]
+
+
+def string_fields(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, Hide | None]]:
+    """Every place a string can sit in MODEL (field path, with [] for a list item and {} / {}= for a
+    dict's key / value), and its Hide mark (None: no decision was made)."""
+    for name, info in model.model_fields.items():
+        marks = [mark for mark in info.metadata if isinstance(mark, Hide)]
+        yield from _strings(info.annotation, f"{prefix}{name}", marks[0] if marks else None)
+
+
+def _strings(annotation: Any, path: str, mark: Hide | None) -> Iterator[tuple[str, Hide | None]]:
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:
+        marks = [item for item in args[1:] if isinstance(item, Hide)]
+        yield from _strings(args[0], path, marks[0] if marks else mark)
+    elif origin in (Union, UnionType):
+        for arg in args:
+            yield from _strings(arg, path, mark)
+    elif origin is list:
+        yield from _strings(args[0], path + "[]", None)
+    elif origin is dict:
+        yield from _strings(args[0], path + "{}", None)
+        yield from _strings(args[1], path + "{}=", None)
+    elif isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        yield from string_fields(annotation, path + ".")
+    elif annotation is str:
+        yield path, mark
+    elif annotation not in (int, float, bool, NoneType):
+        raise TypeError(f"{path}: a type --anonymize cannot walk: {annotation!r}")
+
+
+Model = TypeVar("Model", bound=BaseModel)
+Rewrite = Callable[[str, Hide], str]
+
+
+def rewrite_strings(model: Model, rewrite: Rewrite) -> Model:
+    """A copy of MODEL with every string replaced by rewrite(string, its Hide mark); dict keys too."""
+    changed = {
+        name: _rewrite(getattr(model, name), info.annotation, _mark(info.metadata), rewrite, name)
+        for name, info in type(model).model_fields.items()
+    }
+    return model.model_copy(update=changed)
+
+
+def _mark(metadata: Sequence[Any]) -> Hide | None:
+    return next((item for item in metadata if isinstance(item, Hide)), None)
+
+
+def _rewrite(value: Any, annotation: Any, mark: Hide | None, rewrite: Rewrite, path: str) -> Any:
+    origin, args = get_origin(annotation), get_args(annotation)
+    if value is None:
+        return None
+    if origin is Annotated:
+        return _rewrite(value, args[0], _mark(args[1:]) or mark, rewrite, path)
+    if origin in (Union, UnionType):
+        (inner,) = (arg for arg in args if arg is not NoneType)  # the model's unions are `X | None`
+        return _rewrite(value, inner, mark, rewrite, path)
+    if origin is list:
+        return [_rewrite(item, args[0], None, rewrite, path + "[]") for item in value]
+    if origin is dict:
+        return {
+            _rewrite(k, args[0], None, rewrite, path + "{}"): _rewrite(
+                v, args[1], None, rewrite, path + "{}="
+            )
+            for k, v in value.items()
+        }
+    if isinstance(value, BaseModel):
+        return rewrite_strings(value, rewrite)
+    if isinstance(value, str):
+        if mark is None:
+            raise TypeError(f"{path}: a string without a Hide mark (what does --anonymize do with it?)")
+        return rewrite(value, mark)
+    return value
 
 
 class _Model(BaseModel):
@@ -18,121 +119,121 @@ class _Model(BaseModel):
 
 
 class CanaryFinding(_Model):
-    check: str
-    severity: str
-    target_key: str | None = None
-    key: str | None = None
+    check: Word
+    severity: Word
+    target_key: Name | None = None
+    key: Name | None = None  # an inbox key
     size: int | None = None
-    message: str
+    message: Text
 
 
 class CanarySnapshot(_Model):
-    status: str
-    headline: str
+    status: Word
+    headline: Text
     findings: list[CanaryFinding] = Field(default_factory=list)
 
 
 class DoctorCheck(_Model):
-    check_id: str | None = None
-    result: str | None = None
-    severity: str | None = None
-    message: str | None = None
+    check_id: Word | None = None
+    result: Word | None = None
+    severity: Word | None = None
+    message: Text | None = None
     findings: int = 0
 
 
 class Doctor(_Model):
-    status: str
-    summary: dict[str, int] = Field(default_factory=dict)
+    status: Word
+    summary: dict[Word, int] = Field(default_factory=dict)
     checks: list[DoctorCheck] = Field(default_factory=list)
-    error: str | None = None
+    error: Text | None = None
 
 
 class InboxKey(_Model):
-    key: str
+    key: Name
     count: int
     telemetry: int
     total: int
-    oldest: str | None = None
+    oldest: Word | None = None  # a time
     oldest_age_days: float = 0.0
-    entities: dict[str, int] = Field(default_factory=dict)
-    cwds: dict[str, int] = Field(default_factory=dict)
-    resolved_to: str | None = None
-    claim_command: str | None = None
-    cwd_claim_commands: dict[str, str] = Field(default_factory=dict)
-    hint: str | None = None
-    missing_cwds: list[str] = Field(default_factory=list)
+    entities: dict[Word, int] = Field(default_factory=dict)
+    cwds: dict[Name, int] = Field(default_factory=dict)
+    resolved_to: Name | None = None
+    claim_command: Text | None = None
+    cwd_claim_commands: dict[Name, Text] = Field(default_factory=dict)
+    hint: Text | None = None
+    missing_cwds: list[Name] = Field(default_factory=list)
 
 
 class ForeignTarget(_Model):
-    target_key: str
-    lifecycle: str | None = None
+    target_key: Name
+    lifecycle: Word | None = None
     last_enqueued_seq: int | None = None
-    updated_at: str | None = None
+    updated_at: Word | None = None  # a time
 
 
 class LaneState(_Model):
-    lane: str
+    lane: Lane
     acked: int
     waiting: int
 
 
 class Blocker(_Model):
     seq: int
-    project: str
-    entity: str
+    project: Name
+    entity: Word
     status: int
-    reason: str
+    reason: Text
     repairable: bool
 
 
 class LaneHealth(_Model):
     """The canary's lane health (canary.lane_health) of one lane the worker reads."""
 
-    target_key: str
-    lifecycle: str | None = None
-    last_error: str | None = None
+    target_key: Name
+    lifecycle: Word | None = None
+    last_error: Text | None = None
     consecutive_failures: int = 0
     pending: int = 0
     blocked: bool = False
     blockers: list[Blocker] = Field(default_factory=list)
-    held_back_by_project: dict[str, int] = Field(default_factory=dict)
-    way_out: list[str] = Field(default_factory=list)
+    held_back_by_project: dict[Name, int] = Field(default_factory=dict)
+    way_out: list[Text] = Field(default_factory=list)
 
 
 class LanesHealth(_Model):
     lanes: list[LaneHealth] = Field(default_factory=list)
-    enrolled: list[str] = Field(default_factory=list)
+    enrolled: list[Name] = Field(default_factory=list)
 
 
 class Worker(_Model):
     """engram's own record of its cloud worker (the legacy lane's sync_state)."""
 
-    lifecycle: str | None = None
-    last_error: str | None = None
+    lifecycle: Word | None = None
+    last_error: Text | None = None
     consecutive_failures: int = 0
     pending: int = 0
 
 
 class StuckRow(_Model):
-    lane: str
-    project: str
+    lane: Lane
+    project: Name
     rows: int
-    kind: str  # refused | held back | not enrolled | per-project lane | waiting | other lane
-    reason: str
+    kind: Word  # refused | held back | not enrolled | per-project lane | waiting | other lane
+    reason: Text
     seqs: list[int] = Field(default_factory=list)
 
 
 class Migrations(_Model):
     user_version: list[int]
-    added: list[str] = Field(default_factory=list)
-    dropped: list[str] = Field(default_factory=list)
-    changed: list[str] = Field(default_factory=list)
-    added_columns: dict[str, list[str]] = Field(default_factory=dict)
+    added: list[Word] = Field(default_factory=list)  # schema objects: engram's
+    dropped: list[Word] = Field(default_factory=list)
+    changed: list[Word] = Field(default_factory=list)
+    added_columns: dict[Word, list[Word]] = Field(default_factory=dict)
 
 
 class LaneRow(_Model):
-    lane: str
-    project: str
+    lane: Lane
+    project: Name
     enqueued: int
     acked_before_run: int
     delivered: int
@@ -143,7 +244,7 @@ class LaneRow(_Model):
 
 
 class ProjectRow(_Model):
-    project: str
+    project: Name
     enqueued: int
     acked_before_run: int
     delivered: int
@@ -164,23 +265,23 @@ class Totals(_Model):
 
 
 class Refusal(_Model):
-    project: str
+    project: Name
     rows: int
     attempts: int
-    statuses: dict[str, int]
-    reasons: list[str] = Field(default_factory=list)
+    statuses: dict[Word, int]
+    reasons: list[Text] = Field(default_factory=list)
 
 
 class Tick(_Model):
     tick: int
     seconds: float
-    phase: str | None = None
+    phase: Word | None = None
     consecutive_failures: int | None = None
     pushed: int = 0
     accepted: int = 0
     refused: int = 0
-    refused_projects: list[str] = Field(default_factory=list)
-    last_error: str | None = None
+    refused_projects: list[Name] = Field(default_factory=list)
+    last_error: Text | None = None
     worker_pending: int = 0
 
 
@@ -188,7 +289,7 @@ class Run(_Model):
     """One rehearsal: engram's worker on one copy, and the copy read before and after."""
 
     ticks: list[Tick]
-    ended: str
+    ended: Word  # idle | stalled | tick limit
     lanes: list[LaneRow]
     refused: list[Refusal] = Field(default_factory=list)
     unmatched_received: int = 0
@@ -196,9 +297,9 @@ class Run(_Model):
     doctor_before: Doctor
     doctor_after: Doctor
     worker_pending_after: int = 0
-    serve_log: str = ""
+    serve_log: Annotated[str, Hide.QUOTES_ROWS] = ""
     seconds: float = 0.0
-    timings: dict[str, float] = Field(default_factory=dict)
+    timings: dict[Word, float] = Field(default_factory=dict)
     canary_before: CanarySnapshot | None = None  # None: the what-if copy is not checked before its run
     canary_after: CanarySnapshot
     inbox_before: list[InboxKey] = Field(default_factory=list)
@@ -218,15 +319,15 @@ class Run(_Model):
 
 class PlanOutcome(_Model):
     line: int
-    command: str
+    command: Text
     exit: int
-    outcome: str  # applied | empty | refused
-    message: str = ""
+    outcome: Word  # applied | empty | refused
+    message: Annotated[str, Hide.QUOTES_ROWS] = ""
 
 
 class EffectGroup(_Model):
-    project: str
-    entity: str
+    project: Name
+    entity: Word
     rows: int
 
 
@@ -243,9 +344,9 @@ class Effect(_Model):
 
 
 class ProofCheck(_Model):
-    check: str
+    check: Word
     ok: bool
-    detail: str
+    detail: Text
 
 
 class Proof(_Model):
@@ -254,7 +355,7 @@ class Proof(_Model):
 
 
 class WhatIf(_Model):
-    plan_source: str
+    plan_source: Annotated[str, Hide.PLAN_FILE]
     plan: list[PlanOutcome]
     effect: Effect
     run: Run
@@ -262,32 +363,32 @@ class WhatIf(_Model):
 
 
 class Database(_Model):
-    path: str
+    path: Annotated[str, Hide.PATH]
     size_bytes: int
     original_untouched: bool | None = None
     live: bool | None = None
 
 
 class Engram(_Model):
-    binary: str
-    version: str
+    binary: Annotated[str, Hide.PROGRAM]
+    version: Word
 
 
 class Options(_Model):
     ticks: int
-    allowed_projects: list[str]
+    allowed_projects: list[Name]
 
 
 class ValidateReport(_Model):
-    schema_: str = Field(alias="schema")
-    generated_at: str
+    schema_: Word = Field(alias="schema")
+    generated_at: Word
     database: Database
     engram: Engram
     options: Options
     current: Run
     what_if: WhatIf | None = None
-    what_to_run: list[str]
-    timings: dict[str, float] = Field(default_factory=dict)
+    what_to_run: list[Text]
+    timings: dict[Word, float] = Field(default_factory=dict)
     anonymized: bool = False
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)

@@ -1,27 +1,18 @@
 """Render a validate report (harness.validate) for people: markdown for an issue, one offline HTML file
-with inline SVG plots; and `anonymized`, which hashes every name a report carries.
+with inline SVG plots. `anonymized` (harness.validate_anonymize) hashes every name a report carries.
 
-Everything here reads the JSON-ready report dict only, so the JSON, the markdown and the HTML say the
-same thing.
+Everything here reads the typed report (harness.validate_model.ValidateReport), whose JSON form is what
+--json writes, so the JSON, the markdown and the HTML say the same thing.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import hmac
 import html
-import os
-import re
-import secrets
-import shlex
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-from engram_sync_kit.engram_contract import LEGACY_TARGET
 from engram_sync_kit.harness.validate_model import (
     CanarySnapshot,
     Database,
@@ -36,158 +27,10 @@ from engram_sync_kit.harness.validate_model import (
     Totals,
     ValidateReport,
     WhatIf,
-    as_report,
 )
-from engram_sync_kit.harness.validate_stuck import NO_PROJECT, project_name
+from engram_sync_kit.harness.validate_stuck import project_name
 
 COUNTS = ("delivered", "stranded", "refused", "lost", "duplicated")
-# Words of engram and the kit, not of the user: never hashed.
-KEPT_NAMES = frozenset({"", "unsorted", NO_PROJECT, "(unknown)", LEGACY_TARGET, "inbox", "local"})
-# Fields whose whole value is a name (hashed exactly); every other string is scanned for known names.
-NAME_FIELDS = frozenset({"project", "key", "resolved_to", "target_key", "projects_refused"})
-NAME_KEYED_FIELDS = frozenset({"cwds", "cwd_claim_commands", "held_back_by_project"})
-LIST_OF_NAMES_FIELDS = frozenset({"refused_projects", "allowed_projects", "enrolled"})
-
-
-# ─── anonymize ───────────────────────────────────────────────────────────────
-
-
-KEY_BYTES = 32
-
-
-def stable_hash(text: str, key: bytes) -> str:
-    """HMAC-SHA256 of the name under the run's secret key: the same key gives the same names (the tester
-    keeps it to map them back, or to compare two reports); without it no guess can be checked."""
-    return "h" + hmac.new(key, text.encode("utf-8"), hashlib.sha256).hexdigest()[:12]
-
-
-def new_key() -> bytes:
-    return secrets.token_bytes(KEY_BYTES)
-
-
-def read_or_create_key(path: Path) -> bytes:
-    """The key in PATH (hex), or a new random one written there, readable by its owner only."""
-    try:
-        text = path.read_text(encoding="ascii").strip()
-    except FileNotFoundError:
-        key = new_key()
-        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
-            handle.write(key.hex() + "\n")
-        return key
-    except (OSError, UnicodeDecodeError) as error:
-        raise ValueError(f"cannot read ({getattr(error, 'strerror', None) or error})") from None
-    try:
-        key = bytes.fromhex(text)
-    except ValueError:
-        key = b""
-    if len(key) != KEY_BYTES:
-        raise ValueError(f"not a key this command wrote ({KEY_BYTES * 2} hex digits)")
-    return key
-
-
-def hide_paths(text: str, paths: Sequence[str], key: bytes) -> str:
-    """Known paths of the tester's machine in a line of progress or an error, as their hashes."""
-    for path in sorted((p for p in paths if p), key=len, reverse=True):
-        text = text.replace(path, stable_hash(path, key))
-    return text
-
-
-def _lane_name(lane: str, hashed: Callable[[str], str]) -> str:
-    prefix = LEGACY_TARGET + ":"
-    if lane.startswith(prefix):
-        return prefix + hashed(lane[len(prefix) :])
-    return hashed(lane)
-
-
-def _names(report: Any) -> set[str]:
-    """Every user name the report carries in a structured field."""
-    found: set[str] = set()
-
-    def walk(value: Any, field: str | None) -> None:
-        if isinstance(value, dict):
-            for key, item in value.items():
-                if field in NAME_KEYED_FIELDS:
-                    found.add(str(key))
-                walk(item, str(key))
-        elif isinstance(value, list):
-            for item in value:
-                walk(item, field)
-        elif isinstance(value, str):
-            if field in NAME_FIELDS or field in LIST_OF_NAMES_FIELDS:
-                found.add(value)
-            elif field == "lane":
-                found.add(value.split(":", 1)[1] if value.startswith(LEGACY_TARGET + ":") else value)
-
-    walk(report, None)
-    return {name for name in found if name not in KEPT_NAMES and name != "*"}
-
-
-def anonymized(report: dict[str, Any], key: bytes, paths: Sequence[str] = ()) -> dict[str, Any]:
-    """A copy with project names, inbox keys, cwds, target keys and paths replaced by keyed hashes.
-
-    Counts, ages, times and shapes stay. Titles and contents never enter a report; free text (server
-    reasons, canary messages, commands) has every known name and PATHS (the database, --keep, ...)
-    replaced inside it; free text that can quote a row (a plan line's output, engram's serve log) is
-    left out.
-    """
-    path = str(report.get("database", {}).get("path", ""))
-    names = _names(report) | {p for p in (path, *paths) if p}
-    pattern = (
-        re.compile(
-            "(?<![A-Za-z0-9_-])("
-            + "|".join(re.escape(name) for name in sorted(names, key=len, reverse=True))
-            + ")(?![A-Za-z0-9_-])"
-        )
-        if names
-        else None
-    )
-
-    def hashed(name: str) -> str:
-        return name if name in KEPT_NAMES or name == "*" else stable_hash(name, key)
-
-    def text(value: str) -> str:
-        if value.startswith("engram-canary "):
-            # A command quotes names for the shell ('Ana'"'"'s App'): hash its words, then quote again.
-            with contextlib.suppress(ValueError):
-                return shlex.join(
-                    hashed(word) if word in names else text(word) for word in shlex.split(value)
-                )
-        return pattern.sub(lambda match: stable_hash(match.group(1), key), value) if pattern else value
-
-    def walk(value: Any, field: str | None) -> Any:
-        if isinstance(value, dict):
-            return {
-                (hashed(str(key)) if field in NAME_KEYED_FIELDS else key): walk(item, str(key))
-                for key, item in value.items()
-            }
-        if isinstance(value, list):
-            return [walk(item, field) for item in value]
-        if not isinstance(value, str):
-            return value
-        if field in NAME_FIELDS or field in LIST_OF_NAMES_FIELDS:
-            return hashed(value)
-        if field == "lane":
-            return _lane_name(value, hashed)
-        return text(value)
-
-    result: dict[str, Any] = walk(report, None)
-    database = result.get("database", {})
-    database["path"] = stable_hash(path, key)
-    engram = result.get("engram", {})
-    engram["binary"] = "engram"
-    for run in _runs(result):
-        run["serve_log"] = ""
-    for step in (result.get("what_if") or {}).get("plan", []):
-        step["message"] = ""
-    result["anonymized"] = True
-    return result
-
-
-def _runs(report: dict[str, Any]) -> list[dict[str, Any]]:
-    runs = [report["current"]] if "current" in report else []
-    if "what_if" in report:
-        runs.append(report["what_if"]["run"])
-    return runs
 
 
 # ─── shared facts for both renderings ───────────────────────────────────────
@@ -411,8 +254,7 @@ def _canary_headline(snapshot: CanarySnapshot | None) -> str:
     return snapshot.headline if snapshot is not None else ""
 
 
-def render_markdown(typed: ValidateReport | dict[str, Any]) -> str:
-    report = as_report(typed)
+def render_markdown(report: ValidateReport) -> str:
     current = report.current
     total = current.totals
     database = report.database
@@ -801,8 +643,7 @@ def _what_if_chart(current: Totals, what_if: WhatIf) -> str:
     )
 
 
-def render_html(typed: ValidateReport | dict[str, Any]) -> str:
-    report = as_report(typed)
+def render_html(report: ValidateReport) -> str:
     current = report.current
     total = current.totals
     what_if = report.what_if

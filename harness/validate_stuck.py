@@ -15,16 +15,16 @@ import shlex
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from engram_sync_kit.canary.aliases import default_aliases_path
 from engram_sync_kit.canary.config import load_config
 from engram_sync_kit.canary.db import EngramDb, enrolled_projects
 from engram_sync_kit.canary.errors import CanaryError
-from engram_sync_kit.canary.lane_health import LaneHealth, clear_commands, read_lane_health
+from engram_sync_kit.canary.lane_health import LaneHealth as CanaryLaneHealth
+from engram_sync_kit.canary.lane_health import clear_commands, read_lane_health
 from engram_sync_kit.canary.settings import CONFIG_ENV
 from engram_sync_kit.engram_contract import LEGACY_TARGET
-from engram_sync_kit.harness.validate_model import StuckRow
+from engram_sync_kit.harness.validate_model import Blocker, LaneHealth, LaneRow, LanesHealth, StuckRow
 
 NO_PROJECT = "(no project)"  # one name for rows without a project, in every table of every report
 _SHOWN_SEQS = 10
@@ -34,37 +34,37 @@ def project_name(project: str) -> str:
     return project if project.strip() else NO_PROJECT
 
 
-def read_lanes_health(db: Path) -> dict[str, Any]:
+def read_lanes_health(db: Path) -> LanesHealth:
     """The canary's lane health of DB (one short read transaction) and the enrolled projects."""
     with EngramDb.open(db) as engram, engram.read_transaction() as connection:
         healths = read_lane_health(connection, engram.schema)
         enrolled = sorted(enrolled_projects(connection, engram.schema))
-    return {"lanes": [_health_json(health) for health in healths], "enrolled": enrolled}
+    return LanesHealth(lanes=[_lane_health(health) for health in healths], enrolled=enrolled)
 
 
-def _health_json(health: LaneHealth) -> dict[str, Any]:
-    return {
-        "target_key": health.target_key,
-        "lifecycle": health.lifecycle,
-        "last_error": health.last_error,
-        "consecutive_failures": health.consecutive_failures,
-        "pending": health.pending,
-        "blocked": health.blocked,
-        "blockers": [
-            {
-                "seq": blocker.row.seq,
-                "project": blocker.row.project,
-                "entity": blocker.row.entity,
-                "status": blocker.refusal.status,
-                "reason": blocker.reason,
-                "repairable": blocker.repairable,
-            }
+def _lane_health(health: CanaryLaneHealth) -> LaneHealth:
+    return LaneHealth(
+        target_key=health.target_key,
+        lifecycle=health.lifecycle,
+        last_error=health.last_error,
+        consecutive_failures=health.consecutive_failures,
+        pending=health.pending,
+        blocked=health.blocked,
+        blockers=[
+            Blocker(
+                seq=blocker.row.seq,
+                project=blocker.row.project,
+                entity=blocker.row.entity,
+                status=blocker.refusal.status,
+                reason=blocker.reason,
+                repairable=blocker.repairable,
+            )
             for blocker in health.blockers
         ],
-        "held_back_by_project": dict(sorted(health.held_back.items())),
+        held_back_by_project=dict(sorted(health.held_back.items())),
         # the canary's own clear commands, as plan lines (validate adds --db and --apply itself)
-        "way_out": [_plan_line(command) for command in clear_commands(health)],
-    }
+        way_out=[_plan_line(command) for command in clear_commands(health)],
+    )
 
 
 def _plan_line(command: str) -> str:
@@ -72,16 +72,16 @@ def _plan_line(command: str) -> str:
     return shlex.join(word for word in words if word != "--apply")
 
 
-def way_out(health: dict[str, Any]) -> list[str]:
+def way_out(health: LanesHealth) -> list[str]:
     """The plan lines that clear every blocked lane, in the canary's order."""
-    return [line for lane in health["lanes"] if lane["blocked"] for line in lane["way_out"]]
+    return [line for lane in blocked_lanes(health) for line in lane.way_out]
 
 
-def blocked_lanes(health: dict[str, Any]) -> list[dict[str, Any]]:
-    return [lane for lane in health["lanes"] if lane["blocked"]]
+def blocked_lanes(health: LanesHealth) -> list[LaneHealth]:
+    return [lane for lane in health.lanes if lane.blocked]
 
 
-def stuck_rows(lanes: Sequence[dict[str, Any]], health: dict[str, Any]) -> list[StuckRow]:
+def stuck_rows(lanes: Sequence[LaneRow], health: LanesHealth) -> list[StuckRow]:
     """Per lane and project, the undelivered rows of a run and why, most specific reason first.
 
     `refused`: the row itself fails the cloud's push contract (status and reason); `held back`: a row the
@@ -90,46 +90,45 @@ def stuck_rows(lanes: Sequence[dict[str, Any]], health: dict[str, Any]) -> list[
     inbox); `per-project lane`: a `cloud:<project>` row v1.20's worker never reads; `waiting`: the worker
     reads it and nothing blocks it (the run ended first).
     """
-    enrolled = set(health["enrolled"])
-    legacy = next((lane for lane in health["lanes"] if lane["target_key"] == LEGACY_TARGET), None)
-    engram_said = _first_line((legacy or {}).get("last_error") or "")
+    enrolled = set(health.enrolled)
+    legacy = next((lane for lane in health.lanes if lane.target_key == LEGACY_TARGET), None)
+    engram_said = _first_line((legacy.last_error if legacy else None) or "")
     not_enrolled = "the project is not enrolled: engram never sends it (the inbox)"
     if "not enrolled" in engram_said:
         not_enrolled += f"; engram: {engram_said}"
     accounted: Counter[tuple[str, str]] = Counter()
     found: list[StuckRow] = []
-    for lane in health["lanes"]:
-        target = lane["target_key"]
+    for lane in health.lanes:
+        target = lane.target_key
         groups: dict[tuple[str, str], list[int]] = defaultdict(list)
-        for blocker in lane["blockers"]:
-            groups[(blocker["project"], blocker["reason"])].append(int(blocker["seq"]))
+        for blocker in lane.blockers:
+            groups[(blocker.project, blocker.reason)].append(blocker.seq)
         for (project, reason), seqs in groups.items():
             found.append(_entry(target, project, len(seqs), "refused", reason, seqs))
             accounted[(target, project)] += len(seqs)
-        first = lane["blockers"][0] if lane["blockers"] else None
+        first = lane.blockers[0] if lane.blockers else None
         behind = (
-            f"behind seq {first['seq']} ({first['reason']}): engram's worker stops its cycle at the first row "
+            f"behind seq {first.seq} ({first.reason}): engram's worker stops its cycle at the first row "
             "the cloud refuses"
             if first
-            else f"the lane is {lane['lifecycle']}: {lane['last_error']}"
+            else f"the lane is {lane.lifecycle}: {lane.last_error}"
         )
-        for project, rows in lane["held_back_by_project"].items():
-            found.append(_entry(target, project, int(rows), "held back", behind, []))
-            accounted[(target, project)] += int(rows)
+        for project, rows in lane.held_back_by_project.items():
+            found.append(_entry(target, project, rows, "held back", behind, []))
+            accounted[(target, project)] += rows
     for row in lanes:
-        lane, project = str(row["lane"]), str(row["project"])
-        rest = int(row["stranded"]) + int(row["refused"]) - accounted[(lane, project)]
+        rest = row.stranded + row.refused - accounted[(row.lane, row.project)]
         if rest <= 0:
             continue
-        if lane == LEGACY_TARGET and project.strip() and project not in enrolled:
+        if row.lane == LEGACY_TARGET and row.project.strip() and row.project not in enrolled:
             kind, reason = "not enrolled", not_enrolled
-        elif lane.startswith(LEGACY_TARGET + ":"):
+        elif row.lane.startswith(LEGACY_TARGET + ":"):
             kind, reason = "per-project lane", "engram v1.20's worker never reads a per-project lane"
-        elif lane == LEGACY_TARGET:
+        elif row.lane == LEGACY_TARGET:
             kind, reason = "waiting", "the worker reads it; the run ended before it was sent"
         else:
-            kind, reason = "other lane", f"lane {lane} is not the cloud worker's"
-        found.append(_entry(lane, project, rest, kind, reason, []))
+            kind, reason = "other lane", f"lane {row.lane} is not the cloud worker's"
+        found.append(_entry(row.lane, row.project, rest, kind, reason, []))
     order = {"refused": 0, "held back": 1, "not enrolled": 2, "per-project lane": 3, "waiting": 4}
     return sorted(found, key=lambda e: (order.get(e.kind, 5), e.lane != LEGACY_TARGET, -e.rows))
 

@@ -26,6 +26,7 @@ from engram_sync_kit.harness.errors import HarnessError
 from engram_sync_kit.harness.lanes import LocalMutation
 from engram_sync_kit.harness.validate import (
     PUSH_PATH,
+    SchemaSnapshot,
     ValidateError,
     ValidateOptions,
     _name_the_testers_file,
@@ -36,8 +37,24 @@ from engram_sync_kit.harness.validate import (
     schema_diff,
     suggested_plan,
 )
-from engram_sync_kit.harness.validate_model import StuckRow, ValidateReport
-from engram_sync_kit.harness.validate_report import anonymized, render_html, render_markdown, stable_hash
+from engram_sync_kit.harness.validate_anonymize import anonymized, stable_hash
+from engram_sync_kit.harness.validate_model import (
+    Blocker,
+    CanarySnapshot,
+    Effect,
+    LaneHealth,
+    LaneRow,
+    LanesHealth,
+    Migrations,
+    Refusal,
+    Run,
+    StuckRow,
+    Tick,
+    ValidateReport,
+    WhatIf,
+    as_report,
+)
+from engram_sync_kit.harness.validate_report import render_html, render_markdown
 from engram_sync_kit.harness.validate_stuck import runnable_commands, stuck_rows
 
 KEY = b"\x00" * 32
@@ -120,23 +137,23 @@ def test_suggested_plan_drops_every_keys_noise_then_claims_what_inbox_list_can_c
 
 
 def test_schema_diff_names_new_tables_columns_and_changed_objects() -> None:
-    before = {
-        "user_version": 0,
-        "objects": {"table a": "CREATE TABLE a (x)", "index i": "CREATE INDEX i ON a (x)"},
-        "columns": {"a": ["x"]},
-    }
-    after = {
-        "user_version": 2,
-        "objects": {"table a": "CREATE TABLE a (x, y)", "table b": "CREATE TABLE b (z)"},
-        "columns": {"a": ["x", "y"], "b": ["z"]},
-    }
-    assert schema_diff(before, after) == {
-        "user_version": [0, 2],
-        "added": ["table b"],
-        "dropped": ["index i"],
-        "changed": ["table a"],
-        "added_columns": {"a": ["y"]},
-    }
+    before = SchemaSnapshot(
+        user_version=0,
+        objects={"table a": "CREATE TABLE a (x)", "index i": "CREATE INDEX i ON a (x)"},
+        columns={"a": ["x"]},
+    )
+    after = SchemaSnapshot(
+        user_version=2,
+        objects={"table a": "CREATE TABLE a (x, y)", "table b": "CREATE TABLE b (z)"},
+        columns={"a": ["x", "y"], "b": ["z"]},
+    )
+    assert schema_diff(before, after) == Migrations(
+        user_version=[0, 2],
+        added=["table b"],
+        dropped=["index i"],
+        changed=["table a"],
+        added_columns={"a": ["y"]},
+    )
 
 
 # ─── refusals ────────────────────────────────────────────────────────────────
@@ -159,10 +176,10 @@ def test_a_refused_row_without_a_project_keeps_the_servers_reason() -> None:
     pushes = [_push(None, 400, "a"), _push(None, 400, "b"), _push("app", 200, "c")]
     assert refused_projects(pushes) == [""]
     reason = 'push: transport push project "": cloud: mutation push: status 400: mutation entries must specify a project'
-    ticks = [{"refused_projects": refused_projects(pushes), "last_error": reason}]
+    ticks = [Tick(tick=1, seconds=30.0, refused_projects=refused_projects(pushes), last_error=reason)]
     refused = refused_rows([*pushes, _push(None, 400, "a")], ticks)
-    assert refused["by_project"] == [
-        {"project": "", "rows": 2, "attempts": 3, "statuses": {"400": 3}, "reasons": [reason]}
+    assert refused.by_project == [
+        Refusal(project="", rows=2, attempts=3, statuses={"400": 3}, reasons=[reason])
     ]
     # Two byte-identical local rows (two saves' session rows) refused as one mutation are two rows.
     twin = LocalMutation(7, "cloud", "", "observation", "a", "upsert", "d", acked=False)
@@ -172,14 +189,14 @@ def test_a_refused_row_without_a_project_keeps_the_servers_reason() -> None:
         replace(twin, seq=9, entity_key="b"),
         replace(twin, seq=10, acked=True),
     ]
-    assert refused_rows(pushes, ticks, local)["by_project"][0]["rows"] == 3
+    assert refused_rows(pushes, ticks, local).by_project[0].rows == 3
 
 
 # ─── the renderings ──────────────────────────────────────────────────────────
 
 
 def test_markdown_is_short_and_pins_the_verdicts(report: dict[str, Any]) -> None:
-    text = render_markdown(report)
+    text = render_markdown(as_report(report))
     assert len(text.splitlines()) < 75
     assert (
         "- Original untouched: yes; 10 sync rows; 1 worker tick(s), engram's worker degraded: push:" in text
@@ -192,7 +209,7 @@ def test_markdown_is_short_and_pins_the_verdicts(report: dict[str, Any]) -> None
 
 
 def test_html_is_one_offline_file(report: dict[str, Any]) -> None:
-    page = render_html(report)
+    page = render_html(as_report(report))
     assert page.startswith("<!DOCTYPE html>")
     for forbidden in ("<script", "<link", "src=", "@import", "url("):
         assert forbidden not in page
@@ -203,7 +220,7 @@ def test_html_escapes_names(report: dict[str, Any]) -> None:
     hostile = copy.deepcopy(report)
     hostile["current"]["lanes"][0]["project"] = "<script>alert(1)</script>"
     hostile["current"]["inbox_before"][0]["key"] = "x' onload='alert(1)"
-    page = render_html(hostile)
+    page = render_html(as_report(hostile))
     assert "<script>" not in page and "x' onload" not in page
     assert "&lt;script&gt;" in page
 
@@ -235,10 +252,19 @@ def _named_report() -> dict[str, Any]:
     return report
 
 
+def hide(report: dict[str, Any], key: bytes = KEY) -> dict[str, Any]:
+    """--anonymize of a report given as its JSON form, back in that form."""
+    return anonymized(as_report(report), key).to_json()
+
+
 def test_anonymize_hashes_names_everywhere_and_keeps_the_numbers() -> None:
     report = _named_report()
-    hidden = anonymized(report, KEY)
-    outputs = json.dumps(hidden, ensure_ascii=False) + render_markdown(hidden) + render_html(hidden)
+    hidden = hide(report)
+    outputs = (
+        json.dumps(hidden, ensure_ascii=False)
+        + render_markdown(as_report(hidden))
+        + render_html(as_report(hidden))
+    )
     for secret in ("Ana", "lm-studio", "LM Studio", "código", "/home/ana"):
         assert secret not in outputs, secret
     lane = hidden["current"]["lanes"][0]
@@ -251,8 +277,8 @@ def test_anonymize_hashes_names_everywhere_and_keeps_the_numbers() -> None:
     ]
     assert hidden["current"]["totals"] == report["current"]["totals"]
     assert hidden["current"]["inbox_before"][0]["cwds"] == {stable_hash("/home/ana/código/LM Studio", KEY): 3}
-    assert anonymized(report, KEY) == hidden  # the same key gives the same names
-    other = anonymized(report, b"\x01" * 32)
+    assert hide(report) == hidden  # the same key gives the same names
+    other = hide(report, b"\x01" * 32)
     assert other["current"]["lanes"][0]["project"] != lane["project"]
     # salted: the plain sha256 of a name (what a brute-force search tries) is not its hash
     assert hashlib.sha256(b"Ana's App").hexdigest()[:12] not in json.dumps(hidden)
@@ -262,7 +288,7 @@ def test_anonymize_keeps_the_kits_own_words() -> None:
     report = _named_report()
     inbox = report["current"]["inbox_before"]
     inbox.append({**inbox[0], "key": "unsorted", "cwds": {}, "claim_command": None})
-    hidden = anonymized(report, KEY)
+    hidden = hide(report)
     keys = {key["key"] for key in hidden["current"]["inbox_before"]}
     assert {"unsorted", "(no project)"} <= keys
     assert {row["lane"] for row in hidden["current"]["lanes"]} >= {"cloud"}
@@ -276,9 +302,9 @@ def test_cli_writes_json_html_and_markdown_from_one_report(
 ) -> None:
     seen: list[ValidateOptions] = []
 
-    def fake_validate(options: ValidateOptions, progress: Any = None) -> dict[str, Any]:
+    def fake_validate(options: ValidateOptions, progress: Any = None) -> ValidateReport:
         seen.append(options)
-        return _named_report()
+        return as_report(_named_report())
 
     monkeypatch.setattr(validate_cli, "validate", fake_validate)
     db = tmp_path / "engram.db"
@@ -305,8 +331,8 @@ def test_cli_writes_json_html_and_markdown_from_one_report(
     assert seen[0].ticks == 3 and seen[0].allowed_projects == ("a", "b") and seen[0].what_if
     written = json.loads(out_json.read_text())
     assert written["anonymized"] is True
-    assert result.output == render_markdown(written)
-    assert out_html.read_text() == render_html(written)
+    assert result.output == render_markdown(as_report(written))
+    assert out_html.read_text() == render_html(as_report(written))
     assert "Ana" not in out_json.read_text() + out_html.read_text() + result.output
 
 
@@ -414,87 +440,99 @@ def test_a_plan_that_is_not_utf8_and_a_binary_that_is_not_engram_are_one_line(tm
     assert "printed no version" in _one_line_error(tmp_path, db, binary=not_engram)
 
 
-def test_a_project_named_slash_does_not_eat_the_kits_own_text() -> None:
-    def lane(project: str, refused: int) -> dict[str, Any]:
-        return {"lane": "cloud", "project": project, "delivered": 0, "refused": refused, "lost": 0}
-
-    current = {"lanes": [lane("/", 0), lane("my-app", 0)], "canary_after": {"status": "ok"}}
-    what_if = {
-        "lanes": [lane("/", 0), lane("my-app", 1)],
-        "canary_after": {"status": "ok"},
-        "worker_pending_after": 1,
-        "ended": "stalled",
-    }
-    proof = blocked_proof(current, what_if, {"still_waiting": 0, "delivered_in_run": 0})
-    hidden = anonymized({"current": current, "what_if": {"run": what_if, "proof": proof}}, KEY)
-    (refusals,) = (
-        check for check in hidden["what_if"]["proof"]["checks"] if check["check"] == "no new refusals"
+def _lane(project: str, refused: int = 0, lane: str = "cloud", stranded: int = 0) -> LaneRow:
+    return LaneRow(
+        lane=lane,
+        project=project,
+        enqueued=1,
+        acked_before_run=0,
+        delivered=0,
+        stranded=stranded,
+        refused=refused,
+        lost=0,
+        duplicated=0,
     )
-    assert refusals["detail"] == f"lane cloud project {stable_hash('my-app', KEY)}: 0 -> 1"
+
+
+def _run(lanes: list[LaneRow], status: str = "ok", **update: Any) -> Run:
+    """The sample's current run with these lanes and this canary verdict after it."""
+    sample = as_report(json.loads(DATA.read_text(encoding="utf-8"))).current
+    canary = CanarySnapshot(status=status, headline=status)
+    return sample.model_copy(update={"lanes": lanes, "canary_after": canary, **update})
+
+
+NOTHING_CLAIMED = Effect(still_waiting=0, delivered_in_run=0)
+
+
+def test_a_project_named_slash_does_not_eat_the_kits_own_text() -> None:
+    current = _run([_lane("/"), _lane("my-app")], lane_health=LanesHealth())
+    what_if = _run(
+        [_lane("/"), _lane("my-app", refused=1)],
+        worker_pending_after=1,
+        ended="stalled",
+        lane_health=LanesHealth(),
+    )
+    proof = blocked_proof(current, what_if, NOTHING_CLAIMED)
+    sample = as_report(json.loads(DATA.read_text(encoding="utf-8")))
+    assert sample.what_if is not None
+    what_if_part = WhatIf(plan_source="suggested", plan=[], effect=NOTHING_CLAIMED, run=what_if, proof=proof)
+    report = sample.model_copy(update={"current": current, "what_if": what_if_part})
+    hidden = anonymized(report, KEY)
+    assert hidden.what_if is not None
+    (refusals,) = (check for check in hidden.what_if.proof.checks if check.check == "no new refusals")
+    assert refusals.detail == f"lane cloud project {stable_hash('my-app', KEY)}: 0 -> 1"
 
 
 def test_claimed_copies_waiting_on_a_stalled_worker_fail_the_proof_but_not_at_the_tick_limit() -> None:
-    lanes = [{"lane": "cloud", "project": "my-app", "delivered": 0, "refused": 0, "lost": 0}]
-    current = {"lanes": lanes, "canary_after": {"status": "ok"}}
-    effect = {"still_waiting": 5, "delivered_in_run": 0}
+    lanes = [_lane("my-app")]
+    current = _run(lanes)
+    effect = Effect(still_waiting=5, delivered_in_run=0)
 
     def flowing(ended: str) -> bool:
-        what_if = {
-            "lanes": lanes,
-            "canary_after": {"status": "ok"},
-            "worker_pending_after": 5,
-            "ended": ended,
-        }
+        what_if = _run(lanes, worker_pending_after=5, ended=ended)
         (check,) = (
-            c for c in blocked_proof(current, what_if, effect)["checks"] if c["check"].startswith("claimed")
+            c for c in blocked_proof(current, what_if, effect).checks if c.check.startswith("claimed")
         )
-        return bool(check["ok"])
+        return check.ok
 
     assert (flowing("stalled"), flowing("tick limit"), flowing("idle")) == (False, True, False)
 
 
 def test_the_proof_says_blocked_whenever_a_blocker_remains_after_the_plan() -> None:
     """The plan dropped telemetry and delivered nothing; the row without a project still holds the lane."""
-    lanes = [{"lane": "cloud", "project": "my-app", "delivered": 0, "refused": 0, "lost": 0}]
-    current = {"lanes": lanes, "canary_after": {"status": "critical"}}
-    blocker = {
-        "seq": 7,
-        "project": "",
-        "entity": "observation",
-        "reason": "400 mutation entries must specify a project",
-    }
-    what_if = {
-        "lanes": lanes,
-        "canary_after": {"status": "critical"},
-        "worker_pending_after": 19,
-        "ended": "stalled",
-        "lane_health": {
-            "lanes": [
-                {
-                    "target_key": "cloud",
-                    "blocked": True,
-                    "blockers": [blocker],
-                    "lifecycle": "degraded",
-                    "last_error": "x",
-                }
-            ],
-            "enrolled": ["my-app"],
-        },
-    }
-    proof = blocked_proof(current, what_if, {"still_waiting": 0, "delivered_in_run": 0})
-    (blocked,) = (check for check in proof["checks"] if check["check"] == "nothing blocked after the plan")
-    assert blocked == {
+    lanes = [_lane("my-app")]
+    current = _run(lanes, status="critical")
+    blocker = Blocker(
+        seq=7,
+        project="",
+        entity="observation",
+        status=400,
+        reason="400 mutation entries must specify a project",
+        repairable=False,
+    )
+    health = LanesHealth(
+        lanes=[
+            LaneHealth(
+                target_key="cloud", blocked=True, blockers=[blocker], lifecycle="degraded", last_error="x"
+            )
+        ],
+        enrolled=["my-app"],
+    )
+    what_if = _run(lanes, status="critical", worker_pending_after=19, ended="stalled", lane_health=health)
+    proof = blocked_proof(current, what_if, NOTHING_CLAIMED)
+    (blocked,) = (check for check in proof.checks if check.check == "nothing blocked after the plan")
+    assert blocked.model_dump() == {
         "check": "nothing blocked after the plan",
         "ok": False,
         "detail": "lane cloud: seq 7 ((no project): 400 mutation entries must specify a project)",
     }
-    assert proof["ok"] is False
+    assert proof.ok is False
 
 
 def test_the_anonymize_key_file_is_made_private_and_gives_the_same_names_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(validate_cli, "validate", lambda options, progress=None: _named_report())
+    monkeypatch.setattr(validate_cli, "validate", lambda options, progress=None: as_report(_named_report()))
     db = tmp_path / "engram.db"
     db.write_bytes(b"")
     binary = tmp_path / "engram"
@@ -573,7 +611,7 @@ def test_the_lanes_chart_splits_by_project_and_by_why(report: dict[str, Any]) ->
             "seqs": [],
         },
     ]
-    page = render_html(shaped)
+    page = render_html(as_report(shaped))
     chart = page.split("<svg id='plot-lanes'", 1)[1].split("</svg>", 1)[0]
     bars = re.findall(r"data-series='([^']*)' data-label='([^']*)' data-value='([^']*)'", chart)
     assert ("refused", "cloud · app", "1") in bars and ("held back", "cloud · app", "3") in bars
@@ -592,17 +630,17 @@ def test_foreign_targets_all_touched_at_once_are_a_table_not_a_vertical_line(rep
     shaped = copy.deepcopy(report)
     for target in shaped["current"]["foreign_targets_before"]:
         target["updated_at"] = "2026-03-01 10:00:00"
-    page = render_html(shaped)
+    page = render_html(as_report(shaped))
     assert "<svg id='plot-foreign'" not in page and "<table id='foreign-targets'>" in page
     assert page.count("<svg id='plot-foreign'") == 0
-    assert "<svg id='plot-foreign'" in render_html(spread_foreign_targets(report))
+    assert "<svg id='plot-foreign'" in render_html(as_report(spread_foreign_targets(report)))
 
 
 def test_no_table_has_a_column_without_a_value(report: dict[str, Any]) -> None:
     shaped = copy.deepcopy(report)
     for key in shaped["current"]["inbox_before"]:
         key["claim_command"] = None
-    page = render_html(shaped)
+    page = render_html(as_report(shaped))
     inbox = page.split("<table id='inbox'>", 1)[1].split("</table>", 1)[0]
     assert "<th>claim</th>" not in inbox
     for table in re.findall(r"<table[^>]*>(.*?)</table>", page):
@@ -614,17 +652,17 @@ def test_no_table_has_a_column_without_a_value(report: dict[str, Any]) -> None:
 
 def test_every_rendering_comes_from_the_one_typed_model(report: dict[str, Any]) -> None:
     model = ValidateReport.model_validate(report)
-    assert render_markdown(model) == render_markdown(report)
-    assert render_html(model) == render_html(report)
+    assert render_markdown(as_report(model)) == render_markdown(as_report(report))
+    assert render_html(as_report(model)) == render_html(as_report(report))
     assert ValidateReport.model_validate(model.to_json()) == model  # the JSON form loads back the same
     unknown = copy.deepcopy(report)
     unknown["current"]["totals"]["surprise"] = 1
     with pytest.raises(ValidationError):
-        render_markdown(unknown)
+        render_markdown(as_report(unknown))
     wrong = copy.deepcopy(report)
     wrong["current"]["totals"]["lost"] = "many"
     with pytest.raises(ValidationError):
-        render_html(wrong)
+        render_html(as_report(wrong))
 
 
 def test_stuck_rows_give_engrams_reason_for_unenrolled_rows_and_every_blocker() -> None:
@@ -649,23 +687,23 @@ def test_stuck_rows_give_engrams_reason_for_unenrolled_rows_and_every_blocker() 
             "repairable": True,
         },
     ]
-    health = {
-        "lanes": [
-            {
-                "target_key": "cloud",
-                "lifecycle": "degraded",
-                "last_error": last_error,
-                "blockers": blockers,
-                "held_back_by_project": {"app": 19},
-            }
+    health = LanesHealth(
+        lanes=[
+            LaneHealth(
+                target_key="cloud",
+                lifecycle="degraded",
+                last_error=last_error,
+                blockers=[Blocker.model_validate(blocker) for blocker in blockers],
+                held_back_by_project={"app": 19},
+            )
         ],
-        "enrolled": ["app"],
-    }
+        enrolled=["app"],
+    )
     lanes = [
-        {"lane": "cloud", "project": "", "stranded": 1, "refused": 0},
-        {"lane": "cloud", "project": "app", "stranded": 20, "refused": 0},
-        {"lane": "cloud", "project": "/", "stranded": 31, "refused": 0},
-        {"lane": "cloud:app", "project": "app", "stranded": 4, "refused": 0},
+        _lane("", stranded=1),
+        _lane("app", stranded=20),
+        _lane("/", stranded=31),
+        _lane("app", lane="cloud:app", stranded=4),
     ]
     rows = [(r.lane, r.project, r.rows, r.kind, r.reason) for r in stuck_rows(lanes, health)]
     assert rows == [
@@ -723,14 +761,14 @@ def test_a_plan_that_frees_nothing_while_rows_are_held_back_says_so_first_and_in
             {"check": "nothing lost", "ok": True, "detail": "0 row(s) acked but never received"},
         ],
     }
-    text = render_markdown(shaped)
+    text = render_markdown(as_report(shaped))
     screen = text.split("**Details**")[0]
     assert "it delivers nothing while 20 row(s) are held back" in screen
     assert (
         "Its proof FAILS: nothing blocked after the plan (lane cloud: seq 4 (...)). Do not run it as is."
         in screen
     )
-    page = render_html(shaped)
+    page = render_html(as_report(shaped))
     assert "<div class='figure bad' id='fig-proof'><b>NO</b>nothing blocked after the plan</div>" in page
     assert "<p id='plan-verdict' class='bad'>" in page
 
@@ -775,8 +813,12 @@ def test_anonymize_hashes_the_names_of_lane_health_and_the_stuck_table(report: d
     shaped["what_to_run"] = [
         "engram-canary inbox drop --project 'Zé Private' --noise --db /home/ana/x.db --apply"
     ]
-    hidden = anonymized(shaped, KEY)
-    outputs = json.dumps(hidden, ensure_ascii=False) + render_markdown(hidden) + render_html(hidden)
+    hidden = hide(shaped)
+    outputs = (
+        json.dumps(hidden, ensure_ascii=False)
+        + render_markdown(as_report(hidden))
+        + render_html(as_report(hidden))
+    )
     for secret in ("Ana Secret", "Zé Private", "/home/ana"):
         assert secret not in outputs, secret
     assert hidden["current"]["lane_health"]["lanes"][0]["held_back_by_project"] == {
@@ -797,7 +839,7 @@ def test_the_details_give_validates_own_time_apart_from_engrams(report: dict[str
     assert (
         "- Time: 368 s in all, validate's own 62 s, engram's 306 s (this run: engram doctor 238 s, "
         "serve's start 32 s, worker ticks 33 s)."
-    ) in render_markdown(shaped)
+    ) in render_markdown(as_report(shaped))
 
 
 def _canary_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -861,11 +903,13 @@ def test_a_report_of_the_old_format_is_refused_not_shown_with_empty_answers(
         section = section[part]
     del section[last]
     with pytest.raises(ValidationError, match=last):
-        render_markdown(old)
+        render_markdown(as_report(old))
 
 
 def test_parts_built_typed_name_the_testers_file_too(tmp_path: Path) -> None:
     copy_db, real_db = tmp_path / "work" / "current" / "engram.db", Path("/home/t/.engram/engram.db")
     row = StuckRow(lane="cloud", project="p", rows=1, kind="refused", reason=f"{copy_db}: locked", seqs=[1])
-    named = _name_the_testers_file({"current": {"stuck": [row]}}, {copy_db: real_db}, tmp_path / "work")
-    assert named["current"]["stuck"] == [row.model_copy(update={"reason": f"{real_db}: locked"})]
+    sample = as_report(json.loads(DATA.read_text(encoding="utf-8")))
+    report = sample.model_copy(update={"current": sample.current.model_copy(update={"stuck": [row]})})
+    named = _name_the_testers_file(report, {copy_db: real_db}, tmp_path / "work")
+    assert named.current.stuck == [row.model_copy(update={"reason": f"{real_db}: locked"})]

@@ -297,7 +297,7 @@ def test_anonymize_leaks_no_name_path_title_content_or_session_id(
     # the home was still blocked: the hidden names are in the stuck table and lane health, hashed
     assert report["current"]["stuck"] and report["current"]["lane_health"]["lanes"][0]["blocked"]
     # the key maps names back: the same key gives the same hash of the tester's project
-    from engram_sync_kit.harness.validate_report import stable_hash
+    from engram_sync_kit.harness.validate_anonymize import stable_hash
 
     mapped = stable_hash("main-proj", bytes.fromhex(key.read_text().strip()))
     assert mapped in outputs["stdout"]

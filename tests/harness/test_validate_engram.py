@@ -22,7 +22,9 @@ from engram_sync_kit.harness.cli import cli
 from engram_sync_kit.harness.deployment import DeploymentSpec, DeploymentSummary, generate
 from engram_sync_kit.harness.engram_env import EngramEnvironment
 from engram_sync_kit.harness.validate import inbox_snapshot
-from engram_sync_kit.harness.validate_report import anonymized, render_html, render_markdown
+from engram_sync_kit.harness.validate_anonymize import anonymized
+from engram_sync_kit.harness.validate_model import as_report
+from engram_sync_kit.harness.validate_report import render_html, render_markdown
 
 pytestmark = [pytest.mark.engram, pytest.mark.xdist_group("validate-scale-1")]
 
@@ -59,9 +61,9 @@ def validated(engram_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Val
     inbox, _ = inbox_snapshot(db, AliasMap())
     aliases = root / "aliases.yaml"
     aliases.write_text("", encoding="utf-8")
-    claimable = {key["key"]: key["count"] for key in inbox if key["count"] and key["key"] != "unsorted"}
+    claimable = {key.key: key.count for key in inbox if key.count and key.key != "unsorted"}
     claimed = dict(sorted(claimable.items())[:2])
-    unsorted = next(key for key in inbox if key["key"] == "unsorted")
+    unsorted = next(key for key in inbox if key.key == "unsorted")
     plan = root / "plan.txt"
     plan.write_text(
         "# claim two keys into the designated project, drop the unsorted noise\n"
@@ -103,7 +105,7 @@ def validated(engram_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Val
         report=report,
         html=html_path.read_text() if html_path.exists() else "",
         claimed_keys=claimed,
-        unsorted_telemetry=int(unsorted["telemetry"]),
+        unsorted_telemetry=unsorted.telemetry,
     )
 
 
@@ -176,8 +178,8 @@ def test_markdown_summary_on_stdout_and_html_file(validated: Validated) -> None:
     assert text.startswith(f"### engram 1.20.0 rehearsed on a copy of `{validated.db}`")
     assert "- Original untouched: yes;" in text
     assert "- Proof: holds" in text
-    assert text == render_markdown(validated.report)
-    assert validated.html == render_html(validated.report)
+    assert text == render_markdown(as_report(validated.report))
+    assert validated.html == render_html(as_report(validated.report))
     assert "<svg id='plot-inbox'" in validated.html and "http://" not in validated.html.replace(
         "http://www.w3.org/2000/svg", ""
     )
@@ -199,13 +201,13 @@ def _names_in(db: Path) -> set[str]:
 
 
 def test_anonymized_report_keeps_the_numbers_and_leaks_no_name(validated: Validated) -> None:
-    report = anonymized(validated.report, b"k" * 32)
+    report = anonymized(as_report(validated.report), b"k" * 32).to_json()
     assert report["current"]["totals"] == validated.report["current"]["totals"]
     assert len(report["current"]["lanes"]) == len(validated.report["current"]["lanes"])
     outputs = {
         "json": json.dumps(report, ensure_ascii=False),
-        "markdown": render_markdown(report),
-        "html": render_html(report),
+        "markdown": render_markdown(as_report(report)),
+        "html": render_html(as_report(report)),
     }
     names = _names_in(validated.db)
     assert len(names) > 1000  # titles, contents, projects and directories of the deployment

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from engram_sync_kit.harness import validate_cli
 from engram_sync_kit.harness.cli import cli
 from engram_sync_kit.harness.validate import ValidateOptions
+from engram_sync_kit.harness.validate_model import ValidateReport, as_report
 
 SAMPLE = Path(__file__).parent / "data" / "validate-report.json"
 
@@ -47,8 +48,8 @@ def test_validate_exits_3_when_the_report_finds_loss_or_a_plan_that_blocks(
 ) -> None:
     # Issue 15 asks "is anything lost?" and for proof that the plan blocks nothing; a beta tester's
     # script (or CI) can only act on the answer through the exit status, which was 0 whatever it said.
-    def fake_validate(options: ValidateOptions, progress: Any = None) -> dict[str, Any]:
-        return _sample(**shape)
+    def fake_validate(options: ValidateOptions, progress: Any = None) -> ValidateReport:
+        return as_report(_sample(**shape))
 
     monkeypatch.setattr(validate_cli, "validate", fake_validate)
     db, binary = tmp_path / "engram.db", tmp_path / "engram"

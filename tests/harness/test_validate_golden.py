@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from engram_sync_kit.harness.validate_anonymize import anonymized
 from engram_sync_kit.harness.validate_model import ValidateReport, as_report
-from engram_sync_kit.harness.validate_report import anonymized, render_html, render_markdown
+from engram_sync_kit.harness.validate_report import render_html, render_markdown
 
 DATA = Path(__file__).parent / "data"
 KEY = b"\x01" * 32
@@ -22,7 +23,7 @@ KEY = b"\x01" * 32
 
 def _sample(anonymize: bool) -> ValidateReport:
     report = as_report(json.loads((DATA / "validate-report.json").read_text(encoding="utf-8")))
-    return as_report(anonymized(report.to_json(), KEY, ["/home/tester"])) if anonymize else report
+    return anonymized(report, KEY, ["/home/tester"]) if anonymize else report
 
 
 def _json(report: ValidateReport) -> str:

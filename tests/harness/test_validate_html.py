@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from real_parts import missing
 
+from engram_sync_kit.harness.validate_model import as_report
 from engram_sync_kit.harness.validate_report import render_html
 
 DATA = Path(__file__).parent / "data" / "validate-report.json"
@@ -99,7 +100,7 @@ def test_report_renders_without_console_errors_and_shows_the_key_figures(
 ) -> None:
     report = spread_foreign_targets(report)
     page = tmp_path / "report.html"
-    page.write_text(render_html(report), encoding="utf-8")
+    page.write_text(render_html(as_report(report)), encoding="utf-8")
     result = _run(chromium, page, "--dump-dom")
     assert result.returncode == 0, result.stderr[-2000:]
     assert console_errors(result.stderr) == []
@@ -122,7 +123,7 @@ def test_report_renders_without_console_errors_and_shows_the_key_figures(
 
 def test_screenshot_at_a_normal_window_size(chromium: str, report: dict[str, Any], tmp_path: Path) -> None:
     page = tmp_path / "report.html"
-    page.write_text(render_html(report), encoding="utf-8")
+    page.write_text(render_html(as_report(report)), encoding="utf-8")
     shot = tmp_path / "report.png"
     result = _run(chromium, page, f"--window-size={WINDOW[0]},{WINDOW[1]}", f"--screenshot={shot}")
     assert result.returncode == 0 and shot.exists(), result.stderr[-2000:]

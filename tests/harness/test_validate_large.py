@@ -14,6 +14,7 @@ from engram_sync_kit.canary.derive import AliasMap
 from engram_sync_kit.harness.deployment import DeploymentSpec, generate
 from engram_sync_kit.harness.engram_env import EngramEnvironment
 from engram_sync_kit.harness.validate import ValidateOptions, inbox_snapshot, validate
+from engram_sync_kit.harness.validate_model import as_report
 from engram_sync_kit.harness.validate_report import render_markdown
 
 pytestmark = [pytest.mark.engram, pytest.mark.xdist_group("validate-scale-3")]
@@ -37,9 +38,7 @@ def test_saves_by_hand_and_a_plan_into_a_refused_project_are_reported_with_the_s
     for title in ("no project", "still none"):
         assert env.run(["save", title, "from a plain dir"], cwd=plain_dir).returncode == 0
     inbox, _ = inbox_snapshot(db, AliasMap())
-    keys = sorted(
-        key["key"] for key in inbox if key["count"] and key["key"] not in ("unsorted", "(no project)")
-    )[:3]
+    keys = sorted(key.key for key in inbox if key.count and key.key not in ("unsorted", "(no project)"))[:3]
     assert keys
     plan = tmp_path / "plan.txt"
     # Drop the rows without a project first: in seq order they would hold back every row after them.
@@ -69,7 +68,7 @@ def test_saves_by_hand_and_a_plan_into_a_refused_project_are_reported_with_the_s
 
     what_if = report["what_if"]
     claimed = what_if["effect"]["to_deliver_rows"]
-    memories = sum(key["count"] for key in inbox if key["key"] in keys)
+    memories = sum(key.count for key in inbox if key.key in keys)
     # The canary's pre-flight keeps the rows the server would refuse anyway; the rest are copied.
     assert (
         0 < claimed == what_if["effect"]["claimed_rows"] == memories - what_if["effect"]["kept_by_preflight"]
@@ -88,7 +87,7 @@ def test_saves_by_hand_and_a_plan_into_a_refused_project_are_reported_with_the_s
     failed = [check["check"] for check in what_if["proof"]["checks"] if not check["ok"]]
     # the claimed copies wait behind the server's 403 on a degraded lane: the plan leaves it blocked
     assert failed == ["nothing blocked after the plan", "no new refusals"]
-    text = render_markdown(report)
+    text = render_markdown(as_report(report))
     assert "- Proof: FAILS (" in text
     assert f"With the plan, the server refuses {claimed} row(s) of '{refused_project}'" in text
     assert "The server refused 4 row(s) of project '': push: transport push project \"\"" in text
