@@ -40,6 +40,7 @@ from engram_sync_kit.canary.inbox import KeySummary, read_inbox, summarize
 from engram_sync_kit.canary.report import headline
 from engram_sync_kit.canary.triage import TRIAGE_LOG_NAME
 from engram_sync_kit.engram_contract import LEGACY_TARGET
+from engram_sync_kit.engram_contract.read_only import connect_read_only
 from engram_sync_kit.engram_contract.worker_selection import legacy_unacked, worker_pushes
 from engram_sync_kit.fake_cloud.errors import FakeCloudError
 from engram_sync_kit.harness.engram_env import EngramEnvironment, meaningful_stderr
@@ -1042,9 +1043,7 @@ def copy_original(source: Path, target: Path, lock_wait: float = LOCK_WAIT_SECON
         return
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with contextlib.closing(
-            sqlite3.connect(f"file:{source.resolve()}?mode=ro", uri=True, timeout=lock_wait)
-        ) as original:
+        with contextlib.closing(connect_read_only(source, timeout=lock_wait)) as original:
             original.execute("BEGIN")
             original.execute("SELECT count(*) FROM sqlite_master").fetchone()  # takes the shared lock
             shutil.copyfile(source, target)

@@ -13,7 +13,6 @@ THE_ONE_PLACE = "engram_contract/read_only.py"
 # read_only_uri (the test fails on an entry that no longer builds one, so the list cannot go stale).
 NOT_YET = {
     "canary/db.py": "EngramDb.open quotes the path itself (the canary's half of issue 25)",
-    "harness/validate.py": "copy_original's shared-lock copy (validate is reshaped by issue 22)",
 }
 
 

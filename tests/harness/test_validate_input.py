@@ -164,3 +164,23 @@ def test_an_empty_wal_left_by_a_reader_is_not_live(tmp_path: Path) -> None:
     assert is_live(db) is False
     (tmp_path / "engram.db-wal").write_bytes(b"\0" * 32)
     assert is_live(db) is True
+
+
+def test_a_rollback_journal_file_under_an_odd_directory_is_copied_as_it_is(tmp_path: Path) -> None:
+    """'#', '?' and '%41' in the tester's path: an unquoted file: URI opened another file, or none."""
+    from engram_sync_kit.harness.validate import copy_original
+
+    home = tmp_path / "notes #1 ?draft 100%41 ü"
+    home.mkdir()
+    db = home / "engram.db"
+    with closing(sqlite3.connect(db)) as setup:
+        setup.execute("PRAGMA journal_mode=DELETE")
+        setup.execute("CREATE TABLE t (x)")
+        setup.execute("INSERT INTO t VALUES ('kept')")
+        setup.commit()
+    target = tmp_path / "copy" / "engram.db"
+    copy_original(db, target)
+    with closing(sqlite3.connect(target)) as copied:
+        assert copied.execute("SELECT x FROM t").fetchall() == [("kept",)]
+    # the shared lock was taken on the tester's file, not on a new one made at the path cut at '#'
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["copy", home.name]
