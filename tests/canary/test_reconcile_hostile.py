@@ -161,8 +161,10 @@ def test_a_cloud_that_accepts_and_says_nothing_ends_at_the_timeout(
         ran = reconcile_here(acked_db, env, "--timeout", "1.5")
         seconds = time.monotonic() - started
 
+    # 0 requests when a loaded machine spends the 1.5 s before the first one is counted (seen in CI)
     assert_unknown(
-        ran, rf"GET /sync/mutations/pull on {re.escape(url)}: not done within --timeout 1.5 s \(1 requests\)"
+        ran,
+        rf"GET /sync/mutations/pull on {re.escape(url)}: not done within --timeout 1.5 s \([01] requests\)",
     )
     assert seconds < 1.5 + DEADLINE_SLACK_SECONDS
 
