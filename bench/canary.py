@@ -211,16 +211,15 @@ def core_check_seconds(db: Path) -> dict[str, float]:
     from engram_sync_kit.canary.inbox import tripwire_findings
 
     engram = EngramDb.open(db)
-    connection, schema = engram.connection, engram.schema
     config = CanaryConfig()
     began = time.perf_counter()
     with engram.read_transaction():
-        space = read_target_space(connection, schema, [])
-        reader = EvidenceReader(connection, schema)
+        space = read_target_space(engram, [])
+        reader = EvidenceReader(engram)
         foreign_target_findings(space, reader, config)
         summarize(space, reader)
     middle = time.perf_counter()
-    tripwire_findings(connection, schema, config.inbox)
+    tripwire_findings(engram, config.inbox)
     end = time.perf_counter()
     engram.close()
     return {"target_space_s": round(middle - began, 3), "inbox_tripwires_s": round(end - middle, 3)}

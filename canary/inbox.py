@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shlex
-import sqlite3
 import subprocess
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -24,7 +23,7 @@ from typing import Any
 
 from engram_sync_kit.canary.aliases import load_aliases
 from engram_sync_kit.canary.config import state_file_for
-from engram_sync_kit.canary.db import Schema, enrolled_projects, read_transaction
+from engram_sync_kit.canary.db import EngramDb, Schema
 from engram_sync_kit.canary.derive import (
     UNSORTED,
     AliasMap,
@@ -389,8 +388,7 @@ def _payload_object(payload: str) -> dict[str, Any]:
 
 
 def select_inbox_rows(
-    connection: sqlite3.Connection,
-    schema: Schema,
+    db: EngramDb,
     aliases: AliasMap,
     resolver: GitRepoResolver | None = None,
     *,
@@ -401,11 +399,12 @@ def select_inbox_rows(
 
     `after_seq` limits it to rows journaled after that seq; `high_water` is the log's last seq.
     """
+    connection, schema = db.connection, db.schema
     require_inbox_schema(schema)
-    memory = remembered_keys_path(connection) if resolver is None else None
+    memory = remembered_keys_path(db) if resolver is None else None
     resolver = resolver or GitRepoResolver(read_key_entries(memory) if memory is not None else None)
-    enrolled = enrolled_projects(connection, schema)
-    if identify(connection, schema).lane_model is LaneModel.DESIGN_CONFORMING:
+    enrolled = db.enrolled_projects()
+    if identify(db).lane_model is LaneModel.DESIGN_CONFORMING:
         inbox = _DESIGN_INBOX_WHERE
     else:
         skipped = worker_skips("m.", enrollment_table=schema.has_table("sync_enrolled_projects"))
@@ -465,26 +464,22 @@ def select_inbox_rows(
 
 
 def read_inbox(
-    connection: sqlite3.Connection,
-    schema: Schema,
-    aliases: AliasMap,
-    resolver: GitRepoResolver | None = None,
-    *,
-    now: datetime | None = None,
+    db: EngramDb, aliases: AliasMap, resolver: GitRepoResolver | None = None, *, now: datetime | None = None
 ) -> InboxSnapshot:
     """One short read transaction over the inbox, with the legacy-lane rows that have no project."""
-    with read_transaction(connection):
-        snapshot = select_inbox_rows(connection, schema, aliases, resolver, now=now)
-        unattributed = select_unattributed(connection, schema, snapshot.taken_at)
+    with db.read_transaction():
+        snapshot = select_inbox_rows(db, aliases, resolver, now=now)
+        unattributed = select_unattributed(db, snapshot.taken_at)
     return replace(snapshot, unattributed=unattributed)
 
 
-def select_unattributed(connection: sqlite3.Connection, schema: Schema, now: datetime) -> KeySummary | None:
+def select_unattributed(db: EngramDb, now: datetime) -> KeySummary | None:
     """Unacked legacy-lane rows whose project is empty, summarized like an inbox key (None when there are none).
     A row v2/v3 quarantined is never sent again, so it is not counted."""
     summary = KeySummary(key=NO_PROJECT_KEY, hint=NO_PROJECT_HINT)
     oldest_per_entity: list[datetime | None] = []
-    for entity, count, oldest in connection.execute(_UNATTRIBUTED_SQL.format(waiting=waiting_filter(schema))):
+    unattributed_sql = _UNATTRIBUTED_SQL.format(waiting=waiting_filter(db.schema))
+    for entity, count, oldest in db.connection.execute(unattributed_sql):
         summary.entities[str(entity)] = int(count)
         if entity in TELEMETRY_ENTITIES:
             summary.telemetry += int(count)
@@ -568,8 +563,7 @@ def _summarize_key(
 
 
 def tripwire_findings(
-    connection: sqlite3.Connection,
-    schema: Schema,
+    db: EngramDb,
     settings: InboxSettings | None = None,
     *,
     aliases: AliasMap | None = None,
@@ -579,11 +573,11 @@ def tripwire_findings(
     `settings`: the config's `inbox` section (the design's defaults when absent)."""
     if settings is None:
         settings = InboxSettings()
-    if not schema.has_column("sync_mutations", "project"):
+    if not db.schema.has_column("sync_mutations", "project"):
         return []
     if aliases is None:
         aliases, _ = load_aliases(settings.aliases)
-    snapshot = read_inbox(connection, schema, aliases, now=now)
+    snapshot = read_inbox(db, aliases, now=now)
     return findings_for(snapshot, settings)
 
 
@@ -758,16 +752,14 @@ class KeyMapError(CanaryError):
     """A --key-map file cannot be read or is not an export of `inbox export-keys`."""
 
 
-def export_keys(
-    connection: sqlite3.Connection, schema: Schema, resolver: GitRepoResolver | None = None
-) -> dict[str, Any]:
+def export_keys(db: EngramDb, resolver: GitRepoResolver | None = None) -> dict[str, Any]:
     """Stage A's answer for every (session directory, session project) of the database, on this machine."""
-    require_inbox_schema(schema)
+    require_inbox_schema(db.schema)
     if resolver is None:
-        memory = remembered_keys_path(connection)
+        memory = remembered_keys_path(db)
         resolver = GitRepoResolver(read_key_entries(memory) if memory is not None else None)
     entries: list[dict[str, Any]] = []
-    with read_transaction(connection):
+    with db.read_transaction() as connection:
         pairs = connection.execute(
             "SELECT DISTINCT directory, project FROM sessions ORDER BY directory, project"
         )
@@ -787,9 +779,10 @@ def export_keys(
     return {"schema": KEY_MAP_SCHEMA, "exported_at": _iso(datetime.now(UTC)), "entries": entries}
 
 
-def remembered_keys_path(connection: sqlite3.Connection) -> Path | None:
-    """Where Stage A answers for this connection's database are remembered (the canary's state dir)."""
-    for _, name, filename in connection.execute("PRAGMA database_list"):
+def remembered_keys_path(db: EngramDb) -> Path | None:
+    """Where Stage A answers for this database are remembered (the canary's state dir), named by the
+    file SQLite opened (its absolute path)."""
+    for _, name, filename in db.connection.execute("PRAGMA database_list"):
         if name == "main" and filename:
             return state_file_for(Path(filename), "stage-a")
     return None

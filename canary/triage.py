@@ -34,10 +34,7 @@ from engram_sync_kit.canary.db import (
     BUSY_TIMEOUT_MS,
     DatabaseUnavailable,
     EngramDb,
-    Schema,
     discover_schema,
-    enrolled_projects,
-    read_transaction,
 )
 from engram_sync_kit.canary.derive import (
     UNSORTED,
@@ -458,13 +455,14 @@ def _set_field(payload: str, name: str, value: object) -> str:
     return go_json(decoded, sort_keys=False)
 
 
-def select_lane_rows(connection: sqlite3.Connection, schema: Schema, rows: RowSelection) -> list[InboxRow]:
+def select_lane_rows(db: EngramDb, rows: RowSelection) -> list[InboxRow]:
     """The rows `drop --seq/--unattributed` acks, refusing any row engram could still deliver.
 
     Dropping only ever takes rows the worker cannot deliver: inbox rows (project not enrolled) and rows
     the cloud refuses. A deliverable row is refused by name, so a drop never shrinks what reaches the
     cloud."""
-    if not schema.has_column("sync_mutations", "project"):
+    connection = db.connection
+    if not db.schema.has_column("sync_mutations", "project"):
         raise TriageError("sync_mutations has no project column: this engram predates per-project sync")
     if rows.unattributed:
         found = connection.execute(
@@ -475,7 +473,7 @@ def select_lane_rows(connection: sqlite3.Connection, schema: Schema, rows: RowSe
         if not found:
             raise TriageError("nothing to drop: no unacked legacy-lane rows without a project")
         return [lane_row(values) for values in found]
-    enrolled = {normalize_project(name) for name in enrolled_projects(connection, schema)}
+    enrolled = {normalize_project(name) for name in db.enrolled_projects()}
     selected: list[InboxRow] = []
     for chunk, marks in seq_chunks(rows.seqs):
         by_seq = {
@@ -521,11 +519,10 @@ def parse_seqs(text: str) -> tuple[int, ...]:
     return tuple(seqs)
 
 
-def plan_cleanup(
-    connection: sqlite3.Connection, schema: Schema, keep: Sequence[str] = (), aliases: AliasMap | None = None
-) -> Plan:
+def plan_cleanup(db: EngramDb, keep: Sequence[str] = (), aliases: AliasMap | None = None) -> Plan:
     """sync_state rows outside the allowed set that hold no unacked row (and no row at all, for the FK)."""
-    enrolled = enrolled_projects(connection, schema)
+    connection, schema = db.connection, db.schema
+    enrolled = db.enrolled_projects()
     allowed = allowed_targets(enrolled, keep)
     plan = Plan(operation="cleanup-phantoms", enrolled=enrolled)
     inbox: InboxSnapshot | None = None
@@ -534,14 +531,14 @@ def plan_cleanup(
     ).fetchall():
         if target_key in allowed:
             continue
-        unacked, referencing = _held_rows(connection, schema, str(target_key))
+        unacked, referencing = _held_rows(db, str(target_key))
         if unacked:
             if (
                 inbox is None
                 and schema.has_column("sync_mutations", "project")
                 and schema.has_table("sessions")
             ):
-                inbox = select_inbox_rows(connection, schema, aliases or AliasMap())
+                inbox = select_inbox_rows(db, aliases or AliasMap())
             plan.kept.append(
                 f"{target_key!r} still holds {unacked} unacked rows ({_triage_hint(inbox, str(target_key))})"
             )
@@ -572,14 +569,15 @@ def _triage_hint(inbox: InboxSnapshot | None, target_key: str) -> str:
     return f"triage them with engram-canary inbox claim/drop {where}"
 
 
-def _held_rows(connection: sqlite3.Connection, schema: Schema, target_key: str) -> tuple[int, int]:
+def _held_rows(db: EngramDb, target_key: str) -> tuple[int, int]:
     """(unacked rows of the target, counting its project's legacy-lane rows; rows referencing it)."""
+    connection = db.connection
     unacked = count_rows(
         connection,
         "SELECT COUNT(*) FROM sync_mutations WHERE target_key = ? AND acked_at IS NULL",
         target_key,
     )
-    if schema.has_column("sync_mutations", "project") and target_key.startswith(LEGACY_TARGET + ":"):
+    if db.schema.has_column("sync_mutations", "project") and target_key.startswith(LEGACY_TARGET + ":"):
         unacked += count_rows(
             connection,
             "SELECT COUNT(*) FROM sync_mutations WHERE target_key = ? AND project = ? AND acked_at IS NULL",
@@ -702,9 +700,9 @@ def pause_midway() -> None:
 class _SyncState:
     """engram v1.20's sync_state bookkeeping, statement for statement, inside the caller's transaction."""
 
-    def __init__(self, connection: sqlite3.Connection, schema: Schema) -> None:
-        self.connection = connection
-        self.has_reason = schema.has_column("sync_state", "reason_code")
+    def __init__(self, db: EngramDb) -> None:
+        self.connection = db.connection
+        self.has_reason = db.schema.has_column("sync_state", "reason_code")
 
     def ensure(self, target_key: str) -> None:
         self.connection.execute(
@@ -844,13 +842,11 @@ class _SyncState:
         )
 
 
-def execute_plan(
-    connection: sqlite3.Connection, schema: Schema, plan: Plan, prepared: PreparedWrite | None = None
-) -> tuple[int, ...]:
+def execute_plan(db: EngramDb, plan: Plan, prepared: PreparedWrite | None = None) -> tuple[int, ...]:
     """Every change of `plan`, inside the caller's open transaction (`prepared`: prepare_write(plan))."""
     if prepared is None:
         prepared = prepare_write(plan)
-    state = _SyncState(connection, schema)
+    state = _SyncState(db)
     new_seqs = state.enqueue_all(prepared)
     # Looked up at call time, so the crash-safety test's launcher can replace it.
     if plan.copies:
@@ -859,17 +855,17 @@ def execute_plan(
     elif plan.acks:
         state.ack(prepared, on_half=pause_midway)
     for index, phantom in enumerate(plan.phantoms):
-        connection.execute("DELETE FROM sync_state WHERE target_key = ?", (phantom.target_key,))
+        db.connection.execute("DELETE FROM sync_state WHERE target_key = ?", (phantom.target_key,))
         if index == len(plan.phantoms) // 2:
             pause_midway()
     return new_seqs
 
 
 class Planner(Protocol):
-    def plan(self, connection: sqlite3.Connection, schema: Schema) -> Plan:
+    def plan(self, db: EngramDb) -> Plan:
         """The full plan, from the caller's current snapshot."""
 
-    def revalidate(self, connection: sqlite3.Connection, schema: Schema, plan: Plan) -> Plan:
+    def revalidate(self, db: EngramDb, plan: Plan) -> Plan:
         """Under the write lock: `plan` if it still holds, else a fresh one. Must be quick."""
 
 
@@ -878,19 +874,19 @@ class InboxPlanner:
     aliases: AliasMap
     build: Callable[[InboxSnapshot], Plan]
 
-    def plan(self, connection: sqlite3.Connection, schema: Schema) -> Plan:
-        return self.build(select_inbox_rows(connection, schema, self.aliases))
+    def plan(self, db: EngramDb) -> Plan:
+        return self.build(select_inbox_rows(db, self.aliases))
 
-    def revalidate(self, connection: sqlite3.Connection, schema: Schema, plan: Plan) -> Plan:
+    def revalidate(self, db: EngramDb, plan: Plan) -> Plan:
         """The preview holds if enrollment is unchanged, its rows are still unacked and no row journaled
         since the preview joined the selection; otherwise plan again (slower, still correct)."""
-        if enrolled_projects(connection, schema) != plan.enrolled:
-            return self.plan(connection, schema)
-        if not _all_still_unacked(connection, [row.seq for row in plan.acks]):
-            return self.plan(connection, schema)
-        newer = select_inbox_rows(connection, schema, self.aliases, after_seq=plan.high_water)
+        if db.enrolled_projects() != plan.enrolled:
+            return self.plan(db)
+        if not _all_still_unacked(db.connection, [row.seq for row in plan.acks]):
+            return self.plan(db)
+        newer = select_inbox_rows(db, self.aliases, after_seq=plan.high_water)
         if plan.selection is not None and select_rows(newer, plan.selection):
-            return self.plan(connection, schema)
+            return self.plan(db)
         return plan
 
 
@@ -912,30 +908,30 @@ class LaneRowsPlanner:
 
     rows: RowSelection
 
-    def plan(self, connection: sqlite3.Connection, schema: Schema) -> Plan:
-        selected = select_lane_rows(connection, schema, self.rows)
+    def plan(self, db: EngramDb) -> Plan:
+        selected = select_lane_rows(db, self.rows)
         return Plan(
             operation="drop",
             rows=self.rows,
             acks=selected,
-            high_water=count_rows(connection, "SELECT ifnull(MAX(seq), 0) FROM sync_mutations"),
-            enrolled=enrolled_projects(connection, schema),
+            high_water=count_rows(db.connection, "SELECT ifnull(MAX(seq), 0) FROM sync_mutations"),
+            enrolled=db.enrolled_projects(),
         )
 
-    def revalidate(self, connection: sqlite3.Connection, schema: Schema, plan: Plan) -> Plan:
+    def revalidate(self, db: EngramDb, plan: Plan) -> Plan:
         """Holds if enrollment is unchanged, every row is still unacked and, for --unattributed, no row
         without a project was journaled since; otherwise plan again."""
-        if enrolled_projects(connection, schema) != plan.enrolled:
-            return self.plan(connection, schema)
-        if not _all_still_unacked(connection, [row.seq for row in plan.acks]):
-            return self.plan(connection, schema)
+        if db.enrolled_projects() != plan.enrolled:
+            return self.plan(db)
+        if not _all_still_unacked(db.connection, [row.seq for row in plan.acks]):
+            return self.plan(db)
         if self.rows.unattributed and count_rows(
-            connection,
+            db.connection,
             "SELECT COUNT(*) FROM sync_mutations WHERE seq > ? AND target_key = ? AND project = ''",
             plan.high_water,
             LEGACY_TARGET,
         ):
-            return self.plan(connection, schema)
+            return self.plan(db)
         return plan
 
 
@@ -944,18 +940,18 @@ class CleanupPlanner:
     keep: tuple[str, ...] = ()
     aliases: AliasMap = field(default_factory=AliasMap)
 
-    def plan(self, connection: sqlite3.Connection, schema: Schema) -> Plan:
-        return plan_cleanup(connection, schema, self.keep, self.aliases)
+    def plan(self, db: EngramDb) -> Plan:
+        return plan_cleanup(db, self.keep, self.aliases)
 
-    def revalidate(self, connection: sqlite3.Connection, schema: Schema, plan: Plan) -> Plan:
+    def revalidate(self, db: EngramDb, plan: Plan) -> Plan:
         """Recheck only the planned phantoms; a target that became foreign meanwhile waits for next time."""
-        if enrolled_projects(connection, schema) != plan.enrolled:
-            return self.plan(connection, schema)
-        existing = {str(row[0]) for row in connection.execute("SELECT target_key FROM sync_state")}
+        if db.enrolled_projects() != plan.enrolled:
+            return self.plan(db)
+        existing = {str(row[0]) for row in db.connection.execute("SELECT target_key FROM sync_state")}
         still_empty = [
             phantom
             for phantom in plan.phantoms
-            if phantom.target_key in existing and _held_rows(connection, schema, phantom.target_key) == (0, 0)
+            if phantom.target_key in existing and _held_rows(db, phantom.target_key) == (0, 0)
         ]
         return dataclasses.replace(plan, phantoms=still_empty)
 
@@ -978,11 +974,11 @@ def apply(
     if keep_backups < 1:
         raise TriageError(f"--keep-backups must be at least 1 (the backup just taken), got {keep_backups}")
     db = connect_read_write(db_path)
-    connection, schema = db.connection, db.schema
+    connection = db.connection
     try:
-        require_write_tested(identify(connection, schema))
-        with read_transaction(connection):
-            preview = planner.plan(connection, schema)
+        require_write_tested(identify(db))
+        with db.read_transaction():
+            preview = planner.plan(db)
         if preview.is_empty:
             raise TriageError(f"nothing to {preview.operation}: the selection is empty")
         directory = private_backup_dir(backup_dir or default_backup_dir(db_path), ours=backup_dir is None)
@@ -997,12 +993,12 @@ def apply(
             try:
                 with immediate_transaction(connection):
                     locked_at = time.perf_counter()
-                    plan = planner.revalidate(connection, schema, preview)
+                    plan = planner.revalidate(db, preview)
                     if plan.is_empty:
                         raise TriageError(f"nothing to {plan.operation}: the selection emptied meanwhile")
                     if plan is not preview:
                         prepared = prepare_write(plan)
-                    new_seqs = execute_plan(connection, schema, plan, prepared)
+                    new_seqs = execute_plan(db, plan, prepared)
                 lock_held_ms = (time.perf_counter() - locked_at) * 1000
             except sqlite3.Error as error:
                 raise TriageError(

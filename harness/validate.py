@@ -226,7 +226,7 @@ def canary_snapshot(db: Path) -> dict[str, Any]:
 
 def inbox_snapshot(db: Path, aliases: AliasMap) -> tuple[list[dict[str, Any]], list[KeySummary]]:
     with EngramDb.open(db) as engram:
-        snapshot = read_inbox(engram.connection, engram.schema, aliases)
+        snapshot = read_inbox(engram, aliases)
     summaries = summarize(snapshot)
     listed = [*summaries, *([snapshot.unattributed] if snapshot.unattributed else [])]
     return [summary.to_json() for summary in listed], summaries
@@ -254,7 +254,7 @@ def foreign_targets(db: Path) -> list[dict[str, Any]]:
     """sync_state targets outside the allowed space, with the seq and time engram last touched them."""
 
     with EngramDb.open(db) as engram, engram.read_transaction():
-        space = read_target_space(engram.connection, engram.schema)
+        space = read_target_space(engram)
     rows = []
     for key in space.foreign_sync_targets():
         fields = space.sync_state[key].fields

@@ -19,7 +19,7 @@ from typing import Any
 
 from engram_sync_kit.canary.aliases import default_aliases_path
 from engram_sync_kit.canary.config import load_config
-from engram_sync_kit.canary.db import EngramDb, enrolled_projects
+from engram_sync_kit.canary.db import EngramDb
 from engram_sync_kit.canary.errors import CanaryError
 from engram_sync_kit.canary.lane_health import LaneHealth, clear_commands, read_lane_health
 from engram_sync_kit.canary.settings import CONFIG_ENV
@@ -36,9 +36,9 @@ def project_name(project: str) -> str:
 
 def read_lanes_health(db: Path) -> dict[str, Any]:
     """The canary's lane health of DB (one short read transaction) and the enrolled projects."""
-    with EngramDb.open(db) as engram, engram.read_transaction() as connection:
-        healths = read_lane_health(connection, engram.schema)
-        enrolled = sorted(enrolled_projects(connection, engram.schema))
+    with EngramDb.open(db) as engram, engram.read_transaction():
+        healths = read_lane_health(engram)
+        enrolled = sorted(engram.enrolled_projects())
     return {"lanes": [_health_json(health) for health in healths], "enrolled": enrolled}
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import engram_sync_kit.canary.triage as triage
-from engram_sync_kit.canary.db import Schema
+from engram_sync_kit.canary.db import EngramDb
 from engram_sync_kit.canary.lanes import lane_row, with_project
 from engram_sync_kit.canary.triage import Copy, Plan, apply
 
@@ -70,15 +70,15 @@ class ClaimOfRows:
             plan.acks.append(row)
         return plan
 
-    def plan(self, connection: sqlite3.Connection, schema: Schema) -> Plan:
-        return self._plan(connection, self.limit)
+    def plan(self, db: EngramDb) -> Plan:
+        return self._plan(db.connection, self.limit)
 
-    def revalidate(self, connection: sqlite3.Connection, schema: Schema, plan: Plan) -> Plan:
-        self.inside_lock(connection)
+    def revalidate(self, db: EngramDb, plan: Plan) -> Plan:
+        self.inside_lock(db.connection)
         if self.revalidated_limit is None:
             return plan
         self.revalidations.append(self.revalidated_limit)
-        return self._plan(connection, self.revalidated_limit)
+        return self._plan(db.connection, self.revalidated_limit)
 
 
 @contextmanager
