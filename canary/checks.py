@@ -413,10 +413,10 @@ def check_snapshot(
     # Lane health (canary.lane_health) takes its own short read transaction as well, through its state.
     findings.extend(kept_lane_findings(db, use_cursor=use_cursor))
     # Stage A's assumption (design §4): no session spans two directories. Its own read transaction.
-    stage_a, summary["stage_a"] = stage_a_findings(db.connection, db.schema, db_path, use_cursor=use_cursor)
+    stage_a, summary["stage_a"] = stage_a_findings(db, use_cursor=use_cursor)
     findings.extend(stage_a)
     # Payloads that are not valid UTF-8, named by seq (the reads above replace their bad bytes).
-    undecodable, counted = undecodable_findings(db.connection, db.schema, db_path, use_cursor=use_cursor)
+    undecodable, counted = undecodable_findings(db, use_cursor=use_cursor)
     findings.extend(undecodable)
     summary.update(counted)
     return finish(findings, summary, db_path, config, baseline, sorted(space.allowed)), space

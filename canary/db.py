@@ -129,10 +129,20 @@ class EngramDb:
             yield connection
 
     def enrolled_projects(self) -> frozenset[str]:
-        return enrolled_projects(self.connection, self.schema)
+        """sync_enrolled_projects as stored (engram normalizes names before it enrolls them)."""
+        if not self.schema.has_table("sync_enrolled_projects"):
+            return frozenset()
+        rows = self.connection.execute("SELECT project FROM sync_enrolled_projects")
+        return frozenset(str(row[0]) for row in rows)
 
     def sync_state(self, fields: Sequence[str]) -> dict[str, SyncStateRow]:
-        return read_sync_state(self.connection, self.schema, fields)
+        """Every sync_state row by target key, with those of `fields` this engram version has."""
+        present = [name for name in fields if self.schema.has_column("sync_state", name)]
+        columns = ", ".join(["target_key", *present])
+        rows: dict[str, SyncStateRow] = {}
+        for row in self.connection.execute(f"SELECT {columns} FROM sync_state"):
+            rows[str(row[0])] = SyncStateRow(str(row[0]), dict(zip(present, row[1:], strict=True)))
+        return rows
 
     def last_seq(self) -> int:
         return last_seq(self.connection)
@@ -185,25 +195,6 @@ def table_columns(connection: sqlite3.Connection, table: str) -> frozenset[str]:
         if "no such module" in str(error):
             return frozenset()
         raise
-
-
-def enrolled_projects(connection: sqlite3.Connection, schema: Schema) -> frozenset[str]:
-    """sync_enrolled_projects as stored (engram normalizes names before it enrolls them)."""
-    if not schema.has_table("sync_enrolled_projects"):
-        return frozenset()
-    return frozenset(str(row[0]) for row in connection.execute("SELECT project FROM sync_enrolled_projects"))
-
-
-def read_sync_state(
-    connection: sqlite3.Connection, schema: Schema, fields: Sequence[str]
-) -> dict[str, SyncStateRow]:
-    """Every sync_state row by target key, with those of `fields` this engram version has."""
-    present = [name for name in fields if schema.has_column("sync_state", name)]
-    columns = ", ".join(["target_key", *present])
-    rows: dict[str, SyncStateRow] = {}
-    for row in connection.execute(f"SELECT {columns} FROM sync_state"):
-        rows[str(row[0])] = SyncStateRow(str(row[0]), dict(zip(present, row[1:], strict=True)))
-    return rows
 
 
 def last_seq(connection: sqlite3.Connection) -> int:

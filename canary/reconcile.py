@@ -131,17 +131,14 @@ class Journal:
     acked_before_window: int = 0
 
 
-def read_journal(db_path: Path, acked_since: datetime | None) -> Journal:
+def read_journal(db: EngramDb, acked_since: datetime | None) -> Journal:
     """Every local-source row acked in the window plus every unacked row, in one short read transaction."""
-    triaged = logged_acks(db_path)
-    db = EngramDb.open(db_path)
+    triaged = logged_acks(db.path)
     try:
         with db.read_transaction():
             return _journal(db, acked_since, triaged)
     except sqlite3.DatabaseError as error:
-        raise ReconcileError(f"{db_path}: read failed ({error})") from None
-    finally:
-        db.close()
+        raise ReconcileError(f"{db.path}: read failed ({error})") from None
 
 
 def _journal(db: EngramDb, acked_since: datetime | None, triaged: dict[int, datetime]) -> Journal:
@@ -212,26 +209,22 @@ def _acked_by_triage(seq: int, acked_at: str, triaged: dict[int, datetime]) -> b
     return abs(moment - logged) <= TRIAGE_ACK_SLACK
 
 
-def read_payloads(db_path: Path, seqs: Sequence[int]) -> dict[int, Any]:
+def read_payloads(db: EngramDb, seqs: Sequence[int]) -> dict[int, Any]:
     """The decoded payloads of a few rows (the unmatched ones), read again instead of held in memory."""
     out: dict[int, Any] = {}
     if not seqs:
         return out
-    db = EngramDb.open(db_path)
-    try:
-        with db.read_transaction() as connection:
-            for start in range(0, len(seqs), 500):
-                part = list(seqs[start : start + 500])
-                marks = ",".join("?" * len(part))
-                for seq, payload in connection.execute(
-                    f"SELECT seq, payload FROM sync_mutations WHERE seq IN ({marks})", part
-                ):
-                    try:
-                        out[int(seq)] = json.loads(payload)
-                    except (TypeError, ValueError):
-                        out[int(seq)] = payload
-    finally:
-        db.close()
+    with db.read_transaction() as connection:
+        for start in range(0, len(seqs), 500):
+            part = list(seqs[start : start + 500])
+            marks = ",".join("?" * len(part))
+            for seq, payload in connection.execute(
+                f"SELECT seq, payload FROM sync_mutations WHERE seq IN ({marks})", part
+            ):
+                try:
+                    out[int(seq)] = json.loads(payload)
+                except (TypeError, ValueError):
+                    out[int(seq)] = payload
     return out
 
 
@@ -395,15 +388,19 @@ class ReconcileOptions:
 
 
 def reconcile(options: ReconcileOptions) -> ReconcileResult:
-    """Read the journal, read the cloud, match. Any failure on either side is UNKNOWN, never a traceback."""
+    """Read the journal, read the cloud, match. Any failure on either side is UNKNOWN, never a traceback.
+
+    The database is opened once; its connection holds no snapshot while the cloud is read (each read is
+    its own short transaction)."""
     started = time.monotonic()
     url = options.settings.url
     try:
-        journal = read_journal(options.db_path, options.since)
-        with CloudReader(options.settings, options.timeout, started) as cloud:
-            matcher, since_seq, chunks_read = _read_cloud(cloud, journal, options.since)
-            requests = cloud.requests
-        missing = matcher.settle(read_payloads(options.db_path, [row.seq for row in matcher.remaining()]))
+        with EngramDb.open(options.db_path) as db:
+            journal = read_journal(db, options.since)
+            with CloudReader(options.settings, options.timeout, started) as cloud:
+                matcher, since_seq, chunks_read = _read_cloud(cloud, journal, options.since)
+                requests = cloud.requests
+            missing = matcher.settle(read_payloads(db, [row.seq for row in matcher.remaining()]))
     except CanaryError as error:
         return unknown(options.db_path, str(error), url)
     return _result(
