@@ -14,17 +14,9 @@ import click
 from engram_sync_kit.canary.aliases import AliasError, check_alias_free, load_aliases
 from engram_sync_kit.canary.db import EngramDb, default_db_path
 from engram_sync_kit.canary.derive import AliasMap
-from engram_sync_kit.canary.inbox import (
-    InboxSnapshot,
-    export_keys,
-    load_key_map,
-    read_inbox,
-    render_memories,
-    render_text,
-    summarize,
-    undecodable_note,
-    waiting_memory,
-)
+from engram_sync_kit.canary.inbox import InboxSnapshot, export_keys, read_inbox, summarize
+from engram_sync_kit.canary.inbox_render import render_memories, render_text, undecodable_note, waiting_memory
+from engram_sync_kit.canary.key_map import load_key_map
 from engram_sync_kit.canary.repair import RepairPlanner, plan_repair
 from engram_sync_kit.canary.settings import chosen_config_file, deprecated_option, effective_config
 from engram_sync_kit.canary.text import printable

@@ -39,12 +39,10 @@ from engram_sync_kit.canary.inbox import (
     KeyTotals,
     TripwireInputs,
     findings_from,
-    load_key_map,
-    read_key_entries,
-    remembered_keys_path,
     select_inbox_rows,
     select_unattributed,
 )
+from engram_sync_kit.canary.key_map import load_key_map, read_key_entries, remembered_keys_path
 from engram_sync_kit.canary.schema_support import waiting_filter
 from engram_sync_kit.canary.targets import INBOX_TARGET
 from engram_sync_kit.engram_contract import LEGACY_TARGET
