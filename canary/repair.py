@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from engram_sync_kit.canary.db import EngramDb
 from engram_sync_kit.canary.inbox import InboxRow
 from engram_sync_kit.canary.lanes import Deriver, Fix, derive_fix, entry_refusal, pending_listed_rows
-from engram_sync_kit.canary.triage import Copy, Plan, RefusedRow, count_rows, seq_chunks
+from engram_sync_kit.canary.sync_bookkeeping import count_rows, seq_chunks
+from engram_sync_kit.canary.triage import Copy, Plan, RefusedRow
 
 
 def drop_command(row: InboxRow) -> str:

@@ -54,7 +54,7 @@ CANARY_READERS = (
     "watch",
     "report",
 )
-CANARY_WRITERS = frozenset({"triage", "repair"})
+CANARY_WRITERS = frozenset({"triage", "repair", "sync_bookkeeping", "backups"})
 
 
 def canary_imports(path: Path) -> set[str]:
