@@ -51,6 +51,7 @@ CANARY_READERS = (
     "stage_a",
     "undecodable",
     "reconcile",
+    "reconcile_result",
     "watch",
     "report",
 )
