@@ -57,6 +57,7 @@ from engram_sync_kit.canary.sync_bookkeeping import PreparedWrite, SyncBookkeepi
 from engram_sync_kit.canary.targets import (
     RESERVED_INBOX_PROJECT,
     allowed_targets,
+    named_project,
     normalize_project,
     project_target,
 )
@@ -565,12 +566,13 @@ def _held_rows(db: EngramDb, target_key: str) -> tuple[int, int]:
         "SELECT COUNT(*) FROM sync_mutations WHERE target_key = ? AND acked_at IS NULL",
         target_key,
     )
-    if db.schema.has_column("sync_mutations", "project") and target_key.startswith(LEGACY_TARGET + ":"):
+    project = named_project(target_key)
+    if db.schema.has_column("sync_mutations", "project") and project is not None:
         unacked += count_rows(
             connection,
             "SELECT COUNT(*) FROM sync_mutations WHERE target_key = ? AND project = ? AND acked_at IS NULL",
             LEGACY_TARGET,
-            target_key[len(LEGACY_TARGET) + 1 :],
+            project,
         )
     referencing = count_rows(
         connection, "SELECT COUNT(*) FROM sync_mutations WHERE target_key = ?", target_key
