@@ -1,9 +1,10 @@
-"""The virtual inbox over today's engram (v1.20): read-only view and tripwires.
+"""The virtual inbox over today's engram (v1.20): which rows it holds (its selection) and its tripwires.
 
 engram v1.20 journals every write in the legacy lane (target_key 'cloud') with a project column, and its
 worker pushes only rows whose project is enrolled (or empty). The inbox is therefore the set of unacked
 legacy-lane rows whose non-empty project is not in sync_enrolled_projects: rows no worker will ever
-deliver. Each row gets the design's inbox key from canary.derive.
+deliver. Each row gets the design's inbox key from canary.derive. The key map's file I/O is
+canary.key_map; the text of `inbox list` and `show` is canary.inbox_render.
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ cloud holds by (entity, entity_key, op, payload digest): the same canonical dige
 - triaged: acked by the kit's own triage --apply (dropped, or replaced by a repaired copy), as its triage
   log records, so never meant for the cloud;
 - cloud_only: cloud rows of entities this journal never wrote (other devices), for information.
+
+The typed result is canary.reconcile_result's; canary.report renders it (text, JSON, Prometheus).
 """
 
 from __future__ import annotations
