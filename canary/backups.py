@@ -13,18 +13,13 @@ from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
 
+from engram_sync_kit.canary.db import EngramDb
 from engram_sync_kit.canary.errors import TriageError
 
 # Each backup is a full copy of every memory; ten is a week of daily triage and bounded on disk.
 DEFAULT_KEEP_BACKUPS = 10
-
-
 PRIVATE_DIR_MODE = 0o700
-
-
 PRIVATE_FILE_MODE = 0o600
-
-
 _BACKUP_STAMP = re.compile(r"\d{8}T\d{6}\.\d{6}Z\.[a-z-]+\.db")
 
 
@@ -43,18 +38,18 @@ def private_backup_dir(backup_dir: Path, *, ours: bool) -> Path:
     return backup_dir
 
 
-def backup_database(connection: sqlite3.Connection, db_path: Path, backup_dir: Path, operation: str) -> Path:
+def backup_database(db: EngramDb, backup_dir: Path, operation: str) -> Path:
     """A consistent 0600 copy through SQLite's online backup API, named by UTC time to the microsecond.
 
     The file is created 0600 before SQLite opens it, so the copy is never readable by more users than
     the owner for even a moment (SQLite gives its journal the same mode as the file).
     """
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-    target = backup_dir / f"{db_path.stem}.{stamp}.{operation}.db"
+    target = backup_dir / f"{db.path.stem}.{stamp}.{operation}.db"
     try:
         os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE))
         with closing(sqlite3.connect(str(target))) as destination:
-            connection.backup(destination)
+            db.connection.backup(destination)
             status = destination.execute("PRAGMA quick_check").fetchone()[0]
     except (OSError, sqlite3.Error) as error:
         target.unlink(missing_ok=True)

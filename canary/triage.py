@@ -747,7 +747,7 @@ def apply(
         if preview.is_empty:
             raise TriageError(f"nothing to {preview.operation}: the selection is empty")
         directory = private_backup_dir(backup_dir or default_backup_dir(db_path), ours=backup_dir is None)
-        backup = backup_database(connection, db_path, directory, preview.operation)
+        backup = backup_database(db, directory, preview.operation)
         prepared = prepare_write(preview)
         # The commit of a large claim passes the WAL's auto-checkpoint threshold, and an automatic
         # checkpoint runs inside our COMMIT call; it is run after the lock instead (below).
