@@ -215,16 +215,15 @@ def core_check_seconds(db: Path) -> dict[str, float]:
     from engram_sync_kit.canary.inbox import tripwire_findings
 
     engram = EngramDb.open(db)
-    connection, schema = engram.connection, engram.schema
     config = CanaryConfig()
     began = time.perf_counter()
     with engram.read_transaction():
-        space = read_target_space(connection, schema, [])
-        reader = EvidenceReader(connection, schema)
+        space = read_target_space(engram, [])
+        reader = EvidenceReader(engram)
         foreign_target_findings(space, reader, config)
         summarize(space, reader)
     middle = time.perf_counter()
-    tripwire_findings(connection, schema, config.inbox)
+    tripwire_findings(engram, config.inbox)
     end = time.perf_counter()
     engram.close()
     return {"target_space_s": round(middle - began, 3), "inbox_tripwires_s": round(end - middle, 3)}
@@ -313,10 +312,9 @@ def side_by_side_check(db: Path, env: dict[str, str], rounds: int) -> dict[str, 
 
 def check_against(db: Path, env: dict[str, str], rounds: int, revision: str) -> dict[str, Any]:
     """The unchanged-file `check` (through the state dir) of REVISION's canary (a git worktree) next to
-    this tree's, interleaved on the same file with a state dir each, so a loaded machine slows both alike.
-    CPU seconds (the child's user + system) are kept too: on a shared machine they move less than wall."""
-    import resource
-
+    this tree's, interleaved on the same file with a state dir each, so a loaded machine slows both alike;
+    then `check --full` the same way (under "full"). CPU seconds (the child's user + system) are kept too:
+    on a shared machine they move less than wall."""
     from bench.worktree import checkout
 
     command = [str(CANARY), "check", "--db", str(db), "--format", "json"]
@@ -329,28 +327,35 @@ def check_against(db: Path, env: dict[str, str], rounds: int, revision: str) -> 
             }
             for name, root in (("revision", tree), ("this_tree", ROOT))
         }
-        walls: dict[str, list[float]] = {name: [] for name in sides}
-        cpus: dict[str, list[float]] = {name: [] for name in sides}
         for side_env in sides.values():  # each builds its cursor
             subprocess.run(command, env=side_env, capture_output=True, check=False)
-        mismatched_rounds: list[int] = []
-        for number in range(rounds):
-            order = list(sides) if number % 2 == 0 else list(reversed(sides))
-            documents: dict[str, Any] = {}
-            for name in order:
-                used = resource.getrusage(resource.RUSAGE_CHILDREN)
-                began = time.perf_counter()
-                done = subprocess.run(command, env=sides[name], capture_output=True, text=True, check=False)
-                walls[name].append(time.perf_counter() - began)
-                ended = resource.getrusage(resource.RUSAGE_CHILDREN)
-                cpus[name].append(ended.ru_utime - used.ru_utime + ended.ru_stime - used.ru_stime)
-                documents[name] = (done.returncode, comparable(json.loads(done.stdout)))
-            if documents["revision"] != documents["this_tree"]:
-                mismatched_rounds.append(number)
+        unchanged = _interleaved(command, sides, rounds)
+        full = _interleaved([*command, "--full"], sides, rounds)
+    return {"revision": revision, "rounds": rounds, **unchanged, "full": full}
+
+
+def _interleaved(command: list[str], sides: dict[str, dict[str, str]], rounds: int) -> dict[str, Any]:
+    """COMMAND under each side's environment, alternating which goes first, ROUNDS times."""
+    import resource
+
+    walls: dict[str, list[float]] = {name: [] for name in sides}
+    cpus: dict[str, list[float]] = {name: [] for name in sides}
+    mismatched_rounds: list[int] = []
+    for number in range(rounds):
+        order = list(sides) if number % 2 == 0 else list(reversed(sides))
+        documents: dict[str, Any] = {}
+        for name in order:
+            used = resource.getrusage(resource.RUSAGE_CHILDREN)
+            began = time.perf_counter()
+            done = subprocess.run(command, env=sides[name], capture_output=True, text=True, check=False)
+            walls[name].append(time.perf_counter() - began)
+            ended = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpus[name].append(ended.ru_utime - used.ru_utime + ended.ru_stime - used.ru_stime)
+            documents[name] = (done.returncode, comparable(json.loads(done.stdout)))
+        if documents["revision"] != documents["this_tree"]:
+            mismatched_rounds.append(number)
     medians = {name: statistics.median(values) for name, values in walls.items()}
     return {
-        "revision": revision,
-        "rounds": rounds,
         "revision_median_s": round(medians["revision"], 3),
         "revision_min_s": round(min(walls["revision"]), 3),
         "this_tree_median_s": round(medians["this_tree"], 3),
@@ -432,7 +437,7 @@ def main_check_only(cache: Path, rounds: int, against: str | None = None) -> Non
 @click.option(
     "--against",
     metavar="REV",
-    help="With --check-only: also the unchanged check of REV's canary (a git worktree), interleaved.",
+    help="With --check-only: also the unchanged and the full check of REV's canary (a git worktree), interleaved.",
 )
 def main(
     events: int,

@@ -112,7 +112,7 @@ def timed(action: Callable[[], Any]) -> float:
 def list_timings(db: Path, runs: int) -> dict[str, Any]:
     def library() -> None:
         with EngramDb.open(db) as engram:
-            summarize(read_inbox(engram.connection, engram.schema, AliasMap()))
+            summarize(read_inbox(engram, AliasMap()))
 
     def cli() -> None:
         subprocess.run(
@@ -135,7 +135,7 @@ def list_timings(db: Path, runs: int) -> dict[str, Any]:
 
 def triage_timings(db: Path) -> dict[str, Any]:
     with EngramDb.open(db) as engram:
-        snapshot = read_inbox(engram.connection, engram.schema, AliasMap())
+        snapshot = read_inbox(engram, AliasMap())
     backups = db.parent / "backups"
     noise = Selection("unsorted", telemetry_only=True)
     began = time.perf_counter()
@@ -235,19 +235,17 @@ def fresh_copy(source: Path, target: Path) -> Path:
 class PreflightInsideLock(InboxPlanner):
     """The placement issue 10 forbids, for comparison: the contract pre-flight repeated under the lock."""
 
-    def revalidate(self, connection: sqlite3.Connection, schema: Any, plan: Plan) -> Plan:
+    def revalidate(self, db: EngramDb, plan: Plan) -> Plan:
         for copy in plan.copies:
             entry_refusal(copy.project, copy.source, copy.payload)
-        return super().revalidate(connection, schema, plan)
+        return super().revalidate(db, plan)
 
 
 def preflight_ms(db: Path, selection: Selection) -> tuple[float, float, int]:
     """(plan with the pre-flight, the pre-flight alone, copies) on a read snapshot."""
     with EngramDb.open(db) as engram, engram.read_transaction():
         began = time.perf_counter()
-        plan = InboxPlanner(AliasMap(), lambda s: plan_claim(s, selection, "main-proj")).plan(
-            engram.connection, engram.schema
-        )
+        plan = InboxPlanner(AliasMap(), lambda s: plan_claim(s, selection, "main-proj")).plan(engram)
         plan_ms = (time.perf_counter() - began) * 1000
     began = time.perf_counter()
     for copy in plan.copies:

@@ -25,12 +25,9 @@ from engram_sync_kit.canary.config import CanaryConfig, keep_state, state_file_f
 from engram_sync_kit.canary.db import (
     DatabaseUnavailable,
     EngramDb,
-    Schema,
     SyncStateRow,
     describe_read_error,
-    enrolled_projects,
     last_seq,
-    read_sync_state,
 )
 from engram_sync_kit.canary.errors import CanaryError
 from engram_sync_kit.canary.findings import (
@@ -128,17 +125,14 @@ def mutation_targets_since(connection: sqlite3.Connection, after_seq: int) -> tu
 
 
 def read_target_space(
-    connection: sqlite3.Connection,
-    schema: Schema,
-    extra_allowed: Iterable[str] = (),
-    *,
-    mutations: tuple[set[str], int] | None = None,
+    db: EngramDb, extra_allowed: Iterable[str] = (), *, mutations: tuple[set[str], int] | None = None
 ) -> TargetSpace:
     """`mutations`: the sync_mutations target keys and last seq the caller already knows (the watcher's
     incremental view); without it they are read by skip-scan."""
-    enrolled = enrolled_projects(connection, schema)
+    connection = db.connection
+    enrolled = db.enrolled_projects()
     keys, seq = mutations if mutations is not None else (distinct_values(connection, "target_key"), None)
-    sync_state = read_sync_state(connection, schema, SYNC_STATE_FIELDS)
+    sync_state = db.sync_state(SYNC_STATE_FIELDS)
     remotes = remote_state_keys(connection)
     # The live remotes' `cloud@<id>` keys are allowed; while cloud.json cannot be read the remotes are
     # unknown, so no key of that shape is called foreign (engram's doctor does the same).
@@ -158,14 +152,10 @@ def read_target_space(
 class EvidenceReader:
     """Unacked-row counts for foreign targets, computed lazily and cached within one snapshot."""
 
-    def __init__(
-        self,
-        connection: sqlite3.Connection,
-        schema: Schema,
-        kept: dict[str, dict[str, int]] | None = None,
-    ) -> None:
-        self.connection = connection
-        self.schema = schema
+    def __init__(self, db: EngramDb, kept: dict[str, dict[str, int]] | None = None) -> None:
+        self.db = db
+        self.connection = db.connection
+        schema = db.schema
         self.has_acked = schema.has_column("sync_mutations", "acked_at")
         self.has_project = schema.has_column("sync_mutations", "project")
         self.waiting = waiting_filter(schema)  # v2/v3: a quarantined row is not waiting for delivery
@@ -176,7 +166,7 @@ class EvidenceReader:
 
     @functools.cached_property
     def lane_note(self) -> str:
-        return lane_note(identify(self.connection, self.schema))
+        return lane_note(identify(self.db))
 
     def unacked_on_target(self, target_key: str) -> int | None:
         if not self.has_acked:
@@ -397,17 +387,17 @@ def check_snapshot(
     use_cursor: bool = True,
 ) -> tuple[CheckResult, TargetSpace]:
     """The full check and the target space it saw (the watcher keeps the latter)."""
-    connection, schema, db_path = db.connection, db.schema, db.path
+    db_path = db.path
     with db.read_transaction():
-        space = read_target_space(connection, schema, config.allowed_targets)
-        reader = EvidenceReader(connection, schema)
+        space = read_target_space(db, config.allowed_targets)
+        reader = EvidenceReader(db)
         unacked = unacked_by_target(space, reader)
         # The per-project counts of foreign targets read every row of those projects; while no row was
         # added or acked (same last seq, same unacked count per target) the last check's answers hold.
         fingerprint = {"last_seq": space.last_seq, "unacked": unacked, "waiting": reader.waiting}
         reader.kept = load_evidence(db_path, fingerprint) if use_cursor else {}
         findings = foreign_target_findings(space, reader, config)
-        kind = identify(connection, schema)
+        kind = identify(db)
         if not kind.per_project_lanes_live:
             findings.extend(undelivered_lane_findings(space, reader))
         summary = summarize(space, reader, unacked)
@@ -418,17 +408,15 @@ def check_snapshot(
     # The inbox view takes its own short read transaction.
     if include_inbox:
         # Through the cursor in the canary's state dir: an unchanged inbox is not read again.
-        tripwires, summary["inbox_keys"] = cursor_tripwire_findings(
-            connection, schema, config, db_path, use_cursor=use_cursor
-        )
+        tripwires, summary["inbox_keys"] = cursor_tripwire_findings(db, config, use_cursor=use_cursor)
         findings.extend(tripwires)
     # Lane health (canary.lane_health) takes its own short read transaction as well, through its state.
-    findings.extend(kept_lane_findings(connection, schema, db_path, use_cursor=use_cursor))
+    findings.extend(kept_lane_findings(db, use_cursor=use_cursor))
     # Stage A's assumption (design §4): no session spans two directories. Its own read transaction.
-    stage_a, summary["stage_a"] = stage_a_findings(connection, schema, db_path, use_cursor=use_cursor)
+    stage_a, summary["stage_a"] = stage_a_findings(db, use_cursor=use_cursor)
     findings.extend(stage_a)
     # Payloads that are not valid UTF-8, named by seq (the reads above replace their bad bytes).
-    undecodable, counted = undecodable_findings(connection, schema, db_path, use_cursor=use_cursor)
+    undecodable, counted = undecodable_findings(db, use_cursor=use_cursor)
     findings.extend(undecodable)
     summary.update(counted)
     return finish(findings, summary, db_path, config, baseline, sorted(space.allowed)), space

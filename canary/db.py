@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, NamedTuple, Self
-from urllib.parse import quote
 
 from engram_sync_kit.canary.errors import CanaryError
+from engram_sync_kit.engram_contract.read_only import read_only_uri
 
 BUSY_TIMEOUT_MS = 5000
 # One value that is not valid UTF-8 must not fail a whole read: it comes back with U+FFFD in place of
@@ -90,7 +90,7 @@ class EngramDb:
             raise DatabaseUnavailable(f"{path}: no such file (pass --db or set ENGRAM_DATA_DIR)")
         if not path.is_file():
             raise DatabaseUnavailable(f"{path}: not a regular file; expected engram's engram.db")
-        uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+        uri = read_only_uri(path)
         try:
             connection = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
         except sqlite3.DatabaseError as error:
@@ -129,10 +129,20 @@ class EngramDb:
             yield connection
 
     def enrolled_projects(self) -> frozenset[str]:
-        return enrolled_projects(self.connection, self.schema)
+        """sync_enrolled_projects as stored (engram normalizes names before it enrolls them)."""
+        if not self.schema.has_table("sync_enrolled_projects"):
+            return frozenset()
+        rows = self.connection.execute("SELECT project FROM sync_enrolled_projects")
+        return frozenset(str(row[0]) for row in rows)
 
     def sync_state(self, fields: Sequence[str]) -> dict[str, SyncStateRow]:
-        return read_sync_state(self.connection, self.schema, fields)
+        """Every sync_state row by target key, with those of `fields` this engram version has."""
+        present = [name for name in fields if self.schema.has_column("sync_state", name)]
+        columns = ", ".join(["target_key", *present])
+        rows: dict[str, SyncStateRow] = {}
+        for row in self.connection.execute(f"SELECT {columns} FROM sync_state"):
+            rows[str(row[0])] = SyncStateRow(str(row[0]), dict(zip(present, row[1:], strict=True)))
+        return rows
 
     def last_seq(self) -> int:
         return last_seq(self.connection)
@@ -185,25 +195,6 @@ def table_columns(connection: sqlite3.Connection, table: str) -> frozenset[str]:
         if "no such module" in str(error):
             return frozenset()
         raise
-
-
-def enrolled_projects(connection: sqlite3.Connection, schema: Schema) -> frozenset[str]:
-    """sync_enrolled_projects as stored (engram normalizes names before it enrolls them)."""
-    if not schema.has_table("sync_enrolled_projects"):
-        return frozenset()
-    return frozenset(str(row[0]) for row in connection.execute("SELECT project FROM sync_enrolled_projects"))
-
-
-def read_sync_state(
-    connection: sqlite3.Connection, schema: Schema, fields: Sequence[str]
-) -> dict[str, SyncStateRow]:
-    """Every sync_state row by target key, with those of `fields` this engram version has."""
-    present = [name for name in fields if schema.has_column("sync_state", name)]
-    columns = ", ".join(["target_key", *present])
-    rows: dict[str, SyncStateRow] = {}
-    for row in connection.execute(f"SELECT {columns} FROM sync_state"):
-        rows[str(row[0])] = SyncStateRow(str(row[0]), dict(zip(present, row[1:], strict=True)))
-    return rows
 
 
 def last_seq(connection: sqlite3.Connection) -> int:

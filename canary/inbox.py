@@ -1,19 +1,18 @@
-"""The virtual inbox over today's engram (v1.20): read-only view and tripwires.
+"""The virtual inbox over today's engram (v1.20): which rows it holds (its selection) and its tripwires.
 
 engram v1.20 journals every write in the legacy lane (target_key 'cloud') with a project column, and its
 worker pushes only rows whose project is enrolled (or empty). The inbox is therefore the set of unacked
 legacy-lane rows whose non-empty project is not in sync_enrolled_projects: rows no worker will ever
-deliver. Each row gets the design's inbox key from canary.derive.
+deliver. Each row gets the design's inbox key from canary.derive. The key map's file I/O is
+canary.key_map; the text of `inbox list` and `show` is canary.inbox_render.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import shlex
-import sqlite3
 import subprocess
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -23,8 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from engram_sync_kit.canary.aliases import load_aliases
-from engram_sync_kit.canary.config import state_file_for
-from engram_sync_kit.canary.db import Schema, enrolled_projects, read_transaction
+from engram_sync_kit.canary.db import EngramDb, Schema
 from engram_sync_kit.canary.derive import (
     UNSORTED,
     AliasMap,
@@ -39,11 +37,16 @@ from engram_sync_kit.canary.derive import (
 from engram_sync_kit.canary.errors import CanaryError
 from engram_sync_kit.canary.findings import Finding
 from engram_sync_kit.canary.inbox_settings import InboxSettings
+from engram_sync_kit.canary.key_map import (
+    KEY_MAP_SCHEMA,
+    read_key_entries,
+    remembered_keys_path,
+    write_key_entries,
+)
 from engram_sync_kit.canary.schema_support import LaneModel, identify, waiting_filter
 from engram_sync_kit.canary.targets import INBOX_TARGET, normalize_project
-from engram_sync_kit.canary.text import printable
+from engram_sync_kit.canary.text import utc_iso
 from engram_sync_kit.engram_contract import LEGACY_TARGET, TELEMETRY_ENTITIES
-from engram_sync_kit.engram_contract.files import atomic_write
 from engram_sync_kit.engram_contract.worker_selection import legacy_unacked, worker_skips
 
 # The inbox's rows: on the legacy lane, the unacked rows the v1.20 worker skips (worker_selection).
@@ -328,7 +331,7 @@ class KeySummary:
             "count": self.count,
             "telemetry": self.telemetry,
             "total": self.total,
-            "oldest": _iso(self.oldest),
+            "oldest": utc_iso(self.oldest),
             "oldest_age_days": round(self.oldest_age_days, 3),
             "entities": dict(sorted(self.entities.items())),
             "cwds": dict(sorted(self.cwds.items())),
@@ -358,24 +361,7 @@ def parse_engram_time(text: str) -> datetime | None:
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
 
-def _iso(moment: datetime | None) -> str | None:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ") if moment is not None else None
-
-
-def undecodable_note(seqs: tuple[int, ...], shown: int = 20) -> str | None:
-    """The line `inbox list` and `show` end with when inbox rows were left out for their bytes."""
-    if not seqs:
-        return None
-    listed = ", ".join(str(seq) for seq in seqs[:shown]) + (", ..." if len(seqs) > shown else "")
-    rows = "1 inbox row" if len(seqs) == 1 else f"{len(seqs)} inbox rows"
-    its = "its payload is" if len(seqs) == 1 else "their payloads are"
-    return (
-        f"note: {rows} left out, {its} not valid UTF-8 (seq {listed}); "
-        "`engram-canary check` reports it as undecodable_payload"
-    )
-
-
-def _payload_object(payload: str) -> dict[str, Any]:
+def payload_object(payload: str) -> dict[str, Any]:
     try:
         decoded = json.loads(payload)
     except (ValueError, RecursionError):
@@ -389,8 +375,7 @@ def _payload_object(payload: str) -> dict[str, Any]:
 
 
 def select_inbox_rows(
-    connection: sqlite3.Connection,
-    schema: Schema,
+    db: EngramDb,
     aliases: AliasMap,
     resolver: GitRepoResolver | None = None,
     *,
@@ -401,11 +386,12 @@ def select_inbox_rows(
 
     `after_seq` limits it to rows journaled after that seq; `high_water` is the log's last seq.
     """
+    connection, schema = db.connection, db.schema
     require_inbox_schema(schema)
-    memory = remembered_keys_path(connection) if resolver is None else None
+    memory = remembered_keys_path(db) if resolver is None else None
     resolver = resolver or GitRepoResolver(read_key_entries(memory) if memory is not None else None)
-    enrolled = enrolled_projects(connection, schema)
-    if identify(connection, schema).lane_model is LaneModel.DESIGN_CONFORMING:
+    enrolled = db.enrolled_projects()
+    if identify(db).lane_model is LaneModel.DESIGN_CONFORMING:
         inbox = _DESIGN_INBOX_WHERE
     else:
         skipped = worker_skips("m.", enrollment_table=schema.has_table("sync_enrolled_projects"))
@@ -432,7 +418,7 @@ def select_inbox_rows(
             undecodable.append(int(seq))
             continue
         if sid is None and entity == "session":
-            body = _payload_object(payload_text)
+            body = payload_object(payload_text)
             sid, sproject, sdirectory = entity_key, body.get("project"), body.get("directory")
         directory = (
             normalize_cwd(str(sdirectory)) if isinstance(sdirectory, str) and sdirectory.strip() else None
@@ -465,26 +451,22 @@ def select_inbox_rows(
 
 
 def read_inbox(
-    connection: sqlite3.Connection,
-    schema: Schema,
-    aliases: AliasMap,
-    resolver: GitRepoResolver | None = None,
-    *,
-    now: datetime | None = None,
+    db: EngramDb, aliases: AliasMap, resolver: GitRepoResolver | None = None, *, now: datetime | None = None
 ) -> InboxSnapshot:
     """One short read transaction over the inbox, with the legacy-lane rows that have no project."""
-    with read_transaction(connection):
-        snapshot = select_inbox_rows(connection, schema, aliases, resolver, now=now)
-        unattributed = select_unattributed(connection, schema, snapshot.taken_at)
+    with db.read_transaction():
+        snapshot = select_inbox_rows(db, aliases, resolver, now=now)
+        unattributed = select_unattributed(db, snapshot.taken_at)
     return replace(snapshot, unattributed=unattributed)
 
 
-def select_unattributed(connection: sqlite3.Connection, schema: Schema, now: datetime) -> KeySummary | None:
+def select_unattributed(db: EngramDb, now: datetime) -> KeySummary | None:
     """Unacked legacy-lane rows whose project is empty, summarized like an inbox key (None when there are none).
     A row v2/v3 quarantined is never sent again, so it is not counted."""
     summary = KeySummary(key=NO_PROJECT_KEY, hint=NO_PROJECT_HINT)
     oldest_per_entity: list[datetime | None] = []
-    for entity, count, oldest in connection.execute(_UNATTRIBUTED_SQL.format(waiting=waiting_filter(schema))):
+    unattributed_sql = _UNATTRIBUTED_SQL.format(waiting=waiting_filter(db.schema))
+    for entity, count, oldest in db.connection.execute(unattributed_sql):
         summary.entities[str(entity)] = int(count)
         if entity in TELEMETRY_ENTITIES:
             summary.telemetry += int(count)
@@ -568,8 +550,7 @@ def _summarize_key(
 
 
 def tripwire_findings(
-    connection: sqlite3.Connection,
-    schema: Schema,
+    db: EngramDb,
     settings: InboxSettings | None = None,
     *,
     aliases: AliasMap | None = None,
@@ -579,11 +560,11 @@ def tripwire_findings(
     `settings`: the config's `inbox` section (the design's defaults when absent)."""
     if settings is None:
         settings = InboxSettings()
-    if not schema.has_column("sync_mutations", "project"):
+    if not db.schema.has_column("sync_mutations", "project"):
         return []
     if aliases is None:
         aliases, _ = load_aliases(settings.aliases)
-    snapshot = read_inbox(connection, schema, aliases, now=now)
+    snapshot = read_inbox(db, aliases, now=now)
     return findings_for(snapshot, settings)
 
 
@@ -693,7 +674,7 @@ def findings_from(
                 evidence={
                     "count": totals.count,
                     "telemetry": totals.telemetry,
-                    "oldest": _iso(datetime.fromtimestamp(totals.oldest, UTC))
+                    "oldest": utc_iso(datetime.fromtimestamp(totals.oldest, UTC))
                     if totals.oldest is not None
                     else None,
                     "oldest_age_days": round(age_days, 3),
@@ -745,29 +726,20 @@ def unattributed_finding(summary: KeySummary) -> Finding:
             "telemetry": summary.telemetry,
             "total": summary.total,
             "entities": dict(sorted(summary.entities.items())),
-            "oldest": _iso(summary.oldest),
+            "oldest": utc_iso(summary.oldest),
             "oldest_age_days": round(summary.oldest_age_days, 3),
         },
     )
 
 
-KEY_MAP_SCHEMA = "engram-canary/key-map/v1"
-
-
-class KeyMapError(CanaryError):
-    """A --key-map file cannot be read or is not an export of `inbox export-keys`."""
-
-
-def export_keys(
-    connection: sqlite3.Connection, schema: Schema, resolver: GitRepoResolver | None = None
-) -> dict[str, Any]:
+def export_keys(db: EngramDb, resolver: GitRepoResolver | None = None) -> dict[str, Any]:
     """Stage A's answer for every (session directory, session project) of the database, on this machine."""
-    require_inbox_schema(schema)
+    require_inbox_schema(db.schema)
     if resolver is None:
-        memory = remembered_keys_path(connection)
+        memory = remembered_keys_path(db)
         resolver = GitRepoResolver(read_key_entries(memory) if memory is not None else None)
     entries: list[dict[str, Any]] = []
-    with read_transaction(connection):
+    with db.read_transaction() as connection:
         pairs = connection.execute(
             "SELECT DISTINCT directory, project FROM sessions ORDER BY directory, project"
         )
@@ -784,173 +756,4 @@ def export_keys(
                     "cwd_missing": context.cwd_missing,
                 }
             )
-    return {"schema": KEY_MAP_SCHEMA, "exported_at": _iso(datetime.now(UTC)), "entries": entries}
-
-
-def remembered_keys_path(connection: sqlite3.Connection) -> Path | None:
-    """Where Stage A answers for this connection's database are remembered (the canary's state dir)."""
-    for _, name, filename in connection.execute("PRAGMA database_list"):
-        if name == "main" and filename:
-            return state_file_for(Path(filename), "stage-a")
-    return None
-
-
-def read_key_entries(path: Path) -> dict[tuple[str, str], tuple[str | None, str]]:
-    """The remembered answers; an unreadable memory is only a lost hint, never an error."""
-    try:
-        return load_key_map(path) if path.exists() else {}
-    except (OSError, KeyMapError):
-        return {}
-
-
-def write_key_entries(path: Path, entries: Mapping[tuple[str, str], tuple[str | None, str]]) -> None:
-    document = {
-        "schema": KEY_MAP_SCHEMA,
-        "exported_at": _iso(datetime.now(UTC)),
-        "entries": [
-            {"cwd": cwd, "project": project, "key": key, "source": source}
-            for (cwd, project), (key, source) in sorted(entries.items())
-        ],
-    }
-    # The state dir is a cache of hints: a read-only home must not break a check.
-    with contextlib.suppress(OSError):
-        atomic_write(path, json.dumps(document, indent=1, ensure_ascii=False))
-
-
-def load_key_map(path: Path) -> dict[tuple[str, str], tuple[str | None, str]]:
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
-        raise KeyMapError(f"--key-map {path}: cannot read ({str(error).splitlines()[0]})") from error
-    if not isinstance(document, dict) or document.get("schema") != KEY_MAP_SCHEMA:
-        raise KeyMapError(
-            f"--key-map {path}: not an export of `engram-canary inbox export-keys` ({KEY_MAP_SCHEMA})"
-        )
-    entries = document.get("entries")
-    if not isinstance(entries, list):
-        raise KeyMapError(f"--key-map {path}: 'entries' must be a list")
-    recorded: dict[tuple[str, str], tuple[str | None, str]] = {}
-    for number, entry in enumerate(entries):
-        if not (
-            isinstance(entry, dict)
-            and isinstance(entry.get("cwd"), str)
-            and isinstance(entry.get("project"), str)
-            and (entry.get("key") is None or isinstance(entry.get("key"), str))
-            and entry.get("source") in {source.value for source in CandidateSource}
-        ):
-            raise KeyMapError(f"--key-map {path}: entry {number} is not {{cwd, project, key, source}}")
-        recorded[(normalize_cwd(entry["cwd"]), normalize_project(entry["project"]))] = (
-            entry["key"],
-            entry["source"],
-        )
-    return recorded
-
-
-@dataclass(frozen=True)
-class WaitingMemory:
-    """One waiting memory as `inbox show` lists it: enough to decide between claim and drop."""
-
-    seq: int
-    entity: str
-    kind: str
-    title: str
-    date: str
-    first_line: str
-    cwd: str | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "seq": self.seq,
-            "entity": self.entity,
-            "type": self.kind,
-            "title": self.title,
-            "date": self.date,
-            "first_line": self.first_line,
-            "cwd": self.cwd,
-        }
-
-
-FIRST_LINE_CHARS = 120
-
-
-def waiting_memory(row: InboxRow) -> WaitingMemory:
-    body = _payload_object(row.payload)
-
-    def text(name: str) -> str:
-        value = body.get(name)
-        return value.strip() if isinstance(value, str) else ""
-
-    content = next((line.strip() for line in text("content").splitlines() if line.strip()), "")
-    if len(content) > FIRST_LINE_CHARS:
-        content = content[: FIRST_LINE_CHARS - 1] + "…"
-    kind = text("type") or text("relation_type") or row.entity
-    title = text("title") or row.entity_key
-    if row.op == "delete":
-        title += " (deleted)"
-    return WaitingMemory(
-        seq=row.seq,
-        entity=row.entity,
-        kind=kind,
-        title=title,
-        date=text("created_at") or row.occurred_at,
-        first_line=content,
-        cwd=row.cwd,
-    )
-
-
-def render_memories(key: str, memories: Sequence[WaitingMemory], telemetry: int) -> str:
-    lines = [
-        f"inbox key {key!r}: {len(memories)} memories waiting"
-        + (f" (and {telemetry} telemetry rows, not listed)" if telemetry else "")
-    ]
-    for memory in memories:
-        lines.append(f"{memory.seq:>8}  {memory.date:<19}  {memory.kind:<12} {memory.title}")
-        if memory.first_line:
-            lines.append(f"{'':>8}  {memory.first_line}")
-        if key == UNSORTED and memory.cwd:
-            lines.append(f"{'':>8}  cwd {memory.cwd}")
-    return "\n".join(printable(line) for line in lines)
-
-
-def render_text(summaries: Iterable[KeySummary], unattributed: KeySummary | None = None) -> str:
-    summaries = list(summaries)
-    if summaries:
-        lines = [_render_keys(summaries)]
-    elif unattributed is None:
-        lines = ["inbox: empty (every unacked legacy-lane row belongs to an enrolled project)"]
-    else:
-        lines = ["inbox: empty (every unacked legacy-lane row with a project belongs to an enrolled project)"]
-    if unattributed is not None:
-        lines.append(
-            f"{NO_PROJECT_KEY}: {unattributed.count} memories and {unattributed.telemetry} telemetry rows, oldest "
-            f"{_iso(unattributed.oldest) or '-'} ({unattributed.oldest_age_days:.1f}d): {unattributed.hint}"
-        )
-    return "\n".join(lines)  # _render_keys escapes the keys and cwds; the rest is the canary's own text
-
-
-def _render_keys(summaries: list[KeySummary]) -> str:
-    memories = sum(summary.count for summary in summaries)
-    telemetry = sum(summary.telemetry for summary in summaries)
-    lines = [
-        f"inbox: {memories} memories and {telemetry} telemetry rows in {len(summaries)} keys "
-        "(not enrolled: engram's worker never delivers them)",
-        f"{'KEY':<32} {'MEMORIES':>8} {'TELEMETRY':>9}  {'OLDEST':<20} {'AGE':>8}  ENTITIES",
-    ]
-    for summary in summaries:
-        entities = " ".join(f"{name}={count}" for name, count in sorted(summary.entities.items()))
-        lines.append(
-            f"{summary.key:<32} {summary.count:>8} {summary.telemetry:>9}  {_iso(summary.oldest) or '-':<20} "
-            f"{summary.oldest_age_days:>7.1f}d  {entities}"
-        )
-        for cwd, count in sorted(summary.cwds.items(), key=lambda item: (-item[1], item[0])):
-            gone = " (no longer exists)" if cwd in summary.missing_cwds else ""
-            lines.append(f"    cwd {cwd}: {count}{gone}")
-            if cwd in summary.cwd_claim_commands:
-                lines.append(f"      claim: {summary.cwd_claim_commands[cwd]}")
-        if summary.key != UNSORTED:
-            lines.extend(f"    cwd {cwd} no longer exists" for cwd in summary.missing_cwds)
-        if summary.claim_command:
-            lines.append(f"    claim: {summary.claim_command}")
-        if summary.hint:
-            lines.append(f"    note: {summary.hint}")
-    return "\n".join(printable(line) for line in lines)
+    return {"schema": KEY_MAP_SCHEMA, "exported_at": utc_iso(datetime.now(UTC)), "entries": entries}

@@ -14,17 +14,9 @@ import click
 from engram_sync_kit.canary.aliases import AliasError, check_alias_free, load_aliases
 from engram_sync_kit.canary.db import EngramDb, default_db_path
 from engram_sync_kit.canary.derive import AliasMap
-from engram_sync_kit.canary.inbox import (
-    InboxSnapshot,
-    export_keys,
-    load_key_map,
-    read_inbox,
-    render_memories,
-    render_text,
-    summarize,
-    undecodable_note,
-    waiting_memory,
-)
+from engram_sync_kit.canary.inbox import InboxSnapshot, export_keys, read_inbox, summarize
+from engram_sync_kit.canary.inbox_render import render_memories, render_text, undecodable_note, waiting_memory
+from engram_sync_kit.canary.key_map import load_key_map
 from engram_sync_kit.canary.repair import RepairPlanner, plan_repair
 from engram_sync_kit.canary.settings import chosen_config_file, deprecated_option, effective_config
 from engram_sync_kit.canary.text import printable
@@ -91,7 +83,7 @@ def _backups(backup_dir: Path | None, keep_backups: int | None) -> tuple[Path | 
 
 def _snapshot(db: Path, aliases: AliasMap) -> InboxSnapshot:
     with EngramDb.open(db) as engram:
-        return read_inbox(engram.connection, engram.schema, _with_key_map(aliases))
+        return read_inbox(engram, _with_key_map(aliases))
 
 
 @click.group("inbox")
@@ -120,7 +112,7 @@ def export_keys_command(db: Path | None) -> None:
     """Print this machine's Stage A key for every session cwd, for --key-map on a copy of the database."""
     database = db or default_db_path()
     with EngramDb.open(database) as engram:
-        document = export_keys(engram.connection, engram.schema)
+        document = export_keys(engram)
     click.echo(json.dumps(document, indent=2, ensure_ascii=False))
 
 
@@ -391,7 +383,7 @@ def drop_command(
     database = db or default_db_path()
     planner = LaneRowsPlanner(rows)
     with EngramDb.open(database) as engram, engram.read_transaction():
-        plan = planner.plan(engram.connection, engram.schema)
+        plan = planner.plan(engram)
     _report(
         database,
         plan,
@@ -419,7 +411,7 @@ def cleanup_phantoms_command(
     except AliasError:
         aliases = AliasMap()  # the aliases only sharpen the hints; a broken file must not block cleanup
     with EngramDb.open(database) as engram, engram.read_transaction():
-        plan = plan_cleanup(engram.connection, engram.schema, keep, aliases)
+        plan = plan_cleanup(engram, keep, aliases)
     headline = f"delete {len(plan.phantoms)} phantom sync_state rows"
     if not do_apply or plan.is_empty:
         prefix = "dry run" if do_apply is False else "nothing to do"
@@ -453,7 +445,7 @@ def repair_command(
     is acked (replaced), nothing is deleted. A value that cannot be derived is named with its drop command."""
     database = db or default_db_path()
     with EngramDb.open(database) as engram, engram.read_transaction():
-        plan = plan_repair(engram.connection, engram.schema)
+        plan = plan_repair(engram)
     if plan.is_empty and not plan.refused:
         click.echo(
             "nothing to repair: every pending row passes the cloud's push contract; nothing was written"

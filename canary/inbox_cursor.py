@@ -29,7 +29,7 @@ from pydantic import BaseModel, ValidationError
 
 from engram_sync_kit.canary.aliases import load_aliases
 from engram_sync_kit.canary.config import CanaryConfig, keep_state, state_file_for
-from engram_sync_kit.canary.db import Schema, enrolled_projects, read_transaction
+from engram_sync_kit.canary.db import EngramDb
 from engram_sync_kit.canary.derive import AliasMap
 from engram_sync_kit.canary.findings import Finding
 from engram_sync_kit.canary.inbox import (
@@ -39,12 +39,10 @@ from engram_sync_kit.canary.inbox import (
     KeyTotals,
     TripwireInputs,
     findings_from,
-    load_key_map,
-    read_key_entries,
-    remembered_keys_path,
     select_inbox_rows,
     select_unattributed,
 )
+from engram_sync_kit.canary.key_map import load_key_map, read_key_entries, remembered_keys_path
 from engram_sync_kit.canary.schema_support import waiting_filter
 from engram_sync_kit.canary.targets import INBOX_TARGET
 from engram_sync_kit.engram_contract import LEGACY_TARGET
@@ -114,8 +112,7 @@ def _cwd_facts(cwds: set[str], resolver: GitRepoResolver) -> dict[str, list[str 
 
 
 def _fingerprint(
-    connection: sqlite3.Connection,
-    schema: Schema,
+    db: EngramDb,
     snapshot_high_water: int,
     enrolled: frozenset[str],
     aliases: AliasMap,
@@ -123,7 +120,7 @@ def _fingerprint(
 ) -> Fingerprint:
     return Fingerprint(
         high_water=snapshot_high_water,
-        unacked=_inbox_unacked(connection, snapshot_high_water, waiting_filter(schema)),
+        unacked=_inbox_unacked(db.connection, snapshot_high_water, waiting_filter(db.schema)),
         enrolled=sorted(enrolled),
         aliases=_aliases_digest(aliases),
         cwds=cwds,
@@ -161,48 +158,39 @@ def _snapshot_cwds(snapshot: InboxSnapshot) -> set[str]:
 
 
 def tripwire_inputs(
-    connection: sqlite3.Connection,
-    schema: Schema,
-    aliases: AliasMap,
-    db_path: Path,
-    *,
-    use_cursor: bool = True,
-    now: datetime | None = None,
+    db: EngramDb, aliases: AliasMap, *, use_cursor: bool = True, now: datetime | None = None
 ) -> tuple[TripwireInputs, frozenset[str], KeySummary | None, CursorMode]:
     """The tripwires' inputs, the enrolled set and the rows without a project, in one read transaction."""
-    path = state_file_for(db_path, CURSOR_KIND)
-    memory = remembered_keys_path(connection)
-    with read_transaction(connection):
+    path = state_file_for(db.path, CURSOR_KIND)
+    memory = remembered_keys_path(db)
+    with db.read_transaction() as connection:
         high_water = _scalar(connection, "SELECT max(seq) FROM sync_mutations")
-        enrolled = enrolled_projects(connection, schema)
-        unattributed = select_unattributed(connection, schema, now or datetime.now(UTC))
+        enrolled = db.enrolled_projects()
+        unattributed = select_unattributed(db, now or datetime.now(UTC))
         kept = _load(path) if use_cursor else None
         if kept is not None and time.time() - kept.computed_at <= MAX_AGE_SECONDS:
             resolver = GitRepoResolver(read_key_entries(memory) if memory is not None else None)
             seen = kept.fingerprint
-            still = _fingerprint(
-                connection, schema, seen.high_water, enrolled, aliases, _cwd_facts(set(seen.cwds), resolver)
-            )
+            still = _fingerprint(db, seen.high_water, enrolled, aliases, _cwd_facts(set(seen.cwds), resolver))
             if still == seen:
                 inputs = _inputs_from_json(kept.inputs)
                 if high_water == seen.high_water:
                     return inputs, enrolled, unattributed, CursorMode.CACHED
-                later = select_inbox_rows(connection, schema, aliases, after_seq=seen.high_water)
+                later = select_inbox_rows(db, aliases, after_seq=seen.high_water)
                 inputs.add(TripwireInputs.from_rows(later.rows))
                 cwds = {**seen.cwds, **_cwd_facts(_snapshot_cwds(later), resolver)}
-                _save(path, _cursor(connection, schema, high_water, enrolled, aliases, cwds, inputs))
+                _save(path, _cursor(db, high_water, enrolled, aliases, cwds, inputs))
                 return inputs, enrolled, unattributed, CursorMode.APPENDED
-        snapshot = select_inbox_rows(connection, schema, aliases)
+        snapshot = select_inbox_rows(db, aliases)
         inputs = TripwireInputs.from_rows(snapshot.rows)
         if use_cursor:
             cwds = _cwd_facts(_snapshot_cwds(snapshot), GitRepoResolver())
-            _save(path, _cursor(connection, schema, snapshot.high_water, enrolled, aliases, cwds, inputs))
+            _save(path, _cursor(db, snapshot.high_water, enrolled, aliases, cwds, inputs))
     return inputs, enrolled, unattributed, CursorMode.FULL
 
 
 def _cursor(
-    connection: sqlite3.Connection,
-    schema: Schema,
+    db: EngramDb,
     high_water: int,
     enrolled: frozenset[str],
     aliases: AliasMap,
@@ -210,17 +198,15 @@ def _cursor(
     inputs: TripwireInputs,
 ) -> Cursor:
     return Cursor(
-        fingerprint=_fingerprint(connection, schema, high_water, enrolled, aliases, cwds),
+        fingerprint=_fingerprint(db, high_water, enrolled, aliases, cwds),
         computed_at=time.time(),
         inputs=_inputs_to_json(inputs),
     )
 
 
 def cursor_tripwire_findings(
-    connection: sqlite3.Connection,
-    schema: Schema,
+    db: EngramDb,
     config: CanaryConfig,
-    db_path: Path,
     *,
     use_cursor: bool = True,
     now: datetime | None = None,
@@ -228,15 +214,13 @@ def cursor_tripwire_findings(
     """The inbox tripwires of `check`, through the cursor (equal to canary.inbox.tripwire_findings), and
     per inbox key its memories, telemetry rows and oldest memory's age (the fleet view's gauges)."""
     settings = config.inbox
-    if not schema.has_column("sync_mutations", "project"):
+    if not db.schema.has_column("sync_mutations", "project"):
         return [], {}
     aliases, _ = load_aliases(settings.aliases)
     if config.key_map is not None:
         aliases = replace(aliases, recorded=load_key_map(config.key_map.expanduser()))
     moment = now or datetime.now(UTC)
-    inputs, enrolled, unattributed, _ = tripwire_inputs(
-        connection, schema, aliases, db_path, use_cursor=use_cursor, now=moment
-    )
+    inputs, enrolled, unattributed, _ = tripwire_inputs(db, aliases, use_cursor=use_cursor, now=moment)
     keys = {
         key: {
             "memories": totals.count,

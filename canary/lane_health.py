@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import sqlite3
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from engram_sync_kit.canary.config import keep_state, state_file_for
-from engram_sync_kit.canary.db import Schema, enrolled_projects, quote_identifier, read_transaction
+from engram_sync_kit.canary.db import EngramDb, quote_identifier
 from engram_sync_kit.canary.findings import Finding
 from engram_sync_kit.canary.inbox import InboxRow
 from engram_sync_kit.canary.lanes import Deriver, Fix, derive_fix, entry_refusal, pending_listed_rows
@@ -76,32 +75,31 @@ class LaneHealth:
         return bool(self.blockers) or (self.degraded and self.pending > 0)
 
 
-def read_lane_health(connection: sqlite3.Connection, schema: Schema) -> list[LaneHealth]:
+def read_lane_health(db: EngramDb) -> list[LaneHealth]:
     """Every live lane's health, in the caller's read transaction."""
-    if not schema.has_column("sync_mutations", "project"):
+    if not db.schema.has_column("sync_mutations", "project"):
         return []
-    enrolled = enrolled_projects(connection, schema)
-    deriver = Deriver(connection, schema, enrolled)
-    return [
-        _lane(connection, schema, deriver, target) for target in _live_lanes(connection, schema, enrolled)
-    ]
+    enrolled = db.enrolled_projects()
+    deriver = Deriver(db, enrolled)
+    return [_lane(db, deriver, target) for target in _live_lanes(db, enrolled)]
 
 
-def _live_lanes(connection: sqlite3.Connection, schema: Schema, enrolled: frozenset[str]) -> list[str]:
+def _live_lanes(db: EngramDb, enrolled: frozenset[str]) -> list[str]:
     lanes = [LEGACY_TARGET]
     # Per-project lanes only where a later engram made them live; on a legacy-only file their rows are
     # undelivered_project_lane's business (v1.20's worker never reads them, so they block nothing).
-    for project in sorted(enrolled) if identify(connection, schema).per_project_lanes_live else ():
+    for project in sorted(enrolled) if identify(db).per_project_lanes_live else ():
         target = project_target(project)
-        if connection.execute(
+        if db.connection.execute(
             "SELECT 1 FROM sync_mutations WHERE target_key = ? AND acked_at IS NULL LIMIT 1", (target,)
         ).fetchone():
             lanes.append(target)
     return lanes
 
 
-def _lane(connection: sqlite3.Connection, schema: Schema, deriver: Deriver, target_key: str) -> LaneHealth:
+def _lane(db: EngramDb, deriver: Deriver, target_key: str) -> LaneHealth:
     health = LaneHealth(target_key)
+    connection, schema = db.connection, db.schema
     columns = [
         name
         for name in ("lifecycle", "last_error", "consecutive_failures", "reason_code")
@@ -117,7 +115,7 @@ def _lane(connection: sqlite3.Connection, schema: Schema, deriver: Deriver, targ
             health.last_error = str(values["last_error"]) if values.get("last_error") else None
             health.consecutive_failures = int(values.get("consecutive_failures") or 0)
             health.reason_code = str(values.get("reason_code") or "").strip() or None
-    for row in pending_listed_rows(connection, schema, target_key):
+    for row in pending_listed_rows(db, target_key):
         health.pending += 1
         if health.first_pending_seq is None:
             health.first_pending_seq = row.seq
@@ -224,11 +222,11 @@ def _projects_text(by_project: dict[str, int]) -> str:
     return ", ".join(f"{project}: {count}" for project, count in by_project.items())
 
 
-def lane_findings(connection: sqlite3.Connection, schema: Schema, db: Path | None = None) -> list[Finding]:
+def lane_findings(db: EngramDb) -> list[Finding]:
     """The lane-blocked findings of one short read transaction of their own."""
-    with read_transaction(connection):
-        healths = read_lane_health(connection, schema)
-    return [finding for health in healths if (finding := lane_finding(health, db)) is not None]
+    with db.read_transaction():
+        healths = read_lane_health(db)
+    return [finding for health in healths if (finding := lane_finding(health, db.path)) is not None]
 
 
 LANE_STATE_KIND = "lane-health"
@@ -241,9 +239,10 @@ _SYNC_STATE_COLUMNS = ("target_key", "lifecycle", "last_error", "consecutive_fai
 _DERIVED_FROM = ("sessions", "observations", "user_prompts")
 
 
-def lane_fingerprint(connection: sqlite3.Connection, schema: Schema, db: Path) -> dict[str, Any]:
+def lane_fingerprint(db: EngramDb) -> dict[str, Any]:
     """What lane health is computed from, in indexed reads (call inside the read transaction)."""
-    enrolled = enrolled_projects(connection, schema)
+    connection, schema = db.connection, db.schema
+    enrolled = db.enrolled_projects()
     waiting = (
         "SELECT count(*) FROM sync_mutations WHERE target_key = ? AND acked_at IS NULL"
         + waiting_filter(schema)
@@ -259,12 +258,12 @@ def lane_fingerprint(connection: sqlite3.Connection, schema: Schema, db: Path) -
         else []
     )
     fingerprint = {
-        "db": str(db),
+        "db": str(db.path),
         "high_water": high[0] if high else None,
         "enrolled": sorted(enrolled),
         "waiting": {
             lane: int(connection.execute(waiting, (lane,)).fetchone()[0])
-            for lane in _live_lanes(connection, schema, enrolled)
+            for lane in _live_lanes(db, enrolled)
         },
         "sync_state": states,
         "derived_from": {
@@ -298,21 +297,19 @@ def _keep_findings(path: Path, fingerprint: dict[str, Any], findings: list[Findi
     keep_state(path, json.dumps(document))
 
 
-def kept_lane_findings(
-    connection: sqlite3.Connection, schema: Schema, db: Path, *, use_cursor: bool = True
-) -> list[Finding]:
+def kept_lane_findings(db: EngramDb, *, use_cursor: bool = True) -> list[Finding]:
     """lane_findings through the canary's state dir: equal to a full read, which happens only when the
     fingerprint moved (rows appended, acked or quarantined, an enrollment, a sync_state change)."""
-    if not use_cursor or not schema.has_column("sync_mutations", "project"):
-        return lane_findings(connection, schema, db)
-    path = state_file_for(db, LANE_STATE_KIND)
-    with read_transaction(connection):
-        fingerprint = lane_fingerprint(connection, schema, db)
+    if not use_cursor or not db.schema.has_column("sync_mutations", "project"):
+        return lane_findings(db)
+    path = state_file_for(db.path, LANE_STATE_KIND)
+    with db.read_transaction():
+        fingerprint = lane_fingerprint(db)
         kept = _kept_findings(path, fingerprint)
         if kept is not None:
             return kept
-        healths = read_lane_health(connection, schema)
-    findings = [finding for health in healths if (finding := lane_finding(health, db)) is not None]
+        healths = read_lane_health(db)
+    findings = [finding for health in healths if (finding := lane_finding(health, db.path)) is not None]
     _keep_findings(path, fingerprint, findings)
     return findings
 

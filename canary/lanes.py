@@ -9,12 +9,11 @@ corrected copy (repair is what appends it).
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engram_sync_kit.canary.db import Schema
+from engram_sync_kit.canary.db import EngramDb
 from engram_sync_kit.canary.derive import CandidateSource, Derivation, Resolution
 from engram_sync_kit.canary.inbox import NO_PROJECT_KEY, InboxRow
 from engram_sync_kit.canary.schema_support import waiting_filter
@@ -79,17 +78,17 @@ class Fix:
     description: str
 
 
-def pending_listed_rows(
-    connection: sqlite3.Connection, schema: Schema, target_key: str = LEGACY_TARGET
-) -> list[InboxRow]:
+def pending_listed_rows(db: EngramDb, target_key: str = LEGACY_TARGET) -> list[InboxRow]:
     """The rows the worker lists for `target_key`; on the legacy lane, those whose project is empty or
     enrolled (a per-project lane lists all of its unacked rows)."""
+    schema = db.schema
     listed = ""
     if target_key == LEGACY_TARGET and schema.has_column("sync_mutations", "project"):
         listed = "AND " + worker_lists(enrollment_table=schema.has_table("sync_enrolled_projects"))
     listed += waiting_filter(schema)  # v2/v3 never send a quarantined row again
     return [
-        lane_row(values) for values in connection.execute(_PENDING_SQL.format(listed=listed), (target_key,))
+        lane_row(values)
+        for values in db.connection.execute(_PENDING_SQL.format(listed=listed), (target_key,))
     ]
 
 
@@ -109,9 +108,9 @@ def _text_of(body: dict[str, Any], name: str) -> str:
 class Deriver:
     """Looks up the value engram recorded for a refused field (read-only, in the caller's snapshot)."""
 
-    def __init__(self, connection: sqlite3.Connection, schema: Schema, enrolled: frozenset[str]) -> None:
-        self.connection = connection
-        self.schema = schema
+    def __init__(self, db: EngramDb, enrolled: frozenset[str]) -> None:
+        self.connection = db.connection
+        self.schema = db.schema
         self.enrolled = {normalize_project(name): name for name in enrolled}
 
     def _one(self, sql: str, *parameters: object) -> str:

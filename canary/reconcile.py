@@ -14,6 +14,8 @@ cloud holds by (entity, entity_key, op, payload digest): the same canonical dige
 - triaged: acked by the kit's own triage --apply (dropped, or replaced by a repaired copy), as its triage
   log records, so never meant for the cloud;
 - cloud_only: cloud rows of entities this journal never wrote (other devices), for information.
+
+The typed result is canary.reconcile_result's; canary.report renders it (text, JSON, Prometheus).
 """
 
 from __future__ import annotations
@@ -29,8 +31,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
-
 from engram_sync_kit.canary.cloud_client import (
     DEFAULT_TIMEOUT_SECONDS,
     CloudMutation,
@@ -42,16 +42,25 @@ from engram_sync_kit.canary.cloud_client import (
 from engram_sync_kit.canary.db import EngramDb
 from engram_sync_kit.canary.errors import CanaryError
 from engram_sync_kit.canary.findings import Status
+from engram_sync_kit.canary.reconcile_result import (
+    LOST_EVIDENCE_LIMIT,
+    LaneReport,
+    LostRow,
+    ReconcileResult,
+)
+from engram_sync_kit.canary.report import (
+    render_json,
+    render_reconcile_prometheus,
+    render_reconcile_text,
+    write_reconcile_textfile,
+)
 from engram_sync_kit.canary.targets import normalize_project
-from engram_sync_kit.canary.text import printable
 from engram_sync_kit.canary.triage_log import logged_acks
 from engram_sync_kit.engram_contract import carries_fields, decoded_payload, payload_digest
 
-RESULT_SCHEMA = "engram-canary/reconcile/v1"
 # How far the cloud's clock may lag the local one, and how far a row may wait between its local write and
 # its arrival in the cloud, for --since: the cloud side is read from (since - this).
 SKEW_ALLOWANCE = timedelta(hours=1)
-LOST_EVIDENCE_LIMIT = 1000
 SQLITE_TIME = "%Y-%m-%d %H:%M:%S"
 # How far a row's acked_at may be from its triage log entry's time and still be that --apply's ack.
 TRIAGE_ACK_SLACK = timedelta(minutes=5)
@@ -131,17 +140,14 @@ class Journal:
     acked_before_window: int = 0
 
 
-def read_journal(db_path: Path, acked_since: datetime | None) -> Journal:
+def read_journal(db: EngramDb, acked_since: datetime | None) -> Journal:
     """Every local-source row acked in the window plus every unacked row, in one short read transaction."""
-    triaged = logged_acks(db_path)
-    db = EngramDb.open(db_path)
+    triaged = logged_acks(db.path)
     try:
         with db.read_transaction():
             return _journal(db, acked_since, triaged)
     except sqlite3.DatabaseError as error:
-        raise ReconcileError(f"{db_path}: read failed ({error})") from None
-    finally:
-        db.close()
+        raise ReconcileError(f"{db.path}: read failed ({error})") from None
 
 
 def _journal(db: EngramDb, acked_since: datetime | None, triaged: dict[int, datetime]) -> Journal:
@@ -212,74 +218,26 @@ def _acked_by_triage(seq: int, acked_at: str, triaged: dict[int, datetime]) -> b
     return abs(moment - logged) <= TRIAGE_ACK_SLACK
 
 
-def read_payloads(db_path: Path, seqs: Sequence[int]) -> dict[int, Any]:
+def read_payloads(db: EngramDb, seqs: Sequence[int]) -> dict[int, Any]:
     """The decoded payloads of a few rows (the unmatched ones), read again instead of held in memory."""
     out: dict[int, Any] = {}
     if not seqs:
         return out
-    db = EngramDb.open(db_path)
-    try:
-        with db.read_transaction() as connection:
-            for start in range(0, len(seqs), 500):
-                part = list(seqs[start : start + 500])
-                marks = ",".join("?" * len(part))
-                for seq, payload in connection.execute(
-                    f"SELECT seq, payload FROM sync_mutations WHERE seq IN ({marks})", part
-                ):
-                    try:
-                        out[int(seq)] = json.loads(payload)
-                    except (TypeError, ValueError):
-                        out[int(seq)] = payload
-    finally:
-        db.close()
+    with db.read_transaction() as connection:
+        for start in range(0, len(seqs), 500):
+            part = list(seqs[start : start + 500])
+            marks = ",".join("?" * len(part))
+            for seq, payload in connection.execute(
+                f"SELECT seq, payload FROM sync_mutations WHERE seq IN ({marks})", part
+            ):
+                try:
+                    out[int(seq)] = json.loads(payload)
+                except (TypeError, ValueError):
+                    out[int(seq)] = payload
     return out
 
 
 # ----- the result -----
-
-
-class LaneReport(BaseModel):
-    lane: str
-    project: str
-    enrolled: bool
-    acked: int = 0
-    delivered: int = 0
-    lost: int = 0
-    pending: int = 0
-    not_expected: int = 0
-    triaged: int = 0
-
-
-class LostRow(BaseModel):
-    seq: int
-    lane: str
-    project: str
-    entity: str
-    entity_key: str
-    op: str
-    acked_at: str | None
-
-
-class ReconcileResult(BaseModel):
-    """The stable JSON document of `engram-canary reconcile --format json` (schema engram-canary/reconcile/v1)."""
-
-    schema_: str = Field(default=RESULT_SCHEMA, alias="schema")
-    status: str
-    db: str
-    cloud_url: str | None = None
-    checked_at: str
-    since: str | None = Field(default=None, description="start of the --since window (UTC), null: everything")
-    lanes: list[LaneReport] = Field(default_factory=list)
-    lost: list[LostRow] = Field(default_factory=list, description=f"first {LOST_EVIDENCE_LIMIT} lost rows")
-    cloud_only: dict[str, int] = Field(default_factory=dict, description="per cloud project")
-    summary: dict[str, Any] = Field(default_factory=dict)
-    error: str | None = None
-
-    model_config = {"populate_by_name": True}
-
-    @property
-    def exit_status(self) -> Status:
-        return Status[self.status.upper()]
 
 
 def now_iso() -> str:
@@ -395,15 +353,19 @@ class ReconcileOptions:
 
 
 def reconcile(options: ReconcileOptions) -> ReconcileResult:
-    """Read the journal, read the cloud, match. Any failure on either side is UNKNOWN, never a traceback."""
+    """Read the journal, read the cloud, match. Any failure on either side is UNKNOWN, never a traceback.
+
+    The database is opened once; its connection holds no snapshot while the cloud is read (each read is
+    its own short transaction)."""
     started = time.monotonic()
     url = options.settings.url
     try:
-        journal = read_journal(options.db_path, options.since)
-        with CloudReader(options.settings, options.timeout, started) as cloud:
-            matcher, since_seq, chunks_read = _read_cloud(cloud, journal, options.since)
-            requests = cloud.requests
-        missing = matcher.settle(read_payloads(options.db_path, [row.seq for row in matcher.remaining()]))
+        with EngramDb.open(options.db_path) as db:
+            journal = read_journal(db, options.since)
+            with CloudReader(options.settings, options.timeout, started) as cloud:
+                matcher, since_seq, chunks_read = _read_cloud(cloud, journal, options.since)
+                requests = cloud.requests
+            missing = matcher.settle(read_payloads(db, [row.seq for row in matcher.remaining()]))
     except CanaryError as error:
         return unknown(options.db_path, str(error), url)
     return _result(
@@ -519,125 +481,7 @@ def _result(
     )
 
 
-# ----- rendering -----
-
-PLUGIN_NAME = "ENGRAM-CANARY-RECONCILE"
-TEXTFILE_NAME = "engram_canary_reconcile.prom"
-TEXT_LOST_LINES = 20
-
-
-def headline(result: ReconcileResult) -> str:
-    if result.error is not None:
-        return result.error
-    s = result.summary
-    window = f" since {result.since}" if result.since else ""
-    if s["lost"]:
-        return f"{s['lost']} of {s['acked']} acked rows{window} are not in the cloud {result.cloud_url}"
-    return f"all {s['acked']} acked rows{window} are in the cloud {result.cloud_url}"
-
-
-def render_text(result: ReconcileResult) -> str:
-    first = f"{PLUGIN_NAME} {result.status.upper()} - {headline(result)}"
-    if result.error is not None:
-        return first
-    s = result.summary
-    perf = (
-        f"lost={s['lost']};;1;0 delivered={s['delivered']};;;0 pending={s['pending']};;;0 "
-        f"cloud_only={s['cloud_only']};;;0 not_expected={s['not_expected']};;;0"
-    )
-    lines = [f"{first} | {perf}"]
-    for lane in result.lanes:
-        if lane.enrolled:
-            lines.append(
-                f"lane {lane.lane} project {lane.project or '(none)'}: acked {lane.acked}, delivered {lane.delivered}, "
-                f"lost {lane.lost}, pending {lane.pending}"
-                + (f", acked by triage (dropped or repaired) {lane.triaged}" if lane.triaged else "")
-            )
-        else:
-            lines.append(
-                f"lane {lane.lane} project {lane.project or '(none)'}: not enrolled, {lane.not_expected} rows never expected in the cloud"
-            )
-    for row in result.lost[:TEXT_LOST_LINES]:
-        lines.append(
-            f"[LOST] seq={row.seq} lane={row.lane} project={row.project} {row.entity} {row.entity_key} "
-            f"op={row.op} acked_at={row.acked_at}"
-        )
-    if s["lost"] > TEXT_LOST_LINES:
-        lines.append(
-            f"... and {s['lost'] - TEXT_LOST_LINES} more lost rows (--format json lists {LOST_EVIDENCE_LIMIT})"
-        )
-    via = s["delivered_via"]
-    lines.append(
-        f"delivered via mutation pull {via['mutation']}, chunk {via['chunk']}, current state {via['current_state']}; "
-        f"cloud-only rows (other devices) {s['cloud_only']}; read {s['cloud_rows_read']} cloud rows and "
-        f"{s['chunks_read']} chunks in {s['cloud_requests']} requests"
-    )
-    return "\n".join(printable(line) for line in lines)
-
-
-def render_json(result: ReconcileResult) -> str:
-    return result.model_dump_json(by_alias=True, indent=2)
-
-
-def prometheus_registry(result: ReconcileResult) -> Any:
-    # Imported here: only the Prometheus outputs need it (~20 ms of a one-shot reconcile's start-up).
-    from prometheus_client import CollectorRegistry, Gauge
-
-    registry = CollectorRegistry()
-    db = result.db
-    Gauge(
-        "engram_canary_reconcile_status", "0 OK, 2 CRITICAL (rows lost), 3 UNKNOWN", ["db"], registry=registry
-    ).labels(db).set(int(result.exit_status))
-    Gauge(
-        "engram_canary_reconcile_last_run_timestamp_seconds", "When reconcile ran", ["db"], registry=registry
-    ).labels(db).set(datetime.fromisoformat(result.checked_at.replace("Z", "+00:00")).timestamp())
-    if result.error is None:
-        per_project: dict[str, Counter[str]] = defaultdict(Counter)
-        for lane in result.lanes:
-            per_project[lane.project].update(
-                {"lost": lane.lost, "delivered": lane.delivered, "pending": lane.pending, "acked": lane.acked}
-            )
-        for name, help_text in (
-            ("lost", "Rows acked locally that the cloud does not hold"),
-            ("delivered", "Rows acked locally that the cloud holds"),
-            ("pending", "Rows of enrolled projects not acked yet"),
-            ("acked", "Rows acked locally (in the --since window)"),
-        ):
-            gauge = Gauge(f"engram_canary_{name}_rows", help_text, ["db", "project"], registry=registry)
-            for project, counts in sorted(per_project.items()):
-                gauge.labels(db, project).set(counts[name])
-        cloud_only = Gauge(
-            "engram_canary_cloud_only_rows",
-            "Cloud rows of entities this journal never wrote",
-            ["db", "project"],
-            registry=registry,
-        )
-        for project, count in result.cloud_only.items():
-            cloud_only.labels(db, project).set(count)
-    return registry
-
-
-def render_prometheus(result: ReconcileResult) -> str:
-    # Imported here: only the Prometheus outputs need it (~20 ms of a one-shot reconcile's start-up).
-    from prometheus_client import generate_latest
-
-    return str(generate_latest(prometheus_registry(result)).decode())
-
-
-def write_textfile(result: ReconcileResult, directory: Path) -> Path:
-    # Imported here: only the Prometheus outputs need it (~20 ms of a one-shot reconcile's start-up).
-    from prometheus_client import write_to_textfile
-
-    if not directory.is_dir():
-        raise ReconcileError(f"--textfile-dir {directory}: not a directory")
-    path = directory / TEXTFILE_NAME
-    try:
-        write_to_textfile(str(path), prometheus_registry(result))
-    except OSError as error:
-        raise ReconcileError(
-            f"--textfile-dir {directory}: cannot write {path.name} ({error.strerror})"
-        ) from error
-    return path
+# ----- the command -----
 
 
 def run_reconcile_command(
@@ -666,11 +510,11 @@ def run_reconcile_command(
         result = unknown(db_path, str(error), settings.url if settings else None)
     if textfile_dir is not None:
         try:
-            write_textfile(result, textfile_dir)
+            write_reconcile_textfile(result, textfile_dir)
         except CanaryError as error:
             result = unknown(db_path, str(error), result.cloud_url)
     if output_format == "json":
         return render_json(result), int(result.exit_status)
     if output_format == "prometheus":
-        return render_prometheus(result).rstrip("\n"), int(result.exit_status)
-    return render_text(result), int(result.exit_status)
+        return render_reconcile_prometheus(result).rstrip("\n"), int(result.exit_status)
+    return render_reconcile_text(result), int(result.exit_status)

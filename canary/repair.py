@@ -10,14 +10,14 @@ the `inbox drop` command that clears it.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from engram_sync_kit.canary.db import Schema, enrolled_projects
+from engram_sync_kit.canary.db import EngramDb
 from engram_sync_kit.canary.inbox import InboxRow
 from engram_sync_kit.canary.lanes import Deriver, Fix, derive_fix, entry_refusal, pending_listed_rows
-from engram_sync_kit.canary.triage import Copy, Plan, RefusedRow, count_rows, seq_chunks
+from engram_sync_kit.canary.sync_bookkeeping import count_rows, seq_chunks
+from engram_sync_kit.canary.triage import Copy, Plan, RefusedRow
 
 
 def drop_command(row: InboxRow) -> str:
@@ -26,16 +26,16 @@ def drop_command(row: InboxRow) -> str:
     return f"engram-canary inbox drop --seq {row.seq}"
 
 
-def plan_repair(connection: sqlite3.Connection, schema: Schema) -> Plan:
+def plan_repair(db: EngramDb) -> Plan:
     """Every pending listed row the cloud refuses: a corrected copy when derivable, else a named refusal."""
-    enrolled = enrolled_projects(connection, schema)
-    deriver = Deriver(connection, schema, enrolled)
+    enrolled = db.enrolled_projects()
+    deriver = Deriver(db, enrolled)
     plan = Plan(
         operation="repair",
         enrolled=enrolled,
-        high_water=count_rows(connection, "SELECT ifnull(MAX(seq), 0) FROM sync_mutations"),
+        high_water=count_rows(db.connection, "SELECT ifnull(MAX(seq), 0) FROM sync_mutations"),
     )
-    for row in pending_listed_rows(connection, schema):
+    for row in pending_listed_rows(db):
         refusal = entry_refusal(row.project, row, row.payload)
         if refusal is None:
             continue
@@ -51,22 +51,22 @@ def plan_repair(connection: sqlite3.Connection, schema: Schema) -> Plan:
 
 @dataclass(frozen=True)
 class RepairPlanner:
-    build: Callable[[sqlite3.Connection, Schema], Plan] = plan_repair
+    build: Callable[[EngramDb], Plan] = plan_repair
 
-    def plan(self, connection: sqlite3.Connection, schema: Schema) -> Plan:
-        return self.build(connection, schema)
+    def plan(self, db: EngramDb) -> Plan:
+        return self.build(db)
 
-    def revalidate(self, connection: sqlite3.Connection, schema: Schema, plan: Plan) -> Plan:
+    def revalidate(self, db: EngramDb, plan: Plan) -> Plan:
         """Holds while enrollment is unchanged and every repaired original is still unacked."""
-        if enrolled_projects(connection, schema) != plan.enrolled:
-            return self.plan(connection, schema)
+        if db.enrolled_projects() != plan.enrolled:
+            return self.plan(db)
         seqs: Sequence[int] = [row.seq for row in plan.acks]
         unacked = sum(
             count_rows(
-                connection,
+                db.connection,
                 f"SELECT COUNT(*) FROM sync_mutations WHERE acked_at IS NULL AND seq IN ({marks})",
                 *chunk,
             )
             for chunk, marks in seq_chunks(seqs)
         )
-        return plan if unacked == len(seqs) else self.plan(connection, schema)
+        return plan if unacked == len(seqs) else self.plan(db)

@@ -1,13 +1,17 @@
-"""Rendering a CheckResult: the monitoring-plugin text, the JSON contract, a Prometheus textfile."""
+"""Rendering the canary's results, check's and reconcile's: the monitoring-plugin text, the JSON contract,
+Prometheus (a textfile for node_exporter's collector, or reconcile's exposition on stdout)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import shlex
+from collections import Counter, defaultdict
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
 
 from engram_sync_kit.canary.checks import FOREIGN_CHECKS, CheckResult
 from engram_sync_kit.canary.config import CanaryConfig
@@ -17,8 +21,16 @@ from engram_sync_kit.canary.inbox import UNATTRIBUTED_MUTATIONS
 from engram_sync_kit.canary.lane_health import LANE_CHECKS
 from engram_sync_kit.canary.text import printable
 
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from engram_sync_kit.canary.reconcile_result import ReconcileResult
+
 PLUGIN_NAME = "ENGRAM-CANARY"
 TEXTFILE_NAME = "engram_canary.prom"
+RECONCILE_PLUGIN_NAME = "ENGRAM-CANARY-RECONCILE"
+RECONCILE_TEXTFILE_NAME = "engram_canary_reconcile.prom"
+RECONCILE_TEXT_LOST_LINES = 20
 
 
 class ReportError(CanaryError):
@@ -103,10 +115,14 @@ def _acknowledgement_text(finding: Finding) -> str | None:
     return ", ".join(parts)
 
 
+def status_line(plugin: str, status: str, headline_text: str, performance: str = "") -> str:
+    """A monitoring plugin's first line: NAME STATUS - headline | perfdata (the perfdata when there is any)."""
+    first = f"{plugin} {status.upper()} - {headline_text}"
+    return f"{first} | {performance}" if performance else first
+
+
 def render_text(result: CheckResult, config: CanaryConfig) -> str:
-    first = f"{PLUGIN_NAME} {result.status.upper()} - {headline(result)}"
-    data = perfdata(result, config)
-    lines = [f"{first} | {data}" if data else first]
+    lines = [status_line(PLUGIN_NAME, result.status, headline(result), perfdata(result, config))]
     for finding in sorted(
         result.findings, key=lambda f: (f.acknowledged, f.check, f.target_key or "", f.key or "")
     ):
@@ -123,7 +139,8 @@ def render_text(result: CheckResult, config: CanaryConfig) -> str:
     return "\n".join(printable(line) for line in lines)
 
 
-def render_json(result: CheckResult) -> str:
+def render_json(result: BaseModel) -> str:
+    """The stable JSON document of a result (check's or reconcile's), its field names as aliased."""
     return result.model_dump_json(by_alias=True, indent=2)
 
 
@@ -179,10 +196,9 @@ def _urgency(finding: Finding, severities: dict[str, Status]) -> tuple[bool, boo
 def write_textfile(result: CheckResult, directory: Path, config: CanaryConfig | None = None) -> Path:
     """node_exporter textfile collector format; prometheus_client writes tmp + rename (atomic)."""
     # Imported here: only --textfile-dir needs it, and it costs a one-shot check ~20 ms of start-up.
-    from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
+    from prometheus_client import CollectorRegistry, Gauge
 
-    if not directory.is_dir():
-        raise ReportError(f"--textfile-dir {directory}: not a directory")
+    _require_directory(directory)
     thresholds = (config or CanaryConfig()).thresholds
     registry = CollectorRegistry()
     db = result.db
@@ -325,7 +341,20 @@ def write_textfile(result: CheckResult, directory: Path, config: CanaryConfig | 
         )
         for (check, severity, acknowledged), count in counts.items():
             by_check.labels(db, check, severity, acknowledged).set(count)
-    path = directory / TEXTFILE_NAME
+    return _write_textfile(registry, directory, TEXTFILE_NAME)
+
+
+def _require_directory(directory: Path) -> None:
+    if not directory.is_dir():
+        raise ReportError(f"--textfile-dir {directory}: not a directory")
+
+
+def _write_textfile(registry: CollectorRegistry, directory: Path, name: str) -> Path:
+    """node_exporter textfile collector format; prometheus_client writes tmp + rename (atomic)."""
+    # Imported here: only the Prometheus outputs need it (~20 ms of a one-shot command's start-up).
+    from prometheus_client import write_to_textfile
+
+    path = directory / name
     try:
         write_to_textfile(str(path), registry)
     except OSError as error:
@@ -337,3 +366,107 @@ def write_textfile(result: CheckResult, directory: Path, config: CanaryConfig | 
 
 def _timestamp(iso: str) -> float:
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+# ----- reconcile's result -----
+
+
+def reconcile_headline(result: ReconcileResult) -> str:
+    if result.error is not None:
+        return result.error
+    s = result.summary
+    window = f" since {result.since}" if result.since else ""
+    if s["lost"]:
+        return f"{s['lost']} of {s['acked']} acked rows{window} are not in the cloud {result.cloud_url}"
+    return f"all {s['acked']} acked rows{window} are in the cloud {result.cloud_url}"
+
+
+def render_reconcile_text(result: ReconcileResult) -> str:
+    # Imported here: the result's models are reconcile's, and a one-shot check must not build them.
+    from engram_sync_kit.canary.reconcile_result import LOST_EVIDENCE_LIMIT
+
+    if result.error is not None:
+        return status_line(RECONCILE_PLUGIN_NAME, result.status, reconcile_headline(result))
+    s = result.summary
+    perf = (
+        f"lost={s['lost']};;1;0 delivered={s['delivered']};;;0 pending={s['pending']};;;0 "
+        f"cloud_only={s['cloud_only']};;;0 not_expected={s['not_expected']};;;0"
+    )
+    lines = [status_line(RECONCILE_PLUGIN_NAME, result.status, reconcile_headline(result), perf)]
+    for lane in result.lanes:
+        if lane.enrolled:
+            lines.append(
+                f"lane {lane.lane} project {lane.project or '(none)'}: acked {lane.acked}, delivered {lane.delivered}, "
+                f"lost {lane.lost}, pending {lane.pending}"
+                + (f", acked by triage (dropped or repaired) {lane.triaged}" if lane.triaged else "")
+            )
+        else:
+            lines.append(
+                f"lane {lane.lane} project {lane.project or '(none)'}: not enrolled, {lane.not_expected} rows never expected in the cloud"
+            )
+    for row in result.lost[:RECONCILE_TEXT_LOST_LINES]:
+        lines.append(
+            f"[LOST] seq={row.seq} lane={row.lane} project={row.project} {row.entity} {row.entity_key} "
+            f"op={row.op} acked_at={row.acked_at}"
+        )
+    if s["lost"] > RECONCILE_TEXT_LOST_LINES:
+        lines.append(
+            f"... and {s['lost'] - RECONCILE_TEXT_LOST_LINES} more lost rows (--format json lists {LOST_EVIDENCE_LIMIT})"
+        )
+    via = s["delivered_via"]
+    lines.append(
+        f"delivered via mutation pull {via['mutation']}, chunk {via['chunk']}, current state {via['current_state']}; "
+        f"cloud-only rows (other devices) {s['cloud_only']}; read {s['cloud_rows_read']} cloud rows and "
+        f"{s['chunks_read']} chunks in {s['cloud_requests']} requests"
+    )
+    return "\n".join(printable(line) for line in lines)
+
+
+def reconcile_registry(result: ReconcileResult) -> CollectorRegistry:
+    # Imported here: only the Prometheus outputs need it (~20 ms of a one-shot command's start-up).
+    from prometheus_client import CollectorRegistry, Gauge
+
+    registry = CollectorRegistry()
+    db = result.db
+    Gauge(
+        "engram_canary_reconcile_status", "0 OK, 2 CRITICAL (rows lost), 3 UNKNOWN", ["db"], registry=registry
+    ).labels(db).set(int(result.exit_status))
+    Gauge(
+        "engram_canary_reconcile_last_run_timestamp_seconds", "When reconcile ran", ["db"], registry=registry
+    ).labels(db).set(_timestamp(result.checked_at))
+    if result.error is None:
+        per_project: dict[str, Counter[str]] = defaultdict(Counter)
+        for lane in result.lanes:
+            per_project[lane.project].update(
+                {"lost": lane.lost, "delivered": lane.delivered, "pending": lane.pending, "acked": lane.acked}
+            )
+        for name, help_text in (
+            ("lost", "Rows acked locally that the cloud does not hold"),
+            ("delivered", "Rows acked locally that the cloud holds"),
+            ("pending", "Rows of enrolled projects not acked yet"),
+            ("acked", "Rows acked locally (in the --since window)"),
+        ):
+            gauge = Gauge(f"engram_canary_{name}_rows", help_text, ["db", "project"], registry=registry)
+            for project, counts in sorted(per_project.items()):
+                gauge.labels(db, project).set(counts[name])
+        cloud_only = Gauge(
+            "engram_canary_cloud_only_rows",
+            "Cloud rows of entities this journal never wrote",
+            ["db", "project"],
+            registry=registry,
+        )
+        for project, count in result.cloud_only.items():
+            cloud_only.labels(db, project).set(count)
+    return registry
+
+
+def render_reconcile_prometheus(result: ReconcileResult) -> str:
+    # Imported here: only the Prometheus outputs need it (~20 ms of a one-shot command's start-up).
+    from prometheus_client import generate_latest
+
+    return str(generate_latest(reconcile_registry(result)).decode())
+
+
+def write_reconcile_textfile(result: ReconcileResult, directory: Path) -> Path:
+    _require_directory(directory)
+    return _write_textfile(reconcile_registry(result), directory, RECONCILE_TEXTFILE_NAME)

@@ -17,11 +17,10 @@ Only a v2-or-later file (one with sync_mutations.disposition) can read as design
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 from enum import StrEnum
 
-from engram_sync_kit.canary.db import Schema, enrolled_projects
+from engram_sync_kit.canary.db import EngramDb, Schema
 from engram_sync_kit.canary.errors import CanaryError
 from engram_sync_kit.canary.targets import INBOX_TARGET, project_target
 
@@ -85,27 +84,26 @@ def schema_version(schema: Schema) -> str:
     return V3 if v3_columns else V2
 
 
-def identify(connection: sqlite3.Connection, schema: Schema) -> DatabaseKind:
-    """The kind of database behind `connection` (two indexed probes; call inside a read transaction)."""
+def identify(db: EngramDb) -> DatabaseKind:
+    """The kind of database `db` is (two indexed probes; call inside a read transaction)."""
     return DatabaseKind(
-        version=schema_version(schema),
-        user_version=schema.user_version,
-        lane_model=lane_model(connection, schema),
+        version=schema_version(db.schema),
+        user_version=db.schema.user_version,
+        lane_model=lane_model(db),
     )
 
 
-def lane_model(connection: sqlite3.Connection, schema: Schema) -> LaneModel:
+def lane_model(db: EngramDb) -> LaneModel:
     # A v1.20-or-older file is legacy-only whatever it holds: some v1.14-era databases kept acked rows
     # under cloud:<project> (upstream #264, #1013), which must not read as a live per-project lane.
-    if not schema.has_column("sync_mutations", "disposition"):
+    connection = db.connection
+    if not db.schema.has_column("sync_mutations", "disposition"):
         return LaneModel.LEGACY_ONLY
     if connection.execute(
         "SELECT 1 FROM sync_mutations WHERE target_key = ? LIMIT 1", (INBOX_TARGET,)
     ).fetchone():
         return LaneModel.DESIGN_CONFORMING
-    lanes = sorted(
-        {project_target(project) for project in enrolled_projects(connection, schema)} - {INBOX_TARGET}
-    )
+    lanes = sorted({project_target(project) for project in db.enrolled_projects()} - {INBOX_TARGET})
     for lane in lanes:
         if connection.execute(
             "SELECT 1 FROM sync_mutations WHERE target_key = ? AND acked_at IS NOT NULL LIMIT 1", (lane,)

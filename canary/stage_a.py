@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from engram_sync_kit.canary.config import keep_state, state_file_for
-from engram_sync_kit.canary.db import Schema, read_transaction
+from engram_sync_kit.canary.db import EngramDb
 from engram_sync_kit.canary.findings import Finding
 
 SESSION_SPANS_DIRECTORIES = "session_spans_directories"
@@ -130,10 +130,9 @@ def _candidates_in_sql(connection: sqlite3.Connection) -> set[str]:
     return {str(row[0]) for row in rows}
 
 
-def read_session_directories(
-    connection: sqlite3.Connection, schema: Schema, session_ids: Iterable[str]
-) -> dict[str, dict[str, DirectorySeen]]:
+def read_session_directories(db: EngramDb, session_ids: Iterable[str]) -> dict[str, dict[str, DirectorySeen]]:
     """session id -> normalized directory -> where it was seen (its journal upserts and sessions row)."""
+    connection, schema = db.connection, db.schema
     sessions: dict[str, dict[str, DirectorySeen]] = {}
     wanted = sorted(set(session_ids))
     project = "project" if schema.has_column("sync_mutations", "project") else "''"
@@ -176,18 +175,17 @@ def _save_cursor(path: Path, cursor: StageACursor) -> None:
     keep_state(path, cursor.model_dump_json())
 
 
-def spanning_sessions(
-    connection: sqlite3.Connection, schema: Schema, db_path: Path | None, *, use_cursor: bool
-) -> tuple[dict[str, dict[str, DirectorySeen]], str]:
+def spanning_sessions(db: EngramDb, *, use_cursor: bool) -> tuple[dict[str, dict[str, DirectorySeen]], str]:
     """Sessions with more than one directory, and how they were found (full | incremental | cached).
 
     A session can only start to span when one of its upserts is journaled, so after a full pass only
     the sessions of rows past the cursor's high-water seq are read again (with the ones already found).
     """
+    connection, schema = db.connection, db.schema
     if not (schema.has_table("sync_mutations") and schema.has_column("sync_mutations", "payload")):
         return {}, "none"
     high = _high_seq(connection)
-    path = state_file_for(db_path, CURSOR_KIND) if use_cursor and db_path is not None else None
+    path = state_file_for(db.path, CURSOR_KIND) if use_cursor else None
     cursor = _load_cursor(path) if path is not None else None
     mode = "full"
     if cursor is not None and cursor.high_seq <= high:
@@ -196,28 +194,26 @@ def spanning_sessions(
             candidates, mode = new | set(cursor.spanning), ("cached" if not new else "incremental")
     if mode == "full":
         candidates = _candidates_in_sql(connection)
-    directories = read_session_directories(connection, schema, candidates)
+    directories = read_session_directories(db, candidates)
     spanning = {sid: dirs for sid, dirs in directories.items() if len(dirs) > 1}
     if path is not None:
         _save_cursor(path, StageACursor(high_seq=high, spanning=sorted(spanning)))
     return spanning, mode
 
 
-def _observations_of(connection: sqlite3.Connection, schema: Schema, session_id: str) -> int | None:
-    if not schema.has_column("observations", "session_id"):
+def _observations_of(db: EngramDb, session_id: str) -> int | None:
+    if not db.schema.has_column("observations", "session_id"):
         return None
-    row = connection.execute(
+    row = db.connection.execute(
         "SELECT count(*) FROM observations WHERE session_id = ?", (session_id,)
     ).fetchone()
     return int(row[0])
 
 
-def stage_a_findings(
-    connection: sqlite3.Connection, schema: Schema, db_path: Path | None = None, *, use_cursor: bool = True
-) -> tuple[list[Finding], dict[str, Any]]:
+def stage_a_findings(db: EngramDb, *, use_cursor: bool = True) -> tuple[list[Finding], dict[str, Any]]:
     """Sessions whose lifetime spans more than one directory, and a summary for the check's JSON."""
-    with read_transaction(connection):
-        spanning, mode = spanning_sessions(connection, schema, db_path, use_cursor=use_cursor)
+    with db.read_transaction():
+        spanning, mode = spanning_sessions(db, use_cursor=use_cursor)
         buckets = sorted(sid for sid in spanning if is_bucket_session(sid))
         findings: list[Finding] = []
         for session_id in sorted(set(spanning) - set(buckets)):
@@ -241,7 +237,7 @@ def stage_a_findings(
                         "directory_count": len(directories),
                         "directories": [d.as_json() for d in directories[:EVIDENCE_DIRECTORIES]],
                         "projects": projects,
-                        "observations": _observations_of(connection, schema, session_id),
+                        "observations": _observations_of(db, session_id),
                         "source": "sync_mutations session upserts (payload directory) and sessions.directory",
                     },
                 )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 
 def printable(text: str) -> str:
     """TEXT with every control or invisible format character escaped (a newline as \\n, U+202E as
@@ -12,3 +14,8 @@ def printable(text: str) -> str:
     return "".join(
         char if char.isprintable() else char.encode("unicode_escape").decode("ascii") for char in text
     )
+
+
+def utc_iso(moment: datetime | None) -> str | None:
+    """MOMENT (UTC) as 2026-12-01T12:00:00Z, the canary's one spelling of a time in its reports."""
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ") if moment is not None else None

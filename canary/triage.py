@@ -5,7 +5,8 @@ then makes every change in ONE transaction (BEGIN IMMEDIATE, busy timeout), re-p
 concurrent engram write is never lost or double-counted. The mutation log is append-only: rows are
 retired by setting acked_at (engram's ack), never deleted or rewritten. The sync_state bookkeeping
 mirrors engram v1.20's enqueueSyncMutationTx and AckSyncMutationSeqs (internal/store/store.go), except
-that a triage ack never clears a lane's failure record (see _SyncState.keeps_failure_record).
+that a triage ack never clears a lane's failure record. The backups are canary.backups, the sync_state
+bookkeeping canary.sync_bookkeeping.
 
 pause_midway() marks the halfway point of an --apply transaction and does nothing. The crash-safety test
 runs the CLI through a launcher that replaces it, to SIGKILL the process at a known point.
@@ -17,27 +18,30 @@ import dataclasses
 import difflib
 import json
 import os
-import re
 import shlex
 import sqlite3
 import stat
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import closing, contextmanager, suppress
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from engram_sync_kit.canary.aliases import register_alias
+from engram_sync_kit.canary.backups import (
+    DEFAULT_KEEP_BACKUPS,
+    PRIVATE_FILE_MODE,
+    backup_database,
+    private_backup_dir,
+    prune_backups,
+)
 from engram_sync_kit.canary.db import (
     BUSY_TIMEOUT_MS,
     DatabaseUnavailable,
     EngramDb,
-    Schema,
     discover_schema,
-    enrolled_projects,
-    read_transaction,
 )
 from engram_sync_kit.canary.derive import (
     UNSORTED,
@@ -45,34 +49,26 @@ from engram_sync_kit.canary.derive import (
     normalize_cwd,
 )
 from engram_sync_kit.canary.errors import CanaryError
+from engram_sync_kit.canary.errors import TriageError as TriageError  # its commands import it from here
 from engram_sync_kit.canary.inbox import InboxRow, InboxSnapshot, select_inbox_rows
 from engram_sync_kit.canary.lanes import LANE_ROW_COLUMNS, entry_refusal, lane_row, with_project
 from engram_sync_kit.canary.schema_support import identify, require_write_tested
+from engram_sync_kit.canary.sync_bookkeeping import PreparedWrite, SyncBookkeeping, count_rows, seq_chunks
 from engram_sync_kit.canary.targets import (
     RESERVED_INBOX_PROJECT,
     allowed_targets,
+    named_project,
     normalize_project,
     project_target,
 )
 from engram_sync_kit.canary.triage_log import TRIAGE_LOG_NAME as TRIAGE_LOG_NAME  # validate reads it here
 from engram_sync_kit.canary.triage_log import default_backup_dir
 from engram_sync_kit.engram_contract import LEGACY_TARGET, PushRefusal, enrolled_name
-from engram_sync_kit.engram_contract.enqueue import INSERT_LOCAL_SQL, mark_enqueued
 from engram_sync_kit.engram_contract.gojson import go_json
 
-_CHUNK = 500
 WRITE_CACHE_KIB = 64 * 1024
-# Each backup is a full copy of every memory; ten is a week of daily triage and bounded on disk.
-DEFAULT_KEEP_BACKUPS = 10
-PRIVATE_DIR_MODE = 0o700
-PRIVATE_FILE_MODE = 0o600
 
 Operation = Literal["claim", "drop", "cleanup-phantoms", "repair"]
-_BACKUP_STAMP = re.compile(r"\d{8}T\d{6}\.\d{6}Z\.[a-z-]+\.db")
-
-
-class TriageError(CanaryError):
-    """A triage request that is refused (nothing was written)."""
 
 
 @dataclass(frozen=True)
@@ -207,16 +203,6 @@ class Plan:
             section, alias, project = self.alias
             lines.append(f"alias: {section} {alias!r} -> {project!r}")
         return lines
-
-
-@dataclass(frozen=True)
-class PreparedWrite:
-    """The per-row Python work of a plan's writes, done before the write lock is taken."""
-
-    inserts: list[tuple[str, str, str, str, str, str]]
-    last_copy_by_target: dict[str, int]
-    ack_seqs: list[int]
-    acked_projects: list[str]
 
 
 def prepare_write(plan: Plan) -> PreparedWrite:
@@ -458,13 +444,14 @@ def _set_field(payload: str, name: str, value: object) -> str:
     return go_json(decoded, sort_keys=False)
 
 
-def select_lane_rows(connection: sqlite3.Connection, schema: Schema, rows: RowSelection) -> list[InboxRow]:
+def select_lane_rows(db: EngramDb, rows: RowSelection) -> list[InboxRow]:
     """The rows `drop --seq/--unattributed` acks, refusing any row engram could still deliver.
 
     Dropping only ever takes rows the worker cannot deliver: inbox rows (project not enrolled) and rows
     the cloud refuses. A deliverable row is refused by name, so a drop never shrinks what reaches the
     cloud."""
-    if not schema.has_column("sync_mutations", "project"):
+    connection = db.connection
+    if not db.schema.has_column("sync_mutations", "project"):
         raise TriageError("sync_mutations has no project column: this engram predates per-project sync")
     if rows.unattributed:
         found = connection.execute(
@@ -475,7 +462,7 @@ def select_lane_rows(connection: sqlite3.Connection, schema: Schema, rows: RowSe
         if not found:
             raise TriageError("nothing to drop: no unacked legacy-lane rows without a project")
         return [lane_row(values) for values in found]
-    enrolled = {normalize_project(name) for name in enrolled_projects(connection, schema)}
+    enrolled = {normalize_project(name) for name in db.enrolled_projects()}
     selected: list[InboxRow] = []
     for chunk, marks in seq_chunks(rows.seqs):
         by_seq = {
@@ -521,11 +508,10 @@ def parse_seqs(text: str) -> tuple[int, ...]:
     return tuple(seqs)
 
 
-def plan_cleanup(
-    connection: sqlite3.Connection, schema: Schema, keep: Sequence[str] = (), aliases: AliasMap | None = None
-) -> Plan:
+def plan_cleanup(db: EngramDb, keep: Sequence[str] = (), aliases: AliasMap | None = None) -> Plan:
     """sync_state rows outside the allowed set that hold no unacked row (and no row at all, for the FK)."""
-    enrolled = enrolled_projects(connection, schema)
+    connection, schema = db.connection, db.schema
+    enrolled = db.enrolled_projects()
     allowed = allowed_targets(enrolled, keep)
     plan = Plan(operation="cleanup-phantoms", enrolled=enrolled)
     inbox: InboxSnapshot | None = None
@@ -534,14 +520,14 @@ def plan_cleanup(
     ).fetchall():
         if target_key in allowed:
             continue
-        unacked, referencing = _held_rows(connection, schema, str(target_key))
+        unacked, referencing = _held_rows(db, str(target_key))
         if unacked:
             if (
                 inbox is None
                 and schema.has_column("sync_mutations", "project")
                 and schema.has_table("sessions")
             ):
-                inbox = select_inbox_rows(connection, schema, aliases or AliasMap())
+                inbox = select_inbox_rows(db, aliases or AliasMap())
             plan.kept.append(
                 f"{target_key!r} still holds {unacked} unacked rows ({_triage_hint(inbox, str(target_key))})"
             )
@@ -572,19 +558,21 @@ def _triage_hint(inbox: InboxSnapshot | None, target_key: str) -> str:
     return f"triage them with engram-canary inbox claim/drop {where}"
 
 
-def _held_rows(connection: sqlite3.Connection, schema: Schema, target_key: str) -> tuple[int, int]:
+def _held_rows(db: EngramDb, target_key: str) -> tuple[int, int]:
     """(unacked rows of the target, counting its project's legacy-lane rows; rows referencing it)."""
+    connection = db.connection
     unacked = count_rows(
         connection,
         "SELECT COUNT(*) FROM sync_mutations WHERE target_key = ? AND acked_at IS NULL",
         target_key,
     )
-    if schema.has_column("sync_mutations", "project") and target_key.startswith(LEGACY_TARGET + ":"):
+    project = named_project(target_key)
+    if db.schema.has_column("sync_mutations", "project") and project is not None:
         unacked += count_rows(
             connection,
             "SELECT COUNT(*) FROM sync_mutations WHERE target_key = ? AND project = ? AND acked_at IS NULL",
             LEGACY_TARGET,
-            target_key[len(LEGACY_TARGET) + 1 :],
+            project,
         )
     referencing = count_rows(
         connection, "SELECT COUNT(*) FROM sync_mutations WHERE target_key = ?", target_key
@@ -592,87 +580,7 @@ def _held_rows(connection: sqlite3.Connection, schema: Schema, target_key: str) 
     return unacked, referencing
 
 
-def count_rows(connection: sqlite3.Connection, sql: str, *parameters: object) -> int:
-    return int(connection.execute(sql, parameters).fetchone()[0])
-
-
-def seq_chunks(seqs: Sequence[int]) -> Iterator[tuple[Sequence[int], str]]:
-    """SEQS in slices that fit SQLite's parameter limit, each with its `?,?,...` list."""
-    for start in range(0, len(seqs), _CHUNK):
-        chunk = seqs[start : start + _CHUNK]
-        yield chunk, ",".join("?" * len(chunk))
-
-
 # ---------------------------------------------------------------- applying
-
-
-def private_backup_dir(backup_dir: Path, *, ours: bool) -> Path:
-    """The backup directory, created 0700. Our default directory is tightened to 0700 if an older
-    canary left it wider; a directory the user named keeps its mode (the files in it are 0600)."""
-    try:
-        backup_dir.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
-        if ours and stat.S_IMODE(backup_dir.stat().st_mode) & 0o077:
-            backup_dir.chmod(PRIVATE_DIR_MODE)
-    except OSError as error:
-        raise TriageError(
-            f"{backup_dir}: cannot write the backup ({error.strerror or error}); "
-            "nothing was changed (set backups.dir in the config file)"
-        ) from error
-    return backup_dir
-
-
-def backup_database(connection: sqlite3.Connection, db_path: Path, backup_dir: Path, operation: str) -> Path:
-    """A consistent 0600 copy through SQLite's online backup API, named by UTC time to the microsecond.
-
-    The file is created 0600 before SQLite opens it, so the copy is never readable by more users than
-    the owner for even a moment (SQLite gives its journal the same mode as the file).
-    """
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-    target = backup_dir / f"{db_path.stem}.{stamp}.{operation}.db"
-    try:
-        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE))
-        with closing(sqlite3.connect(str(target))) as destination:
-            connection.backup(destination)
-            status = destination.execute("PRAGMA quick_check").fetchone()[0]
-    except (OSError, sqlite3.Error) as error:
-        target.unlink(missing_ok=True)
-        raise TriageError(
-            f"{backup_dir}: cannot write the backup ({getattr(error, 'strerror', None) or error}); "
-            "nothing was changed (set backups.dir in the config file)"
-        ) from error
-    if status != "ok":
-        target.unlink(missing_ok=True)
-        raise TriageError(f"{target}: backup failed its integrity check ({status}); nothing was changed")
-    return target
-
-
-def backups_of(db_path: Path, backup_dir: Path) -> list[Path]:
-    """This database's backups in `backup_dir`, oldest first (the UTC stamp in the name sorts them)."""
-    prefix = f"{db_path.stem}."
-    found = [
-        path
-        for path in backup_dir.glob(f"{glob_escape(prefix)}*.db")
-        if path.is_file() and _BACKUP_STAMP.fullmatch(path.name[len(prefix) :])
-    ]
-    return sorted(found, key=lambda path: path.name)
-
-
-def glob_escape(text: str) -> str:
-    return "".join(f"[{char}]" if char in "*?[" else char for char in text)
-
-
-def prune_backups(db_path: Path, backup_dir: Path, keep: int) -> list[Path]:
-    """Delete all but the `keep` newest backups of this database; returns the deleted paths."""
-    existing = backups_of(db_path, backup_dir)
-    old = existing[: max(0, len(existing) - keep)]
-    pruned: list[Path] = []
-    for path in old:
-        try:
-            path.unlink()
-        except OSError:
-            continue
-        pruned.append(path)
-    return pruned
 
 
 @contextmanager
@@ -699,158 +607,11 @@ def pause_midway() -> None:
     """The halfway point of an --apply transaction (a seam for the crash-safety test; no-op here)."""
 
 
-class _SyncState:
-    """engram v1.20's sync_state bookkeeping, statement for statement, inside the caller's transaction."""
-
-    def __init__(self, connection: sqlite3.Connection, schema: Schema) -> None:
-        self.connection = connection
-        self.has_reason = schema.has_column("sync_state", "reason_code")
-
-    def ensure(self, target_key: str) -> None:
-        self.connection.execute(
-            "INSERT OR IGNORE INTO sync_state (target_key, lifecycle, updated_at) VALUES (?, 'idle', datetime('now'))",
-            (target_key,),
-        )
-
-    def get(self, target_key: str) -> dict[str, Any]:
-        self.ensure(target_key)
-        columns = "lifecycle, last_enqueued_seq, last_acked_seq, consecutive_failures"
-        row = self.connection.execute(
-            f"SELECT {columns} FROM sync_state WHERE target_key = ?", (target_key,)
-        ).fetchone()
-        names = [name.strip() for name in columns.split(",")]
-        return dict(zip(names, row, strict=True))
-
-    def keeps_failure_record(self, state: dict[str, Any]) -> bool:
-        """A lane whose worker cycle failed (degraded, or a failure count) keeps that record through a triage
-        ack. In engram v1.20 only a cycle's outcome writes it (MarkSyncFailure, MarkSyncHealthy,
-        MarkSyncBlocked in internal/store/store.go); AckSyncMutationSeqs clears it because the worker acks
-        only what the cloud just accepted, and a triage ack is no such evidence. The worker keeps its own
-        count and backoff in memory (internal/cloud/autosync/manager.go), so a cleared record would only
-        hide the failure and restart the stored count below the worker's."""
-        return state["lifecycle"] == "degraded" or int(state.get("consecutive_failures") or 0) > 0
-
-    def set_cursor(
-        self,
-        target_key: str,
-        lifecycle: str,
-        assignments: str,
-        values: Sequence[object],
-        state: dict[str, Any],
-    ) -> None:
-        if self.keeps_failure_record(state):
-            self.connection.execute(
-                f"UPDATE sync_state SET {assignments}, updated_at = datetime('now') WHERE target_key = ?",
-                (*values, target_key),
-            )
-            return
-        clear = ", consecutive_failures = 0, backoff_until = NULL, last_error = NULL"
-        if self.has_reason:
-            clear += ", reason_code = NULL, reason_message = NULL"
-        self.connection.execute(
-            f"UPDATE sync_state SET {assignments}, lifecycle = ?{clear}, updated_at = datetime('now') "
-            "WHERE target_key = ?",
-            (*values, lifecycle, target_key),
-        )
-
-    def enqueue_all(self, prepared: PreparedWrite) -> tuple[int, ...]:
-        """enqueueSyncMutationTx per copy: the legacy-lane row, then 'cloud' and 'cloud:<project>' pending.
-
-        engram updates both cursors after every row; inside one transaction only the last update of
-        each is ever visible, so it is made once per target.
-        """
-        self.ensure(LEGACY_TARGET)
-        if not prepared.inserts:
-            return ()
-        before = count_rows(self.connection, "SELECT ifnull(MAX(seq), 0) FROM sync_mutations")
-        self.connection.executemany(INSERT_LOCAL_SQL, prepared.inserts)
-        # We hold the write lock, so the rows after `before` are exactly ours, numbered one by one in
-        # insertion order (AUTOINCREMENT); their range is checked rather than read row by row.
-        first, last, found = self.connection.execute(
-            "SELECT MIN(seq), MAX(seq), COUNT(*) FROM sync_mutations WHERE seq > ?", (before,)
-        ).fetchone()
-        if found != len(prepared.inserts) or int(last) - int(first) + 1 != found:
-            raise TriageError(
-                f"expected {len(prepared.inserts)} new rows numbered in a row, found {found}; nothing was changed"
-            )
-        seqs = range(int(first), int(last) + 1)
-        for target_key, index in prepared.last_copy_by_target.items():
-            self.ensure(target_key)
-            mark_enqueued(self.connection, target_key, seqs[index])
-        return tuple(seqs)
-
-    def ack(self, prepared: PreparedWrite, *, on_half: Callable[[], None] = lambda: None) -> None:
-        """AckSyncMutationSeqs('cloud', seqs), then refreshProjectSyncStateTx for every touched project."""
-        state = self.get(LEGACY_TARGET)
-        seqs = prepared.ack_seqs
-        half = len(seqs) // 2
-        acked = self._ack_seqs(seqs[:half])
-        on_half()
-        acked += self._ack_seqs(seqs[half:])
-        if acked != len(seqs):
-            raise TriageError("some selected rows were acked by someone else meanwhile; nothing was changed")
-        max_seq = max([int(state["last_acked_seq"]), *seqs])
-        remaining = count_rows(
-            self.connection,
-            "SELECT COUNT(*) FROM sync_mutations WHERE target_key = ? AND acked_at IS NULL",
-            LEGACY_TARGET,
-        )
-        lifecycle = "healthy" if remaining == 0 else "pending"
-        self.set_cursor(LEGACY_TARGET, lifecycle, "last_acked_seq = ?", (max_seq,), state)
-        for project in prepared.acked_projects:
-            self.refresh_project(project)
-
-    def _ack_seqs(self, seqs: Sequence[int]) -> int:
-        return sum(
-            self.connection.execute(
-                "UPDATE sync_mutations SET acked_at = datetime('now') "
-                f"WHERE target_key = ? AND acked_at IS NULL AND seq IN ({marks})",
-                (LEGACY_TARGET, *chunk),
-            ).rowcount
-            for chunk, marks in seq_chunks(seqs)
-        )
-
-    def refresh_project(self, project: str) -> None:
-        target_key = project_target(project)
-        state = self.get(target_key)
-        max_acked = count_rows(
-            self.connection,
-            "SELECT ifnull(MAX(seq), 0) FROM sync_mutations WHERE target_key = ? AND project = ? AND acked_at IS NOT NULL",
-            LEGACY_TARGET,
-            project,
-        )
-        max_enqueued = count_rows(
-            self.connection,
-            "SELECT ifnull(MAX(seq), 0) FROM sync_mutations WHERE target_key = ? AND project = ?",
-            LEGACY_TARGET,
-            project,
-        )
-        pending = count_rows(
-            self.connection,
-            "SELECT COUNT(*) FROM sync_mutations WHERE target_key = ? AND project = ? AND acked_at IS NULL",
-            LEGACY_TARGET,
-            project,
-        )
-        lifecycle = "pending" if pending else "healthy"
-        self.set_cursor(
-            target_key,
-            lifecycle,
-            "last_enqueued_seq = ?, last_acked_seq = ?",
-            (
-                max(max_enqueued, int(state["last_enqueued_seq"])),
-                max(max_acked, int(state["last_acked_seq"])),
-            ),
-            state,
-        )
-
-
-def execute_plan(
-    connection: sqlite3.Connection, schema: Schema, plan: Plan, prepared: PreparedWrite | None = None
-) -> tuple[int, ...]:
+def execute_plan(db: EngramDb, plan: Plan, prepared: PreparedWrite | None = None) -> tuple[int, ...]:
     """Every change of `plan`, inside the caller's open transaction (`prepared`: prepare_write(plan))."""
     if prepared is None:
         prepared = prepare_write(plan)
-    state = _SyncState(connection, schema)
+    state = SyncBookkeeping(db)
     new_seqs = state.enqueue_all(prepared)
     # Looked up at call time, so the crash-safety test's launcher can replace it.
     if plan.copies:
@@ -859,17 +620,17 @@ def execute_plan(
     elif plan.acks:
         state.ack(prepared, on_half=pause_midway)
     for index, phantom in enumerate(plan.phantoms):
-        connection.execute("DELETE FROM sync_state WHERE target_key = ?", (phantom.target_key,))
+        db.connection.execute("DELETE FROM sync_state WHERE target_key = ?", (phantom.target_key,))
         if index == len(plan.phantoms) // 2:
             pause_midway()
     return new_seqs
 
 
 class Planner(Protocol):
-    def plan(self, connection: sqlite3.Connection, schema: Schema) -> Plan:
+    def plan(self, db: EngramDb) -> Plan:
         """The full plan, from the caller's current snapshot."""
 
-    def revalidate(self, connection: sqlite3.Connection, schema: Schema, plan: Plan) -> Plan:
+    def revalidate(self, db: EngramDb, plan: Plan) -> Plan:
         """Under the write lock: `plan` if it still holds, else a fresh one. Must be quick."""
 
 
@@ -878,19 +639,19 @@ class InboxPlanner:
     aliases: AliasMap
     build: Callable[[InboxSnapshot], Plan]
 
-    def plan(self, connection: sqlite3.Connection, schema: Schema) -> Plan:
-        return self.build(select_inbox_rows(connection, schema, self.aliases))
+    def plan(self, db: EngramDb) -> Plan:
+        return self.build(select_inbox_rows(db, self.aliases))
 
-    def revalidate(self, connection: sqlite3.Connection, schema: Schema, plan: Plan) -> Plan:
+    def revalidate(self, db: EngramDb, plan: Plan) -> Plan:
         """The preview holds if enrollment is unchanged, its rows are still unacked and no row journaled
         since the preview joined the selection; otherwise plan again (slower, still correct)."""
-        if enrolled_projects(connection, schema) != plan.enrolled:
-            return self.plan(connection, schema)
-        if not _all_still_unacked(connection, [row.seq for row in plan.acks]):
-            return self.plan(connection, schema)
-        newer = select_inbox_rows(connection, schema, self.aliases, after_seq=plan.high_water)
+        if db.enrolled_projects() != plan.enrolled:
+            return self.plan(db)
+        if not _all_still_unacked(db.connection, [row.seq for row in plan.acks]):
+            return self.plan(db)
+        newer = select_inbox_rows(db, self.aliases, after_seq=plan.high_water)
         if plan.selection is not None and select_rows(newer, plan.selection):
-            return self.plan(connection, schema)
+            return self.plan(db)
         return plan
 
 
@@ -912,30 +673,30 @@ class LaneRowsPlanner:
 
     rows: RowSelection
 
-    def plan(self, connection: sqlite3.Connection, schema: Schema) -> Plan:
-        selected = select_lane_rows(connection, schema, self.rows)
+    def plan(self, db: EngramDb) -> Plan:
+        selected = select_lane_rows(db, self.rows)
         return Plan(
             operation="drop",
             rows=self.rows,
             acks=selected,
-            high_water=count_rows(connection, "SELECT ifnull(MAX(seq), 0) FROM sync_mutations"),
-            enrolled=enrolled_projects(connection, schema),
+            high_water=count_rows(db.connection, "SELECT ifnull(MAX(seq), 0) FROM sync_mutations"),
+            enrolled=db.enrolled_projects(),
         )
 
-    def revalidate(self, connection: sqlite3.Connection, schema: Schema, plan: Plan) -> Plan:
+    def revalidate(self, db: EngramDb, plan: Plan) -> Plan:
         """Holds if enrollment is unchanged, every row is still unacked and, for --unattributed, no row
         without a project was journaled since; otherwise plan again."""
-        if enrolled_projects(connection, schema) != plan.enrolled:
-            return self.plan(connection, schema)
-        if not _all_still_unacked(connection, [row.seq for row in plan.acks]):
-            return self.plan(connection, schema)
+        if db.enrolled_projects() != plan.enrolled:
+            return self.plan(db)
+        if not _all_still_unacked(db.connection, [row.seq for row in plan.acks]):
+            return self.plan(db)
         if self.rows.unattributed and count_rows(
-            connection,
+            db.connection,
             "SELECT COUNT(*) FROM sync_mutations WHERE seq > ? AND target_key = ? AND project = ''",
             plan.high_water,
             LEGACY_TARGET,
         ):
-            return self.plan(connection, schema)
+            return self.plan(db)
         return plan
 
 
@@ -944,18 +705,18 @@ class CleanupPlanner:
     keep: tuple[str, ...] = ()
     aliases: AliasMap = field(default_factory=AliasMap)
 
-    def plan(self, connection: sqlite3.Connection, schema: Schema) -> Plan:
-        return plan_cleanup(connection, schema, self.keep, self.aliases)
+    def plan(self, db: EngramDb) -> Plan:
+        return plan_cleanup(db, self.keep, self.aliases)
 
-    def revalidate(self, connection: sqlite3.Connection, schema: Schema, plan: Plan) -> Plan:
+    def revalidate(self, db: EngramDb, plan: Plan) -> Plan:
         """Recheck only the planned phantoms; a target that became foreign meanwhile waits for next time."""
-        if enrolled_projects(connection, schema) != plan.enrolled:
-            return self.plan(connection, schema)
-        existing = {str(row[0]) for row in connection.execute("SELECT target_key FROM sync_state")}
+        if db.enrolled_projects() != plan.enrolled:
+            return self.plan(db)
+        existing = {str(row[0]) for row in db.connection.execute("SELECT target_key FROM sync_state")}
         still_empty = [
             phantom
             for phantom in plan.phantoms
-            if phantom.target_key in existing and _held_rows(connection, schema, phantom.target_key) == (0, 0)
+            if phantom.target_key in existing and _held_rows(db, phantom.target_key) == (0, 0)
         ]
         return dataclasses.replace(plan, phantoms=still_empty)
 
@@ -978,15 +739,15 @@ def apply(
     if keep_backups < 1:
         raise TriageError(f"--keep-backups must be at least 1 (the backup just taken), got {keep_backups}")
     db = connect_read_write(db_path)
-    connection, schema = db.connection, db.schema
+    connection = db.connection
     try:
-        require_write_tested(identify(connection, schema))
-        with read_transaction(connection):
-            preview = planner.plan(connection, schema)
+        require_write_tested(identify(db))
+        with db.read_transaction():
+            preview = planner.plan(db)
         if preview.is_empty:
             raise TriageError(f"nothing to {preview.operation}: the selection is empty")
         directory = private_backup_dir(backup_dir or default_backup_dir(db_path), ours=backup_dir is None)
-        backup = backup_database(connection, db_path, directory, preview.operation)
+        backup = backup_database(db, directory, preview.operation)
         prepared = prepare_write(preview)
         # The commit of a large claim passes the WAL's auto-checkpoint threshold, and an automatic
         # checkpoint runs inside our COMMIT call; it is run after the lock instead (below).
@@ -997,12 +758,12 @@ def apply(
             try:
                 with immediate_transaction(connection):
                     locked_at = time.perf_counter()
-                    plan = planner.revalidate(connection, schema, preview)
+                    plan = planner.revalidate(db, preview)
                     if plan.is_empty:
                         raise TriageError(f"nothing to {plan.operation}: the selection emptied meanwhile")
                     if plan is not preview:
                         prepared = prepare_write(plan)
-                    new_seqs = execute_plan(connection, schema, plan, prepared)
+                    new_seqs = execute_plan(db, plan, prepared)
                 lock_held_ms = (time.perf_counter() - locked_at) * 1000
             except sqlite3.Error as error:
                 raise TriageError(

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from engram_sync_kit.canary.config import keep_state, state_file_for
-from engram_sync_kit.canary.db import Schema, read_transaction
+from engram_sync_kit.canary.db import EngramDb
 from engram_sync_kit.canary.findings import Finding
 
 UNDECODABLE_PAYLOAD = "undecodable_payload"
@@ -65,18 +65,17 @@ def _scan(connection: sqlite3.Connection, after_seq: int, seqs: list[int] | None
     ]
 
 
-def undecodable_seqs(
-    connection: sqlite3.Connection, schema: Schema, db_path: Path | None, *, use_cursor: bool
-) -> list[int]:
+def undecodable_seqs(db: EngramDb, *, use_cursor: bool) -> list[int]:
     """Every seq whose payload is not valid UTF-8: the rows past the cursor are scanned, the ones the
     cursor holds are checked again (still there, still bad); a cursor past the journal's end (another
     file) means a full scan."""
-    if not schema.has_column("sync_mutations", "payload"):
+    connection = db.connection
+    if not db.schema.has_column("sync_mutations", "payload"):
         return []
     high = int(connection.execute("SELECT ifnull(max(seq), 0) FROM sync_mutations").fetchone()[0])
-    path = state_file_for(db_path, CURSOR_KIND) if use_cursor and db_path is not None else None
+    path = state_file_for(db.path, CURSOR_KIND) if use_cursor else None
     cursor = _load(path) if path is not None else None
-    identity = _file_identity(db_path) if db_path is not None else []
+    identity = _file_identity(db.path)
     if cursor is not None and cursor.file == identity and cursor.high_seq <= high:
         kept = _scan(connection, 0, cursor.seqs) if cursor.seqs else []
         seqs = kept + _scan(connection, cursor.high_seq)
@@ -97,12 +96,10 @@ def _load(path: Path) -> UndecodableCursor | None:
     return cursor if cursor.format == CURSOR_SCHEMA else None
 
 
-def undecodable_findings(
-    connection: sqlite3.Connection, schema: Schema, db_path: Path | None = None, *, use_cursor: bool = True
-) -> tuple[list[Finding], dict[str, Any]]:
+def undecodable_findings(db: EngramDb, *, use_cursor: bool = True) -> tuple[list[Finding], dict[str, Any]]:
     """One finding naming the rows, in its own short read transaction, and the count for the summary."""
-    with read_transaction(connection):
-        seqs = undecodable_seqs(connection, schema, db_path, use_cursor=use_cursor)
+    with db.read_transaction():
+        seqs = undecodable_seqs(db, use_cursor=use_cursor)
     if not seqs:
         return [], {"undecodable_payloads": 0}
     listed = ", ".join(str(seq) for seq in seqs[:MESSAGE_SEQS]) + (

@@ -357,15 +357,11 @@ class Watcher:
             with self._reading() as db, db.read_transaction() as connection:
                 new_keys, last_seq = mutation_targets_since(connection, self.last_seq)
                 mutation_targets = self.mutation_targets | new_keys
-                space = read_target_space(
-                    connection, db.schema, config.allowed_targets, mutations=(mutation_targets, last_seq)
-                )
+                space = read_target_space(db, config.allowed_targets, mutations=(mutation_targets, last_seq))
                 foreign = space.foreign_keys() - self.silenced
                 appeared = foreign - set(self.alerted)
                 findings = (
-                    foreign_target_findings(
-                        space, EvidenceReader(connection, db.schema), config, only=appeared
-                    )
+                    foreign_target_findings(space, EvidenceReader(db), config, only=appeared)
                     if appeared
                     else []
                 )

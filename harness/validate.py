@@ -279,7 +279,7 @@ def inbox_key(summary: KeySummary) -> InboxKey:
 
 def inbox_snapshot(db: Path, aliases: AliasMap) -> tuple[list[InboxKey], list[KeySummary]]:
     with EngramDb.open(db) as engram:
-        snapshot = read_inbox(engram.connection, engram.schema, aliases)
+        snapshot = read_inbox(engram, aliases)
     summaries = summarize(snapshot)
     listed = [*summaries, *([snapshot.unattributed] if snapshot.unattributed else [])]
     return [inbox_key(summary) for summary in listed], summaries
@@ -315,7 +315,7 @@ def foreign_targets(db: Path) -> list[ForeignTarget]:
     """sync_state targets outside the allowed space, with the seq and time engram last touched them."""
 
     with EngramDb.open(db) as engram, engram.read_transaction():
-        space = read_target_space(engram.connection, engram.schema)
+        space = read_target_space(engram)
     rows = []
     for key in space.foreign_sync_targets():
         fields = space.sync_state[key].fields

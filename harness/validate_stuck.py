@@ -18,7 +18,7 @@ from pathlib import Path
 
 from engram_sync_kit.canary.aliases import default_aliases_path
 from engram_sync_kit.canary.config import load_config
-from engram_sync_kit.canary.db import EngramDb, enrolled_projects
+from engram_sync_kit.canary.db import EngramDb
 from engram_sync_kit.canary.errors import CanaryError
 from engram_sync_kit.canary.lane_health import LaneHealth as CanaryLaneHealth
 from engram_sync_kit.canary.lane_health import clear_commands, read_lane_health
@@ -36,9 +36,9 @@ def project_name(project: str) -> str:
 
 def read_lanes_health(db: Path) -> LanesHealth:
     """The canary's lane health of DB (one short read transaction) and the enrolled projects."""
-    with EngramDb.open(db) as engram, engram.read_transaction() as connection:
-        healths = read_lane_health(connection, engram.schema)
-        enrolled = sorted(enrolled_projects(connection, engram.schema))
+    with EngramDb.open(db) as engram, engram.read_transaction():
+        healths = read_lane_health(engram)
+        enrolled = sorted(engram.enrolled_projects())
     return LanesHealth(lanes=[_lane_health(health) for health in healths], enrolled=enrolled)
 
 

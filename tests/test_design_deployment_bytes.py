@@ -1,7 +1,7 @@
-"""What check, inbox list and repair print on the seed-7 design deployment, pinned byte for byte (with the
-canary's clock frozen), and the JSON reports of two scenarios run on a copy of it: a refactoring that moves
-canary or harness code must not change a byte. The digests change only on purpose, like the deployment's
-own in tests/harness/test_deployment.py."""
+"""What check, inbox list, repair and reconcile print on the seed-7 design deployment, pinned byte for byte
+(with the canary's clock frozen), and the JSON reports of two scenarios run on a copy of it: a refactoring
+that moves canary or harness code must not change a byte. The digests change only on purpose, like the
+deployment's own in tests/harness/test_deployment.py."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from engram_sync_kit.fake_cloud.server import FakeCloudConfig, start_fake_cloud
 from engram_sync_kit.harness.deployment import DeploymentSpec, generate
 
 pytestmark = pytest.mark.engram
@@ -49,30 +50,60 @@ COMMANDS = {
 }
 
 
-def test_check_inbox_list_and_repair_print_the_same_bytes(engram_bin: Path, tmp_path: Path) -> None:
+# reconcile against an empty fake cloud (recorded on 32e1326): every acked row of an enrolled project is
+# lost. The cloud's URL (its port) and the run's wall time differ between runs; both are replaced.
+RECONCILE_COMMANDS = {
+    "reconcile --format json": (2, "ad5b17d5"),
+    "reconcile --format text": (2, "647bf4b4"),
+    "reconcile --format prometheus": (2, "f0ad2264"),
+}
+CLOUD_TOKEN = "design-deployment-bytes"
+
+
+def canary(command: str, tmp_path: Path, number: int, extra_env: dict[str, str]) -> tuple[int, bytes]:
+    state = tmp_path / f"state-{number}"
+    env = {
+        **os.environ,
+        "HOME": str(tmp_path / "home"),
+        "XDG_STATE_HOME": str(state),
+        "XDG_CONFIG_HOME": str(state / "config"),
+        **extra_env,
+    }
+    for name in ("ENGRAM_CANARY_STATE_DIR", "ENGRAM_CANARY_CONFIG", "ENGRAM_DATA_DIR"):
+        env.pop(name, None)
+    ran = subprocess.run(
+        [sys.executable, "-c", FROZEN_CANARY, *command.split(), "--db", "engram.db"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        timeout=300,
+        check=False,
+    )
+    return ran.returncode, ran.stdout + ran.stderr
+
+
+def digest(output: bytes) -> str:
+    return hashlib.sha256(output).hexdigest()[:8]
+
+
+def test_check_inbox_list_repair_and_reconcile_print_the_same_bytes(engram_bin: Path, tmp_path: Path) -> None:
     generate(DeploymentSpec(), 7, tmp_path / "engram.db", engram_bin)
     outputs: dict[str, tuple[int, str]] = {}
-    for command, _ in COMMANDS.items():
-        state = tmp_path / f"state-{len(outputs)}"
-        env = {
-            **os.environ,
-            "HOME": str(tmp_path / "home"),
-            "XDG_STATE_HOME": str(state),
-            "XDG_CONFIG_HOME": str(state / "config"),
+    for command in COMMANDS:
+        status, output = canary(command, tmp_path, len(outputs), {})
+        outputs[command] = (status, digest(output))
+    with start_fake_cloud(FakeCloudConfig(token=CLOUD_TOKEN, tls=True, server_version="v1.20")) as cloud:
+        cloud_env = {
+            "ENGRAM_CLOUD_SERVER": cloud.base_url,
+            "ENGRAM_CLOUD_TOKEN": CLOUD_TOKEN,
+            "SSL_CERT_FILE": str(cloud.ca_file),
         }
-        env.pop("ENGRAM_CANARY_STATE_DIR", None)
-        env.pop("ENGRAM_CANARY_CONFIG", None)
-        env.pop("ENGRAM_DATA_DIR", None)
-        ran = subprocess.run(
-            [sys.executable, "-c", FROZEN_CANARY, *command.split(), "--db", "engram.db"],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            timeout=300,
-            check=False,
-        )
-        outputs[command] = (ran.returncode, hashlib.sha256(ran.stdout + ran.stderr).hexdigest()[:8])
-    assert outputs == COMMANDS
+        for command in RECONCILE_COMMANDS:
+            status, output = canary(command, tmp_path, len(outputs), cloud_env)
+            output = output.replace(cloud.base_url.encode(), b"CLOUD")
+            output = re.sub(rb'"seconds": [0-9.]+', b'"seconds": 0', output)
+            outputs[command] = (status, digest(output))
+    assert outputs == {**COMMANDS, **RECONCILE_COMMANDS}
 
 
 ROOT = Path(__file__).parents[1]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from inbox_support import canary, engram_ok
 
-from engram_sync_kit.canary.db import discover_schema, open_read_only
+from engram_sync_kit.canary.db import EngramDb
 from engram_sync_kit.canary.derive import AliasMap
 from engram_sync_kit.canary.findings import Finding
 from engram_sync_kit.canary.inbox import findings_from, tripwire_findings
@@ -22,14 +22,10 @@ SETTINGS = InboxSettings(age_days=0.5, unsorted_growth_rows=1)
 
 
 def both(db: Path, now: datetime) -> tuple[list[Finding], list[Finding], CursorMode]:
-    connection = open_read_only(db)
-    try:
-        schema = discover_schema(connection, db)
-        full = tripwire_findings(connection, schema, SETTINGS, aliases=AliasMap(), now=now)
-        inputs, enrolled, unattributed, mode = tripwire_inputs(connection, schema, AliasMap(), db, now=now)
+    with EngramDb.open(db) as engram:
+        full = tripwire_findings(engram, SETTINGS, aliases=AliasMap(), now=now)
+        inputs, enrolled, unattributed, mode = tripwire_inputs(engram, AliasMap(), now=now)
         return full, findings_from(inputs, enrolled, unattributed, now, SETTINGS), mode
-    finally:
-        connection.close()
 
 
 def dumped(findings: list[Finding]) -> list[dict[str, object]]:

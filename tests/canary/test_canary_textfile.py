@@ -16,12 +16,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from engram_sync_kit.canary.checks import CheckResult
 from engram_sync_kit.canary.config import CanaryConfig
 from engram_sync_kit.canary.findings import Acknowledgement, Finding
-from engram_sync_kit.canary.reconcile import LaneReport, ReconcileResult
-from engram_sync_kit.canary.reconcile import write_textfile as write_reconcile_textfile
+from engram_sync_kit.canary.reconcile_result import LaneReport, ReconcileResult
 from engram_sync_kit.canary.report import (
     TEXTFILE_MAX_ITEMIZED,
     TEXTFILE_MAX_LABEL_CHARS,
     finding_id,
+    write_reconcile_textfile,
     write_textfile,
 )
 

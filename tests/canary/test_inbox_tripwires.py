@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from inbox_support import canary, engram_serve, save
 
-from engram_sync_kit.canary.db import discover_schema, open_read_only
+from engram_sync_kit.canary.db import EngramDb
 from engram_sync_kit.canary.derive import AliasMap
 from engram_sync_kit.canary.inbox import tripwire_findings
 from engram_sync_kit.canary.inbox_settings import InboxSettings
@@ -38,13 +38,8 @@ def world(engram_world: EngramEnvironment) -> EngramEnvironment:
 def findings_at(
     db: Path, settings: InboxSettings, now: datetime
 ) -> list[tuple[str, str | None, dict[str, object]]]:
-    connection = open_read_only(db)
-    try:
-        found = tripwire_findings(
-            connection, discover_schema(connection, db), settings, aliases=AliasMap(), now=now
-        )
-    finally:
-        connection.close()
+    with EngramDb.open(db) as engram:
+        found = tripwire_findings(engram, settings, aliases=AliasMap(), now=now)
     assert all(finding.severity == "warning" and finding.target_key == "cloud" for finding in found)
     return [(finding.check, finding.key, finding.evidence) for finding in found]
 

@@ -17,6 +17,7 @@ import pytest
 from canary_support import WatchProcess
 from inbox_support import canary, db_digest, engram_ok, query, save
 
+from engram_sync_kit.canary.db import EngramDb
 from engram_sync_kit.harness.engram_env import EngramEnvironment
 
 pytestmark = pytest.mark.engram
@@ -217,9 +218,9 @@ def test_lane_health_kept_in_the_state_dir_equals_check_full_across_changes(
     reads: list[int] = []
     full_read = lane_health.read_lane_health
 
-    def counted(connection: sqlite3.Connection, schema: Any) -> list[lane_health.LaneHealth]:
+    def counted(db: EngramDb) -> list[lane_health.LaneHealth]:
         reads.append(1)
-        return full_read(connection, schema)
+        return full_read(db)
 
     monkeypatch.setattr(lane_health, "read_lane_health", counted)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from engram_schemas.builder import ENROLLED, V3, V120, build
 
-from engram_sync_kit.canary.db import discover_schema, open_read_only
+from engram_sync_kit.canary.db import EngramDb
 from engram_sync_kit.canary.findings import Finding
 from engram_sync_kit.canary.lane_health import lane_findings
 
@@ -24,11 +24,8 @@ def findings_after_refused_row(db: Path, target_key: str) -> list[Finding]:
             "VALUES (?, 'session', 's-x', 'upsert', ?, ?)",
             (target_key, json.dumps({"id": "s-x", "project": ENROLLED}), ENROLLED),
         )
-    connection = open_read_only(db)
-    try:
-        return lane_findings(connection, discover_schema(connection, db), db)
-    finally:
-        connection.close()
+    with EngramDb.open(db) as engram:
+        return lane_findings(engram)
 
 
 def test_a_live_per_project_lane_gets_the_same_check(tmp_path: Path) -> None:

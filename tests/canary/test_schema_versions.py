@@ -28,7 +28,7 @@ from engram_schemas.builder import V3 as FIXTURE_V3
 from engram_schemas.builder import V120 as FIXTURE_V120
 
 from engram_sync_kit.canary.cli import cli
-from engram_sync_kit.canary.db import discover_schema, open_read_only
+from engram_sync_kit.canary.db import EngramDb
 from engram_sync_kit.canary.schema_support import V2, V3, V120, LaneModel, identify
 
 EXPECTED_VERSION = {FIXTURE_V120: V120, FIXTURE_V2: V2, FIXTURE_V3: V3}
@@ -65,8 +65,8 @@ def design_db(tmp_path: Path) -> Path:
 
 
 def kind_of(path: Path) -> tuple[str, LaneModel, int]:
-    with contextlib.closing(open_read_only(path)) as connection:
-        kind = identify(connection, discover_schema(connection, path))
+    with EngramDb.open(path) as engram:
+        kind = identify(engram)
     return kind.version, kind.lane_model, kind.user_version
 
 

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
+import engram_sync_kit.canary.sync_bookkeeping as sync_bookkeeping
 import engram_sync_kit.canary.triage as triage
-from engram_sync_kit.canary.db import Schema
+from engram_sync_kit.canary.db import EngramDb
 from engram_sync_kit.canary.lanes import lane_row, with_project
 from engram_sync_kit.canary.triage import Copy, Plan, apply
 
@@ -70,15 +71,15 @@ class ClaimOfRows:
             plan.acks.append(row)
         return plan
 
-    def plan(self, connection: sqlite3.Connection, schema: Schema) -> Plan:
-        return self._plan(connection, self.limit)
+    def plan(self, db: EngramDb) -> Plan:
+        return self._plan(db.connection, self.limit)
 
-    def revalidate(self, connection: sqlite3.Connection, schema: Schema, plan: Plan) -> Plan:
-        self.inside_lock(connection)
+    def revalidate(self, db: EngramDb, plan: Plan) -> Plan:
+        self.inside_lock(db.connection)
         if self.revalidated_limit is None:
             return plan
         self.revalidations.append(self.revalidated_limit)
-        return self._plan(connection, self.revalidated_limit)
+        return self._plan(db.connection, self.revalidated_limit)
 
 
 @contextmanager
@@ -130,15 +131,20 @@ def test_per_row_python_work_is_done_before_the_lock(tmp_path: Path, monkeypatch
     db = _engram_database(tmp_path / "engram.db")
     calls_inside_lock: list[str] = []
     with _watch_lock(monkeypatch, lambda: None) as held:
-        for name in ("normalize_project", "project_target"):
-            original = getattr(triage, name)
+        # triage and the sync_state bookkeeping it writes through (canary.sync_bookkeeping)
+        for module, name in (
+            (triage, "normalize_project"),
+            (triage, "project_target"),
+            (sync_bookkeeping, "project_target"),
+        ):
+            original = getattr(module, name)
 
             def counted(*args: Any, _original: Any = original, _name: str = name) -> Any:
                 if held[0]:
                     calls_inside_lock.append(_name)
                 return _original(*args)
 
-            monkeypatch.setattr(triage, name, counted)
+            monkeypatch.setattr(module, name, counted)
         apply(db, ClaimOfRows(), backup_dir=tmp_path / "backups")
     assert len(calls_inside_lock) <= 5, f"{len(calls_inside_lock)} per-row calls under the write lock"
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engram_sync_kit.canary.db import discover_schema
+from engram_sync_kit.canary.db import EngramDb, discover_schema
 from engram_sync_kit.canary.triage import (
     PhantomTarget,
     Plan,
@@ -83,10 +83,10 @@ def test_production_code_reads_no_test_hook_from_the_environment(
     connection = sqlite3.connect(db, isolation_level=None)
     connection.executescript(V120_SCHEMA.read_text(encoding="utf-8"))
     connection.execute("INSERT INTO sync_state (target_key, lifecycle) VALUES ('cloud:phantom', 'idle')")
-    schema = discover_schema(connection, db)
+    writer = EngramDb(db, connection, discover_schema(connection, db))
     plan = Plan("cleanup-phantoms", phantoms=[PhantomTarget("cloud:phantom", "idle")])
     connection.execute("BEGIN IMMEDIATE")
-    assert execute_plan(connection, schema, plan) == ()
+    assert execute_plan(writer, plan) == ()
     connection.execute("COMMIT")
     assert connection.execute("SELECT target_key FROM sync_state ORDER BY 1").fetchall() == [("cloud",)]
     assert not (tmp_path / "no-such-dir").exists()

@@ -9,11 +9,6 @@ from pathlib import Path
 ROOT = Path(__file__).parents[2]
 PACKAGES = ("engram_contract", "canary", "fake_cloud", "harness", "bench")
 THE_ONE_PLACE = "engram_contract/read_only.py"
-# Built by hand still, each in a module another change owns; remove an entry when its module calls
-# read_only_uri (the test fails on an entry that no longer builds one, so the list cannot go stale).
-NOT_YET = {
-    "canary/db.py": "EngramDb.open quotes the path itself (the canary's half of issue 25)",
-}
 
 
 def builds_a_read_only_uri(path: Path) -> bool:
@@ -44,4 +39,4 @@ def test_only_engram_contract_builds_read_only_uris() -> None:
         if builds_a_read_only_uri(path)
     }
     assert THE_ONE_PLACE in found  # else the scan itself finds nothing
-    assert found - {THE_ONE_PLACE} == set(NOT_YET)
+    assert found == {THE_ONE_PLACE}

@@ -13,7 +13,7 @@ from engram_schemas.builder import V2 as FIXTURE_V2
 from engram_schemas.builder import V3 as FIXTURE_V3
 from engram_schemas.builder import create_database, dump_schema
 from engram_schemas.open_as import open_as
-from engram_sync_kit.canary.db import discover_schema, open_read_only
+from engram_sync_kit.canary.db import EngramDb
 from engram_sync_kit.canary.schema_support import V2, V3, LaneModel, identify
 from engram_sync_kit.harness.engram_env import EngramEnvironment
 
@@ -77,6 +77,6 @@ def test_a_v120_home_opened_as_a_newer_version_has_its_schema_and_keeps_it(
         assert connection.execute(
             "SELECT count(*) FROM observations_fts WHERE observations_fts MATCH '\"upgrade\"'"
         ).fetchone() == (2,)
-    with contextlib.closing(open_read_only(engram_world.db_path)) as connection:
-        kind = identify(connection, discover_schema(connection, engram_world.db_path))
+    with EngramDb.open(engram_world.db_path) as engram:
+        kind = identify(engram)
     assert (kind.version, kind.lane_model) == (NAMED[version], LaneModel.LEGACY_ONLY)
