@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from engram_sync_kit.harness.explore.execute import play
-from engram_sync_kit.harness.explore.explorer import replay_scenario
 from engram_sync_kit.harness.explore.operations import GeneratedStep, GeneratorSettings, generate_history
 from engram_sync_kit.harness.explore.scenario_out import scenario_document, scenario_yaml
 from engram_sync_kit.harness.loader import load_scenario
@@ -100,7 +99,7 @@ DROP_HISTORY = [
     GeneratedStep("sync_manual", {"sync": {"via": "manual", "project": "my-app", "in": "app"}}),
 ]
 #: a plain dir's memory claimed into my-app with the canary's own cwd claim command: its session stays in
-#: the inbox, so the copy references a session my-app never holds
+#: the inbox, so the claim must copy it along (explore found the claim that did not: I4)
 CLAIM_HISTORY = [
     GeneratedStep("enroll", {"enroll": "my-app"}),
     GeneratedStep("save_mcp", {"save": {"in": "scratch", "title": "plain dir", "content": "c"}}),
@@ -151,23 +150,21 @@ def test_a_triage_drop_is_no_loss_for_explore_nor_for_the_replayed_scenario(
     assert 'cloud/"" 0/2, cloud/my-app 2/2' in replay.stdout
 
 
-def test_i4_catches_a_claim_whose_copy_references_a_session_the_project_never_gets(
+def test_the_claim_explore_caught_copies_its_session_now_so_i4_holds_and_the_sync_delivers(
     engram_bin: Path, tmp_path: Path
 ) -> None:
+    """The history explore found (I4/copy-without-session: the copy referenced a session my-app never got,
+    so `engram sync --cloud --project my-app` failed); the claim now copies that session too."""
     outcome = play(engram_bin, CLAIM_HISTORY, autosync=False)
-    assert outcome.error == "" and outcome.violation_step == 2
-    (violation,) = outcome.violations
-    assert violation.kind == "I4/copy-without-session" and violation.owner == "ours"
-    assert "session 'manual-save-scratch', project 'my-app'" in violation.detail
-    path = tmp_path / "claim.scenario.yaml"
-    steps = [*(step.raw for step in CLAIM_HISTORY), *violation.extra_steps]
-    path.write_text(
-        scenario_yaml(scenario_document("claim", steps, autosync=False, expectations=violation.expectations)),
-        encoding="utf-8",
+    assert outcome.error == "" and outcome.violations == [], (outcome.error, outcome.violations)
+    sync: dict[str, object] = {
+        "run": {"args": ["sync", "--cloud", "--project", "my-app"], "exit": 0, "as": "sync-my-app"}
+    }
+    replay = _run_scenario(
+        engram_bin, tmp_path / "claim.scenario.yaml", [*(step.raw for step in CLAIM_HISTORY), sync]
     )
-    replays, detail = replay_scenario(engram_bin, path)
-    assert replays is True, detail  # every step ran; the sync after the claim exited 1, not 0
-    assert "sync-my-app" in detail, detail
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    assert "cloud/my-app 2/2" in replay.stdout  # the copy and its session, both delivered
 
 
 RENAME_SCENARIO = """\
