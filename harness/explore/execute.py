@@ -22,7 +22,6 @@ from engram_sync_kit.canary.config import CanaryConfig
 from engram_sync_kit.canary.db import open_read_only
 from engram_sync_kit.canary.errors import CanaryError
 from engram_sync_kit.canary.report import render_json
-from engram_sync_kit.canary.triage_log import TRIAGE_LOG_NAME, default_backup_dir
 from engram_sync_kit.fake_cloud.errors import FakeCloudError
 from engram_sync_kit.harness.engram_env import EngramEnvironment
 from engram_sync_kit.harness.explore.invariants import (
@@ -41,6 +40,7 @@ from engram_sync_kit.harness.localdata import read_sync_state_rows
 from engram_sync_kit.harness.results import StepRecord
 from engram_sync_kit.harness.runner import SCENARIO_ERRORS, _make_workspaces, error_detail
 from engram_sync_kit.harness.steps import StepRunner, _kit_command
+from engram_sync_kit.harness.triage_copies import read_triage_entries
 from engram_sync_kit.harness.world import CloudHandle, World, engram_version
 
 
@@ -262,7 +262,7 @@ def play(
             lossy = lossy or _is_lossy(generated.raw)
             cloud_side.play(generated.raw)
             journal_before = _last_journal_id(world)
-            log_before = len(_triage_log(world))
+            log_before = len(read_triage_entries(world.db_path))
             started = time.monotonic()
             runner.run((step,), prefix=f"{index + 1}.")
             record: StepRecord = runner.records[-1]
@@ -277,7 +277,7 @@ def play(
                     observation.settled = generated.operation == "settle"
                 if "triage" in generated.raw:
                     observation.before = previous
-                    observation.triage_entries = _triage_log(world)[log_before:]
+                    observation.triage_entries = read_triage_entries(world.db_path)[log_before:]
                 violations = check_all(observation)
                 observation.before, previous = None, observation
                 states = reached_states(observation) | cloud_side.states()
@@ -302,22 +302,6 @@ def play(
     finally:
         player.close(keep=keep)
     return outcome
-
-
-def _triage_log(world: World) -> list[dict[str, Any]]:
-    """The canary's triage log next to the scenario's database, one entry per --apply, oldest first."""
-    path = default_backup_dir(world.db_path) / TRIAGE_LOG_NAME
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        return []
-    entries = []
-    for line in lines:
-        with contextlib.suppress(json.JSONDecodeError):
-            entry = json.loads(line)
-            if isinstance(entry, dict):
-                entries.append(entry)
-    return entries
 
 
 def _last_journal_id(world: World) -> int:
