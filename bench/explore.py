@@ -1,70 +1,137 @@
 """engram-harness explore's throughput: steps a second outside engram's own waits (goal: >= 20).
 
-Run ``python -m bench.explore``; it writes bench/results/explore.json and prints a table.
+Run ``python -m bench.explore [--against REV] [--rounds N] [--budget S]``; it writes
+bench/results/explore.json and prints a table.
 
-A 60 s exploration with the real engram v1.20.0 on the chunk path (no 30 s worker ticks, no shrinking)
-splits every step's time into the step itself (engram's CLI, MCP, HTTP and the fake cloud: engram's own
-waits) and explore's work after it (reading the lanes, the cloud's records, sync_state, the canary's check,
-the invariants). Generation is timed apart, over 10,000 histories, since it needs no engram.
+Each measurement is an exploration with the real engram v1.20.0 on the chunk path (no 30 s worker ticks,
+no shrinking, every nemesis, seed 1) in a child process. A step's time splits into the step itself
+(engram's CLI, MCP, HTTP and the fake cloud, and the canary CLI of a triage step: what explore waits for)
+and explore's work around it (a fresh world per history, reading the lanes, the cloud's records,
+sync_state, the canary's check, the invariants). ``--against REV`` measures REV's explore (a git
+worktree, same settings) in the same run, alternating which goes first each round, so a loaded machine
+slows both alike; the child's own CPU seconds (explore's process, without engram's) are kept too, since
+they move less with the load than wall time. Generation is timed apart, over 10,000 histories.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
+from statistics import median
+from typing import Any
+
+import click
 
 from bench.fake_cloud import machine, print_rows, save
+from bench.worktree import ROOT, checkout
 from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
-from engram_sync_kit.harness.explore.explorer import ExploreSettings, explore
 from engram_sync_kit.harness.explore.operations import NEMESIS_KINDS, GeneratorSettings, generate_history
 
 RESULTS = Path(__file__).parent / "results" / "explore.json"
-BUDGET = 60.0
 GENERATED = 10_000
 
+# One measurement, run by a child with PYTHONPATH naming the tree it measures; only the explore API that
+# both trees share.
+CHILD = """
+import json, sys, tempfile, time
+from pathlib import Path
+from engram_sync_kit.harness.explore.explorer import ExploreSettings, explore
+from engram_sync_kit.harness.explore.operations import NEMESIS_KINDS
+binary, budget = Path(sys.argv[1]), float(sys.argv[2])
+cpu = time.process_time()
+with tempfile.TemporaryDirectory() as out:
+    report = explore(ExploreSettings(binary=binary, seed=1, budget=budget, out=Path(out),
+        nemesis=tuple(NEMESIS_KINDS), autosync=False, steps=12, shrink=False))
+print(json.dumps({"histories": report.histories, "steps": report.steps, "wall": report.seconds,
+    "step": report.step_seconds, "check": report.check_seconds, "cpu": time.process_time() - cpu}))
+"""
 
-def main() -> None:
+
+def measure(tree: Path, binary: Path, budget: float) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(binary), str(budget)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=budget * 4 + 120,
+    )
+    raw = json.loads(done.stdout.strip().splitlines()[-1])
+    outside = raw["wall"] - raw["step"]
+    return {
+        "histories": raw["histories"],
+        "steps": raw["steps"],
+        "wall_seconds": round(raw["wall"], 2),
+        "engram_step_seconds": round(raw["step"], 2),
+        "check_seconds": round(raw["check"], 2),
+        "outside_engram_seconds": round(outside, 2),
+        "steps_per_second_outside_engram": round(raw["steps"] / outside, 2),
+        "checks_per_second": round(raw["steps"] / raw["check"], 2),
+        "explore_cpu_ms_per_step": round(raw["cpu"] / raw["steps"] * 1000, 2),
+        "load_average_1m": round(os.getloadavg()[0], 2),
+    }
+
+
+def summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "rounds": rounds,
+        "median_steps_per_second_outside_engram": round(
+            median(r["steps_per_second_outside_engram"] for r in rounds), 2
+        ),
+        "median_checks_per_second": round(median(r["checks_per_second"] for r in rounds), 2),
+        "median_explore_cpu_ms_per_step": round(median(r["explore_cpu_ms_per_step"] for r in rounds), 2),
+        "steps": sum(r["steps"] for r in rounds),
+    }
+
+
+@click.command()
+@click.option("--against", help="also measure this revision's explore, side by side")
+@click.option("--rounds", default=3, show_default=True, type=click.IntRange(1, 20))
+@click.option("--budget", default=40.0, show_default=True, type=click.FloatRange(5, 600), help="seconds each")
+def main(against: str | None, rounds: int, budget: float) -> None:
     binary = find_engram(DEFAULT_VERSION) or install_engram(DEFAULT_VERSION)
     settings = GeneratorSettings(autosync=False, nemesis=tuple(NEMESIS_KINDS), steps=12)
     started = time.perf_counter()
     steps = sum(len(generate_history(seed, settings)) for seed in range(GENERATED))
     generation = time.perf_counter() - started
-    with tempfile.TemporaryDirectory() as out:
-        report = explore(
-            ExploreSettings(
-                binary=binary,
-                seed=1,
-                budget=BUDGET,
-                out=Path(out),
-                nemesis=tuple(NEMESIS_KINDS),
-                autosync=False,
-                steps=12,
-                shrink=False,
-            )
-        )
-    outside = report.seconds - report.step_seconds
+    sides: dict[str, list[dict[str, Any]]] = {"this_tree": []}
+    with tempfile.TemporaryDirectory() as workdir, contextlib.ExitStack() as stack:
+        trees = {"this_tree": ROOT}
+        if against is not None:
+            trees["against"] = stack.enter_context(checkout(against, Path(workdir)))
+            sides["against"] = []
+        for number in range(rounds):
+            for name in list(trees) if number % 2 == 0 else list(reversed(trees)):
+                sides[name].append(measure(trees[name], binary, budget))
     results = machine(
-        engram=report.engram,
-        budget_seconds=BUDGET,
-        histories=report.histories,
-        steps=report.steps,
-        wall_seconds=round(report.seconds, 2),
-        engram_step_seconds=round(report.step_seconds, 2),
-        check_seconds=round(report.check_seconds, 2),
-        outside_engram_seconds=round(outside, 2),
-        steps_per_second_wall=round(report.steps / report.seconds, 2),
-        steps_per_second_outside_engram=round(report.steps / outside, 2),
-        checks_per_second=round(report.steps / report.check_seconds, 2),
+        engram=DEFAULT_VERSION.removeprefix("v"),
+        budget_seconds_each=budget,
+        this_tree=summary(sides["this_tree"]),
         generated_steps_per_second=round(steps / generation, 0),
+        goal_steps_per_second_outside_engram=20,
     )
+    rows = [("this tree", sides["this_tree"])]
+    if against is not None:
+        results["against"] = {"revision": against, **summary(sides["against"])}
+        rows.append((f"against {against}", sides["against"]))
     print_rows(
         [
-            ("steps", str(report.steps), f"{report.histories} histories in {report.seconds:.1f} s"),
-            ("outside engram", f"{results['steps_per_second_outside_engram']} steps/s", "goal >= 20"),
-            ("checks alone", f"{results['checks_per_second']} steps/s", "lanes, cloud, canary, invariants"),
-            ("generation", f"{results['generated_steps_per_second']:.0f} steps/s", "no engram"),
+            (
+                name,
+                f"{summary(measured)['median_steps_per_second_outside_engram']} steps/s",
+                f"outside engram, median of {rounds}; checks {summary(measured)['median_checks_per_second']}/s, "
+                f"explore's CPU {summary(measured)['median_explore_cpu_ms_per_step']} ms/step",
+            )
+            for name, measured in rows
         ]
+        + [("generation", f"{results['generated_steps_per_second']:.0f} steps/s", "no engram")]
     )
     save(results, RESULTS)
 

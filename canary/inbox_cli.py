@@ -36,6 +36,7 @@ from engram_sync_kit.canary.triage import (
     plan_drop,
     resolve_cwd,
     select_rows,
+    with_referenced_sessions,
 )
 
 DB_HELP = "engram database (default: $ENGRAM_DATA_DIR/engram.db, else ~/.engram/engram.db)"
@@ -84,6 +85,14 @@ def _backups(backup_dir: Path | None, keep_backups: int | None) -> tuple[Path | 
 def _snapshot(db: Path, aliases: AliasMap) -> InboxSnapshot:
     with EngramDb.open(db) as engram:
         return read_inbox(engram, _with_key_map(aliases))
+
+
+def _preview(db: Path, aliases: AliasMap, build: Callable[[InboxSnapshot], Plan]) -> Plan:
+    """The plan as a dry run shows it: a claim's with the sessions its memories reference."""
+    with EngramDb.open(db) as engram:
+        plan = build(read_inbox(engram, _with_key_map(aliases)))
+        with engram.read_transaction():
+            return with_referenced_sessions(engram, plan)
 
 
 @click.group("inbox")
@@ -180,7 +189,7 @@ def _run(
 ) -> None:
     database = db or default_db_path()
     aliases, resolved_aliases_path = _load_aliases_for_write(_aliases_path(aliases_path))
-    plan = build(_snapshot(database, aliases))
+    plan = _preview(database, aliases, build)
     if plan.alias is not None:
         section, alias, project = plan.alias
         check_alias_free(aliases, resolved_aliases_path, section, alias, project)

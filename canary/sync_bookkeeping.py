@@ -18,7 +18,8 @@ from engram_sync_kit.canary.targets import project_target
 from engram_sync_kit.engram_contract import LEGACY_TARGET
 from engram_sync_kit.engram_contract.enqueue import INSERT_LOCAL_SQL, mark_enqueued
 
-_CHUNK = 500
+# Values bound into one IN (...) list; well under SQLite's limit of host parameters.
+IN_LIST_CHUNK = 500
 
 
 @dataclass(frozen=True)
@@ -37,8 +38,8 @@ def count_rows(connection: sqlite3.Connection, sql: str, *parameters: object) ->
 
 def seq_chunks(seqs: Sequence[int]) -> Iterator[tuple[Sequence[int], str]]:
     """SEQS in slices that fit SQLite's parameter limit, each with its `?,?,...` list."""
-    for start in range(0, len(seqs), _CHUNK):
-        chunk = seqs[start : start + _CHUNK]
+    for start in range(0, len(seqs), IN_LIST_CHUNK):
+        chunk = seqs[start : start + IN_LIST_CHUNK]
         yield chunk, ",".join("?" * len(chunk))
 
 

@@ -53,7 +53,13 @@ from engram_sync_kit.canary.errors import TriageError as TriageError  # its comm
 from engram_sync_kit.canary.inbox import InboxRow, InboxSnapshot, select_inbox_rows
 from engram_sync_kit.canary.lanes import LANE_ROW_COLUMNS, entry_refusal, lane_row, with_project
 from engram_sync_kit.canary.schema_support import identify, require_write_tested
-from engram_sync_kit.canary.sync_bookkeeping import PreparedWrite, SyncBookkeeping, count_rows, seq_chunks
+from engram_sync_kit.canary.sync_bookkeeping import (
+    IN_LIST_CHUNK,
+    PreparedWrite,
+    SyncBookkeeping,
+    count_rows,
+    seq_chunks,
+)
 from engram_sync_kit.canary.targets import (
     RESERVED_INBOX_PROJECT,
     allowed_targets,
@@ -131,6 +137,8 @@ class Copy:
     project: str
     payload: str
     repair: str | None = None
+    # a session upsert copied because claimed memories reference it (its original stays in the inbox)
+    session_of_memories: bool = False
 
 
 @dataclass(frozen=True)
@@ -166,6 +174,7 @@ class Plan:
     enrolled: frozenset[str] = frozenset()
     rows: RowSelection | None = None
     refused: list[RefusedRow] = field(default_factory=list)
+    repair: bool = False
 
     @property
     def is_empty(self) -> bool:
@@ -176,9 +185,10 @@ class Plan:
         for copy in self.copies:
             row = copy.source
             repaired = f", repaired: {copy.repair}" if copy.repair is not None else ""
+            carried = ", the session of the claimed memories" if copy.session_of_memories else ""
             lines.append(
                 f"insert: legacy-lane row {row.entity} {row.entity_key} {row.op} for project {copy.project!r} "
-                f"(copy of seq {row.seq}, project {row.project!r}{repaired})"
+                f"(copy of seq {row.seq}, project {row.project!r}{repaired}{carried})"
             )
         for refused in self.refused:
             row = refused.row
@@ -331,6 +341,7 @@ def plan_claim(
         project=enrolled_name,
         high_water=snapshot.high_water,
         enrolled=snapshot.enrolled,
+        repair=repair,
     )
     for row in rows:
         outcome = preflight_copy(row, enrolled_name, repair=repair)
@@ -362,6 +373,114 @@ def plan_claim(
         elif selection.key != UNSORTED and normalize_project(selection.key) != enrolled_name:
             plan.alias = ("keys", selection.key, enrolled_name)
     return plan
+
+
+_MEMORY_ENTITIES = frozenset({"observation", "prompt"})
+
+
+def with_referenced_sessions(db: EngramDb, plan: Plan) -> Plan:
+    """A claim's memories with the session they reference, in the same project.
+
+    The cloud checks a chunk's session references per project (`engram sync --cloud` then fails with
+    'references missing session_id'), and a claim without --with-telemetry leaves the session rows in the
+    inbox. So the latest upsert of each referenced session the project's lane does not carry yet is copied
+    too, ahead of the memories; its originals stay in the inbox. A memory whose session cannot be copied
+    (refused, or never journaled) is refused with the reason."""
+    if plan.operation != "claim" or plan.project is None:
+        return plan
+    project = plan.project
+    in_plan = {copy.source.entity_key for copy in plan.copies if copy.source.entity == "session"}
+    wanted: dict[str, list[Copy]] = {}
+    for copy in plan.copies:
+        session_id = _session_reference(copy)
+        if session_id and session_id not in in_plan:
+            wanted.setdefault(session_id, []).append(copy)
+    if not wanted:
+        return plan
+    carried, latest = _journaled_sessions(db.connection, sorted(wanted), project)
+    sessions: list[Copy] = []
+    refused: dict[int, RefusedRow] = {}
+    for session_id, memories in wanted.items():
+        if session_id in carried:
+            continue
+        source = latest.get(session_id)
+        outcome = preflight_copy(source, project, repair=plan.repair) if source is not None else None
+        if isinstance(outcome, Copy):
+            sessions.append(dataclasses.replace(outcome, session_of_memories=True))
+            continue
+        for memory in memories:
+            row = memory.source
+            if outcome is None:
+                why = f"has no upsert in engram's journal to copy; drop it (engram-canary inbox drop --seq {row.seq})"
+            else:
+                why = (
+                    f"cannot be copied (seq {outcome.row.seq}: {outcome.reason}); drop both "
+                    f"(engram-canary inbox drop --seq {row.seq},{outcome.row.seq})"
+                )
+            remedy = f"its session {session_id!r} {why}"
+            refusal = PushRefusal(400, f'references missing session_id "{session_id}"', "session_id")
+            refused[row.seq] = RefusedRow(row, refusal, remedy)
+    if not sessions and not refused:
+        return plan
+    kept = [copy for copy in plan.copies if copy.source.seq not in refused]
+    if not kept:
+        first = [*plan.refused, *refused.values()][0]
+        what = plan.selection.describe() if plan.selection is not None else "the selection"
+        raise TriageError(
+            f"nothing to claim: the cloud would refuse all {len(plan.refused) + len(refused)} rows of {what} "
+            f"(first: seq {first.row.seq}, {first.reason}; {first.remedy})"
+        )
+    return dataclasses.replace(
+        plan,
+        copies=[*sessions, *kept],
+        acks=[row for row in plan.acks if row.seq not in refused],
+        refused=[*plan.refused, *refused.values()],
+    )
+
+
+def _session_reference(copy: Copy) -> str | None:
+    if copy.source.entity not in _MEMORY_ENTITIES or copy.source.op != "upsert":
+        return None
+    try:
+        decoded = json.loads(copy.payload)
+    except (ValueError, RecursionError):
+        return None
+    session_id = decoded.get("session_id") if isinstance(decoded, dict) else None
+    return session_id.strip() or None if isinstance(session_id, str) else None
+
+
+def _journaled_sessions(
+    connection: sqlite3.Connection, session_ids: Sequence[str], project: str
+) -> tuple[set[str], dict[str, InboxRow]]:
+    """Which of the sessions the project's legacy lane already carries (an upsert journaled under it, acked
+    or not), and the latest upsert of each on the legacy lane (with the sessions table's directory)."""
+    carried: set[str] = set()
+    latest: dict[str, InboxRow] = {}
+    for start in range(0, len(session_ids), IN_LIST_CHUNK):
+        chunk = session_ids[start : start + IN_LIST_CHUNK]
+        marks = ",".join("?" * len(chunk))
+        upserts = (
+            "FROM sync_mutations WHERE target_key = ? AND entity = 'session' AND op = 'upsert' "
+            f"AND entity_key IN ({marks})"
+        )
+        carried.update(
+            str(key)
+            for (key,) in connection.execute(
+                f"SELECT DISTINCT entity_key {upserts} AND project = ?", (LEGACY_TARGET, *chunk, project)
+            )
+        )
+        columns = ", ".join(f"m.{name.strip()}" for name in LANE_ROW_COLUMNS.split(","))
+        for values in connection.execute(
+            f"SELECT {columns}, s.directory FROM sync_mutations AS m LEFT JOIN sessions AS s ON s.id = m.entity_key "
+            f"WHERE m.seq IN (SELECT MAX(seq) {upserts} GROUP BY entity_key)",
+            (LEGACY_TARGET, *chunk),
+        ):
+            directory = values[-1]
+            row = lane_row(values[:-1])
+            if isinstance(directory, str) and directory.strip():
+                row = dataclasses.replace(row, cwd=normalize_cwd(directory))
+            latest[row.entity_key] = row
+    return carried, latest
 
 
 def near_enrolled_name(project: str, enrolled: frozenset[str]) -> str | None:
@@ -640,7 +759,7 @@ class InboxPlanner:
     build: Callable[[InboxSnapshot], Plan]
 
     def plan(self, db: EngramDb) -> Plan:
-        return self.build(select_inbox_rows(db, self.aliases))
+        return with_referenced_sessions(db, self.build(select_inbox_rows(db, self.aliases)))
 
     def revalidate(self, db: EngramDb, plan: Plan) -> Plan:
         """The preview holds if enrollment is unchanged, its rows are still unacked and no row journaled

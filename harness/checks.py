@@ -22,7 +22,7 @@ from engram_sync_kit.harness.design_checks import (
     check_save_answer,
 )
 from engram_sync_kit.harness.evidence import OutputEntry
-from engram_sync_kit.harness.lanes import LaneTable
+from engram_sync_kit.harness.lanes import LaneTable, read_local_mutations
 from engram_sync_kit.harness.localdata import local_key
 from engram_sync_kit.harness.results import StepMarks
 from engram_sync_kit.harness.step_results import (
@@ -34,6 +34,7 @@ from engram_sync_kit.harness.step_results import (
     StepResult,
     StepResults,
 )
+from engram_sync_kit.harness.triage_copies import copy_problems, read_triage_entries
 
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.]+))?$")
 
@@ -440,6 +441,30 @@ class Judge:
         return self.evaluate(check, observed)
 
 
+def _triage_copies(check: s.TriageCopiesCheck, observed: Observed) -> list[str]:
+    if observed.db_path is None:
+        raise LookupError("no database to read (the scenario did not get that far)")
+    entries = read_triage_entries(observed.db_path)
+    triaged = {int(seq) for entry in entries for seq in entry.get("acked_seqs") or ()}
+    found = copy_problems(read_local_mutations(observed.db_path), entries, triaged)
+    shown = {
+        "refused": [f"seq {seq} ({reason})" for seq, reason in found.refused],
+        "missing": [
+            f"seq {row.seq} ({row.entity} {row.entity_key}, copy for {project!r})"
+            for row, project in found.missing
+        ],
+        "without_session": [
+            f"seq {seq} (session {session!r}, project {project!r})"
+            for seq, session, project in found.without_session
+        ],
+    }
+    return [
+        f"triage copies {name}: expected {getattr(check, name)}, got {len(items)}: {', '.join(items[:5])}"
+        for name, items in shown.items()
+        if len(items) != getattr(check, name)
+    ]
+
+
 def judge(model: type[ModelT], evaluate: Evaluator[ModelT]) -> Judge:
     """One entry of EVALUATORS: mypy checks that `evaluate` takes the check model of its kind."""
     return Judge(model, evaluate)
@@ -465,6 +490,7 @@ EVALUATORS: dict[str, Judge] = {
     "cloud_status": judge(d.CloudStatusCheck, _cloud_status),
     "doctor_check": judge(d.DoctorVerdictCheck, _doctor_check),
     "inbox_row": judge(d.InboxRowCheck, _inbox_row),
+    "triage_copies": judge(s.TriageCopiesCheck, _triage_copies),
 }
 
 

@@ -14,6 +14,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
 from engram_sync_kit.harness.errors import HarnessError
 from engram_sync_kit.harness.explore.explorer import ExploreReport, ExploreSettings, explore
+from engram_sync_kit.harness.explore.invariants import whose
 from engram_sync_kit.harness.explore.operations import NEMESIS_KINDS
 
 BAD_INPUT = 3
@@ -74,7 +75,7 @@ def _summary(report: ExploreReport, replay: int | None) -> str:
         if found.replayed is not None:
             replayed = ", replays" if found.replayed else f", does NOT replay: {found.replay_detail}"
         lines.append(
-            f"  {found.invariant} ({found.owner}'s) seed {found.seed}: {found.detail}{where}{replayed}"
+            f"  {found.invariant} ({whose(found.owner)}) seed {found.seed}: {found.detail}{where}{replayed}"
             + (")" if found.scenario else "")
         )
     lines.extend(f"  error: {error}" for error in report.errors)

@@ -28,17 +28,18 @@ SYNC_STATE_COLUMNS = (
 
 def read_sync_state_rows(db_path: Path) -> list[dict[str, Any]]:
     """Every sync_state row, with the columns this engram version has (others read as null)."""
+    return read_with(db_path, sync_state_rows, [])
 
-    def read(connection: sqlite3.Connection) -> list[dict[str, Any]]:
-        have = {row[1] for row in connection.execute("PRAGMA table_info(sync_state)")}
-        columns = [column for column in SYNC_STATE_COLUMNS if column in have]
-        rows = connection.execute(f"SELECT {', '.join(columns)} FROM sync_state ORDER BY target_key")
-        return [
-            {column: dict(zip(columns, row, strict=True)).get(column) for column in SYNC_STATE_COLUMNS}
-            for row in rows
-        ]
 
-    return read_with(db_path, read, [])
+def sync_state_rows(connection: sqlite3.Connection) -> list[dict[str, Any]]:
+    """read_sync_state_rows on a connection the caller holds (read-only)."""
+    have = {row[1] for row in connection.execute("PRAGMA table_info(sync_state)")}
+    columns = [column for column in SYNC_STATE_COLUMNS if column in have]
+    rows = connection.execute(f"SELECT {', '.join(columns)} FROM sync_state ORDER BY target_key")
+    return [
+        {column: dict(zip(columns, row, strict=True)).get(column) for column in SYNC_STATE_COLUMNS}
+        for row in rows
+    ]
 
 
 def _query(check: s.LocalCheck) -> tuple[str, list[Any]]:

@@ -829,6 +829,19 @@ class SyncStateCheck(Strict):
         return self
 
 
+class TriageCopiesCheck(Strict):
+    """The copies the kit's own triage --apply appended (the triage log next to the database), judged on
+    the database at the end of the run (explore's I4)."""
+
+    refused: int = Field(0, ge=0, description="Waiting copies the cloud's push rules refuse.")
+    missing: int = Field(
+        0, ge=0, description="Rows acked as replaced (claim, repair) whose copy is not in the database."
+    )
+    without_session: int = Field(
+        0, ge=0, description="Copied observations/prompts whose session has no row in the copy's project."
+    )
+
+
 class LocalCheck(Strict):
     """Rows in this device's engram database (read-only), matched by title, key or project."""
 
@@ -1059,6 +1072,11 @@ class InboxRowExpectation(ExpectationBase):
     inbox_row: InboxRowCheck
 
 
+class TriageCopiesExpectation(ExpectationBase):
+    kind: ClassVar[str] = "triage_copies"
+    triage_copies: TriageCopiesCheck
+
+
 EXPECTATION_MODELS: dict[str, type[ExpectationBase]] = {
     model.kind: model
     for model in (
@@ -1080,6 +1098,7 @@ EXPECTATION_MODELS: dict[str, type[ExpectationBase]] = {
         CloudStatusExpectation,
         DoctorCheckExpectation,
         InboxRowExpectation,
+        TriageCopiesExpectation,
     )
 }
 CHECK_KEYS = tuple(EXPECTATION_MODELS)
@@ -1119,7 +1138,8 @@ Expectation: TypeAlias = Annotated[
     | Annotated[EnrollHintExpectation, Tag("enroll_hint")]
     | Annotated[CloudStatusExpectation, Tag("cloud_status")]
     | Annotated[DoctorCheckExpectation, Tag("doctor_check")]
-    | Annotated[InboxRowExpectation, Tag("inbox_row")],
+    | Annotated[InboxRowExpectation, Tag("inbox_row")]
+    | Annotated[TriageCopiesExpectation, Tag("triage_copies")],
     Discriminator(_kind_of, custom_error_type="one_check", custom_error_message=ONE_CHECK),
 ]
 EXPECTATION: TypeAdapter[Expectation] = TypeAdapter(Expectation)

@@ -3,6 +3,7 @@ after each step and checking the invariants."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import json
@@ -10,20 +11,20 @@ import shutil
 import sqlite3
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
-from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engram_sync_kit.canary.checks import run_check
+from engram_sync_kit.canary.checks import check_connection, run_check
 from engram_sync_kit.canary.config import CanaryConfig
-from engram_sync_kit.canary.db import open_read_only
+from engram_sync_kit.canary.db import DatabaseUnavailable, EngramDb, Schema
 from engram_sync_kit.canary.errors import CanaryError
 from engram_sync_kit.canary.report import render_json
-from engram_sync_kit.canary.triage_log import TRIAGE_LOG_NAME, default_backup_dir
 from engram_sync_kit.fake_cloud.errors import FakeCloudError
+from engram_sync_kit.fake_cloud.state import ReceivedMutation
 from engram_sync_kit.harness.engram_env import EngramEnvironment
 from engram_sync_kit.harness.explore.invariants import (
     PUSH_PATH,
@@ -35,12 +36,22 @@ from engram_sync_kit.harness.explore.invariants import (
 )
 from engram_sync_kit.harness.explore.operations import LOSSY_ACTIONS, GeneratedStep
 from engram_sync_kit.harness.explore.scenario_out import scenario_document, scenario_yaml
-from engram_sync_kit.harness.lanes import LaneTable, compute_lanes, read_local_mutations, triaged_seqs
+from engram_sync_kit.harness.lanes import (
+    LaneReadError,
+    LaneTable,
+    LocalMutation,
+    compute_lanes,
+    read_local_mutations,
+    triaged_seqs,
+)
+from engram_sync_kit.harness.lanes import _local_mutations as read_local_mutations_on
 from engram_sync_kit.harness.loader import Step, parse_scenario
-from engram_sync_kit.harness.localdata import read_sync_state_rows
+from engram_sync_kit.harness.localdata import sync_state_rows
 from engram_sync_kit.harness.results import StepRecord
 from engram_sync_kit.harness.runner import SCENARIO_ERRORS, _make_workspaces, error_detail
+from engram_sync_kit.harness.schema import Header
 from engram_sync_kit.harness.steps import StepRunner, _kit_command
+from engram_sync_kit.harness.triage_copies import read_triage_entries
 from engram_sync_kit.harness.world import CloudHandle, World, engram_version
 
 
@@ -61,20 +72,6 @@ class HistoryOutcome:
     violations: list[Violation] = field(default_factory=list)
     violation_step: int | None = None  # index (0-based) of the step after which the first violation showed
     error: str = ""
-
-
-def _enrolled(db_path: Path) -> set[str]:
-    try:
-        connection = open_read_only(db_path)
-    except CanaryError:
-        return set()
-    try:
-        with closing(connection.cursor()) as cursor:
-            return {str(row[0]) for row in cursor.execute("SELECT project FROM sync_enrolled_projects")}
-    except sqlite3.Error:
-        return set()
-    finally:
-        connection.close()
 
 
 def _is_lossy(raw: dict[str, Any]) -> bool:
@@ -149,6 +146,103 @@ def new_cloud(logs: Path) -> CloudHandle:
     return CloudHandle("process", "harness-token", ["*"], logs / "fake-cloud.log", tls=True)
 
 
+class ReceivedSoFar:
+    """What the fake cloud stored in this history, fetched anew only after a step that may have pushed:
+    without engram's worker, only a sync pushes (the cloud was reset when the history started)."""
+
+    def __init__(self, world: World, autosync: bool) -> None:
+        self.world = world
+        self.autosync = autosync
+        self.items: list[ReceivedMutation] = []
+
+    def after(self, raw: dict[str, Any]) -> list[ReceivedMutation]:
+        if self.autosync or "sync" in raw or "run" in raw:
+            since = self.items[-1].seq if self.items else 0
+            self.items.extend(self.world.cloud.client.received(since_seq=since))
+        return self.items
+
+
+class GroundTruth:
+    """Reads engram's database after each step on one read-only connection: the canary's own check (the
+    function `engram-canary check --no-baseline --format json` runs; in process, since a new interpreter
+    per step would cost more than engram's own work), then the journal, sync_state and the enrolled set
+    in one read transaction. The schema is discovered once per history and kept while engram does not
+    change it (EngramDb.open's `known`). The check reads everything each time (use_cursor=False): its
+    cursors are a cache for large databases, kept in the canary's state dir per database, so with them
+    every history left files behind in the user's state dir and paid to write them."""
+
+    def __init__(self, db_path: Path) -> None:
+        self.db_path = db_path
+        self.schema: Schema | None = None
+
+    def read(self) -> tuple[dict[str, Any], list[LocalMutation], list[dict[str, Any]], set[str]]:
+        """The canary's answer, the journal's rows, sync_state's rows and the enrolled projects."""
+        try:
+            db = EngramDb.open(self.db_path, known=self.schema)
+        except DatabaseUnavailable:
+            canary = run_check(self.db_path, CanaryConfig(), None, use_cursor=False)  # UNKNOWN, in its words
+            return json.loads(render_json(canary)), read_local_mutations(self.db_path), [], set()
+        try:
+            self.schema = db.schema
+            try:
+                canary = check_connection(db, CanaryConfig(), None, use_cursor=False)
+            except (sqlite3.DatabaseError, CanaryError):
+                canary = run_check(self.db_path, CanaryConfig(), None, use_cursor=False)  # its words
+            try:
+                with db.read_transaction() as connection:
+                    local = read_local_mutations_on(connection)
+                    sync_state = sync_state_rows(connection)
+                    enrolled = set(db.enrolled_projects())
+            except sqlite3.Error as error:
+                raise LaneReadError(f"cannot count the lanes: {self.db_path}: {error}") from error
+        finally:
+            db.close()
+        return json.loads(render_json(canary)), local, sync_state, enrolled
+
+
+@dataclass(frozen=True)
+class _Template:
+    root: Path
+    workspaces: dict[str, Path]  # relative to the root, or absolute when outside it ("/")
+
+
+_TEMPLATES: dict[tuple[Path, bool], _Template] = {}
+_TEMPLATES_LOCK = threading.Lock()
+
+
+def _fresh_world(world: World, autosync: bool) -> None:
+    """The world a history starts from: its workspaces (git repos, plain dirs) and engram's database as
+    `engram stats` creates it. The first history of a process builds it; the others copy that one (taken
+    before any step, with engram not running), which costs a fraction of two `git init` and an engram
+    start per history."""
+    root = world.env.root
+    key = (world.env.binary, autosync)
+    with _TEMPLATES_LOCK:
+        template = _TEMPLATES.get(key)
+    if template is not None:
+        shutil.copytree(template.root, root, symlinks=True, dirs_exist_ok=True)
+        world.workspaces.update(
+            {name: path if path.is_absolute() else root / path for name, path in template.workspaces.items()}
+        )
+        return
+    _make_workspaces(world, _header(autosync).workspaces)
+    world.run(["stats"])
+    copy = Path(tempfile.mkdtemp(prefix="engram-explore-template-"))
+    for part in ("engram-data", "home", "workspaces"):
+        if (root / part).exists():
+            shutil.copytree(root / part, copy / part, symlinks=True)
+    relative = {
+        name: path.relative_to(root) if path.is_relative_to(root) else path
+        for name, path in world.workspaces.items()
+    }
+    with _TEMPLATES_LOCK:
+        if key not in _TEMPLATES:
+            _TEMPLATES[key] = _Template(copy, relative)
+            atexit.register(shutil.rmtree, copy, ignore_errors=True)
+            return
+    shutil.rmtree(copy, ignore_errors=True)  # another thread's copy won
+
+
 class HistoryPlayer:
     """One fresh world (its own engram data dir, HOME, workspaces and fake cloud) for one history."""
 
@@ -182,12 +276,7 @@ class HistoryPlayer:
             workspace_root=self.root / "workspaces",
         )
         self.world = world
-        document = scenario_document("explore", [], autosync=self.autosync)
-        header = parse_scenario(
-            scenario_yaml({**document, "steps": []}), Path("explore.scenario.yaml")
-        ).header
-        _make_workspaces(world, header.workspaces)
-        world.run(["stats"])
+        _fresh_world(world, self.autosync)
         if self.autosync:
             world.ensure_daemon(autosync=True)
         return world
@@ -205,6 +294,13 @@ class HistoryPlayer:
                 shutil.rmtree(self.root, ignore_errors=True)
 
 
+@functools.cache
+def _header(autosync: bool) -> Header:
+    """The world every history starts from, as the loader reads it (the same for every history)."""
+    document = scenario_document("explore", [], autosync=autosync)
+    return parse_scenario(scenario_yaml(document), Path("explore.scenario.yaml")).header
+
+
 def parsed_steps(history: Sequence[GeneratedStep], autosync: bool) -> tuple[Step, ...]:
     """The history as the loader's Steps: the very models `engram-harness run` plays."""
     document = scenario_document("explore", [step.raw for step in history], autosync=autosync)
@@ -212,21 +308,21 @@ def parsed_steps(history: Sequence[GeneratedStep], autosync: bool) -> tuple[Step
 
 
 def _observe(
-    world: World, lossy: bool, reconcile_cache: dict[frozenset[int], frozenset[int] | None]
+    world: World,
+    truth: GroundTruth,
+    lossy: bool,
+    reconcile_cache: dict[frozenset[int], frozenset[int] | None],
+    received: Sequence[ReceivedMutation],
 ) -> Observation:
-    # The very check `engram-canary check --no-baseline --format json` runs (the `canary` step), in process:
-    # a new interpreter per step would cost more than engram's own work.
-    canary: dict[str, Any] = json.loads(render_json(run_check(world.db_path, CanaryConfig(), None)))
-    local = read_local_mutations(world.db_path)
-    lanes = compute_lanes(local, world.cloud.client.received())
+    canary, local, sync_state, enrolled = truth.read()
     observation = Observation(
         triaged=triaged_seqs(world.db_path),
         local=local,
-        lanes=lanes,
+        lanes=compute_lanes(local, received),
         canary=canary,
-        sync_state=read_sync_state_rows(world.db_path),
+        sync_state=sync_state,
         lossy_nemesis=lossy,
-        enrolled=_enrolled(world.db_path),
+        enrolled=enrolled,
     )
     if lost_rows(observation):
         lost = frozenset(row.seq for row in lost_rows(observation))
@@ -255,14 +351,18 @@ def play(
         runner = StepRunner(world)
         lossy = False
         cloud_side = CloudSide()
+        received = ReceivedSoFar(world, autosync)
+        truth = GroundTruth(world.db_path)
         reconcile_cache: dict[frozenset[int], frozenset[int] | None] = {}
         # what the step before left (a fresh world holds no row): a triage step is judged against it (I4)
         previous = Observation(local=[], lanes=LaneTable(), canary={}, sync_state=[])
         for index, (generated, step) in enumerate(zip(history, parsed_steps(history, autosync), strict=True)):
             lossy = lossy or _is_lossy(generated.raw)
             cloud_side.play(generated.raw)
-            journal_before = _last_journal_id(world)
-            log_before = len(_triage_log(world))
+            worker_cycle = _is_worker_cycle(generated.raw)
+            journal_before = _last_journal_id(world) if worker_cycle else 0
+            triage = "triage" in generated.raw
+            log_before = len(read_triage_entries(world.db_path)) if triage else 0
             started = time.monotonic()
             runner.run((step,), prefix=f"{index + 1}.")
             record: StepRecord = runner.records[-1]
@@ -271,13 +371,13 @@ def play(
             violations: list[Violation] = []
             states: set[str] = set()
             if check:
-                observation = _observe(world, lossy, reconcile_cache)
-                if _is_worker_cycle(generated.raw):
+                observation = _observe(world, truth, lossy, reconcile_cache, received.after(generated.raw))
+                if worker_cycle:
                     observation.cycle_push_statuses = _push_statuses(world, journal_before)
                     observation.settled = generated.operation == "settle"
-                if "triage" in generated.raw:
+                if triage:
                     observation.before = previous
-                    observation.triage_entries = _triage_log(world)[log_before:]
+                    observation.triage_entries = read_triage_entries(world.db_path)[log_before:]
                 violations = check_all(observation)
                 observation.before, previous = None, observation
                 states = reached_states(observation) | cloud_side.states()
@@ -302,22 +402,6 @@ def play(
     finally:
         player.close(keep=keep)
     return outcome
-
-
-def _triage_log(world: World) -> list[dict[str, Any]]:
-    """The canary's triage log next to the scenario's database, one entry per --apply, oldest first."""
-    path = default_backup_dir(world.db_path) / TRIAGE_LOG_NAME
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        return []
-    entries = []
-    for line in lines:
-        with contextlib.suppress(json.JSONDecodeError):
-            entry = json.loads(line)
-            if isinstance(entry, dict):
-                entries.append(entry)
-    return entries
 
 
 def _last_journal_id(world: World) -> int:

@@ -15,7 +15,7 @@ from typing import Any
 
 from engram_sync_kit.fake_cloud.errors import FakeCloudError
 from engram_sync_kit.harness.explore.execute import HistoryOutcome, StepOutcome, new_cloud, play
-from engram_sync_kit.harness.explore.invariants import INVARIANTS, Violation
+from engram_sync_kit.harness.explore.invariants import INVARIANTS, Violation, whose
 from engram_sync_kit.harness.explore.operations import (
     OPERATION_NAMES,
     GeneratedStep,
@@ -165,7 +165,7 @@ def write_scenario(
     slug = violation.kind.lower().replace("/", "-")
     path = settings.out / f"explore-{slug}-seed{seed}.scenario.yaml"
     header = (
-        f"engram-harness explore, seed {seed}: invariant {violation.invariant} violated ({violation.owner}'s).\n"
+        f"engram-harness explore, seed {seed}: invariant {violation.invariant} violated ({whose(violation.owner)}).\n"
         f"Replay: engram-harness run {path.name}  (exits 1 while the violation holds)"
     )
     path.write_text(scenario_yaml(document, header), encoding="utf-8")

@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engram_sync_kit.canary.targets import normalize_project
-from engram_sync_kit.engram_contract import LEGACY_TARGET, refusal_for_entry
+from engram_sync_kit.engram_contract import LEGACY_TARGET
 from engram_sync_kit.harness.lanes import LaneTable, LocalMutation
+from engram_sync_kit.harness.triage_copies import copy_problems, refusal_of
 
 LANE_BLOCKED = "legacy_lane_blocked"
 FOREIGN_CHECKS = ("foreign_sync_target", "foreign_mutation_target")
@@ -34,6 +35,11 @@ PUSH_PATH = "/sync/mutations/push"
 
 #: who a violation points at: engram, the kit's own canary/triage, or the nemesis that was told to lose rows
 OWNERS = {"I1": "engram", "I1-reconcile": "ours", "I2": "ours", "I3": "ours", "I4": "ours", "I5": "engram"}
+
+
+def whose(owner: str) -> str:
+    """How a report names a violation's owner: "engram's", "the nemesis's", "ours"."""
+    return owner if owner == "ours" else f"{owner}'s"
 
 
 @dataclass(frozen=True)
@@ -222,17 +228,9 @@ def refused_pending(local: Iterable[LocalMutation]) -> dict[int, str]:
     the fake cloud enforces)."""
     refused: dict[int, str] = {}
     for row in local:
-        if row.acked:
-            continue
-        refusal = refusal_for_entry(
-            project=row.project,
-            entity=row.entity,
-            entity_key=row.entity_key,
-            op=row.op,
-            payload=row.payload,
-        )
-        if refusal is not None:
-            refused[row.seq] = f"{refusal.status} {refusal.reason}"
+        reason = None if row.acked else refusal_of(row)
+        if reason is not None:
+            refused[row.seq] = reason
     return refused
 
 
@@ -240,122 +238,106 @@ def _delivered(lanes: LaneTable) -> dict[tuple[str, str], int]:
     return {(row.lane, row.project): row.delivered for row in lanes.rows}
 
 
-def _copies_without_their_session(observation: Observation) -> list[tuple[int, str, str]]:
-    """Copies (observations, prompts) whose session has no row in the copy's project that is not itself
-    acked on purpose: the cloud checks a pushed chunk's session references per project."""
-    copies = {
-        int(pair[1])
-        for entry in observation.triage_entries
-        if not entry.get("discarded")
-        for pair in entry.get("copies") or []
-    }
-    sessions = {
-        (normalize_project(row.project), row.entity_key)
-        for row in observation.local
-        if row.entity == "session" and row.seq not in observation.triaged
-    }
-    orphans = []
-    for row in observation.local:
-        if row.seq not in copies or row.entity not in ("observation", "prompt"):
-            continue
-        session = str((row.payload or {}).get("session_id") or "") if isinstance(row.payload, dict) else ""
-        if session and (normalize_project(row.project), session) not in sessions:
-            orphans.append((row.seq, session, row.project))
-    return orphans
-
-
 def check_i4(observation: Observation) -> list[Violation]:
+    """Each kind of violation carries the check that fails when its scenario is replayed: `triage_copies`
+    (the copies the triage log names, judged on the database: none refused, none missing, none without its
+    session) for new-refusal, no-copy and copy-without-session, which also syncs the project by hand (the
+    chunk path refuses the copy); the lane's delivered count for delivers-less; the lanes' own "nothing
+    lost" invariant for lost."""
     before = observation.before
     if before is None:
         return []  # only a triage step carries what the step before it left
-    problems: list[tuple[str, str]] = []
+    copies = copy_problems(observation.local, observation.triage_entries, observation.triaged)
+    judged = _expectation(
+        "explore I4: every copy a triage --apply appended is there, acceptable and has its session",
+        {"triage_copies": {}},
+    )
+    found: list[tuple[str, str, list[str], list[dict[str, Any]]]] = []
     was_refused = refused_pending(before.local)
     added = {
         seq: reason for seq, reason in refused_pending(observation.local).items() if seq not in was_refused
     }
     if added:
         shown = ", ".join(f"seq {seq} ({reason})" for seq, reason in sorted(added.items())[:5])
-        problems.append(("new-refusal", f"the triage left {len(added)} new refused row(s): {shown}"))
+        found.append(
+            ("new-refusal", f"the triage left {len(added)} new refused row(s): {shown}", [], [judged])
+        )
     lost_before = {row.seq for row in lost_rows(before)}
     newly_lost = [row.seq for row in lost_rows(observation) if row.seq not in lost_before]
     if newly_lost:
-        problems.append(("lost", f"rows lost after the triage: seqs {newly_lost[:10]}"))
+        found.append(("lost", f"rows lost after the triage: seqs {newly_lost[:10]}", [], []))
     then = _delivered(observation.lanes)
     fewer = [
-        f"{lane}/{project or '-'}: {count} -> {then.get((lane, project), 0)}"
+        (lane, project, count)
         for (lane, project), count in _delivered(before.lanes).items()
         if then.get((lane, project), 0) < count
     ]
     if fewer:
-        problems.append(("delivers-less", f"lanes deliver less after the triage: {'; '.join(fewer)}"))
-    present = {row.seq for row in observation.local}
-    missing = [
-        int(pair[1])
-        for entry in observation.triage_entries
-        if not entry.get("discarded")
-        for pair in entry.get("copies") or []
-        if int(pair[1]) not in present
-    ]
-    replaced = sum(len(entry.get("copies") or []) for entry in observation.triage_entries)
-    uncopied = sum(
-        len(entry.get("acked_seqs") or [])
-        for entry in observation.triage_entries
-        if not entry.get("discarded")
-    )
-    orphans = _copies_without_their_session(observation)
-    if orphans:
-        problems.append(
+        shown = "; ".join(
+            f"{lane}/{project or '-'}: {count} -> {then.get((lane, project), 0)}"
+            for lane, project, count in fewer
+        )
+        rows = [{"lane": lane, "project": project, "delivered": count} for lane, project, count in fewer]
+        delivered = _expectation(
+            "explore I4: a triage never makes a lane deliver less", {"lanes": {"rows": rows}}
+        )
+        found.append(("delivers-less", f"lanes deliver less after the triage: {shown}", [], [delivered]))
+    if copies.without_session:
+        shown = ", ".join(
+            f"seq {seq} (session {session!r}, project {project!r})"
+            for seq, session, project in copies.without_session[:5]
+        )
+        found.append(
             (
                 "copy-without-session",
-                "the triage copied "
-                + ", ".join(
-                    f"seq {seq} (session {session!r}, project {project!r})"
-                    for seq, session, project in orphans[:5]
-                )
-                + " into a project that holds no row of that session: the cloud refuses it on the chunk path "
-                '("references missing session_id")',
+                f"the triage copied {shown} into a project that holds no row of that session: the cloud refuses "
+                'it on the chunk path ("references missing session_id")',
+                sorted({project for _, _, project in copies.without_session}),
+                [judged],
             )
         )
-    if missing or uncopied > replaced:
-        problems.append(
+    if copies.missing:
+        shown = ", ".join(f"seq {row.seq} ({row.entity} {row.entity_key})" for row, _ in copies.missing[:10])
+        found.append(
             (
                 "no-copy",
-                f"the triage acked {uncopied} row(s) as replaced, with {replaced} copies; missing {missing[:10]}",
+                f"the triage acked {len(copies.missing)} row(s) as replaced without their copy: {shown}",
+                [],
+                [judged],
             )
         )
     return [
         Violation(
             "I4",
             detail,
-            extra_steps=(*_sync_each(orphans if signature == "copy-without-session" else []), _CANARY_STEP),
+            extra_steps=(*_sync_each(synced), _CANARY_STEP),
             expectations=(
                 _expectation(
                     "explore I4: a triage --apply never adds a refusal and never loses a row",
                     {"canary": {"of": "explore-canary", "findings_exclude": [{"check": LANE_BLOCKED}]}},
                 ),
-                *_synced_each(orphans if signature == "copy-without-session" else []),
+                *_synced_each(synced),
+                *checks,
             ),
             signature=signature,
         )
-        for signature, detail in problems
+        for signature, detail, synced, checks in found
     ]
 
 
 _CANARY_STEP: dict[str, Any] = {"canary": {"as": "explore-canary"}}
 
 
-def _sync_each(orphans: Sequence[tuple[int, str, str]]) -> list[dict[str, Any]]:
+def _sync_each(projects: Sequence[str]) -> list[dict[str, Any]]:
     """A manual sync of each project that received an orphaned copy, kept for the check below."""
-    projects = sorted({project for _, _, project in orphans})
     return [
         {"run": {"args": ["sync", "--cloud", "--project", project], "exit": None, "as": f"sync-{project}"}}
         for project in projects
     ]
 
 
-def _synced_each(orphans: Sequence[tuple[int, str, str]]) -> list[dict[str, Any]]:
+def _synced_each(projects: Sequence[str]) -> list[dict[str, Any]]:
     """Each of those syncs must succeed: the cloud's refusal of the orphaned copy fails it."""
-    projects = sorted({project for _, _, project in orphans})
     return [
         _expectation(
             "explore I4: a triage copy is delivered by the next sync",

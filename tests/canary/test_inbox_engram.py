@@ -22,6 +22,7 @@ from inbox_support import (
     table_digest,
 )
 
+from engram_sync_kit.fake_cloud.server import FakeCloudConfig, start_fake_cloud
 from engram_sync_kit.harness.engram_env import EngramEnvironment
 
 pytestmark = pytest.mark.engram
@@ -144,7 +145,16 @@ def test_claim_dry_run_writes_nothing_and_says_what_would_change(inbox_world: In
     )
     assert sum(line.startswith("  insert: legacy-lane row observation ") for line in lines) == 2
     assert sum(line.startswith("  ack: seq ") for line in lines) == 2
-    assert not any(line.startswith("  insert: legacy-lane row session ") for line in lines)
+    # the memories' session goes along (once, its latest upsert), or the cloud refuses the copies; its
+    # originals stay in the inbox as telemetry
+    [(session_seq,)] = query(
+        inbox_world.db,
+        "SELECT MAX(seq) FROM sync_mutations WHERE entity = 'session' AND project = 'side-project'",
+    )
+    assert [line for line in lines if line.startswith("  insert: legacy-lane row session ")] == [
+        "  insert: legacy-lane row session manual-save-side-project upsert for project 'main-proj' "
+        f"(copy of seq {session_seq}, project 'side-project', the session of the claimed memories)"
+    ]
     assert "  alias: keys 'side-project' -> 'main-proj'" in lines
     assert db_digest(inbox_world.db) == before
     assert not aliases_file(inbox_world.world).exists()
@@ -212,6 +222,62 @@ def test_claim_apply_copies_acks_backs_up_and_registers_the_alias(inbox_world: I
         engram_ok(inbox_world.world, "doctor", "--json", "--check", "sync_mutation_required_fields")
     )
     assert [check["result"] for check in doctor["checks"]] == ["ok"]
+
+
+def test_a_claim_without_telemetry_copies_the_session_its_memories_reference_so_the_sync_delivers(
+    inbox_world: InboxWorld,
+) -> None:
+    """The canary's own bug, found by explore (I4): the copies referenced a session main-proj never held,
+    so engram's next `sync --cloud --project main-proj` failed with 'references missing session_id'."""
+    world, db = inbox_world.world, inbox_world.db
+    claim = canary(world, "inbox", "claim", "--project", "side-project", "--as", "main-proj", "--apply")
+    assert claim.returncode == 0, claim.stderr
+    assert query(
+        db,
+        "SELECT entity, entity_key FROM sync_mutations WHERE project = 'main-proj' AND acked_at IS NULL ORDER BY seq",
+    ) == [
+        ("session", "manual-save-side-project"),
+        *[
+            ("observation", key)
+            for (key,) in query(
+                db,
+                "SELECT entity_key FROM sync_mutations WHERE project = 'side-project' AND entity = 'observation' "
+                "ORDER BY seq",
+            )
+        ],
+    ]
+    # the session's originals stay in the inbox (never acked by a claim without --with-telemetry)
+    assert query(
+        db,
+        "SELECT COUNT(*) FROM sync_mutations WHERE project = 'side-project' AND entity = 'session' "
+        "AND acked_at IS NULL",
+    ) == [(2,)]
+    config = FakeCloudConfig(token="t", allowed_projects=("main-proj",), server_version="v1.20")
+    with start_fake_cloud(config) as cloud:
+        synced = world.run(
+            ["sync", "--cloud", "--project", "main-proj"],
+            env={"ENGRAM_CLOUD_SERVER": cloud.base_url, "ENGRAM_CLOUD_TOKEN": "t"},
+        )
+        received = cloud.client.received()
+    assert synced.returncode == 0, synced.stderr
+    assert sorted(
+        (r.project, r.entity, r.entity_key) for r in received if r.entity == "observation"
+    ) == sorted(
+        ("main-proj", "observation", key)
+        for (key,) in query(
+            db, "SELECT entity_key FROM sync_mutations WHERE project = 'main-proj' AND entity = 'observation'"
+        )
+    )
+    assert query(
+        db, "SELECT COUNT(*) FROM sync_mutations WHERE project = 'main-proj' AND acked_at IS NULL"
+    ) == [(0,)]
+    # a second claim of the same session's memories finds the session already on the lane: no second copy
+    save(world, "side-project", "third", cwd=inbox_world.repo)
+    again = canary(world, "inbox", "claim", "--project", "side-project", "--as", "main-proj")
+    assert again.returncode == 0, again.stderr
+    assert not any(
+        line.startswith("  insert: legacy-lane row session ") for line in again.stdout.splitlines()
+    )
 
 
 def test_the_same_claim_twice_changes_nothing_the_second_time(inbox_world: InboxWorld) -> None:

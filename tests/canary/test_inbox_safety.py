@@ -104,10 +104,13 @@ def test_triage_while_engram_serve_writes_loses_no_write(engram_world: EngramEnv
         db, "SELECT COUNT(*) FROM sync_mutations WHERE entity = 'observation' AND project = 'writer-key'"
     )[0][0]
     assert journaled == len(saved)
-    # claim copies memories only by default: 3 observations each of key-one and key-three
+    # claim copies memories only by default: 3 observations each of key-one and key-three, and the session
+    # each key's memories reference
     assert query(
-        db, "SELECT COUNT(*) FROM sync_mutations WHERE project = 'main-proj' AND acked_at IS NULL"
-    ) == [(6,)]
+        db,
+        "SELECT entity, COUNT(*) FROM sync_mutations WHERE project = 'main-proj' AND acked_at IS NULL "
+        "GROUP BY entity ORDER BY entity",
+    ) == [("observation", 6), ("session", 2)]
     assert integrity(db) == "ok"
 
 

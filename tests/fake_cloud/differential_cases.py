@@ -190,6 +190,18 @@ def build_cases(good_entries: list[dict[str, Any]]) -> list[Case]:
             },
         ),
         Case(
+            # what engram's worker sends for a memory whose session the project never got (a claim's copy
+            # before the canary carried the session along): the chunk path refuses it, the worker path?
+            "push observation whose session the project never got",
+            "POST",
+            "/sync/mutations/push",
+            body={
+                "entries": [
+                    entry("alpha", "observation", "o-orphan", observation("o-orphan", "never", "alpha"))
+                ]
+            },
+        ),
+        Case(
             "push entity_key not the payload's",
             "POST",
             "/sync/mutations/push",

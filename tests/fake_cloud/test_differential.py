@@ -153,8 +153,13 @@ def test_the_table_covers_every_required_outcome(real_answers: dict[str, Outcome
             "mutations[0]: session payload directory is required for upsert"
         },
     )
+    # Measured: v1.20's mutation push stores a memory whose session the project never got (the chunk path
+    # refuses it: 'references missing session_id'), and the pull hands it out again.
+    assert real_answers["push observation whose session the project never got"].status == 200
+    assert real_answers["push observation whose session the project never got"].fields["accepted_seqs"] == 1
     assert real_answers["pull after refused payloads"].fields["pulled"] == [
-        ("alpha", "thing", "k1", "upsert")
+        ("alpha", "observation", "o-orphan", "upsert"),
+        ("alpha", "thing", "k1", "upsert"),
     ]
     assert real_answers["push NaN"] == Outcome(
         400, "text", {"text": "invalid request body: invalid character 'N' looking for beginning of value"}

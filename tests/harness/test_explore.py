@@ -331,13 +331,15 @@ def test_i4_fails_on_a_new_refusal_a_lost_row_less_delivered_or_a_missing_copy()
     assert (refusal.kind, refusal.owner) == ("I4/new-refusal", "ours")
     assert "seq 3 (500 observation payload sync_id is required)" in refusal.detail
     assert refusal.extra_steps == ({"canary": {"as": "explore-canary"}},)
+    assert refusal.expectations[-1]["triage_copies"] == {}  # on replay: no copy refused, missing, orphaned
     no_copy = [_entry(1, "", acked=True), _entry(2, "my-app")]
     refused_copy = [
         *refused_copy,
         LocalMutation(4, "cloud", "my-app", "session", "s", "upsert", "d4", False, {}),
     ]
-    kinds = [v.kind for v in _after_triage(before, no_copy, [entry])]
-    assert kinds == ["I4/no-copy"]
+    (missing,) = _after_triage(before, no_copy, [entry])
+    assert missing.kind == "I4/no-copy" and "seq 1 (observation obs-1)" in missing.detail
+    assert missing.expectations[-1]["triage_copies"] == {}
     unlogged = [_entry(1, ""), _entry(2, "my-app", acked=True)]
     assert [v.kind for v in _after_triage(before, unlogged, [])] == ["I4/lost"]
 
@@ -349,6 +351,9 @@ def test_i4_fails_when_a_lane_delivers_less_than_before() -> None:
     after = _observation(rows, before=before, triage_entries=[], triaged=frozenset({1}))
     (violation,) = check_i4(after)
     assert violation.kind == "I4/delivers-less" and "cloud/my-app: 1 -> 0" in violation.detail
+    assert violation.expectations[-1]["lanes"] == {
+        "rows": [{"lane": "cloud", "project": "my-app", "delivered": 1}]
+    }
 
 
 @dataclass(frozen=True)

@@ -100,7 +100,7 @@ DROP_HISTORY = [
     GeneratedStep("sync_manual", {"sync": {"via": "manual", "project": "my-app", "in": "app"}}),
 ]
 #: a plain dir's memory claimed into my-app with the canary's own cwd claim command: its session stays in
-#: the inbox, so the copy references a session my-app never holds
+#: the inbox, so the claim must copy it along (explore found the claim that did not: I4)
 CLAIM_HISTORY = [
     GeneratedStep("enroll", {"enroll": "my-app"}),
     GeneratedStep("save_mcp", {"save": {"in": "scratch", "title": "plain dir", "content": "c"}}),
@@ -151,23 +151,21 @@ def test_a_triage_drop_is_no_loss_for_explore_nor_for_the_replayed_scenario(
     assert 'cloud/"" 0/2, cloud/my-app 2/2' in replay.stdout
 
 
-def test_i4_catches_a_claim_whose_copy_references_a_session_the_project_never_gets(
+def test_the_claim_explore_caught_copies_its_session_now_so_i4_holds_and_the_sync_delivers(
     engram_bin: Path, tmp_path: Path
 ) -> None:
+    """The history explore found (I4/copy-without-session: the copy referenced a session my-app never got,
+    so `engram sync --cloud --project my-app` failed); the claim now copies that session too."""
     outcome = play(engram_bin, CLAIM_HISTORY, autosync=False)
-    assert outcome.error == "" and outcome.violation_step == 2
-    (violation,) = outcome.violations
-    assert violation.kind == "I4/copy-without-session" and violation.owner == "ours"
-    assert "session 'manual-save-scratch', project 'my-app'" in violation.detail
-    path = tmp_path / "claim.scenario.yaml"
-    steps = [*(step.raw for step in CLAIM_HISTORY), *violation.extra_steps]
-    path.write_text(
-        scenario_yaml(scenario_document("claim", steps, autosync=False, expectations=violation.expectations)),
-        encoding="utf-8",
+    assert outcome.error == "" and outcome.violations == [], (outcome.error, outcome.violations)
+    sync: dict[str, object] = {
+        "run": {"args": ["sync", "--cloud", "--project", "my-app"], "exit": 0, "as": "sync-my-app"}
+    }
+    replay = _run_scenario(
+        engram_bin, tmp_path / "claim.scenario.yaml", [*(step.raw for step in CLAIM_HISTORY), sync]
     )
-    replays, detail = replay_scenario(engram_bin, path)
-    assert replays is True, detail  # every step ran; the sync after the claim exited 1, not 0
-    assert "sync-my-app" in detail, detail
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    assert "cloud/my-app 2/2" in replay.stdout  # the copy and its session, both delivered
 
 
 RENAME_SCENARIO = """\
@@ -200,3 +198,103 @@ def test_a_renamed_repo_gives_the_saves_after_it_the_new_name(engram_bin: Path, 
         check=False,
     )
     assert replay.returncode == 0, replay.stdout + replay.stderr
+
+
+#: a delivered memory, then a plain dir's memory claimed into my-app: every I4 kind can show after it
+I4_HISTORY = [
+    GeneratedStep("enroll", {"enroll": "my-app"}),
+    GeneratedStep("save_mcp", {"save": {"in": "app", "title": "delivered", "content": "c"}}),
+    GeneratedStep("sync_manual", {"sync": {"via": "manual", "project": "my-app", "in": "app"}}),
+    GeneratedStep("save_mcp", {"save": {"in": "scratch", "title": "plain dir", "content": "c"}}),
+    GeneratedStep("triage", CLAIM_HISTORY[2].raw),
+]
+#: the canary's own triage with one bug planted per I4 kind (a test double of engram-canary: the real CLI
+#: with one of its functions replaced), so each kind's scenario can be replayed while the bug holds
+PLANTED_BUGS = {
+    "copy-without-session": """
+triage.with_referenced_sessions = lambda db, plan: plan
+inbox_cli.with_referenced_sessions = triage.with_referenced_sessions
+""",
+    "new-refusal": """
+real_preflight = triage.preflight_copy
+def preflight_copy(row, project, *, repair):
+    outcome = real_preflight(row, project, repair=repair)
+    if isinstance(outcome, triage.Copy) and row.entity == "observation":
+        body = json.loads(outcome.payload)
+        body.pop("title")
+        outcome = dataclasses.replace(outcome, payload=json.dumps(body))
+    return outcome
+triage.preflight_copy = preflight_copy
+""",
+    "no-copy": """
+real_execute, real_log = triage.execute_plan, triage._log
+triage.execute_plan = lambda c, s, plan, prepared=None: real_execute(c, s, dataclasses.replace(plan, copies=[]))
+triage._log = lambda path, db, backup, plan, seqs, pruned: real_log(
+    path, db, backup, dataclasses.replace(plan, copies=[]), (), pruned
+)
+""",
+    "lost": """
+real_log = triage._log
+triage._log = lambda path, db, backup, plan, seqs, pruned: real_log(
+    path, db, backup, dataclasses.replace(plan, acks=[]), seqs, pruned
+)
+""",
+    "delivers-less": """
+real_execute = triage.execute_plan
+def execute_plan(connection, schema, plan, prepared=None):
+    seqs = real_execute(connection, schema, plan, prepared)
+    connection.execute(
+        "UPDATE sync_mutations SET payload = json_set(payload, '$.title', 'rewritten') WHERE seq = "
+        "(SELECT MIN(seq) FROM sync_mutations WHERE entity = 'observation' AND acked_at IS NOT NULL)"
+    )
+    return seqs
+triage.execute_plan = execute_plan
+""",
+}
+
+
+def _planted_canary(directory: Path, kind: str) -> Path:
+    script = directory / f"engram-canary-{kind}"
+    script.write_text(
+        f"#!{sys.executable}\n"
+        "import dataclasses, json\n"
+        "from engram_sync_kit.canary import inbox_cli, triage\n"
+        "from engram_sync_kit.canary.cli import main\n"
+        f"{PLANTED_BUGS[kind]}\n"
+        "main()\n",
+        encoding="utf-8",
+    )
+    script.chmod(0o755)
+    return script
+
+
+@pytest.mark.parametrize("kind", sorted(PLANTED_BUGS))
+def test_every_i4_kind_is_caught_and_its_scenario_fails_while_the_bug_holds_and_passes_without_it(
+    engram_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    from engram_sync_kit.harness import steps
+
+    real_kit_command = steps._kit_command
+    planted = _planted_canary(tmp_path, kind)
+    monkeypatch.setattr(
+        steps,
+        "_kit_command",
+        lambda name: str(planted) if name == "engram-canary" else real_kit_command(name),
+    )
+    outcome = play(engram_bin, I4_HISTORY, autosync=False)
+    assert outcome.error == "", outcome.error
+    kinds = [v.kind for v in outcome.violations]
+    [violation] = [v for v in outcome.violations if v.kind == f"I4/{kind}"] or pytest.fail(f"found {kinds}")
+    assert violation.owner == "ours" and outcome.violation_step == len(I4_HISTORY) - 1
+    path = tmp_path / f"{kind}.scenario.yaml"
+    steps_out = [*(step.raw for step in I4_HISTORY), *violation.extra_steps]
+    path.write_text(
+        scenario_yaml(
+            scenario_document(kind, steps_out, autosync=False, expectations=violation.expectations)
+        ),
+        encoding="utf-8",
+    )
+    replays, detail = replay_scenario(engram_bin, path)
+    assert replays is True, detail
+    monkeypatch.setattr(steps, "_kit_command", real_kit_command)
+    assert replay_scenario(engram_bin, path) == (False, "every expectation held")

@@ -101,7 +101,7 @@ def test_expectations_need_a_tag_a_range_for_baseline_and_exactly_one_check() ->
         "s.scenario.yaml:4: expect.0: a baseline expectation needs engram: a version range, e.g. '>=1.20.0,<2.0.0'",
         "s.scenario.yaml:6: expect.1: an expectation needs exactly one check of lanes, lost, answer, sync_state_targets, canary, "
         "inbox, doctor, stderr, command, received, journal, sync_state, local, save_answer, enroll_hint, "
-        "cloud_status, doctor_check, inbox_row (got ['lanes', 'doctor'])",
+        "cloud_status, doctor_check, inbox_row, triage_copies (got ['lanes', 'doctor'])",
         "s.scenario.yaml:10: expect.2.engram: version range part '~1.20' is not OP VERSION (OP one of >=, <=, ==, "
         "!=, >, <) (got '~1.20')",
     ]

@@ -151,7 +151,7 @@ def errors_of(expect: str) -> list[str]:
 
 ONE_OF = (
     "lanes, lost, answer, sync_state_targets, canary, inbox, doctor, stderr, command, received, journal, sync_state, local, "
-    "save_answer, enroll_hint, cloud_status, doctor_check, inbox_row"
+    "save_answer, enroll_hint, cloud_status, doctor_check, inbox_row, triage_copies"
 )
 
 
