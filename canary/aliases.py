@@ -112,7 +112,7 @@ def _line(node: yaml.Node) -> int:
 
 
 def _scalar(node: yaml.Node, path: Path, what: str) -> str:
-    import yaml
+    import yaml  # as in parse_aliases: PyYAML only once an alias file is read
 
     if not isinstance(node, yaml.ScalarNode) or node.tag.endswith(":null"):
         raise AliasError(f"{path}:{_line(node)}: the {what} must be a plain string")

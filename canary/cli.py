@@ -44,6 +44,7 @@ from engram_sync_kit.canary.settings import (
 )
 from engram_sync_kit.canary.text import printable
 from engram_sync_kit.engram_contract.one_line_cli import OneLineErrorGroup
+from engram_sync_kit.engram_contract.version import __version__
 
 PROG = "engram-canary"
 # Commands whose modules a one-shot `check` never needs (triage, repair): imported when named or listed.
@@ -99,7 +100,6 @@ def _print_version(context: click.Context, _parameter: click.Parameter, value: b
     """click's version line (click's own version_option would read the installed metadata)."""
     if not value or context.resilient_parsing:
         return
-    from engram_sync_kit.engram_contract.version import __version__
 
     click.echo(f"{PROG}, version {__version__}")
     context.exit()
@@ -349,6 +349,7 @@ def install_systemd(
     ping_url: str | None,
 ) -> None:
     """Write (or --print) a hardened watcher service and a timer running `check` as a backstop."""
+    # Loaded by this command alone, not on every cron-run check.
     from engram_sync_kit.canary.systemd import (
         UnitOptions,
         default_executable,
@@ -432,6 +433,7 @@ def reconcile_command(
     timeout: float,
 ) -> None:
     """Prove delivery: match acked local rows to what the cloud holds (GET routes only). Exit codes as check."""
+    # httpx and the cloud client load only for reconcile, not on every cron-run check.
     from engram_sync_kit.canary.reconcile import run_reconcile_command
 
     db_path = db if db is not None else default_db_path()

@@ -15,7 +15,7 @@ def main() -> None:
     inherited = os.environ.get(PLUGINS_SWITCH)
     os.environ[PLUGINS_SWITCH] = "__all__"
     try:
-        from engram_sync_kit.canary.cli import cli
+        from engram_sync_kit.canary.cli import cli  # after the switch above, which it must see
     finally:
         if inherited is None:
             del os.environ[PLUGINS_SWITCH]

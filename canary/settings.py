@@ -183,7 +183,7 @@ def _config_lines(config_path: Path) -> dict[str, int]:
     """The line of every key the config file sets (dotted), for `engram-canary config`."""
     if not config_path.exists():
         return {}
-    from engram_sync_kit.engram_contract.yaml_source import load_yaml
+    from engram_sync_kit.engram_contract.yaml_source import load_yaml  # PyYAML only with a config file
 
     source = load_yaml(config_path.read_text(encoding="utf-8"))
     found: dict[str, int] = {}

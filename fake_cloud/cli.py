@@ -114,7 +114,7 @@ def serve(
 ) -> None:
     """Serve until SIGTERM; the first stdout line is the base URL actually bound, printed once the
     server is ready."""
-    from engram_sync_kit.fake_cloud.server import FakeCloudConfig
+    from engram_sync_kit.fake_cloud.server import FakeCloudConfig  # the server only for serve, not --help
 
     if tls and ca_out is None:
         raise click.UsageError("--tls needs --ca-out FILE: clients must be given the CA to trust")
@@ -150,6 +150,7 @@ def serve(
 
 
 async def _serve(config: object) -> None:
+    # the server only for serve, not --help (config is typed object for the same reason)
     from engram_sync_kit.fake_cloud.server import FakeCloudConfig, serve_until
 
     assert isinstance(config, FakeCloudConfig)
@@ -168,7 +169,7 @@ async def _serve(config: object) -> None:
 
 def _raise_descriptor_limit() -> None:
     """As Go's runtime does at start: the soft limit on open files up to the hard one."""
-    import resource
+    import resource  # POSIX only; the CLI's other commands run anywhere
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != hard:

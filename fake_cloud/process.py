@@ -129,7 +129,7 @@ class FakeCloudProcess:
 
     def check(self) -> None:
         """Raise FakeCloudInternalError when the server recorded a bug of its own (and forget them)."""
-        from engram_sync_kit.fake_cloud.client import FakeCloudClient
+        from engram_sync_kit.fake_cloud.client import FakeCloudClient  # httpx only when a check is asked
 
         with FakeCloudClient(self.base_url, self.ca_file, control_token=self.control_token) as client:
             client.check()

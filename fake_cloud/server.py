@@ -157,7 +157,7 @@ class Serving:
         asyncio.get_running_loop().set_exception_handler(_LoopErrors(self.app))
         ssl_context: ssl.SSLContext | None = None
         if self.config.tls:
-            from engram_sync_kit.fake_cloud.tls import server_context
+            from engram_sync_kit.fake_cloud.tls import server_context  # trustme only with --tls
 
             if self.ca_file is None:
                 raise FakeCloudError("tls needs a path for the CA file")
@@ -265,7 +265,7 @@ class RunningFakeCloud:
     @property
     def client(self) -> FakeCloudClient:
         if self._client is None:
-            from engram_sync_kit.fake_cloud.client import FakeCloudClient
+            from engram_sync_kit.fake_cloud.client import FakeCloudClient  # httpx only for a test's client
 
             self._client = FakeCloudClient(
                 self.base_url, self.ca_file, control_token=self.config.control_token

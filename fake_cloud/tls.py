@@ -12,7 +12,7 @@ from pathlib import Path
 
 def server_context(host: str, ca_out: Path) -> ssl.SSLContext:
     """Issue a certificate for host (plus localhost and 127.0.0.1), write the CA's PEM to ca_out."""
-    import trustme
+    import trustme  # its cryptography import costs the server's start-up without --tls
 
     names = ["localhost", "127.0.0.1", "::1"]
     if host and host not in names and host not in ("0.0.0.0", "::"):

@@ -22,7 +22,7 @@ class TlsFront:
     """Accepts TLS on a free loopback port and relays each connection to backend_host:backend_port."""
 
     def __init__(self, backend_host: str, backend_port: int, ca_out: Path) -> None:
-        from engram_sync_kit.fake_cloud.tls import server_context
+        from engram_sync_kit.fake_cloud.tls import server_context  # trustme only when a TLS front runs
 
         self.backend = (backend_host, backend_port)
         self.ca_file = ca_out

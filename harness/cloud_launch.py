@@ -40,6 +40,7 @@ class CloudHandle:
         *,
         tls: bool = False,
     ) -> None:
+        # the fake cloud's code loads only for a scenario that runs one
         from engram_sync_kit.fake_cloud.client import FakeCloudClient
 
         self.mode = mode
@@ -60,6 +61,7 @@ class CloudHandle:
 
     def _attach(self, token: str | None, allowed: list[str]) -> None:
         """Make a running cloud this scenario's: same auth kind, a clean journal, the scenario's allowlist."""
+        # the fake cloud's code loads only for a scenario that runs one
         from engram_sync_kit.fake_cloud.errors import FakeCloudError
 
         if (token is None) != (self.token is None):
@@ -86,6 +88,7 @@ class CloudHandle:
         allowed_text = ",".join(allowed) if allowed != ["*"] else "*"
         ca_file = self.ca_file
         if mode == "inprocess":
+            # asyncio server, h11
             from engram_sync_kit.fake_cloud.server import FakeCloudConfig, start_fake_cloud
 
             config = FakeCloudConfig(
@@ -117,6 +120,7 @@ class CloudHandle:
         return self._start_process(launcher, serve_args, log_path)
 
     def _start_process(self, launcher: list[str] | None, serve_args: list[str], log_path: Path) -> str:
+        # the fake cloud's code loads only for a scenario that runs one
         from engram_sync_kit.fake_cloud.errors import FakeCloudError
         from engram_sync_kit.fake_cloud.process import FakeCloudProcess
 

@@ -12,12 +12,13 @@ INSTALL_HINT = "pipx install 'engram-sync-kit[harness]'"
 
 def main() -> None:
     if sys.argv[1:] == ["--version"]:
+        # answered before the [harness] extra's imports, which may be missing
         from engram_sync_kit.engram_contract.version import __version__
 
         print(f"engram-harness, version {__version__}")
         return
     try:
-        from engram_sync_kit.harness.cli import cli
+        from engram_sync_kit.harness.cli import cli  # inside try: a missing [harness] extra is one line
     except ModuleNotFoundError as error:
         if error.name is None or error.name.split(".")[0] not in HARNESS_EXTRA_MODULES:
             raise

@@ -744,6 +744,7 @@ def apply_plan(db: Path, steps: Sequence[PlanStep], aliases: Path, backup_dir: P
     The canary's click group runs in this process (no interpreter start per line), so a plan line
     accepts exactly what `engram-canary` accepts, including options added after this was written.
     """
+    # the canary's whole CLI loads only when a plan is checked line by line
     from click.testing import CliRunner
 
     from engram_sync_kit.canary.cli import cli as canary_cli
@@ -950,7 +951,7 @@ def _stat(path: Path) -> list[tuple[str, int, int]]:
 
 def _aliases_copy(source: Path | None, target: Path) -> tuple[AliasMap, Path]:
     """The user's alias map, copied: a claim registers its alias, and that must land in the copy."""
-    from engram_sync_kit.canary.aliases import load_aliases
+    from engram_sync_kit.canary.aliases import load_aliases  # PyYAML only when a copy is made
 
     aliases, resolved = load_aliases(source)
     if resolved is not None and resolved.exists():

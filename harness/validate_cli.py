@@ -120,6 +120,7 @@ def validate_command(
     quiet: bool,
 ) -> None:
     """Rehearse an engram version on a copy of DB: lanes, refusals, canary, doctor, migrations, a what-if."""
+    # the renderers and the anonymizer load only for validate, not for every engram-harness command
     from engram_sync_kit.harness.validate_anonymize import anonymized, hide_paths, new_key, read_or_create_key
     from engram_sync_kit.harness.validate_report import render_html, render_markdown
 

@@ -26,7 +26,7 @@ from engram_sync_kit.harness.explore.scenario_out import scenario_document, scen
 from engram_sync_kit.harness.explore.shrink import ddmin
 from engram_sync_kit.harness.loader import load_scenario
 from engram_sync_kit.harness.runner import run_scenario
-from engram_sync_kit.harness.world import CloudHandle
+from engram_sync_kit.harness.world import CloudHandle, engram_version
 
 SCHEMA = "engram-harness/explore/v1"
 SHRINK_SHARE = 0.5  # shrinking may run this share of the budget past it
@@ -189,8 +189,6 @@ def replay_scenario(binary: Path, path: Path) -> tuple[bool, str]:
 
 
 def explore(settings: ExploreSettings, progress: Progress | None = None) -> ExploreReport:
-    from engram_sync_kit.harness.world import engram_version
-
     started = time.monotonic()
     deadline = started + settings.budget
     report = ExploreReport(seed=settings.seed, engram=engram_version(settings.binary), budget=settings.budget)
