@@ -228,7 +228,7 @@ triage.preflight_copy = preflight_copy
 """,
     "no-copy": """
 real_execute, real_log = triage.execute_plan, triage._log
-triage.execute_plan = lambda c, s, plan, prepared=None: real_execute(c, s, dataclasses.replace(plan, copies=[]))
+triage.execute_plan = lambda db, plan, prepared=None: real_execute(db, dataclasses.replace(plan, copies=[]))
 triage._log = lambda path, db, backup, plan, seqs, pruned: real_log(
     path, db, backup, dataclasses.replace(plan, copies=[]), (), pruned
 )
@@ -241,9 +241,9 @@ triage._log = lambda path, db, backup, plan, seqs, pruned: real_log(
 """,
     "delivers-less": """
 real_execute = triage.execute_plan
-def execute_plan(connection, schema, plan, prepared=None):
-    seqs = real_execute(connection, schema, plan, prepared)
-    connection.execute(
+def execute_plan(db, plan, prepared=None):
+    seqs = real_execute(db, plan, prepared)
+    db.connection.execute(
         "UPDATE sync_mutations SET payload = json_set(payload, '$.title', 'rewritten') WHERE seq = "
         "(SELECT MIN(seq) FROM sync_mutations WHERE entity = 'observation' AND acked_at IS NOT NULL)"
     )

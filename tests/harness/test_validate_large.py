@@ -69,10 +69,13 @@ def test_saves_by_hand_and_a_plan_into_a_refused_project_are_reported_with_the_s
     what_if = report["what_if"]
     claimed = what_if["effect"]["to_deliver_rows"]
     memories = sum(key.count for key in inbox if key.key in keys)
-    # The canary's pre-flight keeps the rows the server would refuse anyway; the rest are copied.
-    assert (
-        0 < claimed == what_if["effect"]["claimed_rows"] == memories - what_if["effect"]["kept_by_preflight"]
-    )
+    # The canary's pre-flight keeps the rows the server would refuse anyway; the rest are copied, with the
+    # session each copied memory references (a claim copies it too, so the project's chunk can name it).
+    effect = what_if["effect"]
+    sessions = sum(group["rows"] for group in effect["to_deliver"] if group["entity"] == "session")
+    assert 0 < effect["claimed_rows"] == memories - effect["kept_by_preflight"]
+    assert sessions > 0
+    assert claimed == effect["claimed_rows"] + sessions
     assert what_if["effect"]["discarded_rows"] == 4  # the two saves without a project
     (refusal,) = what_if["run"]["refused"]
     assert (refusal["project"], refusal["rows"], set(refusal["statuses"])) == (
