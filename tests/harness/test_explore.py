@@ -251,7 +251,7 @@ def test_the_loop_finds_shrinks_writes_and_replays_one_violation_per_kind(
         return True, "lost 2"
 
     monkeypatch.setattr(explorer, "replay_scenario", replay)
-    monkeypatch.setattr("engram_sync_kit.harness.world.engram_version", lambda binary: "1.20.0")
+    monkeypatch.setattr(explorer, "engram_version", lambda binary: "1.20.0")
     settings = explorer.ExploreSettings(
         binary=Path("/bin/true"),
         seed=1,
