@@ -43,9 +43,11 @@ mutation: venv
 
 # The nightly exploration: 30 minutes of generated histories with every nemesis; the seed is printed
 # (EXPLORE_SEED=N repeats a night), violations land in explore-out/ as scenarios `engram-harness run` replays.
+# Histories mostly wait for the worker's 30 s ticks, so EXPLORE_PARALLEL of them play side by side.
 EXPLORE_SEED ?= $(shell date +%s)
+EXPLORE_PARALLEL ?= 6
 explore: engram
-	$(BIN)/engram-harness explore --seed $(EXPLORE_SEED) --budget 1800 \
+	$(BIN)/engram-harness explore --seed $(EXPLORE_SEED) --budget 1800 --parallel $(EXPLORE_PARALLEL) \
 		--nemesis storm503,latency,auth401,reset,ack_without_store --out explore-out --json explore-out/report.json
 
 clean:

@@ -74,8 +74,9 @@ def _summary(report: ExploreReport, replay: int | None) -> str:
         replayed = ""
         if found.replayed is not None:
             replayed = ", replays" if found.replayed else f", does NOT replay: {found.replay_detail}"
+        known = f", the class of {found.upstream}" if found.upstream else ""
         lines.append(
-            f"  {found.invariant} ({whose(found.owner)}) seed {found.seed}: {found.detail}{where}{replayed}"
+            f"  {found.invariant} ({whose(found.owner)}{known}) seed {found.seed}: {found.detail}{where}{replayed}"
             + (")" if found.scenario else "")
         )
     lines.extend(f"  error: {error}" for error in report.errors)
@@ -123,6 +124,13 @@ def _summary(report: ExploreReport, replay: int | None) -> str:
     show_default=True,
     help="Replays side by side while shrinking.",
 )
+@click.option(
+    "--parallel",
+    type=click.IntRange(1, 16),
+    default=1,
+    show_default=True,
+    help="Histories played side by side (with the worker they mostly wait for its 30 s ticks).",
+)
 @click.option("--no-shrink", is_flag=True, help="Report violations without shrinking them.")
 def explore_command(
     engram_path: Path | None,
@@ -136,6 +144,7 @@ def explore_command(
     steps: int,
     autosync: bool,
     jobs: int,
+    parallel: int,
     no_shrink: bool,
 ) -> None:
     """Generated histories against the real engram and the fake cloud, invariants checked after every step."""
@@ -148,6 +157,7 @@ def explore_command(
         autosync=autosync,
         steps=steps,
         jobs=jobs,
+        parallel=parallel,
         replay=replay,
         shrink=not no_shrink,
     )

@@ -6,13 +6,16 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engram_sync_kit.engram_contract.upstream_bugs import issue_name
 from engram_sync_kit.fake_cloud.errors import FakeCloudError
 from engram_sync_kit.harness.explore.execute import HistoryOutcome, StepOutcome, new_cloud, play
 from engram_sync_kit.harness.explore.invariants import INVARIANTS, Violation, whose
@@ -23,7 +26,7 @@ from engram_sync_kit.harness.explore.operations import (
     generate_history,
 )
 from engram_sync_kit.harness.explore.scenario_out import scenario_document, scenario_yaml, with_expected_error
-from engram_sync_kit.harness.explore.shrink import ddmin
+from engram_sync_kit.harness.explore.shrink import ddmin, drop_groups
 from engram_sync_kit.harness.loader import load_scenario
 from engram_sync_kit.harness.runner import run_scenario
 from engram_sync_kit.harness.world import CloudHandle, engram_version
@@ -42,6 +45,7 @@ class ExploreSettings:
     autosync: bool = True
     steps: int = 12
     jobs: int = 4
+    parallel: int = 1  # histories played side by side, each on a world and a fake cloud of its own
     replay: int | None = None  # play only this history seed
     shrink: bool = True
 
@@ -57,6 +61,7 @@ class FoundViolation:
     seed: int
     steps: int
     kind: str = ""
+    upstream: str = ""  # "engram#742": the filed engram issue whose class this is, "" when none fits
     minimized_steps: int | None = None
     scenario: str | None = None
     replayed: bool | None = None
@@ -133,9 +138,14 @@ def _minimize(
     # The step after which the violation showed (a sync, the settle) is nearly always needed: shrink the
     # steps before it, so no replay is spent on a candidate that cannot show it.
     last = history[-1]
-    prefix = ddmin(
-        history[:-1], lambda candidate: reproduces([*candidate, last]), jobs=settings.jobs, deadline=deadline
+
+    def with_last(candidate: list[GeneratedStep]) -> bool:
+        return reproduces([*candidate, last])
+
+    fewer = drop_groups(
+        history[:-1], lambda step: step.operation, with_last, jobs=settings.jobs, deadline=deadline
     )
+    prefix = ddmin(fewer, with_last, jobs=settings.jobs, deadline=deadline)
     minimal = [*prefix, last]
     key = tuple(positions[id(step)] for step in minimal)
     return minimal, outcomes.get(key)
@@ -188,58 +198,89 @@ def replay_scenario(binary: Path, path: Path) -> tuple[bool, str]:
     return True, "; ".join(e.detail for e in failed)[:500]
 
 
+class _Seeds:
+    """The history seeds, handed out one at a time to the players: the replayed seed once, or seed,
+    seed+1, ... until the budget is spent."""
+
+    def __init__(self, settings: ExploreSettings, deadline: float) -> None:
+        self._settings = settings
+        self._deadline = deadline
+        self._taken = 0
+        self._lock = threading.Lock()
+
+    def take(self) -> int | None:
+        with self._lock:
+            if self._settings.replay is not None:
+                seed = self._settings.replay if self._taken == 0 else None
+            elif time.monotonic() >= self._deadline:
+                seed = None
+            else:
+                seed = self._settings.seed + self._taken
+            self._taken += 1
+            return seed
+
+
 def explore(settings: ExploreSettings, progress: Progress | None = None) -> ExploreReport:
+    """Histories by seed until the budget is spent, `settings.parallel` of them side by side (each with
+    its own fake cloud, reset before each history; shrinking plays its candidates on clouds of their own)."""
     started = time.monotonic()
     deadline = started + settings.budget
     report = ExploreReport(seed=settings.seed, engram=engram_version(settings.binary), budget=settings.budget)
-    shrunk: set[str] = set()
-    seeds = [settings.replay] if settings.replay is not None else None
-    # One fake cloud for the histories, reset before each (shrinking plays side by side, each with its own).
-    cloud_logs = Path(tempfile.mkdtemp(prefix="engram-explore-cloud-"))
-    cloud = new_cloud(cloud_logs)
+    run = _Run(settings, report, progress, _Seeds(settings, deadline), deadline)
+    logs = Path(tempfile.mkdtemp(prefix="engram-explore-cloud-"))
     try:
-        _explore_loop(settings, report, progress, cloud, seeds, shrunk, deadline)
+        with ThreadPoolExecutor(max_workers=settings.parallel) as pool:
+            players = [
+                pool.submit(run.player, logs / f"player-{number}") for number in range(settings.parallel)
+            ]
+            for player in players:
+                player.result()
     finally:
-        with contextlib.suppress(FakeCloudError):
-            cloud.close()
-        shutil.rmtree(cloud_logs, ignore_errors=True)
+        shutil.rmtree(logs, ignore_errors=True)
+    report.violations.sort(key=lambda found: found.seed)  # side by side, they are found in any order
     report.seconds = time.monotonic() - started
     return report
 
 
-def _explore_loop(
-    settings: ExploreSettings,
-    report: ExploreReport,
-    progress: Progress | None,
-    cloud: CloudHandle,
-    seeds: list[int] | None,
-    shrunk: set[str],
-    deadline: float,
-) -> None:
-    number = 0
-    while True:
-        if seeds is not None:
-            if number >= len(seeds):
-                break
-            seed = seeds[number]
-        else:
-            if time.monotonic() >= deadline:
-                break
-            seed = settings.seed + number
-        number += 1
-        history = generate_history(seed, settings.generator())
-        if progress is not None:
-            progress(report, f"history seed {seed}")
+@dataclass
+class _Run:
+    settings: ExploreSettings
+    report: ExploreReport
+    progress: Progress | None
+    seeds: _Seeds
+    deadline: float
+    shrunk: set[str] = field(default_factory=set)  # the violation kinds already taken for shrinking
+    lock: threading.Lock = field(default_factory=threading.Lock)  # guards report and shrunk
 
-        def step_done(step: StepOutcome, seed: int = seed) -> None:
-            report.add_step(step)
-            if progress is not None:
-                progress(report, f"seed {seed}: {step.operation} {step.status}")
+    def tell(self, what: str) -> None:
+        if self.progress is not None:
+            self.progress(self.report, what)
+
+    def player(self, logs: Path) -> None:
+        logs.mkdir(parents=True, exist_ok=True)
+        cloud = new_cloud(logs)
+        try:
+            while (seed := self.seeds.take()) is not None:
+                self.history(cloud, seed)
+        finally:
+            with contextlib.suppress(FakeCloudError):
+                cloud.close()
+
+    def history(self, cloud: CloudHandle, seed: int) -> None:
+        settings = self.settings
+        history = generate_history(seed, settings.generator())
+        self.tell(f"history seed {seed}")
+
+        def step_done(step: StepOutcome) -> None:
+            with self.lock:
+                self.report.add_step(step)
+            self.tell(f"seed {seed}: {step.operation} {step.status}")
 
         outcome = play(settings.binary, history, autosync=settings.autosync, on_step=step_done, cloud=cloud)
-        report.histories += 1
-        if outcome.error:
-            report.errors.append(f"seed {seed}: {outcome.error}")
+        with self.lock:
+            self.report.histories += 1
+            if outcome.error:
+                self.report.errors.append(f"seed {seed}: {outcome.error}")
         for violation in outcome.violations:
             found = FoundViolation(
                 violation.invariant,
@@ -248,34 +289,35 @@ def _explore_loop(
                 seed,
                 len(outcome.steps),
                 violation.kind,
+                issue_name(violation.upstream) if violation.upstream is not None else "",
             )
-            report.violations.append(found)
-            if not settings.shrink or violation.kind in shrunk:
-                continue
-            shrunk.add(violation.kind)
-            if progress is not None:
-                progress(report, f"shrinking {violation.invariant} of seed {seed}")
-            played = history[: len(outcome.steps)]
-            minimal, minimal_outcome = _minimize(
-                settings,
-                played,
-                violation.kind,
-                deadline + settings.budget * SHRINK_SHARE,
-            )
-            final = minimal_outcome if minimal_outcome is not None else outcome
-            shown = next((v for v in final.violations if v.kind == violation.kind), violation)
-            found.minimized_steps = len(final.steps)
-            try:
-                path = write_scenario(settings, seed, final, shown)
-            except OSError as error:
-                report.errors.append(
+            with self.lock:
+                self.report.violations.append(found)
+                first_of_kind = violation.kind not in self.shrunk
+                self.shrunk.add(violation.kind)
+            if settings.shrink and first_of_kind:
+                self.shrink(found, history[: len(outcome.steps)], outcome)
+
+    def shrink(self, found: FoundViolation, played: list[GeneratedStep], outcome: HistoryOutcome) -> None:
+        settings, seed = self.settings, found.seed
+        self.tell(f"shrinking {found.invariant} of seed {seed}")
+        minimal, minimal_outcome = _minimize(
+            settings, played, found.kind, self.deadline + settings.budget * SHRINK_SHARE
+        )
+        final = minimal_outcome if minimal_outcome is not None else outcome
+        shown = next(v for v in (*final.violations, *outcome.violations) if v.kind == found.kind)
+        found.minimized_steps = len(final.steps)
+        try:
+            path = write_scenario(settings, seed, final, shown)
+        except OSError as error:
+            with self.lock:
+                self.report.errors.append(
                     f"seed {seed}: cannot write the scenario to {settings.out}: {error.strerror}"
                 )
-                continue
-            found.scenario = str(path)
-            if progress is not None:
-                progress(report, f"replaying {path.name}")
-            found.replayed, found.replay_detail = replay_scenario(settings.binary, path)
+            return
+        found.scenario = str(path)
+        self.tell(f"replaying {path.name}")
+        found.replayed, found.replay_detail = replay_scenario(settings.binary, path)
 
 
 __all__ = ["INVARIANTS", "ExploreReport", "ExploreSettings", "FoundViolation", "explore"]

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engram_sync_kit.canary.targets import normalize_project
-from engram_sync_kit.engram_contract import LEGACY_TARGET
+from engram_sync_kit.engram_contract import LEGACY_TARGET, refusal_for_entry
+from engram_sync_kit.engram_contract.upstream_bugs import SILENT_LOSS_ISSUE, issue_for_refusal
 from engram_sync_kit.harness.lanes import LaneTable, LocalMutation
 from engram_sync_kit.harness.triage_copies import copy_problems, refusal_of
 
@@ -53,6 +54,8 @@ class Violation:
     nemesis_caused: bool = False
     #: what kind of violation of the invariant it is (e.g. I5's head of the lane): one is shrunk per kind
     signature: str = ""
+    #: the filed engram issue whose class this is (engram_contract.upstream_bugs), None when none fits
+    upstream: int | None = None
 
     @property
     def kind(self) -> str:
@@ -128,6 +131,7 @@ def check_i1(observation: Observation) -> list[Violation]:
             expectations=(expectation,),
             nemesis_caused=observation.lossy_nemesis,
             signature="after-lossy-fault" if observation.lossy_nemesis else "no-lossy-fault",
+            upstream=SILENT_LOSS_ISSUE if observation.lossy_nemesis else None,
         )
     ]
     if observation.reconcile_lost is not None and observation.reconcile_lost != seqs:
@@ -388,8 +392,17 @@ def check_i5(observation: Observation) -> list[Violation]:
                 ),
             ),
             signature=signature,
+            upstream=_head_issue(waiting[0]) if waiting else None,
         )
     ]
+
+
+def _head_issue(head: LocalMutation) -> int | None:
+    """The upstream issue whose class the cloud's refusal of the head of the lane is (#742, #1224)."""
+    refusal = refusal_for_entry(
+        project=head.project, entity=head.entity, entity_key=head.entity_key, op=head.op, payload=head.payload
+    )
+    return issue_for_refusal(refusal)
 
 
 CHECKERS = (check_i1, check_i2, check_i3, check_i4, check_i5)

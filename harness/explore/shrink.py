@@ -1,5 +1,6 @@
-"""Delta debugging (Zeller's ddmin) over a history's steps: the smallest sub-list that still shows the
-violation. Candidates of one granularity are played side by side (they mostly wait on engram)."""
+"""Shrinking a history: first whole operations dropped at once (every `nemesis` step, every manual sync,
+...), then delta debugging (Zeller's ddmin) over what is left: the smallest sub-list that still shows the
+violation. Candidates of one round are played side by side (they mostly wait on engram)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,72 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 T = TypeVar("T")
+
+
+def _passed(deadline: float | None) -> bool:
+    return deadline is not None and time.monotonic() > deadline
+
+
+def _batches(
+    candidates: list[list[T]],
+    test: Callable[[list[T]], bool],
+    jobs: int,
+    deadline: float | None,
+    *,
+    first_only: bool,
+) -> list[bool]:
+    """Each candidate's answer, JOBS at a time; once one holds (FIRST_ONLY) or DEADLINE passes, the rest
+    are not played and count as not reproducing."""
+    answers: list[bool] = []
+    width = max(1, jobs)
+    for start in range(0, len(candidates), width):
+        batch = candidates[start : start + width]
+        if _passed(deadline) or (first_only and any(answers)):
+            answers.extend(False for _ in batch)
+            continue
+        if width > 1 and len(batch) > 1:
+            with ThreadPoolExecutor(max_workers=width) as pool:
+                answers.extend(pool.map(test, batch))
+        else:
+            answers.extend(test(candidate) for candidate in batch)
+    return answers
+
+
+def drop_groups(
+    items: Sequence[T],
+    group_of: Callable[[T], str],
+    reproduces: Callable[[list[T]], bool],
+    *,
+    jobs: int = 1,
+    deadline: float | None = None,
+) -> list[T]:
+    """ITEMS less every group (e.g. every step of one operation) whose removal still reproduces.
+
+    Each round plays ITEMS less one group, for every group not yet known to be needed, side by side; the
+    groups that could go are then dropped together when that still reproduces, else the one whose removal
+    left the fewest items. A history is mostly steps the violation does not need, in a few operations, so
+    this leaves ddmin a short list in two or three rounds where ddmin alone needs many more.
+    """
+    current = list(items)
+    needed: set[str] = set()
+    while not _passed(deadline):
+        groups = sorted({group_of(item) for item in current} - needed)
+        candidates = [[item for item in current if group_of(item) != group] for group in groups]
+        answers = _batches(candidates, reproduces, jobs, deadline, first_only=False)
+        if _passed(deadline):
+            break  # an answer cut short by the deadline says nothing about its group
+        needed.update(group for group, answer in zip(groups, answers, strict=True) if not answer)
+        droppable = {group for group, answer in zip(groups, answers, strict=True) if answer}
+        if not droppable:
+            break
+        together = [item for item in current if group_of(item) not in droppable]
+        if len(droppable) > 1 and reproduces(together):
+            current = together
+            continue
+        current = min(
+            (candidate for candidate, answer in zip(candidates, answers, strict=True) if answer), key=len
+        )
+    return current
 
 
 def _chunks(items: Sequence[T], parts: int) -> list[list[T]]:
@@ -43,23 +110,14 @@ def ddmin(
         return cache[key]
 
     def first_reproducing(candidates: list[list[T]]) -> list[T] | None:
-        for start in range(0, len(candidates), max(1, jobs)):
-            if deadline is not None and time.monotonic() > deadline:
-                return None
-            batch = candidates[start : start + max(1, jobs)]
-            if jobs > 1 and len(batch) > 1:
-                with ThreadPoolExecutor(max_workers=jobs) as pool:
-                    answers = list(pool.map(test, batch))
-            else:
-                answers = [test(candidate) for candidate in batch]
-            for candidate, answer in zip(batch, answers, strict=True):
-                if answer:
-                    return candidate
-        return None
+        answers = _batches(candidates, test, jobs, deadline, first_only=True)
+        return next(
+            (candidate for candidate, answer in zip(candidates, answers, strict=True) if answer), None
+        )
 
     parts = 2
     while len(current) >= 2:
-        if deadline is not None and time.monotonic() > deadline:
+        if _passed(deadline):
             break
         chunks = _chunks(current, parts)
         found = first_reproducing(chunks)

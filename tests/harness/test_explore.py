@@ -31,7 +31,7 @@ from engram_sync_kit.harness.explore.scenario_out import (
     scenario_yaml,
     with_expected_error,
 )
-from engram_sync_kit.harness.explore.shrink import ddmin
+from engram_sync_kit.harness.explore.shrink import ddmin, drop_groups
 from engram_sync_kit.harness.lanes import LocalMutation, compute_lanes
 from engram_sync_kit.harness.loader import load_scenario, parse_scenario
 from engram_sync_kit.harness.schema import Fault
@@ -91,6 +91,36 @@ def test_ddmin_stops_at_the_deadline_with_what_still_reproduces() -> None:
 
     found = ddmin(list(range(40)), slow, deadline=time.monotonic() - 1)
     assert found == list(range(40))
+
+
+def test_drop_groups_drops_every_operation_the_violation_does_not_need_in_few_rounds() -> None:
+    steps = ["save:1", "nemesis:2", "enroll:3", "sync:4", "nemesis:5", "save:6", "sync:7", "pause:8"]
+    rounds: list[list[str]] = []
+
+    def needs_enroll_and_a_save(candidate: list[str]) -> bool:
+        rounds.append(candidate)
+        return "enroll:3" in candidate and any(step.startswith("save") for step in candidate)
+
+    def operation(step: str) -> str:
+        return step.split(":")[0]
+
+    assert drop_groups(steps, operation, needs_enroll_and_a_save) == ["save:1", "enroll:3", "save:6"]
+    # one round of one candidate per operation (5), then the droppable ones at once (1); save and enroll are
+    # known to be needed, so no round is left (ddmin then drops one of the saves)
+    assert len(rounds) == 5 + 1
+    assert drop_groups(steps, operation, needs_enroll_and_a_save, jobs=3) == ["save:1", "enroll:3", "save:6"]
+
+
+def test_drop_groups_takes_the_smallest_single_drop_when_the_drops_together_do_not_reproduce() -> None:
+    def one_of_a_or_b(candidate: list[str]) -> bool:
+        return ("a" in candidate) != ("b" in candidate) or {"a", "b"} <= set(candidate) and "c" in candidate
+
+    # dropping a or b alone reproduces, dropping both does not: the smaller single drop is kept
+    assert drop_groups(["a", "b", "b", "c"], str, one_of_a_or_b) == ["a", "c"]
+
+
+def test_drop_groups_stops_at_the_deadline_with_what_it_had() -> None:
+    assert drop_groups([1, 2, 3], str, lambda candidate: True, deadline=time.monotonic() - 1) == [1, 2, 3]
 
 
 def test_a_failed_step_is_replayed_as_an_expected_failure_with_its_stable_head() -> None:
@@ -181,6 +211,35 @@ def test_i5_fires_only_once_settled_and_names_the_head_of_the_lane() -> None:
     ]
 
 
+def test_i5_and_i1_name_the_upstream_bug_whose_class_they_rediscover() -> None:
+    """#742: the head of the lane has no project; #1224: a session without directory; #264: rows lost after
+    a push the cloud acked without storing. The payloads are those engram v1.20 journals."""
+    no_project = LocalMutation(
+        1, "cloud", "", "session", "s1", "upsert", "d1", False, {"id": "s1", "project": "", "directory": "/h"}
+    )
+    no_directory = LocalMutation(
+        1, "cloud", "my-app", "session", "s2", "upsert", "d1", False, {"id": "s2", "project": "my-app"}
+    )
+    accepted = LocalMutation(
+        1,
+        "cloud",
+        "my-app",
+        "session",
+        "s3",
+        "upsert",
+        "d1",
+        False,
+        {"id": "s3", "project": "my-app", "directory": "/a"},
+    )
+    for head, issue in [(no_project, 742), (no_directory, 1224), (accepted, None)]:
+        (violation,) = check_i5(_observation([head, _row(2, "my-app")], settled=True))
+        assert violation.upstream == issue, head
+    (lost,) = check_i1(_observation([_row(1, "my-app", acked=True)], lossy_nemesis=True))
+    assert lost.upstream == 264
+    (new_loss,) = check_i1(_observation([_row(1, "my-app", acked=True)]))
+    assert new_loss.upstream is None  # a loss with no lossy fault is not a filed bug's class
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -231,7 +290,12 @@ def _lossy_play(
             }
             outcome.violations = [
                 Violation(
-                    "I1", "2 lost", expectations=(lost,), nemesis_caused=True, signature="after-lossy-fault"
+                    "I1",
+                    "2 lost",
+                    expectations=(lost,),
+                    nemesis_caused=True,
+                    signature="after-lossy-fault",
+                    upstream=264,
                 )
             ]
             outcome.violation_step = index
@@ -275,6 +339,47 @@ def test_the_loop_finds_shrinks_writes_and_replays_one_violation_per_kind(
     data = report.as_json()
     assert {"histories", "steps", "violations", "coverage"} <= set(data)
     assert data["coverage"]["states"]["rows_waiting"] == report.steps
+
+
+def test_histories_play_side_by_side_each_player_on_its_own_cloud(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    clouds: list[Path] = []
+    monkeypatch.setattr(explorer, "new_cloud", lambda logs: clouds.append(logs) or _NoCloud())
+    monkeypatch.setattr(explorer, "replay_scenario", lambda binary, path: (True, "lost 2"))
+    monkeypatch.setattr(explorer, "engram_version", lambda binary: "1.20.0")
+
+    def slow_lossy_play(
+        binary: Path, history: typing.Sequence[typing.Any], **kwargs: typing.Any
+    ) -> HistoryOutcome:
+        time.sleep(0.02)
+        return _lossy_play(binary, history, **kwargs)
+
+    monkeypatch.setattr(explorer, "play", slow_lossy_play)
+    started: list[int] = []
+
+    def progress(report: explorer.ExploreReport, what: str) -> None:
+        if what.startswith("history seed "):
+            started.append(int(what.removeprefix("history seed ")))
+
+    settings = explorer.ExploreSettings(
+        binary=Path("/bin/true"),
+        seed=100,
+        budget=1,
+        out=tmp_path,
+        nemesis=("ack_without_store",),
+        autosync=False,
+        steps=8,
+        jobs=1,
+        parallel=3,
+    )
+    report = explorer.explore(settings, progress)
+    assert len(set(clouds)) == 3  # one fake cloud per player, for all its histories
+    assert sorted(started) == list(range(100, 100 + report.histories)) and report.histories > 3
+    seeds = [found.seed for found in report.violations]
+    assert seeds == sorted(seeds) and len(set(seeds)) == len(seeds) > 1
+    assert sum(1 for found in report.violations if found.scenario) == 1  # one shrink per kind
+    assert all(found.upstream == "engram#264" for found in report.violations)
 
 
 GOOD = {"sync_id": "o", "session_id": "s", "type": "manual", "title": "t", "content": "c", "scope": "project"}

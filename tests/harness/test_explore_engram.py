@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -75,7 +76,7 @@ def test_a_planted_ack_without_store_is_found_shrunk_written_and_replayed(
     assert violation["replayed"] is True, violation["replay_detail"]
     scenario = Path(violation["scenario"])
     assert [step.name for step in load_scenario(scenario).steps][-1] == "sync"
-    assert f"I1 (nemesis's) seed {PLANTED_SEED}" in result.stdout
+    assert f"I1 (nemesis's, the class of engram#264) seed {PLANTED_SEED}" in result.stdout
 
     replay = subprocess.run(
         [HARNESS, "run", str(scenario), "--engram", str(engram_bin)],
@@ -86,6 +87,83 @@ def test_a_planted_ack_without_store_is_found_shrunk_written_and_replayed(
     )
     assert replay.returncode == 1, replay.stdout
     assert "acked, never received" in replay.stdout
+
+
+def test_histories_side_by_side_on_the_real_engram_each_find_their_loss_and_keep_their_seed(
+    engram_bin: Path, tmp_path: Path
+) -> None:
+    report_path = tmp_path / "explore.json"
+    result = subprocess.run(
+        [
+            HARNESS,
+            "explore",
+            "--engram",
+            str(engram_bin),
+            "--no-autosync",
+            "--nemesis",
+            "ack_without_store",
+            "--steps",
+            str(SETTINGS.steps),
+            "--seed",
+            str(PLANTED_SEED),
+            "--parallel",
+            "3",
+            "--no-shrink",
+            "--budget",
+            "8",
+            "--out",
+            str(tmp_path / "out"),
+            "--json",
+            str(report_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    report = json.loads(report_path.read_text(encoding="utf-8"))
+    assert report["errors"] == [] and report["histories"] >= 3
+    seeds = [violation["seed"] for violation in report["violations"]]
+    assert PLANTED_SEED in seeds and seeds == sorted(seeds)  # the planted history, whichever player got it
+    assert {violation["upstream"] for violation in report["violations"]} == {"engram#264"}
+
+
+SETTLE = GeneratedStep("settle", {"sync": {"via": "autosync", "cycles": 2, "timeout": 100}})
+#: #742's class: a CLI save without --project journals project "" rows at the head of the legacy lane
+NO_PROJECT_HISTORY = [
+    GeneratedStep("save_cli", {"save": {"in": "home", "title": "t", "content": "c", "via": "cli"}}),
+    GeneratedStep("enroll", {"enroll": "other-repo"}),
+    GeneratedStep("save_mcp", {"save": {"in": "other", "title": "t2", "content": "c"}}),
+    SETTLE,
+]
+#: #1224's class: a session started without a directory, in an enrolled project
+NO_DIRECTORY_HISTORY = [
+    GeneratedStep("enroll", {"enroll": "other-repo"}),
+    GeneratedStep(
+        "session", {"session": {"id": "s1", "project": "other-repo", "in": "other", "directory": "omit"}}
+    ),
+    SETTLE,
+]
+
+
+def test_the_worker_blocked_by_engrams_own_rows_is_named_as_the_upstream_bug_it_rediscovers(
+    engram_bin: Path,
+) -> None:
+    """I5 on the real worker (two 30 s cycles, both histories side by side): each names the filed bug whose
+    class the refused head of the lane is."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        no_project, no_directory = pool.map(
+            lambda history: play(engram_bin, history, autosync=True),
+            [NO_PROJECT_HISTORY, NO_DIRECTORY_HISTORY],
+        )
+    for outcome, kind, issue in [
+        (no_project, "I5/head-session-no-project", 742),
+        (no_directory, "I5/head-session-project", 1224),
+    ]:
+        assert outcome.error == "", outcome.error
+        assert [(v.kind, v.upstream) for v in outcome.violations] == [(kind, issue)], outcome.violations
+        assert outcome.violation_step == len(outcome.steps) - 1  # after the settle, not before
 
 
 #: the canary's own triage as explore plays it: a CLI save without a project journals project "" rows (the
