@@ -345,7 +345,12 @@ def test_histories_play_side_by_side_each_player_on_its_own_cloud(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     clouds: list[Path] = []
-    monkeypatch.setattr(explorer, "new_cloud", lambda logs: clouds.append(logs) or _NoCloud())
+
+    def new_cloud(logs: Path) -> _NoCloud:
+        clouds.append(logs)
+        return _NoCloud()
+
+    monkeypatch.setattr(explorer, "new_cloud", new_cloud)
     monkeypatch.setattr(explorer, "replay_scenario", lambda binary, path: (True, "lost 2"))
     monkeypatch.setattr(explorer, "engram_version", lambda binary: "1.20.0")
 
