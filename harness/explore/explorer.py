@@ -174,8 +174,10 @@ def write_scenario(
     settings.out.mkdir(parents=True, exist_ok=True)
     slug = violation.kind.lower().replace("/", "-")
     path = settings.out / f"explore-{slug}-seed{seed}.scenario.yaml"
+    known = "" if violation.upstream is None else f"; the class of {issue_name(violation.upstream)}"
     header = (
-        f"engram-harness explore, seed {seed}: invariant {violation.invariant} violated ({whose(violation.owner)}).\n"
+        f"engram-harness explore, seed {seed}: invariant {violation.invariant} violated "
+        f"({whose(violation.owner)}{known}).\n"
         f"Replay: engram-harness run {path.name}  (exits 1 while the violation holds)"
     )
     path.write_text(scenario_yaml(document, header), encoding="utf-8")

@@ -333,6 +333,8 @@ def test_the_loop_finds_shrinks_writes_and_replays_one_violation_per_kind(
     assert all(other.scenario is None for other in others)  # one shrink per kind
     assert first.minimized_steps == 3 < first.steps or first.steps == 3
     scenario = load_scenario(Path(str(first.scenario)))
+    header = Path(str(first.scenario)).read_text(encoding="utf-8").splitlines()[0]
+    assert header.endswith("invariant I1 violated (nemesis's; the class of engram#264).")
     names = [step.name for step in scenario.steps]
     assert sorted(names) == ["cloud", "enroll", "sync"] and names[-1] == "sync"
     assert replayed == [Path(str(first.scenario))]
