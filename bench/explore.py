@@ -1,6 +1,6 @@
 """engram-harness explore's throughput: steps a second outside engram's own waits (goal: >= 20).
 
-Run ``python -m bench.explore [--against REV] [--rounds N] [--budget S]``; it writes
+Run ``python -m bench.explore [--against REV] [--rounds N] [--budget S] [--parallel N]``; it writes
 bench/results/explore.json and prints a table.
 
 Each measurement is an exploration with the real engram v1.20.0 on the chunk path (no 30 s worker ticks,
@@ -10,7 +10,9 @@ and explore's work around it (a fresh world per history, reading the lanes, the 
 sync_state, the canary's check, the invariants). ``--against REV`` measures REV's explore (a git
 worktree, same settings) in the same run, alternating which goes first each round, so a loaded machine
 slows both alike; the child's own CPU seconds (explore's process, without engram's) are kept too, since
-they move less with the load than wall time. Generation is timed apart, over 10,000 histories.
+they move less with the load than wall time. ``--parallel N`` measures this tree once more with N
+histories side by side, in the same rounds; for it, steps per wall second (engram's own time included)
+is the figure, since its step times overlap. Generation is timed apart, over 10,000 histories.
 """
 
 from __future__ import annotations
@@ -43,20 +45,21 @@ import json, sys, tempfile, time
 from pathlib import Path
 from engram_sync_kit.harness.explore.explorer import ExploreSettings, explore
 from engram_sync_kit.harness.explore.operations import NEMESIS_KINDS
-binary, budget = Path(sys.argv[1]), float(sys.argv[2])
+binary, budget, parallel = Path(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+side_by_side = {"parallel": parallel} if parallel > 1 else {}  # a tree before --parallel takes no such field
 cpu = time.process_time()
 with tempfile.TemporaryDirectory() as out:
     report = explore(ExploreSettings(binary=binary, seed=1, budget=budget, out=Path(out),
-        nemesis=tuple(NEMESIS_KINDS), autosync=False, steps=12, shrink=False))
+        nemesis=tuple(NEMESIS_KINDS), autosync=False, steps=12, shrink=False, **side_by_side))
 print(json.dumps({"histories": report.histories, "steps": report.steps, "wall": report.seconds,
     "step": report.step_seconds, "check": report.check_seconds, "cpu": time.process_time() - cpu}))
 """
 
 
-def measure(tree: Path, binary: Path, budget: float) -> dict[str, Any]:
+def measure(tree: Path, binary: Path, budget: float, parallel: int = 1) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(binary), str(budget)],
+        [sys.executable, "-c", CHILD, str(binary), str(budget), str(parallel)],
         env=env,
         capture_output=True,
         text=True,
@@ -73,6 +76,7 @@ def measure(tree: Path, binary: Path, budget: float) -> dict[str, Any]:
         "check_seconds": round(raw["check"], 2),
         "outside_engram_seconds": round(outside, 2),
         "steps_per_second_outside_engram": round(raw["steps"] / outside, 2),
+        "steps_per_wall_second": round(raw["steps"] / raw["wall"], 2),  # engram's own time included
         "checks_per_second": round(raw["steps"] / raw["check"], 2),
         "explore_cpu_ms_per_step": round(raw["cpu"] / raw["steps"] * 1000, 2),
         "load_average_1m": round(os.getloadavg()[0], 2),
@@ -87,6 +91,7 @@ def summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         ),
         "median_checks_per_second": round(median(r["checks_per_second"] for r in rounds), 2),
         "median_explore_cpu_ms_per_step": round(median(r["explore_cpu_ms_per_step"] for r in rounds), 2),
+        "median_steps_per_wall_second": round(median(r["steps_per_wall_second"] for r in rounds), 2),
         "steps": sum(r["steps"] for r in rounds),
     }
 
@@ -95,7 +100,14 @@ def summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 @click.option("--against", help="also measure this revision's explore, side by side")
 @click.option("--rounds", default=3, show_default=True, type=click.IntRange(1, 20))
 @click.option("--budget", default=40.0, show_default=True, type=click.FloatRange(5, 600), help="seconds each")
-def main(against: str | None, rounds: int, budget: float) -> None:
+@click.option(
+    "--parallel",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 16),
+    help="also measure this tree with N histories side by side (steps per wall second, engram included)",
+)
+def main(against: str | None, rounds: int, budget: float, parallel: int) -> None:
     binary = find_engram(DEFAULT_VERSION) or install_engram(DEFAULT_VERSION)
     settings = GeneratorSettings(autosync=False, nemesis=tuple(NEMESIS_KINDS), steps=12)
     started = time.perf_counter()
@@ -104,12 +116,15 @@ def main(against: str | None, rounds: int, budget: float) -> None:
     sides: dict[str, list[dict[str, Any]]] = {"this_tree": []}
     with tempfile.TemporaryDirectory() as workdir, contextlib.ExitStack() as stack:
         trees = {"this_tree": ROOT}
+        widths = {"this_tree": 1}
         if against is not None:
             trees["against"] = stack.enter_context(checkout(against, Path(workdir)))
-            sides["against"] = []
+            sides["against"], widths["against"] = [], 1
+        if parallel > 1:
+            trees["side_by_side"], sides["side_by_side"], widths["side_by_side"] = ROOT, [], parallel
         for number in range(rounds):
             for name in list(trees) if number % 2 == 0 else list(reversed(trees)):
-                sides[name].append(measure(trees[name], binary, budget))
+                sides[name].append(measure(trees[name], binary, budget, widths[name]))
     results = machine(
         engram=DEFAULT_VERSION.removeprefix("v"),
         budget_seconds_each=budget,
@@ -121,6 +136,8 @@ def main(against: str | None, rounds: int, budget: float) -> None:
     if against is not None:
         results["against"] = {"revision": against, **summary(sides["against"])}
         rows.append((f"against {against}", sides["against"]))
+    if parallel > 1:
+        results["side_by_side"] = {"parallel": parallel, **summary(sides["side_by_side"])}
     print_rows(
         [
             (
@@ -130,6 +147,17 @@ def main(against: str | None, rounds: int, budget: float) -> None:
                 f"explore's CPU {summary(measured)['median_explore_cpu_ms_per_step']} ms/step",
             )
             for name, measured in rows
+        ]
+        + [
+            (
+                f"{name}, --parallel {width}",
+                f"{summary(measured)['median_steps_per_wall_second']} steps/s",
+                "per wall second, engram's own time included",
+            )
+            for name, measured, width in [
+                ("this tree", sides["this_tree"], 1),
+                *([("this tree", sides["side_by_side"], parallel)] if parallel > 1 else []),
+            ]
         ]
         + [("generation", f"{results['generated_steps_per_second']:.0f} steps/s", "no engram")]
     )

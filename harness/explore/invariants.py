@@ -12,7 +12,8 @@ engram's database read-only), never against the canary's own reading of it.
   discarding it has its copy in the database. Rows its log says it acked on purpose are never lost (I1).
 - I5: once the nemesis is quiet (faults cleared, pauses resumed) and two worker cycles ran, every enrolled
   project's rows on the legacy lane are delivered. A refusal caused by engram's own rows (a save without a
-  project, a session without a directory) is then engram's liveness bug.
+  project, a session without a directory) is then engram's liveness bug. Its kind is the first waiting row
+  the cloud refuses and the field at fault (`refused-session-directory`), or `nothing-refused`.
 
 A violation of I2, I3 or I4 (or I1-reconcile) is a bug of ours; I1 and I5 can be engram's.
 """
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engram_sync_kit.canary.targets import normalize_project
-from engram_sync_kit.engram_contract import LEGACY_TARGET, refusal_for_entry
+from engram_sync_kit.engram_contract import LEGACY_TARGET, PushRefusal, refusal_for_entry
 from engram_sync_kit.engram_contract.upstream_bugs import SILENT_LOSS_ISSUE, issue_for_refusal
 from engram_sync_kit.harness.lanes import LaneTable, LocalMutation
 from engram_sync_kit.harness.triage_copies import copy_problems, refusal_of
@@ -363,16 +364,18 @@ def check_i5(observation: Observation) -> list[Violation]:
     if not stuck:
         return []
     waiting = listed_pending(observation.local, enrolled)
-    signature = (
-        f"head-{waiting[0].entity}-{'no-project' if waiting[0].project == '' else 'project'}"
-        if waiting
-        else "no-head"
-    )
+    blocker = next(((row, refusal) for row in waiting if (refusal := _refusal(row)) is not None), None)
+    # The worker pushes the listed rows in seq order, a batch at a time, and a refused row fails its whole
+    # batch every cycle: the first refused row is the cause, wherever it stands in the lane.
+    signature = f"refused-{blocker[0].entity}-{blocker[1].field or 'row'}" if blocker else "nothing-refused"
     head = (
         f"; head of the lane: seq {waiting[0].seq} ({waiting[0].entity}, project {waiting[0].project!r})"
         if waiting
         else ""
     )
+    if blocker is not None:
+        row, refusal = blocker
+        head += f"; the cloud refuses seq {row.seq} ({row.entity}, project {row.project!r}): {refusal.reason}"
     shown = ", ".join(f"{row.project}: {row.stranded}" for row in stuck)
     return [
         Violation(
@@ -392,17 +395,15 @@ def check_i5(observation: Observation) -> list[Violation]:
                 ),
             ),
             signature=signature,
-            upstream=_head_issue(waiting[0]) if waiting else None,
+            upstream=issue_for_refusal(blocker[1]) if blocker else None,
         )
     ]
 
 
-def _head_issue(head: LocalMutation) -> int | None:
-    """The upstream issue whose class the cloud's refusal of the head of the lane is (#742, #1224)."""
-    refusal = refusal_for_entry(
-        project=head.project, entity=head.entity, entity_key=head.entity_key, op=head.op, payload=head.payload
+def _refusal(row: LocalMutation) -> PushRefusal | None:
+    return refusal_for_entry(
+        project=row.project, entity=row.entity, entity_key=row.entity_key, op=row.op, payload=row.payload
     )
-    return issue_for_refusal(refusal)
 
 
 CHECKERS = (check_i1, check_i2, check_i3, check_i4, check_i5)

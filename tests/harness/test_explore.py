@@ -200,40 +200,37 @@ def test_i3_compares_foreign_targets_with_sync_state_and_the_enrolled_set() -> N
     ]
 
 
-def test_i5_fires_only_once_settled_and_names_the_head_of_the_lane() -> None:
-    stuck = [_row(1, ""), _row(2, "my-app"), _row(3, "other-repo")]
+def test_i5_fires_only_once_settled_and_names_the_first_row_the_cloud_refuses() -> None:
+    stuck = [_entry(1, ""), _entry(2, "my-app"), _entry(3, "other-repo")]
     assert check_i5(_observation(stuck)) == []
     (violation,) = check_i5(_observation(stuck, settled=True))
-    assert violation.owner == "engram" and violation.kind == "I5/head-observation-no-project"
-    assert "my-app: 1" in violation.detail and "seq 1" in violation.detail
+    assert violation.owner == "engram" and violation.kind == "I5/refused-observation-project"
+    assert "my-app: 1" in violation.detail and "head of the lane: seq 1" in violation.detail
+    assert "the cloud refuses seq 1 (observation, project '')" in violation.detail
     assert violation.expectations[0]["lanes"]["rows"] == [
         {"lane": "cloud", "project": "my-app", "stranded": 0}
     ]
 
 
+def _session(seq: int, project: str, **payload: str) -> LocalMutation:
+    body = {"id": f"s{seq}", "project": project, **payload}
+    return LocalMutation(seq, "cloud", project, "session", f"s{seq}", "upsert", f"d{seq}", False, body)
+
+
 def test_i5_and_i1_name_the_upstream_bug_whose_class_they_rediscover() -> None:
-    """#742: the head of the lane has no project; #1224: a session without directory; #264: rows lost after
-    a push the cloud acked without storing. The payloads are those engram v1.20 journals."""
-    no_project = LocalMutation(
-        1, "cloud", "", "session", "s1", "upsert", "d1", False, {"id": "s1", "project": "", "directory": "/h"}
-    )
-    no_directory = LocalMutation(
-        1, "cloud", "my-app", "session", "s2", "upsert", "d1", False, {"id": "s2", "project": "my-app"}
-    )
-    accepted = LocalMutation(
-        1,
-        "cloud",
-        "my-app",
-        "session",
-        "s3",
-        "upsert",
-        "d1",
-        False,
-        {"id": "s3", "project": "my-app", "directory": "/a"},
-    )
-    for head, issue in [(no_project, 742), (no_directory, 1224), (accepted, None)]:
-        (violation,) = check_i5(_observation([head, _row(2, "my-app")], settled=True))
-        assert violation.upstream == issue, head
+    """#742: a waiting row without a project; #1224: a session without directory, wherever it stands in
+    the lane (the worker's batch fails whole); #264: rows lost after a push the cloud acked without
+    storing. The payloads are those engram v1.20 journals."""
+    no_project = _session(1, "", directory="/h")
+    accepted = _session(1, "my-app", directory="/a")
+    no_directory = _session(2, "my-app")
+    for lane, kind, issue in [
+        ([no_project, _entry(2, "my-app")], "I5/refused-session-project", 742),
+        ([accepted, no_directory, _entry(3, "my-app")], "I5/refused-session-directory", 1224),
+        ([accepted, _entry(2, "my-app")], "I5/nothing-refused", None),
+    ]:
+        (violation,) = check_i5(_observation(lane, settled=True))
+        assert (violation.kind, violation.upstream) == (kind, issue), lane
     (lost,) = check_i1(_observation([_row(1, "my-app", acked=True)], lossy_nemesis=True))
     assert lost.upstream == 264
     (new_loss,) = check_i1(_observation([_row(1, "my-app", acked=True)]))

@@ -158,8 +158,8 @@ def test_the_worker_blocked_by_engrams_own_rows_is_named_as_the_upstream_bug_it_
             [NO_PROJECT_HISTORY, NO_DIRECTORY_HISTORY],
         )
     for outcome, kind, issue in [
-        (no_project, "I5/head-session-no-project", 742),
-        (no_directory, "I5/head-session-project", 1224),
+        (no_project, "I5/refused-session-project", 742),
+        (no_directory, "I5/refused-session-directory", 1224),
     ]:
         assert outcome.error == "", outcome.error
         assert [(v.kind, v.upstream) for v in outcome.violations] == [(kind, issue)], outcome.violations
