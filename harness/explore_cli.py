@@ -13,7 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
 from engram_sync_kit.harness.errors import HarnessError
-from engram_sync_kit.harness.explore.explorer import ExploreReport, ExploreSettings, explore
+from engram_sync_kit.harness.explore.explorer import ExploreReport, ExploreSettings, FoundViolation, explore
 from engram_sync_kit.harness.explore.invariants import whose
 from engram_sync_kit.harness.explore.operations import NEMESIS_KINDS
 
@@ -59,28 +59,45 @@ def _binary(engram_path: Path | None, version: str | None) -> Path:
         raise BadInput(f"--engram-version {wanted}: {error}") from None
 
 
+SHOWN_SEEDS = 8
+
+
 def _summary(report: ExploreReport, replay: int | None) -> str:
+    """One line for the run, then each kind of violation once: its shrunk scenario, and the other seeds
+    that showed the same kind (a long run meets one bug in many histories; the JSON lists them all)."""
+    kinds: dict[str, list[FoundViolation]] = {}
+    for found in report.violations:
+        kinds.setdefault(found.kind, []).append(found)
     lines = [
         f"explore: {f'replay of seed {replay}' if replay is not None else f'seed {report.seed}'}, "
         f"engram {report.engram}: {report.histories} histories, {report.steps} steps "
         f"in {report.seconds:.0f}s, {len(report.violations)} violation(s)"
+        + (f" of {len(kinds)} kind(s)" if kinds else "")
     ]
-    for found in report.violations:
-        where = (
-            f"; scenario {found.scenario} (minimized to {found.minimized_steps} steps"
-            if found.scenario
-            else ""
-        )
-        replayed = ""
-        if found.replayed is not None:
-            replayed = ", replays" if found.replayed else f", does NOT replay: {found.replay_detail}"
-        known = f", the class of {found.upstream}" if found.upstream else ""
-        lines.append(
-            f"  {found.invariant} ({whose(found.owner)}{known}) seed {found.seed}: {found.detail}{where}{replayed}"
-            + (")" if found.scenario else "")
-        )
+    for same in kinds.values():
+        found = next((one for one in same if one.scenario), same[0])
+        lines.append(_violation_line(found))
+        others = [one.seed for one in same if one is not found]
+        if others:
+            shown = ", ".join(str(seed) for seed in others[:SHOWN_SEEDS])
+            more = f" and {len(others) - SHOWN_SEEDS} more" if len(others) > SHOWN_SEEDS else ""
+            lines.append(f"    {len(others)} more histories showed {found.kind}: seeds {shown}{more}")
     lines.extend(f"  error: {error}" for error in report.errors)
     return "\n".join(lines)
+
+
+def _violation_line(found: FoundViolation) -> str:
+    where = (
+        f"; scenario {found.scenario} (minimized to {found.minimized_steps} steps" if found.scenario else ""
+    )
+    replayed = ""
+    if found.replayed is not None:
+        replayed = ", replays" if found.replayed else f", does NOT replay: {found.replay_detail}"
+    known = f", the class of {found.upstream}" if found.upstream else ""
+    return (
+        f"  {found.invariant} ({whose(found.owner)}{known}) seed {found.seed}: {found.detail}{where}{replayed}"
+        + (")" if found.scenario else "")
+    )
 
 
 @click.command("explore", cls=ExploreCommand)

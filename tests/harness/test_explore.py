@@ -32,6 +32,7 @@ from engram_sync_kit.harness.explore.scenario_out import (
     with_expected_error,
 )
 from engram_sync_kit.harness.explore.shrink import ddmin, drop_groups
+from engram_sync_kit.harness.explore_cli import _summary
 from engram_sync_kit.harness.lanes import LocalMutation, compute_lanes
 from engram_sync_kit.harness.loader import load_scenario, parse_scenario
 from engram_sync_kit.harness.schema import Fault
@@ -488,3 +489,22 @@ def test_the_triage_operation_applies_a_command_the_canary_suggests() -> None:
         for step in generate_history(seed, settings):
             if step.operation == "triage":
                 assert step.raw["triage"]["args"][-1] == "--apply" and step.raw["triage"]["exit"] is None
+
+
+def test_the_summary_shows_each_kind_once_with_its_scenario_and_counts_the_other_seeds() -> None:
+    report = explorer.ExploreReport(seed=1, engram="1.20.0", budget=60, histories=30, steps=300)
+    lossy = [
+        explorer.FoundViolation("I1", "nemesis", "2 lost", seed, 6, "I1/after-lossy-fault", "engram#264")
+        for seed in range(3, 14)
+    ]
+    lossy[1].scenario, lossy[1].minimized_steps, lossy[1].replayed = "out/i1.scenario.yaml", 4, True
+    blocked = explorer.FoundViolation("I5", "engram", "stuck", 20, 14, "I5/nothing-refused")
+    report.violations = [*lossy, blocked]
+    lines = _summary(report, None).splitlines()
+    assert lines == [
+        "explore: seed 1, engram 1.20.0: 30 histories, 300 steps in 0s, 12 violation(s) of 2 kind(s)",
+        "  I1 (nemesis's, the class of engram#264) seed 4: 2 lost; scenario out/i1.scenario.yaml "
+        "(minimized to 4 steps, replays)",
+        "    10 more histories showed I1/after-lossy-fault: seeds 3, 5, 6, 7, 8, 9, 10, 11 and 2 more",
+        "  I5 (engram's) seed 20: stuck",
+    ]
