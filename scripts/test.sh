@@ -72,4 +72,5 @@ export TESTCONTAINERS_CONNECTION_MODE=docker_host
 export TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1
 # The scenario library plays twice, side by side: process clouds, and docker clouds (items named
 # scenario[docker], held to the process run's baseline results; they skip, or fail under CI, without an image).
-"$BIN/pytest" -n 2 --dist loadgroup --durations=20 --scenario-cloud process,docker "${tier_filter[@]}" "$@"
+# Three workers on two cores: most of the slow tests wait for engram's 30 s worker ticks, not the CPU.
+"$BIN/pytest" -n 3 --dist loadgroup --durations=20 --scenario-cloud process,docker "${tier_filter[@]}" "$@"
