@@ -301,6 +301,21 @@ def _lossy_play(
     return outcome
 
 
+def _chunk_path_settings(out: Path, *, seed: int, parallel: int = 1) -> explorer.ExploreSettings:
+    """One second of histories without the worker, the lossy nemesis only (engram stood in for)."""
+    return explorer.ExploreSettings(
+        binary=Path("/bin/true"),
+        seed=seed,
+        budget=1,
+        out=out,
+        nemesis=("ack_without_store",),
+        autosync=False,
+        steps=8,
+        jobs=1,
+        parallel=parallel,
+    )
+
+
 def test_the_loop_finds_shrinks_writes_and_replays_one_violation_per_kind(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -314,17 +329,7 @@ def test_the_loop_finds_shrinks_writes_and_replays_one_violation_per_kind(
 
     monkeypatch.setattr(explorer, "replay_scenario", replay)
     monkeypatch.setattr(explorer, "engram_version", lambda binary: "1.20.0")
-    settings = explorer.ExploreSettings(
-        binary=Path("/bin/true"),
-        seed=1,
-        budget=1,
-        out=tmp_path,
-        nemesis=("ack_without_store",),
-        autosync=False,
-        steps=8,
-        jobs=1,
-    )
-    report = explorer.explore(settings)
+    report = explorer.explore(_chunk_path_settings(tmp_path, seed=1))
     assert report.histories > 1 and report.steps > 0
     first, *others = report.violations
     assert first.kind == "I1/after-lossy-fault" and first.replayed is True
@@ -367,18 +372,7 @@ def test_histories_play_side_by_side_each_player_on_its_own_cloud(
         if what.startswith("history seed "):
             started.append(int(what.removeprefix("history seed ")))
 
-    settings = explorer.ExploreSettings(
-        binary=Path("/bin/true"),
-        seed=100,
-        budget=1,
-        out=tmp_path,
-        nemesis=("ack_without_store",),
-        autosync=False,
-        steps=8,
-        jobs=1,
-        parallel=3,
-    )
-    report = explorer.explore(settings, progress)
+    report = explorer.explore(_chunk_path_settings(tmp_path, seed=100, parallel=3), progress)
     assert len(set(clouds)) == 3  # one fake cloud per player, for all its histories
     assert sorted(started) == list(range(100, 100 + report.histories)) and report.histories > 3
     seeds = [found.seed for found in report.violations]

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,6 +27,34 @@ SETTINGS = GeneratorSettings(autosync=False, nemesis=("ack_without_store",), ste
 HARNESS = str(Path(sys.executable).parent / "engram-harness")
 
 
+def _explore(
+    engram_bin: Path, tmp_path: Path, *args: str, timeout: float = 120
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """`engram-harness explore` on the chunk path with the planted nemesis, and the JSON report it wrote."""
+    report_path = tmp_path / "explore.json"
+    common = ["--engram", str(engram_bin), "--no-autosync", "--nemesis", "ack_without_store"]
+    result = subprocess.run(
+        [
+            HARNESS,
+            "explore",
+            *common,
+            "--steps",
+            str(SETTINGS.steps),
+            *args,
+            "--out",
+            str(tmp_path / "out"),
+            "--json",
+            str(report_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    report = json.loads(report_path.read_text(encoding="utf-8")) if report_path.exists() else {}
+    return result, report
+
+
 def test_the_planted_seed_still_holds_the_lossy_push() -> None:
     operations = [step.operation for step in generate_history(PLANTED_SEED, SETTINGS)]
     nemesis, sync = operations.index("nemesis"), operations.index("sync_manual", operations.index("nemesis"))
@@ -38,34 +67,10 @@ def test_the_planted_seed_still_holds_the_lossy_push() -> None:
 def test_a_planted_ack_without_store_is_found_shrunk_written_and_replayed(
     engram_bin: Path, tmp_path: Path
 ) -> None:
-    out, report_path = tmp_path / "out", tmp_path / "explore.json"
-    result = subprocess.run(
-        [
-            HARNESS,
-            "explore",
-            "--engram",
-            str(engram_bin),
-            "--no-autosync",
-            "--nemesis",
-            "ack_without_store",
-            "--steps",
-            str(SETTINGS.steps),
-            "--replay",
-            str(PLANTED_SEED),
-            "--budget",
-            "60",
-            "--out",
-            str(out),
-            "--json",
-            str(report_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
+    result, report = _explore(
+        engram_bin, tmp_path, "--replay", str(PLANTED_SEED), "--budget", "60", timeout=180
     )
     assert result.returncode == 1, result.stdout + result.stderr
-    report = json.loads(report_path.read_text(encoding="utf-8"))
     assert {"histories", "steps", "violations", "coverage"} <= set(report)
     assert report["histories"] == 1 and report["steps"] >= 1
     assert report["coverage"]["operations"]["nemesis"] >= 1
@@ -92,37 +97,10 @@ def test_a_planted_ack_without_store_is_found_shrunk_written_and_replayed(
 def test_histories_side_by_side_on_the_real_engram_each_find_their_loss_and_keep_their_seed(
     engram_bin: Path, tmp_path: Path
 ) -> None:
-    report_path = tmp_path / "explore.json"
-    result = subprocess.run(
-        [
-            HARNESS,
-            "explore",
-            "--engram",
-            str(engram_bin),
-            "--no-autosync",
-            "--nemesis",
-            "ack_without_store",
-            "--steps",
-            str(SETTINGS.steps),
-            "--seed",
-            str(PLANTED_SEED),
-            "--parallel",
-            "3",
-            "--no-shrink",
-            "--budget",
-            "8",
-            "--out",
-            str(tmp_path / "out"),
-            "--json",
-            str(report_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    result, report = _explore(
+        engram_bin, tmp_path, "--seed", str(PLANTED_SEED), "--parallel", "3", "--no-shrink", "--budget", "8"
     )
     assert result.returncode == 1, result.stdout + result.stderr
-    report = json.loads(report_path.read_text(encoding="utf-8"))
     assert report["errors"] == [] and report["histories"] >= 3
     seeds = [violation["seed"] for violation in report["violations"]]
     assert PLANTED_SEED in seeds and seeds == sorted(seeds)  # the planted history, whichever player got it
