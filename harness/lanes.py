@@ -41,7 +41,9 @@ class LocalMutation:
         return (self.entity, self.entity_key, self.op, self.digest)
 
 
-class Received(Protocol):
+class JournalledMutation(Protocol):
+    """What the fake cloud records of one mutation, in its store or its journal: how lanes match it."""
+
     @property
     def entity(self) -> str | None: ...
     @property
@@ -50,6 +52,9 @@ class Received(Protocol):
     def op(self) -> str | None: ...
     @property
     def payload_digest(self) -> str | None: ...
+
+
+class Received(JournalledMutation, Protocol):
     @property
     def payload(self) -> Any: ...
     @property

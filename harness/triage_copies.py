@@ -17,7 +17,7 @@ from typing import Any
 
 from engram_sync_kit.canary.targets import normalize_project
 from engram_sync_kit.canary.triage_log import TRIAGE_LOG_NAME, default_backup_dir
-from engram_sync_kit.engram_contract import refusal_for_entry
+from engram_sync_kit.engram_contract import PushRefusal, refusal_for_entry
 from engram_sync_kit.harness.lanes import LocalMutation
 
 MEMORY_ENTITIES = ("observation", "prompt")
@@ -39,11 +39,16 @@ def read_triage_entries(db_path: Path) -> list[dict[str, Any]]:
     return entries
 
 
-def refusal_of(row: LocalMutation) -> str | None:
-    """The cloud's answer to this row (engram_contract's push rules, which the fake cloud enforces)."""
-    refusal = refusal_for_entry(
+def push_refusal(row: LocalMutation) -> PushRefusal | None:
+    """The cloud's refusal of this row (engram_contract's push rules, which the fake cloud enforces)."""
+    return refusal_for_entry(
         project=row.project, entity=row.entity, entity_key=row.entity_key, op=row.op, payload=row.payload
     )
+
+
+def refusal_of(row: LocalMutation) -> str | None:
+    """The cloud's answer to this row as one line ("500 session payload directory is required ...")."""
+    refusal = push_refusal(row)
     return None if refusal is None else f"{refusal.status} {refusal.reason}"
 
 

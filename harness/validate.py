@@ -45,7 +45,7 @@ from engram_sync_kit.engram_contract.worker_selection import legacy_unacked, wor
 from engram_sync_kit.fake_cloud.errors import FakeCloudError
 from engram_sync_kit.harness.engram_env import EngramEnvironment, meaningful_stderr
 from engram_sync_kit.harness.errors import HarnessError, StepFailed
-from engram_sync_kit.harness.lanes import LaneTable, LocalMutation, MatchKey
+from engram_sync_kit.harness.lanes import JournalledMutation, LaneTable, LocalMutation, MatchKey
 from engram_sync_kit.harness.runner import copy_database
 from engram_sync_kit.harness.validate_lanes import AckedSeqs, measure_lanes
 from engram_sync_kit.harness.validate_model import (
@@ -624,7 +624,7 @@ def _one_line(log: str, limit: int = 500) -> str:
     return " | ".join(meaningful_stderr(log).splitlines())[-limit:] or "(empty)"
 
 
-class Push(Protocol):
+class Push(JournalledMutation, Protocol):
     """A journal entry of the fake cloud, as validate reads it."""
 
     @property
@@ -633,14 +633,6 @@ class Push(Protocol):
     def status(self) -> int: ...
     @property
     def project(self) -> str | None: ...
-    @property
-    def entity(self) -> str | None: ...
-    @property
-    def entity_key(self) -> str | None: ...
-    @property
-    def op(self) -> str | None: ...
-    @property
-    def payload_digest(self) -> str | None: ...
 
 
 def refused_projects(pushes: Sequence[Push]) -> list[str]:

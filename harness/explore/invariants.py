@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engram_sync_kit.canary.targets import normalize_project
-from engram_sync_kit.engram_contract import LEGACY_TARGET, PushRefusal, refusal_for_entry
+from engram_sync_kit.engram_contract import LEGACY_TARGET
 from engram_sync_kit.engram_contract.upstream_bugs import SILENT_LOSS_ISSUE, issue_for_refusal
 from engram_sync_kit.harness.lanes import LaneTable, LocalMutation
-from engram_sync_kit.harness.triage_copies import copy_problems, refusal_of
+from engram_sync_kit.harness.triage_copies import copy_problems, push_refusal, refusal_of
 
 LANE_BLOCKED = "legacy_lane_blocked"
 FOREIGN_CHECKS = ("foreign_sync_target", "foreign_mutation_target")
@@ -364,7 +364,7 @@ def check_i5(observation: Observation) -> list[Violation]:
     if not stuck:
         return []
     waiting = listed_pending(observation.local, enrolled)
-    blocker = next(((row, refusal) for row in waiting if (refusal := _refusal(row)) is not None), None)
+    blocker = next(((row, refusal) for row in waiting if (refusal := push_refusal(row)) is not None), None)
     # The worker pushes the listed rows in seq order, a batch at a time, and a refused row fails its whole
     # batch every cycle: the first refused row is the cause, wherever it stands in the lane.
     signature = f"refused-{blocker[0].entity}-{blocker[1].field or 'row'}" if blocker else "nothing-refused"
@@ -398,12 +398,6 @@ def check_i5(observation: Observation) -> list[Violation]:
             upstream=issue_for_refusal(blocker[1]) if blocker else None,
         )
     ]
-
-
-def _refusal(row: LocalMutation) -> PushRefusal | None:
-    return refusal_for_entry(
-        project=row.project, entity=row.entity, entity_key=row.entity_key, op=row.op, payload=row.payload
-    )
 
 
 CHECKERS = (check_i1, check_i2, check_i3, check_i4, check_i5)
