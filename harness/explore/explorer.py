@@ -230,11 +230,11 @@ def explore(settings: ExploreSettings, progress: Progress | None = None) -> Expl
     report = ExploreReport(seed=settings.seed, engram=engram_version(settings.binary), budget=settings.budget)
     run = _Run(settings, report, progress, _Seeds(settings, deadline), deadline)
     logs = Path(tempfile.mkdtemp(prefix="engram-explore-cloud-"))
+    # A replay plays one history: more players would each start a fake cloud and take no seed.
+    width = 1 if settings.replay is not None else settings.parallel
     try:
-        with ThreadPoolExecutor(max_workers=settings.parallel) as pool:
-            players = [
-                pool.submit(run.player, logs / f"player-{number}") for number in range(settings.parallel)
-            ]
+        with ThreadPoolExecutor(max_workers=width) as pool:
+            players = [pool.submit(run.player, logs / f"player-{number}") for number in range(width)]
             for player in players:
                 player.result()
     finally:
