@@ -9,10 +9,10 @@ from pathlib import Path
 REPOSITORY = Path(__file__).resolve().parent.parent
 TROUBLESHOOTING = (REPOSITORY / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
 SOURCES = [
-    *sorted((REPOSITORY / "canary").glob("*.py")),
-    REPOSITORY / "fake_cloud" / "cli.py",
-    REPOSITORY / "fake_cloud" / "server.py",
-    REPOSITORY / "harness" / "entry.py",
+    *sorted((REPOSITORY / "engram_sync_kit" / "canary").glob("*.py")),
+    REPOSITORY / "engram_sync_kit" / "fake_cloud" / "cli.py",
+    REPOSITORY / "engram_sync_kit" / "fake_cloud" / "server.py",
+    REPOSITORY / "engram_sync_kit" / "harness" / "entry.py",
 ]
 RAISED = ("Error", "Unavailable", "Schema", "BadParameter", "UsageError", "ClickException")
 SHORTEST_FRAGMENT = 10

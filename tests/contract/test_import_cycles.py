@@ -15,15 +15,15 @@ NAMESPACE = "engram_sync_kit"
 
 
 def module_files(root: Path = ROOT) -> dict[str, Path]:
-    """Each module by the name code imports it as: under the namespace when the checkout has one."""
+    """Each module by the name code imports it as."""
     modules: dict[str, Path] = {}
     for package in PACKAGES:
-        namespaced = package != "bench" and (root / NAMESPACE / package).exists()
-        for path in sorted((root / package).rglob("*.py")):
+        base = root if package == "bench" else root / NAMESPACE
+        for path in sorted((base / package).rglob("*.py")):
             parts = list(path.relative_to(root).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts.pop()
-            modules[".".join([NAMESPACE, *parts] if namespaced else parts)] = path
+            modules[".".join(parts)] = path
     return modules
 
 

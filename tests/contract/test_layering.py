@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[2] / "engram_sync_kit"
 KIT = {"canary", "fake_cloud", "harness", "engram_contract"}
 MAY_IMPORT = {
     "engram_contract": {"engram_contract"},

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[2] / "engram_sync_kit"
 PACKAGES = ("engram_contract", "canary", "fake_cloud", "harness")
 
 

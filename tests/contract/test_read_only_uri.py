@@ -7,8 +7,14 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).parents[2]
-PACKAGES = ("engram_contract", "canary", "fake_cloud", "harness", "bench")
-THE_ONE_PLACE = "engram_contract/read_only.py"
+PACKAGES = (
+    "engram_sync_kit/engram_contract",
+    "engram_sync_kit/canary",
+    "engram_sync_kit/fake_cloud",
+    "engram_sync_kit/harness",
+    "bench",
+)
+THE_ONE_PLACE = "engram_sync_kit/engram_contract/read_only.py"
 
 
 def builds_a_read_only_uri(path: Path) -> bool:

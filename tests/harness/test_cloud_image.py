@@ -31,6 +31,7 @@ from engram_sync_kit.harness.errors import HarnessError
 
 HARNESS = str(Path(sys.executable).parent / "engram-harness")
 REPO = Path(__file__).resolve().parents[2]
+PKG = "engram_sync_kit"
 BASE_ID = "sha256:" + "b" * 64
 
 
@@ -88,7 +89,9 @@ def checkout(root: Path, wheelhouse_script: str = "exit 0\n") -> Path:
     for name in ("Dockerfile", "pyproject.toml"):
         shutil.copy(REPO / name, root / name)
     for package in ("fake_cloud", "engram_contract", "harness"):
-        shutil.copytree(REPO / package, root / package, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            REPO / PKG / package, root / PKG / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
     (root / "scripts").mkdir()
     (root / "scripts" / "build-wheelhouse.sh").write_text(wheelhouse_script)
     (root / ".cache" / "wheelhouse" / "deps").mkdir(parents=True)
@@ -99,9 +102,9 @@ def test_the_digest_follows_the_fake_cloud_and_the_base_image_not_the_harness(tm
     repo = checkout(tmp_path)
     first = content_digest(repo, BASE_ID)
     assert len(first) == 12 and first == content_digest(repo, BASE_ID)
-    (repo / "harness" / "runner.py").write_text("# an edit of the harness\n", encoding="utf-8")
+    (repo / PKG / "harness" / "runner.py").write_text("# an edit of the harness\n", encoding="utf-8")
     assert content_digest(repo, BASE_ID) == first
-    with (repo / "fake_cloud" / "app.py").open("a", encoding="utf-8") as app:
+    with (repo / PKG / "fake_cloud" / "app.py").open("a", encoding="utf-8") as app:
         app.write("# an edit of the fake cloud\n")
     changed = content_digest(repo, BASE_ID)
     assert changed != first

@@ -12,4 +12,4 @@ def scenario_library() -> Path:
     packaged = Path(__file__).with_name(PACKAGED_NAME)
     if packaged.is_dir():
         return packaged
-    return Path(__file__).resolve().parent.parent / "scenarios"
+    return Path(__file__).resolve().parents[2] / "scenarios"

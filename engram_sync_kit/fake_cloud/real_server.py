@@ -26,7 +26,7 @@ import httpx
 
 from engram_sync_kit.fake_cloud.errors import FakeCloudError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 POSTGRES_URL_VARIABLE = "ENGRAM_KIT_POSTGRES_URL"
 # The real server refuses the development default and any secret under 32 bytes.
 JWT_SECRET = "engram-sync-kit-differential-jwt-secret-0123456789"
