@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from engram_sync_kit.canary.targets import named_project, normalize_project, project_target
 from engram_sync_kit.engram_contract import LEGACY_TARGET
 
-CANARY = Path(__file__).resolve().parents[2] / "canary"
+CANARY = Path(__file__).resolve().parents[2] / "engram_sync_kit" / "canary"
 
 
 @given(st.text(max_size=40))
