@@ -10,8 +10,8 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev]'
+$(VENV)/.installed: pyproject.toml constraints.txt | $(BIN)/python
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
 	touch $@
 
 venv: $(VENV)/.installed

@@ -23,7 +23,7 @@ trap 'rm -rf "$build"' EXIT
 # The build log is shown only when the build fails.
 # A fixed SOURCE_DATE_EPOCH makes the project wheel byte-identical when the source is, so the image
 # layer that installs it stays cached.
-SOURCE_DATE_EPOCH=315532800 "$python" -m pip wheel --disable-pip-version-check --find-links "$wheelhouse/deps" "$here" -w "$build" \
+SOURCE_DATE_EPOCH=315532800 "$python" -m pip wheel --disable-pip-version-check -c "$here/constraints.txt" --find-links "$wheelhouse/deps" "$here" -w "$build" \
   >"$build/pip.log" 2>&1 || { tail -n 30 "$build/pip.log" >&2; exit 1; }
 
 mkdir -p "$wheelhouse/deps" "$wheelhouse/project"

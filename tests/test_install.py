@@ -46,7 +46,9 @@ def _tree_entries() -> set[str]:
     """What a build could leave in the checkout: the root's entries and each package folder's."""
     entries = {entry.name for entry in REPOSITORY.iterdir()}
     for package in ("canary", "harness", "fake_cloud", "engram_contract"):
-        entries |= {f"{package}/{entry.name}" for entry in (REPOSITORY / package).iterdir()}
+        entries |= {
+            f"{package}/{entry.name}" for entry in (REPOSITORY / "engram_sync_kit" / package).iterdir()
+        }
     return entries - {"__pycache__"}
 
 
@@ -196,11 +198,13 @@ def test_the_base_dependencies_are_what_the_canary_and_the_fake_cloud_import() -
 
     project = PROJECT
     distribution_of = {"yaml": "pyyaml", "prometheus_client": "prometheus-client"}
-    base = {re.split(r"[=<>\[ ]", requirement)[0].lower() for requirement in project["dependencies"]}
+    base = {re.split(r"[=<>~!\[ ]", requirement)[0].lower() for requirement in project["dependencies"]}
     ours = {"canary", "fake_cloud", "engram_contract", "harness", "engram_sync_kit"}
     imported: set[str] = set()
     for package in ("canary", "fake_cloud", "engram_contract"):
-        for source in (REPOSITORY / package).rglob("*.py"):
+        sources = sorted((REPOSITORY / "engram_sync_kit" / package).rglob("*.py"))
+        assert sources, package  # else nothing below is checked
+        for source in sources:
             for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.Import):
                     imported |= {
@@ -214,6 +218,7 @@ def test_the_base_dependencies_are_what_the_canary_and_the_fake_cloud_import() -
     assert isinstance(project["license"], str), "project.license must be an SPDX expression"
     assert project["license"] == "MIT"
     extra = {
-        requirement.split("==")[0].lower() for requirement in project["optional-dependencies"]["harness"]
+        re.split(r"[=<>~!\[ ]", requirement)[0].lower()
+        for requirement in project["optional-dependencies"]["harness"]
     }
     assert extra >= HARNESS_ONLY

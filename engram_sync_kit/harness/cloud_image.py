@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parents[2]
 # What the fake cloud in the image is made from, besides the base image. The wheel carries the harness and
 # the canary too, but the container runs only engram-fake-cloud, so their edits do not rebuild it.
 SOURCE_PACKAGES = ("engram_sync_kit/fake_cloud", "engram_sync_kit/engram_contract")
-SOURCE_FILES = ("Dockerfile", "pyproject.toml", "scripts/build-wheelhouse.sh")
+SOURCE_FILES = ("Dockerfile", "pyproject.toml", "constraints.txt", "scripts/build-wheelhouse.sh")
 DIGEST_LENGTH = 12
 # Hash tags kept per name: several checkouts may share one engine, so only the oldest go.
 KEPT_BUILDS = 3

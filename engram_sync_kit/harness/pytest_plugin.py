@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from _pytest.config.findpaths import determine_setup
 from rich.console import Console
 
 from engram_sync_kit.harness.cloud_image import ensure_image
@@ -97,38 +96,32 @@ VALUE_OPTIONS = (
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str]) -> None:
-    """Choose the rootdir and ini file as if our options' values were not test paths.
+    """Refuse a two-token option value that pytest may have taken for a test path.
 
-    pytest picks its configuration before it loads plugins, so `--scenario-engram /x/bin/engram` (two
-    tokens) looks to it like a test path, and a config file above the binary (another project's
-    pyproject.toml) wins over the consumer's own. The `=` spelling never had the problem; this makes the
-    two-token spelling choose the same configuration.
+    pytest picks its rootdir and config file before it loads plugins, so in `--scenario-engram
+    /x/bin/engram` it sees the value as a test path, and a config file above it (another project's
+    pyproject.toml) can win over the consumer's own. pytest offers no public way to choose again, so a
+    value naming an existing path outside the invocation directory must be written with `=`.
     """
     original = [*shlex.split(os.environ.get("PYTEST_ADDOPTS", "")), *early_config.invocation_params.args]
-    ours = {index for index, token in enumerate(original[:-1]) if token in VALUE_OPTIONS}
-    if not ours:
-        return
-    parser = early_config._parser
-    namespace, unknown = parser.parse_known_and_unknown_args(
-        [token for index, token in enumerate(original) if index not in ours and index - 1 not in ours]
-    )
-    rootpath, inipath, inicfg = determine_setup(
-        inifile=namespace.inifilename,
-        args=namespace.file_or_dir + unknown,
-        rootdir_cmd_arg=namespace.rootdir or None,
-        invocation_dir=early_config.invocation_params.dir,
-    )
-    if (rootpath, inipath) == (early_config.rootpath, early_config.inipath):
-        return
-    wrong_addopts = len(early_config.getini("addopts")) if "addopts" in early_config.inicfg else 0
-    old_cutdir = str(early_config.inipath.parent if early_config.inipath else early_config.rootpath)
-    early_config._rootpath, early_config._inipath, early_config.inicfg = rootpath, inipath, inicfg
-    early_config._inicache.clear()
-    parser.extra_info["rootdir"] = str(rootpath)
-    parser.extra_info["inifile"] = str(inipath)
-    args[:] = [*early_config.getini("addopts"), *args[wrong_addopts:]]
-    if early_config.known_args_namespace.confcutdir == old_cutdir:
-        early_config.known_args_namespace.confcutdir = str(inipath.parent if inipath else rootpath)
+    here = early_config.invocation_params.dir.resolve()
+    for index, token in enumerate(original[:-1]):
+        value = original[index + 1]
+        if token in VALUE_OPTIONS and _path_outside(value, here):
+            raise pytest.UsageError(
+                f"{token} {value}: a path outside {here} can make pytest read another project's "
+                f"configuration; write {token}={value}"
+            )
+
+
+def _path_outside(value: str, here: Path) -> bool:
+    if value.startswith("-"):
+        return False
+    try:
+        path = (here / value).resolve()
+        return path.exists() and not path.is_relative_to(here)
+    except (OSError, ValueError, RuntimeError):
+        return False
 
 
 def _cloud_modes(text: str) -> tuple[CloudMode, ...]:

@@ -61,7 +61,7 @@ def test_the_example_consumer_passes_with_an_engram_and_fails_without(
         "no:cacheprovider",
     ]
 
-    gate = run([*pytest_in_venv, "--scenario-engram", engram_bin, "--scenario-junit", "reports/design.xml"],
+    gate = run([*pytest_in_venv, f"--scenario-engram={engram_bin}", "--scenario-junit", "reports/design.xml"],
                cwd=consumer, env=env)  # fmt: skip
     assert gate.returncode == 0, gate.stdout[-3000:] + gate.stderr[-2000:]
     assert f"rootdir: {consumer}" in gate.stdout and "configfile: pyproject.toml" in gate.stdout

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 pytest_plugins = ["pytester"]
@@ -157,13 +159,8 @@ def test_a_named_engram_that_is_not_executable_is_one_line(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
 
 
-@pytest.mark.parametrize("name", ["--scenario-engram", "--scenario-keep", "--scenario-junit"])
-@pytest.mark.parametrize("spelling", ["two tokens", "equals"])
-def test_the_engram_option_in_either_spelling_keeps_the_consumers_own_config(
-    pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory, spelling: str, name: str
-) -> None:
-    # The binary lives in another project whose pyproject.toml has a pytest section. Before, the two-token
-    # spelling made pytest take that file (the value looked like a test path): its addopts and markers.
+def _other_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A binary under another project whose pyproject.toml has a pytest section of its own."""
     other = tmp_path_factory.mktemp("other-project")
     (other / "pyproject.toml").write_text(
         '[tool.pytest.ini_options]\naddopts = "--strict-markers -p no:terminalx"\ntestpaths = ["nowhere"]\n'
@@ -172,16 +169,29 @@ def test_the_engram_option_in_either_spelling_keeps_the_consumers_own_config(
     binary.parent.mkdir()
     binary.write_text("#!/bin/sh\nexit 0\n")
     binary.chmod(0o755)
+    (other / "j.xml").write_text("")
+    return other
+
+
+def _consumer(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\naddopts = --strict-markers\ntestpaths = scenarios\n")
     (pytester.path / "scenarios").mkdir()
     (pytester.path / "scenarios" / "plugin.scenario.yaml").write_text(SCENARIO)
+
+
+@pytest.mark.parametrize("name", ["--scenario-engram", "--scenario-keep", "--scenario-junit"])
+def test_the_equals_spelling_keeps_the_consumers_own_config(
+    pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory, name: str
+) -> None:
+    other = _other_project(tmp_path_factory)
+    _consumer(pytester)
+    binary = other / "bin" / "engram"
     value = {
         "--scenario-engram": binary,
         "--scenario-keep": other / "bin",
         "--scenario-junit": other / "j.xml",
-    }[name]
-    (other / "j.xml").write_text("")
-    option = [name, str(value)] if spelling == "two tokens" else [f"{name}={value}"]
+    }
+    option = [f"{name}={value[name]}"]
     if name != "--scenario-engram":
         option += [f"--scenario-engram={binary}"]
     result = pytester.runpytest("-p", "no:cacheprovider", "--collect-only", "-q", *option)
@@ -189,6 +199,39 @@ def test_the_engram_option_in_either_spelling_keeps_the_consumers_own_config(
     result.stdout.fnmatch_lines(["scenarios/plugin.scenario.yaml::plugin"])
     config = pytester.parseconfigure(*option)
     assert (config.rootpath, config.inipath) == (pytester.path, pytester.path / "tox.ini")
+
+
+@pytest.mark.parametrize("name", ["--scenario-engram", "--scenario-keep", "--scenario-junit"])
+def test_two_tokens_naming_a_path_elsewhere_is_refused_in_one_line(
+    pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory, name: str
+) -> None:
+    # pytest had taken the value for a test path and read the other project's pyproject.toml (its addopts
+    # and markers); the plugin had re-chosen through pytest's private internals. Now it says how to write it.
+    other = _other_project(tmp_path_factory)
+    _consumer(pytester)
+    value = {"--scenario-engram": other / "bin" / "engram", "--scenario-keep": other / "bin"}.get(
+        name, other / "j.xml"
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider", "--collect-only", "-q", name, str(value))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert [line for line in result.stderr.lines if line] == [
+        f"ERROR: {name} {value}: a path outside {pytester.path} can make pytest read another project's "
+        f"configuration; write {name}={value}"
+    ]
+
+
+def test_two_tokens_naming_a_path_inside_the_project_work(pytester: pytest.Pytester) -> None:
+    _consumer(pytester)
+    binary = pytester.path / "bin" / "engram"
+    binary.parent.mkdir()
+    binary.write_text("#!/bin/sh\nexit 0\n")
+    binary.chmod(0o755)
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", "--collect-only", "-q", "--scenario-engram", "bin/engram",
+        "--scenario-junit", "reports/design.xml",
+    )  # fmt: skip
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    result.stdout.fnmatch_lines(["scenarios/plugin.scenario.yaml::plugin"])
 
 
 @pytest.mark.engram
