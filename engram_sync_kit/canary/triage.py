@@ -69,7 +69,12 @@ from engram_sync_kit.canary.targets import (
 )
 from engram_sync_kit.canary.triage_log import TRIAGE_LOG_NAME as TRIAGE_LOG_NAME  # validate reads it here
 from engram_sync_kit.canary.triage_log import default_backup_dir
-from engram_sync_kit.engram_contract import LEGACY_TARGET, PushRefusal, enrolled_name
+from engram_sync_kit.engram_contract import (
+    LEGACY_TARGET,
+    SESSION_REFERENCING_ENTITIES,
+    PushRefusal,
+    enrolled_name,
+)
 from engram_sync_kit.engram_contract.gojson import go_json
 
 WRITE_CACHE_KIB = 64 * 1024
@@ -375,9 +380,6 @@ def plan_claim(
     return plan
 
 
-_MEMORY_ENTITIES = frozenset({"observation", "prompt"})
-
-
 def with_referenced_sessions(db: EngramDb, plan: Plan) -> Plan:
     """A claim's memories with the session they reference, in the same project.
 
@@ -439,7 +441,7 @@ def with_referenced_sessions(db: EngramDb, plan: Plan) -> Plan:
 
 
 def _session_reference(copy: Copy) -> str | None:
-    if copy.source.entity not in _MEMORY_ENTITIES or copy.source.op != "upsert":
+    if copy.source.entity not in SESSION_REFERENCING_ENTITIES or copy.source.op != "upsert":
         return None
     try:
         decoded = json.loads(copy.payload)

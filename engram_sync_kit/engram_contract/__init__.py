@@ -7,9 +7,10 @@ from engram_sync_kit.engram_contract.digest import carries_fields, decoded_paylo
 from engram_sync_kit.engram_contract.errors import ContractError
 from engram_sync_kit.engram_contract.gojson import go_escape, go_json
 from engram_sync_kit.engram_contract.names import (
+    ENTITIES,
     LANE_COUNTS,
     LEGACY_TARGET,
-    MEMORY_ENTITIES,
+    SESSION_REFERENCING_ENTITIES,
     TELEMETRY_ENTITIES,
     enrolled_name,
     normalize_project,
@@ -17,9 +18,10 @@ from engram_sync_kit.engram_contract.names import (
 from engram_sync_kit.engram_contract.push_rules import PushRefusal, refusal_for_entry
 
 __all__ = [
+    "ENTITIES",
     "LANE_COUNTS",
     "LEGACY_TARGET",
-    "MEMORY_ENTITIES",
+    "SESSION_REFERENCING_ENTITIES",
     "TELEMETRY_ENTITIES",
     "ContractError",
     "PushRefusal",

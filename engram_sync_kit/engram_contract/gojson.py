@@ -12,9 +12,13 @@ from engram_sync_kit.engram_contract.errors import ContractError
 _GO_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
 
+_SORTED = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+_STRUCT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def go_json(value: Any, *, sort_keys: bool = True) -> str:
     """Compact JSON with Go's HTML-safe escapes; map keys sorted unless the value mirrors a struct."""
-    return go_escape(json.dumps(value, sort_keys=sort_keys, separators=(",", ":"), ensure_ascii=False))
+    return go_escape((_SORTED if sort_keys else _STRUCT).encode(value))
 
 
 def go_escape(encoded: str) -> str:

@@ -6,8 +6,11 @@ from typing import Final
 # The target_key of the legacy lane: the only lane v1.20's autosync worker reads.
 LEGACY_TARGET: Final = "cloud"
 # Session and prompt rows are telemetry: the design keeps them out of the inbox (§1).
+# The four entities a mutation carries, in the order engram's chunks list them.
+ENTITIES: Final = ("session", "observation", "prompt", "relation")
 TELEMETRY_ENTITIES: Final = frozenset({"session", "prompt"})
-MEMORY_ENTITIES: Final = frozenset({"observation", "relation"})
+# Their upserts name a session_id, which the cloud wants present in the same project (chunk or batch).
+SESSION_REFERENCING_ENTITIES: Final = frozenset({"observation", "prompt"})
 # What the harness counts per lane and project, in its report's column order.
 LANE_COUNTS: Final = ("enqueued", "acked", "delivered", "stranded", "lost", "duplicated")
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from engram_sync_kit.engram_contract import payload_digest, push_rules
+from engram_sync_kit.engram_contract import ENTITIES, SESSION_REFERENCING_ENTITIES, payload_digest, push_rules
 from engram_sync_kit.engram_contract.errors import ContractError
 from engram_sync_kit.fake_cloud import chunkcodec
 from engram_sync_kit.fake_cloud.chunkcodec import ChunkError
@@ -398,7 +398,7 @@ def _materialize_mutation_batch(entries: Sequence[Mapping[str, Any]]) -> list[tu
         chunk: dict[str, Any] = {"sessions": [], "observations": [], "prompts": [], "mutations": []}
         for entry in batch:
             entity = entry["entity"].strip()
-            if entity not in ("session", "observation", "prompt", "relation"):
+            if entity not in ENTITIES:
                 continue
             chunk["mutations"].append(
                 {
@@ -471,7 +471,7 @@ def _validate_session_references(chunk: Any, known: set[str]) -> None:
             if session_id not in present:
                 raise ChunkError(f'{name}[{index}] references missing session_id "{session_id}"')
     for index, mutation in enumerate(chunk.get("mutations") or []):
-        if mutation["entity"] not in ("observation", "prompt") or mutation["op"] != "upsert":
+        if mutation["entity"] not in SESSION_REFERENCING_ENTITIES or mutation["op"] != "upsert":
             continue
         body = chunkcodec.decode_mutation_payload(mutation["payload"])
         session_id = str(body.get("session_id") or "").strip()

@@ -24,7 +24,8 @@ from pydantic import (
 )
 
 from engram_sync_kit.engram_contract import LANE_COUNTS as LANE_COUNTS  # the scenario schema names them too
-from engram_sync_kit.fake_cloud.faults import FaultAction
+from engram_sync_kit.fake_cloud.faults import Fault as FakeCloudFault
+from engram_sync_kit.fake_cloud.faults import FaultAction, InvalidControlRequest
 from engram_sync_kit.fake_cloud.faults import Route as CloudRoute
 from engram_sync_kit.harness.design_schema import (
     DESIGN_STEP_MODELS,
@@ -267,7 +268,7 @@ class ReviseStep(StepBase):
 
 
 class Fault(Strict):
-    """A fake-cloud fault: its routes and actions are fake_cloud's own (one source)."""
+    """A fake-cloud fault: its routes, actions and value rules are fake_cloud's own (one source)."""
 
     route: CloudRoute = CloudRoute.ANY
     project: str | None = None
@@ -277,6 +278,14 @@ class Fault(Strict):
     latency_ms: int = 200
     keep: int = 0
     seconds: float = 5
+
+    @model_validator(mode="after")
+    def _as_the_fake_would_take_it(self) -> Fault:
+        try:
+            FakeCloudFault.from_dict(self.model_dump(mode="json", exclude_none=True, exclude_unset=True))
+        except InvalidControlRequest as refused:
+            raise ValueError(str(refused)) from None
+        return self
 
 
 class CloudStep(StepBase):

@@ -17,10 +17,8 @@ from typing import Any
 
 from engram_sync_kit.canary.targets import normalize_project
 from engram_sync_kit.canary.triage_log import TRIAGE_LOG_NAME, default_backup_dir
-from engram_sync_kit.engram_contract import PushRefusal, refusal_for_entry
+from engram_sync_kit.engram_contract import SESSION_REFERENCING_ENTITIES, PushRefusal, refusal_for_entry
 from engram_sync_kit.harness.lanes import LocalMutation
-
-MEMORY_ENTITIES = ("observation", "prompt")
 
 
 def read_triage_entries(db_path: Path) -> list[dict[str, Any]]:
@@ -103,7 +101,7 @@ def copy_problems(
     }
     for seq in sorted(copies):
         row = by_seq[seq]
-        if row.entity not in MEMORY_ENTITIES or not isinstance(row.payload, dict):
+        if row.entity not in SESSION_REFERENCING_ENTITIES or not isinstance(row.payload, dict):
             continue
         session = str(row.payload.get("session_id") or "")
         if session and (normalize_project(row.project), session) not in sessions:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from engram_sync_kit.engram_contract import go_json
 from engram_sync_kit.harness.deployment import (
     REFERENCE_TIME,
     DeploymentError,
@@ -21,7 +22,6 @@ from engram_sync_kit.harness.deployment import (
     DeploymentSummary,
     canonical_digest,
     generate,
-    go_json,
     stamp,
 )
 from engram_sync_kit.harness.engram_env import EngramEnvironment, meaningful_stderr
@@ -132,7 +132,7 @@ def test_a_spec_whose_volumes_do_not_fit_is_refused_in_one_line() -> None:
 @pytest.mark.unit
 def test_go_json_writes_what_go_json_marshal_writes() -> None:
     assert (
-        go_json({"title": "a<b> & c", "n": 1, "x": "ñ"})
+        go_json({"title": "a<b> & c", "n": 1, "x": "ñ"}, sort_keys=False)
         == '{"title":"a\\u003cb\\u003e \\u0026 c","n":1,"x":"ñ"}'
     )
     assert stamp(0) == "1970-01-01 00:00:00"

@@ -287,3 +287,23 @@ def test_a_rename_step_names_a_declared_workspace_and_a_plain_new_name() -> None
     assert errors_of(BASE + "  - rename: {workspace: nope, to: x}\n") == [
         "s.scenario.yaml:6: rename: unknown workspace 'nope'; declared: app"
     ]
+
+
+@pytest.mark.parametrize(
+    ("fault", "why"),
+    [
+        (
+            "{status: 204}",
+            "fault.status: 204 cannot carry the fault's error body; use 200 or 205-599 except 304",
+        ),
+        ("{status: 199}", "fault.status: expected an integer from 200 to 599, got 199"),
+        ("{action: short_accepted, keep: 5000}", "fault.keep: expected an integer from 0 to 100, got 5000"),
+        ("{action: hang, seconds: 601}", "fault.seconds: expected a number from 0 to 600, got 601.0"),
+        ("{latency_ms: 600001}", "fault.latency_ms: expected an integer from 0 to 600000, got 600001"),
+    ],
+)
+def test_the_loader_refuses_a_fault_the_fake_would_refuse_in_its_words(fault: str, why: str) -> None:
+    # Before: the loader accepted these and the fake refused them mid-run, at the cloud step.
+    assert errors_of(f"name: x\nsteps:\n  - cloud:\n      faults: [{fault}]\n") == [
+        f"s.scenario.yaml:4: steps.0.cloud.faults.0: {why}"
+    ]

@@ -25,7 +25,7 @@ from engram_sync_kit.engram_contract import TELEMETRY_ENTITIES
 from engram_sync_kit.harness.deployment.digest import canonical_digest
 from engram_sync_kit.harness.deployment.fill import enroll, fill
 from engram_sync_kit.harness.deployment.history import History
-from engram_sync_kit.harness.deployment.records import go_json, stamp, to_text
+from engram_sync_kit.harness.deployment.records import stamp, to_text
 from engram_sync_kit.harness.deployment.sequencing import FORBIDDEN_MESSAGE, sequence
 from engram_sync_kit.harness.deployment.spec import (
     MAX_SCALE,
@@ -47,7 +47,6 @@ __all__ = [
     "KeyVolume",
     "canonical_digest",
     "generate",
-    "go_json",
     "stamp",
 ]
 

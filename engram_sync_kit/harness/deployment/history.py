@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engram_sync_kit.canary.targets import project_target
-from engram_sync_kit.engram_contract import LEGACY_TARGET, go_escape
+from engram_sync_kit.engram_contract import LEGACY_TARGET, go_escape, go_json
 from engram_sync_kit.harness.deployment.naming import Names, pick, split
 from engram_sync_kit.harness.deployment.records import (
     Journal,
@@ -17,7 +17,6 @@ from engram_sync_kit.harness.deployment.records import (
     Relation,
     Session,
     epoch_of,
-    go_json,
     quote,
     stamp,
 )
@@ -266,7 +265,8 @@ class History:
                     "project": source.session.project,
                     "created_at": stamp(created),
                     "updated_at": stamp(created),
-                }
+                },
+                sort_keys=False,
             )
             self.journal.add(
                 created, LEGACY_TARGET, "relation", sync_id, "upsert", payload, source.session.project, True

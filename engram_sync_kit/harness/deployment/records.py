@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from engram_sync_kit.engram_contract import go_escape
+from engram_sync_kit.engram_contract import go_json
 
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 
@@ -17,15 +17,9 @@ def to_text(moment: datetime) -> str:
     return moment.strftime(TIME_FORMAT)
 
 
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 _DAYS: dict[int, str] = {}
 _CLOCK = tuple(f" {s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}" for s in range(86400))
 quote = json.encoder.encode_basestring
-
-
-def go_json(value: dict[str, Any]) -> str:
-    """json.Marshal's bytes: compact, struct field order (dict order), Go's escapes."""
-    return go_escape(_ENCODER.encode(value))
 
 
 def stamp(epoch: int) -> str:
@@ -81,7 +75,7 @@ class Observation:
         body["duplicate_count"] = 1
         body["created_at"] = stamp(self.created)
         body["updated_at"] = stamp(self.updated)
-        return go_json(body)
+        return go_json(body, sort_keys=False)
 
 
 class Prompt(NamedTuple):

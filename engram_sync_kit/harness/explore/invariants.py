@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engram_sync_kit.canary.targets import normalize_project
+from engram_sync_kit.canary.targets import allowed_targets, normalize_project
 from engram_sync_kit.engram_contract import LEGACY_TARGET
 from engram_sync_kit.engram_contract.upstream_bugs import SILENT_LOSS_ISSUE, issue_for_refusal
 from engram_sync_kit.harness.lanes import LaneTable, LocalMutation
@@ -32,7 +32,6 @@ from engram_sync_kit.harness.triage_copies import copy_problems, push_refusal, r
 
 LANE_BLOCKED = "legacy_lane_blocked"
 FOREIGN_CHECKS = ("foreign_sync_target", "foreign_mutation_target")
-ALWAYS_ALLOWED = frozenset({LEGACY_TARGET, "cloud:inbox", "local"})
 PUSH_PATH = "/sync/mutations/push"
 
 #: who a violation points at: engram, the kit's own canary/triage, or the nemesis that was told to lose rows
@@ -184,10 +183,6 @@ def check_i2(observation: Observation) -> list[Violation]:
             signature="miss" if truth else "false-alarm",
         )
     ]
-
-
-def allowed_targets(enrolled: Iterable[str]) -> set[str]:
-    return set(ALWAYS_ALLOWED) | {f"cloud:{normalize_project(project)}" for project in enrolled}
 
 
 def check_i3(observation: Observation) -> list[Violation]:
