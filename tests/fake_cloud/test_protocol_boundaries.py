@@ -10,7 +10,8 @@ from engram_sync_kit.fake_cloud.protocol import (
     pull_mutations,
     push_mutations,
 )
-from engram_sync_kit.fake_cloud.state import FakeCloudState
+from engram_sync_kit.fake_cloud.routes import CHUNK_READ, MANIFEST, match
+from engram_sync_kit.fake_cloud.state import FakeCloudState, ServerVersion
 
 
 def sessions(count: int, project: str = "p") -> dict[str, Any]:
@@ -53,3 +54,29 @@ def test_a_pull_limit_of_zero_or_less_means_the_default_page() -> None:
         assert len(page.body["mutations"]) == DEFAULT_PULL_LIMIT
         assert page.body["has_more"] is True
     assert len(pull_mutations(state, "0", "1").body["mutations"]) == 1
+
+
+def test_a_pull_limit_above_the_cap_gets_the_cap_and_one_below_gets_itself() -> None:
+    state = FakeCloudState(token=None)
+    for _ in range(2):
+        assert push_mutations(state, sessions(MAX_MUTATION_BATCH))[0].status == 200
+    sizes = {
+        limit: (len(page.body["mutations"]), page.body["has_more"])
+        for limit in ("99", "100", "101", "100000")
+        for page in [pull_mutations(state, "0", limit)]
+    }
+    assert DEFAULT_PULL_LIMIT == 100
+    assert sizes == {"99": (99, True), "100": (100, True), "101": (100, True), "100000": (100, True)}
+    last = pull_mutations(state, "100", "100")
+    assert (len(last.body["mutations"]), last.body["has_more"]) == (100, False)
+
+
+def test_a_chunk_is_read_from_exactly_one_segment_after_sync_pull() -> None:
+    versions: tuple[ServerVersion, ...] = ("v1.20", "v2", "v3")
+    for version in versions:
+        assert match("/sync/pull", version) is MANIFEST
+        assert match("/sync/pull/abc", version) is CHUNK_READ
+        assert match("/sync/pull/a%2Fb", version) is CHUNK_READ
+        assert [match(path, version) for path in ("/sync/pull/", "/sync/pull/a/b", "/sync/pull/a/")] == [
+            None
+        ] * 3
