@@ -58,6 +58,19 @@ CANARY_READERS = (
 CANARY_WRITERS = frozenset({"triage", "repair", "sync_bookkeeping", "backups"})
 
 
+def is_writer(module: str) -> bool:
+    return module in CANARY_WRITERS
+
+
+def canary_module_path(module: str) -> Path | None:
+    """The file of a canary module named relative to the package (`checks`, `inbox.cursor`), if any."""
+    base = ROOT / "canary" / module.replace(".", "/")
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
 def canary_imports(path: Path) -> set[str]:
     """The canary modules `path` imports anywhere in it (module level, in functions, under TYPE_CHECKING)."""
     names: set[str] = set()
@@ -70,21 +83,21 @@ def canary_imports(path: Path) -> set[str]:
             modules = [base, *(f"{base}.{alias.name}" for alias in node.names)]
         for module in modules:
             parts = module.removeprefix("engram_sync_kit.").split(".")
-            if parts[0] == "canary" and len(parts) > 1 and (ROOT / "canary" / f"{parts[1]}.py").exists():
-                names.add(parts[1])
+            if parts[0] == "canary" and len(parts) > 1 and canary_module_path(".".join(parts[1:])):
+                names.add(".".join(parts[1:]))
     return names
 
 
 @pytest.mark.parametrize("reader", CANARY_READERS)
 def test_canary_read_paths_reach_no_writer(reader: str) -> None:
-    assert (ROOT / "canary" / f"{reader}.py").exists() or reader == "lanes"
+    assert canary_module_path(reader) is not None
     reached: dict[str, list[str]] = {reader: [reader]}
     todo = [reader]
     while todo:
         module = todo.pop()
-        path = ROOT / "canary" / f"{module}.py"
-        for imported in sorted(canary_imports(path)) if path.exists() else ():
+        path = canary_module_path(module)
+        for imported in sorted(canary_imports(path)) if path else ():
             if imported not in reached:
                 reached[imported] = [*reached[module], imported]
                 todo.append(imported)
-    assert {name: " -> ".join(chain) for name, chain in reached.items() if name in CANARY_WRITERS} == {}
+    assert {name: " -> ".join(chain) for name, chain in reached.items() if is_writer(name)} == {}
