@@ -7,6 +7,7 @@ an engram version does today, within a version range) or `design` (what the seed
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from typing import Annotated, Any, ClassVar, Literal, TypeAlias
@@ -23,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from engram_sync_kit.canary.check_catalog import CHECKS
 from engram_sync_kit.engram_contract import LANE_COUNTS as LANE_COUNTS  # the scenario schema names them too
 from engram_sync_kit.fake_cloud.faults import Fault as FakeCloudFault
 from engram_sync_kit.fake_cloud.faults import FaultAction, InvalidControlRequest
@@ -641,6 +643,16 @@ class FindingMatch(Strict):
     severity: Literal["warning", "critical"] | None = None
     target_key: str | None = None
     key: str | None = None
+
+    @field_validator("check")
+    @classmethod
+    def _a_check_the_canary_has(cls, check: str) -> str:
+        # A misspelt check would match no finding: findings_exclude would pass on nothing.
+        if check not in CHECKS:
+            near = difflib.get_close_matches(check, list(CHECKS), n=1, cutoff=0.75)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise ValueError(f"not a check of the canary{hint}; docs/canary.md lists them")
+        return check
 
 
 class CanaryCheck(Strict):
