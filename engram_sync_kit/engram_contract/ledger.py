@@ -48,40 +48,35 @@ class Ledger(Generic[K, R]):
     def __init__(self, rank: Callable[[R], tuple[int, int]]) -> None:
         self._rank = rank
         self._waiting: dict[K, R | list[R]] = {}
-        self._count = 0
 
     def add(self, key: K, row: R) -> None:
-        present = self._waiting.get(key)
-        if present is None:
-            self._waiting[key] = row
-        elif isinstance(present, list):
+        present = self._waiting.setdefault(key, row)
+        if present is row:
+            return
+        if isinstance(present, list):
             insort(present, row, key=self._rank)
         else:
             pair = [present]
             insort(pair, row, key=self._rank)
             self._waiting[key] = pair
-        self._count += 1
 
     def take(self, key: K) -> R | None:
         """The row a copy of KEY goes to, no longer waiting; None when no row of KEY waits (a surplus copy)."""
-        present = self._waiting.get(key)
-        if present is None:
-            return None
-        if isinstance(present, list):
-            row = present.pop(0)
-            if len(present) == 1:
-                self._waiting[key] = present[0]
-        else:
-            row = present
-            del self._waiting[key]
-        self._count -= 1
+        present = self._waiting.pop(key, None)
+        if present is None or not isinstance(present, list):
+            return present
+        row = present.pop(0)
+        self._waiting[key] = present[0] if len(present) == 1 else present
         return row
 
     def waits_for(self, key: K) -> bool:
         return key in self._waiting
 
+    def __bool__(self) -> bool:
+        return bool(self._waiting)  # a key stays only while a row of it waits
+
     def __len__(self) -> int:
-        return self._count
+        return sum(len(present) if isinstance(present, list) else 1 for present in self._waiting.values())
 
     def remaining(self) -> list[R]:
         """The rows no copy was given to, in rank order."""
@@ -116,4 +111,3 @@ class Ledger(Generic[K, R]):
                 self._waiting[key] = present[0]
         else:
             del self._waiting[key]
-        self._count -= 1
