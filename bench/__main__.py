@@ -14,6 +14,7 @@ BENCHMARKS = (
     "harness",
     "validate",
     "reconcile",
+    "ledger",
     "explore",
 )
 

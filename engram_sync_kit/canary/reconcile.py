@@ -2,8 +2,8 @@
 
 A local ``acked_at`` only proves the client got a 200 (engram #264, #298). Reconcile reads the local
 journal read-only, reads the cloud through its GET routes only, and matches each acked row to what the
-cloud holds by (entity, entity_key, op, payload digest): the same canonical digest the harness lanes use
-(engram_contract.payload_digest).
+cloud holds by (entity, entity_key, op, payload digest), with the harness lanes' one rule
+(engram_contract.ledger): identical rows each need their own copy, given in seq order.
 
 - delivered: acked locally and present in the cloud, through one of three doors:
   ``mutation`` (the mutation pull holds the same payload), ``chunk`` (a chunk pushed by
@@ -57,6 +57,7 @@ from engram_sync_kit.canary.report import (
 from engram_sync_kit.canary.targets import normalize_project
 from engram_sync_kit.canary.triage_log import logged_acks
 from engram_sync_kit.engram_contract import carries_fields, decoded_payload, payload_digest
+from engram_sync_kit.engram_contract.ledger import Ledger, Need
 
 # How far the cloud's clock may lag the local one, and how far a row may wait between its local write and
 # its arrival in the cloud, for --since: the cloud side is read from (since - this).
@@ -257,12 +258,17 @@ def unknown(db_path: Path, error: str, cloud_url: str | None = None) -> Reconcil
 # ----- matching -----
 
 
+def _rank(row: LocalRow) -> tuple[int, int]:
+    return Need.OWED, row.seq  # every row read here is acked: each is owed its copy
+
+
 @dataclass
 class Matcher:
-    """Acked, expected local rows waiting for their copy in the cloud, consumed as copies are found."""
+    """Acked, expected local rows waiting for their copy in the cloud, given copies by
+    engram_contract.ledger's one rule as the cloud's rows stream past."""
 
     journal: Journal
-    waiting: dict[MatchKey, LocalRow | list[LocalRow]] = field(default_factory=dict)
+    waiting: Ledger[MatchKey, LocalRow] = field(default_factory=lambda: Ledger(_rank))
     waiting_keys: set[str] = field(default_factory=set)
     via: Counter[str] = field(default_factory=Counter)
     states: defaultdict[EntityKey, list[Any]] = field(default_factory=lambda: defaultdict(list))
@@ -271,33 +277,17 @@ class Matcher:
 
     def __post_init__(self) -> None:
         for row in self.journal.rows:
-            present = self.waiting.get(row.key)
-            if present is None:
-                self.waiting[row.key] = row  # the common case: one row per key, no list
-            elif isinstance(present, list):
-                present.append(row)
-            else:
-                self.waiting[row.key] = [present, row]
+            self.waiting.add(row.key, row)
             self.waiting_keys.add(row.entity_key)
 
     def _take(self, key: MatchKey, door: str) -> bool:
-        present = self.waiting.get(key)
-        if present is None:
+        if self.waiting.take(key) is None:
             return False
-        if isinstance(present, list):
-            present.pop(0)
-            if len(present) == 1:
-                self.waiting[key] = present[0]
-        else:
-            del self.waiting[key]
         self.via[door] += 1
         return True
 
     def remaining(self) -> list[LocalRow]:
-        out: list[LocalRow] = []
-        for present in self.waiting.values():
-            out.extend(present if isinstance(present, list) else [present])
-        return out
+        return self.waiting.remaining()
 
     def _keep_state(self, entity: str, entity_key: str, payload: Any) -> None:
         if entity_key in self.waiting_keys:

@@ -1,15 +1,15 @@
 """The per-lane delivery table: what engram enqueued on each local lane, and what the cloud received.
 
 A lane is a sync_mutations.target_key; rows are counted per (lane, project column). A local row is
-*delivered* when the cloud stored a mutation with the same entity, entity_key, op and payload digest.
-Identical rows (a byte-identical re-enqueue) each need their own received copy; copies received beyond
-the local rows that match them are *duplicated*.
+*delivered* when the cloud stored a mutation with the same entity, entity_key, op and payload digest,
+matched by engram_contract.ledger: identical rows (a byte-identical re-enqueue) each need their own
+received copy, and a row acked before the run takes none that a row of the run waits for; copies
+received beyond the local rows that match them are *duplicated*.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -17,6 +17,7 @@ from typing import Any, Protocol, TypeVar
 
 from engram_sync_kit.canary.triage_log import logged_acks
 from engram_sync_kit.engram_contract import LANE_COUNTS, carries_fields, decoded_payload, payload_digest
+from engram_sync_kit.engram_contract.ledger import Ledger, need_of
 from engram_sync_kit.harness.engram_read import EngramReadError, read_engram, read_with
 from engram_sync_kit.harness.errors import HarnessError
 
@@ -174,12 +175,16 @@ def compute_lanes(
     acked_before: frozenset[int] = frozenset(),
     triaged: frozenset[int] = frozenset(),
 ) -> LaneTable:
-    pool: defaultdict[MatchKey, list[Received]] = defaultdict(list)
-    for item in received:
-        pool[(str(item.entity), str(item.entity_key), str(item.op), str(item.payload_digest))].append(item)
+    """Count each local row by what the cloud received, matched by engram_contract.ledger's one rule: a
+    row acked before the run or by triage never takes a copy an identical row of the run waits for."""
+
+    def rank(mutation: LocalMutation) -> tuple[int, int]:
+        settled = mutation.seq in acked_before or (mutation.acked and mutation.seq in triaged)
+        return need_of(acked=mutation.acked, settled=settled), mutation.seq
+
     rows: dict[tuple[str, str], MeasuredLaneRow] = {}
     owners: dict[MatchKey, MeasuredLaneRow] = {}
-    undelivered: list[tuple[LocalMutation, MeasuredLaneRow]] = []
+    ledger: Ledger[MatchKey, LocalMutation] = Ledger(rank)
     for mutation in sorted(local, key=lambda m: m.seq):
         row = rows.setdefault(
             (mutation.lane, mutation.project), MeasuredLaneRow(mutation.lane, mutation.project)
@@ -187,31 +192,32 @@ def compute_lanes(
         row.enqueued += 1
         row.acked += int(mutation.acked)
         owners[mutation.key] = row
-        if pool[mutation.key]:
-            pool[mutation.key].pop()
-            row.delivered += 1
+        ledger.add(mutation.key, mutation)
+    surplus: list[tuple[MatchKey, Received]] = []
+    for item in received:
+        key = (str(item.entity), str(item.entity_key), str(item.op), str(item.payload_digest))
+        taken = ledger.take(key)
+        if taken is None:
+            surplus.append((key, item))
         else:
-            undelivered.append((mutation, row))
+            rows[(taken.lane, taken.project)].delivered += 1
     # The chunk path (engram sync --cloud) exports the entity's current row, not the queued payload.
-    chunk_items = [
-        (key, item) for key, items in pool.items() for item in items if _transport(item) == "chunk"
-    ]
+    chunk_items = [(key, item) for key, item in surplus if _transport(item) == "chunk"]
+    given = ledger.take_fitting(
+        lambda mutation: mutation.key,
+        chunk_items,
+        lambda mutation, copy: copy[0][:3] == mutation.key[:3]
+        and carries_fields(copy[1].payload, mutation.payload),
+    )
+    for mutation, _ in given:
+        row = rows[(mutation.lane, mutation.project)]
+        row.delivered += 1
+        row.delivered_as_current_state += 1
+    taken_copies = {id(copy[1]) for _, copy in given}
     lost_rows: list[LocalMutation] = []
-    for mutation, row in undelivered:
-        match = next(
-            (
-                (key, item)
-                for key, item in chunk_items
-                if key[:3] == mutation.key[:3] and carries_fields(item.payload, mutation.payload)
-            ),
-            None,
-        )
-        if match is not None:
-            chunk_items.remove(match)
-            pool[match[0]].remove(match[1])
-            row.delivered += 1
-            row.delivered_as_current_state += 1
-        elif mutation.seq in acked_before:
+    for mutation in sorted(ledger.remaining(), key=lambda m: m.seq):
+        row = rows[(mutation.lane, mutation.project)]
+        if mutation.seq in acked_before:
             row.acked_before_run += 1
         elif mutation.acked and mutation.seq in triaged:
             row.triaged += 1
@@ -220,14 +226,15 @@ def compute_lanes(
             lost_rows.append(mutation)
         else:
             row.stranded += 1
-    unmatched: list[MatchKey] = []
-    for key, items in pool.items():
-        if not items:
+    strangers: dict[MatchKey, int] = {}  # in the order the cloud first received each
+    for key, item in surplus:
+        if id(item) in taken_copies:
             continue
         if key in owners:
-            owners[key].duplicated += len(items)
+            owners[key].duplicated += 1
         else:
-            unmatched.extend([key] * len(items))
+            strangers[key] = strangers.get(key, 0) + 1
+    unmatched = [key for key, count in strangers.items() for _ in range(count)]
     ordered = sorted(rows.values(), key=lambda r: (r.lane, r.project))
     return LaneTable(
         rows=ordered, unmatched_received=len(unmatched), lost_rows=lost_rows, unmatched=unmatched

@@ -152,7 +152,7 @@ def _observation(local: list[LocalMutation], **fields: typing.Any) -> Observatio
         "enrolled": {"my-app"},
     }
     defaults.update(fields)
-    defaults.setdefault("lanes", compute_lanes(local, []))
+    defaults.setdefault("lanes", compute_lanes(local, [], triaged=defaults.get("triaged", frozenset())))
     return Observation(local=local, **defaults)
 
 
@@ -409,6 +409,18 @@ def test_i1_leaves_out_the_rows_the_triage_log_says_were_acked_on_purpose() -> N
     (violation,) = check_i1(_observation(dropped, triaged=frozenset({1})))
     assert "seq 2" in violation.detail and "seq 1" not in violation.detail
     assert check_i1(_observation(dropped, triaged=frozenset({1, 2}))) == []
+
+
+def test_i1_gives_the_one_copy_to_the_twin_of_a_row_the_triage_acked_on_purpose() -> None:
+    # seq 1 was acked by a triage --apply and never sent; seq 2, byte-identical, was pushed once: the copy
+    # is seq 2's, so nothing is lost (the one ledger rule, engram_contract.ledger)
+    twins = [
+        LocalMutation(seq, "cloud", "my-app", "session", "s", "upsert", "d-s", True, {"id": "s"})
+        for seq in (1, 2)
+    ]
+    lanes = compute_lanes(twins, [_Got("session", "s", "upsert", "d-s")], triaged=frozenset({1}))
+    assert check_i1(_observation(twins, lanes=lanes, triaged=frozenset({1}))) == []
+    assert [(row.triaged, row.delivered, row.lost) for row in lanes.rows] == [(1, 1, 0)]
 
 
 def test_i4_holds_for_a_drop_and_a_repair_that_append_acceptable_copies() -> None:

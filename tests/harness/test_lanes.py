@@ -142,6 +142,42 @@ def test_one_chunk_item_delivers_one_row() -> None:
     assert (table.rows[0].delivered_as_current_state, table.rows[0].lost) == (1, 1)
 
 
+def test_a_row_acked_before_the_run_leaves_the_one_copy_to_its_identical_reenqueue() -> None:
+    # engram v1.20 re-queues the same session row on every `engram mcp` save: on a home with sync history
+    # the older twin was acked before the run, the new one is pushed and received once in the run (issue 33)
+    table = compute_lanes([row(1), row(2)], [Got("observation", "obs-1", "upsert", PAYLOAD)], frozenset({1}))
+    (only,) = table.rows
+    assert (only.acked_before_run, only.delivered, only.lost, only.duplicated) == (1, 1, 0, 0)
+    assert table.lost_rows == [] and table.lost == 0
+
+
+def test_an_unacked_twin_never_takes_the_copy_an_acked_twin_needs() -> None:
+    local = [row(1, acked=False, lane="cloud:other"), row(2)]
+    table = compute_lanes(local, [Got("observation", "obs-1", "upsert", PAYLOAD)])
+    assert table.lost == 0 and table.lost_rows == []
+    assert [(r.lane, r.delivered, r.stranded) for r in table.rows] == [("cloud", 1, 0), ("cloud:other", 0, 1)]
+
+
+def test_a_row_acked_before_the_run_takes_a_copy_only_no_twin_waits_for() -> None:
+    local = [row(1), row(2), row(3, acked=False)]
+    table = compute_lanes(local, [Got("observation", "obs-1", "upsert", PAYLOAD)] * 3, frozenset({1}))
+    (only,) = table.rows
+    assert (only.acked_before_run, only.delivered, only.lost, only.stranded) == (0, 3, 0, 0)
+    table = compute_lanes(local, [Got("observation", "obs-1", "upsert", PAYLOAD)] * 2, frozenset({1}))
+    (only,) = table.rows
+    assert (only.acked_before_run, only.delivered, only.lost, only.stranded) == (1, 2, 0, 0)
+
+
+def test_a_chunk_copy_goes_to_the_row_of_the_run_not_its_twin_acked_before() -> None:
+    queued = {"sync_id": "obs-1", "title": "t"}
+    rows = [row(1, payload=queued), row(2, payload=queued)]
+    table = compute_lanes(
+        rows, [Got("observation", "obs-1", "upsert", {**queued, "project": "app"}, "chunk")], frozenset({1})
+    )
+    (only,) = table.rows
+    assert (only.acked_before_run, only.delivered_as_current_state, only.lost) == (1, 1, 0)
+
+
 def test_rows_acked_before_a_run_on_a_copied_database_are_not_lost() -> None:
     table = compute_lanes([row(1), row(2, key="obs-2")], [], acked_before=frozenset({1}))
     (only,) = table.rows

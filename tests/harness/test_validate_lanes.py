@@ -121,3 +121,36 @@ def test_acked_seqs_read_from_a_database(tmp_path: Path) -> None:
     acked = AckedSeqs.read(db)
     assert {seq for seq in range(0, 500) if seq in acked} == before
     assert -1 not in acked and "3" not in acked
+
+
+def test_a_home_with_history_loses_nothing_when_its_acked_row_is_re_enqueued(tmp_path: Path) -> None:
+    # issue 33: seq 1 was acked before the run, seq 2 is its byte-identical re-enqueue (engram v1.20's
+    # session row on each `engram mcp` save), pushed and received once in the run
+    db = tmp_path / "engram.db"
+    session = {"id": "s-1", "project": "app", "directory": "/w"}
+    with closing(sqlite3.connect(db)) as connection:
+        connection.execute(
+            "CREATE TABLE sync_mutations (seq INTEGER PRIMARY KEY, target_key TEXT, project TEXT, entity TEXT, "
+            "entity_key TEXT, op TEXT, payload TEXT, acked_at TEXT, source TEXT DEFAULT 'local')"
+        )
+        connection.execute(
+            "CREATE TABLE sync_state (target_key TEXT PRIMARY KEY, lifecycle TEXT, last_error TEXT)"
+        )
+        connection.execute(
+            "INSERT INTO sync_mutations VALUES (1, 'cloud', 'app', 'session', 's-1', 'upsert', ?, "
+            "'2026-01-01 00:00:00', 'local')",
+            [json.dumps(session)],
+        )
+        connection.commit()
+        acked_before = AckedSeqs.read(db)
+        connection.execute(
+            "INSERT INTO sync_mutations VALUES (2, 'cloud', 'app', 'session', 's-1', 'upsert', ?, "
+            "'2026-01-02 00:00:00', 'local')",
+            [json.dumps(session)],
+        )
+        connection.commit()
+    copy = Item("session", "s-1", "upsert", payload_digest(session), session)
+    table, _ = measure_lanes(db, [copy], [], acked_before)
+    (only,) = table.rows
+    assert (only.enqueued, only.acked_before_run, only.delivered, only.lost) == (2, 1, 1, 0)
+    assert table.lost_rows == []

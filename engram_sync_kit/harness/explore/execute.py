@@ -315,10 +315,11 @@ def _observe(
     received: Sequence[ReceivedMutation],
 ) -> Observation:
     canary, local, sync_state, enrolled = truth.read()
+    triaged = triaged_seqs(world.db_path)
     observation = Observation(
-        triaged=triaged_seqs(world.db_path),
+        triaged=triaged,
         local=local,
-        lanes=compute_lanes(local, received),
+        lanes=compute_lanes(local, received, triaged=triaged),
         canary=canary,
         sync_state=sync_state,
         lossy_nemesis=lossy,
