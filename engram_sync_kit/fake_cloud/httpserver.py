@@ -9,8 +9,8 @@ handler only ever sees complete requests.
 
 Every request is answered and no connection is held forever: ``screen`` answers from the head alone
 (routing, auth, a declared size over the cap) before any of the body is read; a head must arrive within
-``header_timeout``, each piece of a body within ``body_timeout``, and an idle keep-alive connection is
-closed after ``idle_timeout``. An exception anywhere goes to ``on_error`` (the app records it at
+``header_timeout`` (a new connection's first request too), each piece of a body within ``body_timeout``,
+and a keep-alive connection idle after a request is closed after ``idle_timeout``. An exception anywhere goes to ``on_error`` (the app records it at
 /_fake/errors) and the client gets a 500, never silence or a traceback on stderr.
 """
 
@@ -290,17 +290,21 @@ class HttpServer:
                 await self._send(conn, writer, closing)
             await _linger(reader, writer)
 
+        # A new connection owes its first request within header_timeout: connections are capped, so a
+        # silent one held for idle_timeout would let a thousand of them lock every client out for that long.
+        wait_for_request = self.header_timeout
         while True:
             request_start = consumed()
             head_done = False
             try:
-                # An idle keep-alive connection may wait idle_timeout for its next request; once a
-                # request has started, its whole head must arrive within header_timeout.
+                # A keep-alive connection that has served a request may then wait idle_timeout for the
+                # next; once a request has started, its whole head must arrive within header_timeout.
                 if not _buffered(conn):
                     try:
-                        await receive(loop.time() + self.idle_timeout)
+                        await receive(loop.time() + wait_for_request)
                     except _TimedOut:
                         return
+                wait_for_request = self.idle_timeout
                 event = await next_event(loop.time() + self.header_timeout)
                 if isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
                     return
