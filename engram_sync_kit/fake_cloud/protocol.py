@@ -14,6 +14,7 @@ from engram_sync_kit.engram_contract import payload_digest, push_rules
 from engram_sync_kit.engram_contract.errors import ContractError
 from engram_sync_kit.fake_cloud import chunkcodec
 from engram_sync_kit.fake_cloud.chunkcodec import ChunkError
+from engram_sync_kit.fake_cloud.raw_json import raw_payloads
 from engram_sync_kit.fake_cloud.state import (
     FakeCloudState,
     JournalItem,
@@ -35,11 +36,12 @@ DEFAULT_PULL_LIMIT = 100
 
 
 def push_mutations(
-    state: FakeCloudState, body: Any, *, store: bool = True, payloads_may_hold_surrogates: bool = False
+    state: FakeCloudState, body: Any, *, store: bool = True, raw_body: bytes | None = None
 ) -> tuple[Reply, list[JournalItem]]:
     """POST /sync/mutations/push after auth and the size check, in the real server's order.
 
-    ``store=False`` is the ack_without_store fault: the same answer, nothing kept."""
+    ``store=False`` is the ack_without_store fault: the same answer, nothing kept. ``raw_body``: the
+    body as sent, given when it may hold what Postgres refuses (push_rules.insert_refusal)."""
     if body is None:
         body = {}
     if not isinstance(body, dict):
@@ -97,9 +99,6 @@ def push_mutations(
         return Reply(400, reply_body), items
     # The fast path materializes once; only a batch that fails asks push_rules entry by entry for the
     # real server's answer (the codec and push_rules share the rules, so they agree).
-    refused = _materialize_refusal(parsed) if payloads_may_hold_surrogates else None
-    if refused is not None:
-        return refused, items
     try:
         chunks = _materialize_mutation_batch(parsed)
     except ChunkError:
@@ -107,6 +106,10 @@ def push_mutations(
         if refused is None:
             raise
         return refused, items
+    if raw_body is not None:
+        refused = _insert_refusal(parsed, raw_body, state.server_version)
+        if refused is not None:
+            return refused, items
     if not store:
         # The seqs a stored batch would have had; the next real push is given them again.
         first = state.next_seq
@@ -171,9 +174,15 @@ def pull_mutations(state: FakeCloudState, since_seq: str | None, limit: str | No
 
 
 def push_chunk(
-    state: FakeCloudState, body: Any, query_project: str | None, *, store: bool = True
+    state: FakeCloudState,
+    body: Any,
+    query_project: str | None,
+    *,
+    store: bool = True,
+    may_hold_nul: bool = True,
 ) -> tuple[Reply, list[JournalItem]]:
-    """POST /sync/push after auth and the size check; ``store=False`` acknowledges and keeps nothing."""
+    """POST /sync/push after auth and the size check; ``store=False`` acknowledges and keeps nothing.
+    ``may_hold_nul=False``: the body has no \\u0000 escape, so the chunk's write cannot fail on one."""
     if not isinstance(body, dict):
         return payload_invalid(f"invalid push payload: {_decode_error(body, 'struct')}"), []
     for name in ("chunk_id", "created_by", "client_created_at", "project"):
@@ -215,6 +224,9 @@ def push_chunk(
             message = f'write chunk: cloudstore: chunk id conflict: existing chunk "{chunk_id}" has different payload'
             return actionable(409, "repairable", "upgrade_repairable_chunk_conflict", message), items
         return Reply(200, {"chunk_id": chunk_id, "status": "ok"}), items
+    write_error = push_rules.chunk_write_refusal(chunk) if may_hold_nul else None
+    if write_error is not None:
+        return actionable(500, "blocked", "upgrade_blocked_internal", write_error), items
     if not store:
         return Reply(200, {"chunk_id": chunk_id, "status": "ok"}), items
     state.store_chunk(project, chunk_id, (body.get("created_by") or "").strip(), created_at, canonical, chunk)
@@ -354,7 +366,6 @@ def _materialize_refusal(entries: Sequence[Mapping[str, Any]]) -> Reply | None:
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for entry in entries:
         groups.setdefault(entry["project"].strip(), []).append(entry)
-    insert_error = None
     for project, batch in groups.items():
         canonicalize_error = None
         index = -1  # mutations[i] counts only the entities the chunk codec knows
@@ -372,11 +383,6 @@ def _materialize_refusal(entries: Sequence[Mapping[str, Any]]) -> Reply | None:
                 continue
             if refusal.reason.startswith("materialize mutation batch"):
                 return Reply(refusal.status, f"insert mutations: cloudstore: {refusal.reason}")
-            if refusal.reason == push_rules.POSTGRES_JSON_REASON:
-                insert_error = insert_error or Reply(
-                    refusal.status, f"insert mutations: cloudstore: {refusal.reason}"
-                )
-                continue
             if canonicalize_error is None:
                 canonicalize_error = Reply(
                     refusal.status,
@@ -385,7 +391,30 @@ def _materialize_refusal(entries: Sequence[Mapping[str, Any]]) -> Reply | None:
                 )
         if canonicalize_error is not None:
             return canonicalize_error
-    return insert_error
+    return None
+
+
+def _insert_refusal(entries: Sequence[Mapping[str, Any]], raw_body: bytes, version: str) -> Reply | None:
+    """v1.20's 500 for the first entry, in batch order, whose INSERT Postgres refuses: each payload is
+    judged on the bytes sent (v2/v3, predicted: a known entity's canonical text)."""
+    raw = raw_payloads(raw_body) or []
+    for index, entry in enumerate(entries):
+        sent = raw[index] if index < len(raw) else None
+        canonical = version in push_rules.CANONICALIZING_SERVER_VERSIONS
+        if canonical and entry["entity"].strip() in push_rules.SUPPORTED_OPS:
+            sent = None
+        if sent is None:
+            sent = entry["payload_text"].encode("utf-8", "surrogatepass")
+        refusal = push_rules.insert_refusal(
+            project=entry["project"].strip(),
+            entity=entry["entity"].strip(),
+            entity_key=entry["entity_key"].strip(),
+            op=entry["op"].strip(),
+            payload=sent,
+        )
+        if refusal is not None:
+            return Reply(refusal.status, f"insert mutations: cloudstore: {refusal.reason}")
+    return None
 
 
 def _materialize_mutation_batch(entries: Sequence[Mapping[str, Any]]) -> list[tuple[str, dict[str, Any]]]:

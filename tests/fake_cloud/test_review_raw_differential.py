@@ -52,6 +52,40 @@ def authorized_as(value: bytes) -> bytes:
     return head + b"Content-Length: %d\r\n\r\n" % len(ENTRY) + ENTRY
 
 
+def push_fields(
+    payload: bytes = b"{}", *, entity: bytes = b"thing", key: bytes = b"k", op: bytes = b"delete"
+) -> bytes:
+    """A one-entry push whose fields are these bytes as sent (escapes and invalid UTF-8 included)."""
+    body = b'{"entries":[{"project":"alpha","entity":"%s","entity_key":"%s","op":"%s","payload":%s}]}' % (
+        entity,
+        key,
+        op,
+        payload,
+    )
+    return push(b"Content-Length: %d\r\n" % len(body)) + body
+
+
+def session_push(directory: bytes, key: bytes = b"s1", extra: bytes = b"") -> bytes:
+    payload = b'{"id":"%s","directory":"/w%s"%s}' % (key, directory, extra)
+    return push_fields(payload, entity=b"session", key=key, op=b"upsert")
+
+
+def chunk_push(title: bytes = b"t", extra: bytes = b"") -> bytes:
+    """A chunk push (POST /sync/push) of one session and one observation titled ``title``."""
+    session = b'{"id":"cs1","project":"alpha","directory":"/w","started_at":"2026-11-29 10:00:00"}'
+    observation = (
+        b'{"sync_id":"co1","session_id":"cs1","type":"manual","title":"%s","content":"c",'
+        b'"project":"alpha","scope":"project"}' % title
+    )
+    body = b'{"project":"alpha","created_by":"raw","data":{"sessions":[%s],"observations":[%s]%s}}' % (
+        session,
+        observation,
+        extra,
+    )
+    head = b"POST /sync/push HTTP/1.1\r\nHost: f\r\n" + AUTH_LINE
+    return head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
 # A payload that is a JSON string whose text opens 1,000 or more arrays (issue 24, item 11).
 DEEP_STRING = b'"' + b"[" * 1000 + b'"'
 CASES: dict[str, bytes] = {
@@ -102,6 +136,30 @@ CASES: dict[str, bytes] = {
         b"Bearer\t" + TOKEN.encode() + b"\xc2\xa0"
     ),
     "bearer token with a lone 0x85 byte": authorized_as(b"Bearer " + TOKEN.encode() + b"\x85"),
+    # Issue 35, item 15: what Postgres refuses in v1.20's INSERT is a 500, and the batch stores nothing.
+    "payload holding \\u0000": push_fields(b'{"a":"x\\u0000y"}'),
+    "payload key holding \\u0000": push_fields(b'{"a\\u0000":"x"}'),
+    "payload a string holding \\u0000": push_fields(b'"x\\u0000"'),
+    "payload holding an escaped backslash before u0000": push_fields(b'{"a":"x\\\\u0000"}'),
+    "session directory holding \\u0000": session_push(b"\\u0000"),
+    "session summary holding \\u0000": session_push(b"", extra=b',"summary":"a\\u0000b"'),
+    "entity_key holding \\u0000": push_fields(key=b"k\\u0000"),
+    "entity holding \\u0000": push_fields(entity=b"thi\\u0000ng"),
+    "op holding \\u0000": push_fields(op=b"del\\u0000ete"),
+    "session id and key holding \\u0000": session_push(b"", key=b"s1\\u0000"),
+    "payload holding a raw 0xff": push_fields(b'{"a":"x\xffy"}'),
+    "payload holding an overlong NUL": push_fields(b'{"a":"x\xc0\x80y"}'),
+    "payload holding an overlong slash": push_fields(b'{"a":"x\xc0\xafy"}'),
+    "payload holding an encoded surrogate": push_fields(b'{"a":"x\xed\xa0\x80y"}'),
+    "payload holding a cut 3-byte sequence": push_fields(b'{"a":"x\xe2\x82"}'),
+    "payload holding a raw 0xff after \\u0000": push_fields(b'{"a":"\\u0000","b":"\xff"}'),
+    "payload holding a lone surrogate before \\u0000": push_fields(b'{"a":"\\ud800","b":"\\u0000"}'),
+    "session directory holding an overlong NUL": session_push(b"\xc0\x80"),
+    "entity_key holding a raw 0xff": push_fields(key=b"k\xff"),  # Go's decoder makes it U+FFFD: stored
+    "chunk push": chunk_push(),
+    "chunk push with a title holding \\u0000": chunk_push(b"t\\u0000"),
+    "chunk push with an unknown field holding \\u0000": chunk_push(b"t2", b',"x":"a\\u0000"'),
+    "chunk push with a title holding a raw 0xff": chunk_push(b"t\xff"),
 }
 # Kept on purpose (observed on v1.20.0): v1.20's answer, then the fake's.
 KNOWN_DIFFERENCES = {
