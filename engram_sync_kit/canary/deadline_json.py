@@ -74,7 +74,7 @@ class _Walker:
         return _SCAN(self.text, index)
 
     def _array(self, index: int) -> tuple[list[Any], int]:
-        text, items = self.text, []
+        text, items = self.text, list[Any]()
         index = _skip(text, index + 1)
         if text[index] == "]":
             return items, index + 1
@@ -89,7 +89,7 @@ class _Walker:
             index = _skip(text, index + 1)
 
     def _object(self, index: int) -> tuple[dict[str, Any], int]:
-        text, members = self.text, {}
+        text, members = self.text, dict[str, Any]()
         index = _skip(text, index + 1)
         if text[index] == "}":
             return members, index + 1
