@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from engram_sync_kit.engram_contract.errors import ContractError
-from engram_sync_kit.engram_contract.gojson import go_json, go_loads, replace_surrogates
+from engram_sync_kit.engram_contract.gojson import go_json, go_kind, go_loads, replace_surrogates
 
 SESSION: Final = "session"
 OBSERVATION: Final = "observation"
@@ -225,9 +225,11 @@ def payload_refusal(
             # The batch insert decodes an upsert into engram's store struct before anything else.
             raise ContractError(
                 f'materialize mutation batch {entity} "{entity_key}": json: cannot unmarshal '
-                f"{_go_kind(payload)} into Go value of type store.{entity.capitalize()}",
+                f"{go_kind(payload)} into Go value of type store.{entity.capitalize()}",
                 "payload",
             )
+        if op == UPSERT and isinstance(payload, dict):
+            _check_store_fields(entity, entity_key, payload)
         text = "{}" if payload is None else go_json(payload, sort_keys=False)
         _, expected_key = normalize_mutation_payload(entity, op, text, project.strip())
         if entity_key and entity_key != expected_key:
@@ -415,12 +417,52 @@ def _bad_encoding_reason(sequence: bytes) -> str:
     return f'{POSTGRES_REASON_PREFIX}invalid byte sequence for encoding "UTF8": {shown} (SQLSTATE 22021)'
 
 
-def _go_kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int | float):
-        return "number"
-    return "array" if isinstance(value, list) else "string"
+# The fields of engram's store.Session/Observation/Prompt, which v1.20's batch insert decodes an upsert
+# payload into first (observed on v1.20: a wrong type here is "materialize mutation batch ...", elsewhere
+# the chunk codec's "decode mutation payload ..."). Go names a field by its JSON name.
+STORE_FIELDS: Final[Mapping[str, Mapping[str, str]]] = {
+    SESSION: dict.fromkeys(("id", "project", "directory", "started_at", "ended_at", "summary"), "string"),
+    OBSERVATION: {
+        **dict.fromkeys(
+            ("sync_id", "session_id", "type", "title", "content", "tool_name", "project", "scope"), "string"
+        ),
+        "topic_key": "string",
+        "revision_count": "int",
+        "duplicate_count": "int",
+        **dict.fromkeys(("last_seen_at", "created_at", "updated_at", "deleted_at"), "string"),
+    },
+    PROMPT: dict.fromkeys(("sync_id", "session_id", "content", "project", "created_at"), "string"),
+}
+
+
+def _fits(value: Any, go_type: str) -> bool:
+    if value is None:
+        return True  # null leaves a Go field as it is
+    if go_type == "string":
+        return isinstance(value, str)
+    if go_type == "bool":
+        return isinstance(value, bool)
+    return isinstance(value, int | float) and not isinstance(value, bool)  # int, float64: numbers
+
+
+def _check_store_fields(entity: str, entity_key: str, payload: Mapping[str, Any]) -> None:
+    fields = STORE_FIELDS.get(entity, {})
+    for name, value in payload.items():  # the first wrong field in the payload's own order
+        go_type = fields.get(name)
+        if go_type is not None and not _fits(value, go_type):
+            raise ContractError(
+                f'materialize mutation batch {entity} "{entity_key}": json: cannot unmarshal '
+                f"{go_kind(value)} into Go struct field {entity.capitalize()}.{name} of type {go_type}",
+                name,
+            )
+
+
+class _WrongType(ContractError):
+    """A payload field of the wrong JSON kind; normalize_mutation_payload words it with its struct."""
+
+    def __init__(self, value: Any, name: str, go_type: str) -> None:
+        super().__init__(f"{go_kind(value)}|{go_type}", name)
+        self.kind, self.go_type = go_kind(value), go_type
 
 
 # ----- the chunk codec's per-entity payload rules (chunkcodec.NormalizeSyncMutationPayload) -----
@@ -447,23 +489,67 @@ def decode_mutation_payload(payload: Any) -> Any:
 def normalize_mutation_payload(entity: str, op: str, payload: str, project: str) -> tuple[str, str]:
     """The canonical payload text and the entity key it implies; raises ContractError in engram's words."""
     try:
-        body = _object(payload)
+        body = _object(payload, entity)
     except ContractError as error:
         message = str(error)
         if not message.startswith("decode mutation payload"):
             message = f"decode mutation payload: {message}"
         raise ContractError(message, "payload") from None
-    if entity == SESSION:
-        normalized, key = _normalize_session(op, body, project)
-    elif entity == OBSERVATION:
-        normalized, key = _normalize_observation(op, body, project)
-    elif entity == PROMPT:
-        normalized, key = _normalize_prompt(op, body, project)
-    elif entity == RELATION:
-        normalized, key = _normalize_relation(body, project)
-    else:
-        raise ContractError(f'unsupported mutation "{entity}"/"{op}"', "entity")
+    try:
+        # Go decodes the whole payload struct before any check: the first wrong field, in payload order.
+        for name, value in body.items():
+            go_type = CODEC_FIELDS.get(entity, {}).get(name)
+            if go_type is not None and not _fits(value, go_type):
+                raise _WrongType(value, name, go_type)
+        if entity == SESSION:
+            normalized, key = _normalize_session(op, body, project)
+        elif entity == OBSERVATION:
+            normalized, key = _normalize_observation(op, body, project)
+        elif entity == PROMPT:
+            normalized, key = _normalize_prompt(op, body, project)
+        elif entity == RELATION:
+            normalized, key = _normalize_relation(body, project)
+        else:
+            raise ContractError(f'unsupported mutation "{entity}"/"{op}"', "entity")
+    except _WrongType as wrong:
+        raise ContractError(
+            f"decode mutation payload: json: cannot unmarshal {wrong.kind} into Go struct field "
+            f"{_payload_struct(entity)}.{wrong.field} of type {wrong.go_type}",
+            wrong.field,
+        ) from None
     return go_json(normalized, sort_keys=False), key
+
+
+def _payload_struct(entity: str) -> str:
+    return f"mutation{entity.capitalize()}Payload"
+
+
+_TEXT, _FLAG = "string", "bool"
+# The chunk codec's payload structs (chunkcodec.mutation*Payload), field by JSON name.
+CODEC_FIELDS: Final[Mapping[str, Mapping[str, str]]] = {
+    SESSION: {
+        **dict.fromkeys(("id", "directory", "started_at", "ended_at", "summary", "deleted_at"), _TEXT),
+        **dict.fromkeys(("deleted", "hard_delete"), _FLAG),
+    },
+    OBSERVATION: {
+        **dict.fromkeys(
+            ("sync_id", "session_id", "type", "title", "content", "tool_name", "scope", "topic_key"), _TEXT
+        ),
+        **dict.fromkeys(("revision_count", "duplicate_count"), "int"),
+        **dict.fromkeys(("last_seen_at", "created_at", "updated_at", "deleted_at"), _TEXT),
+        **dict.fromkeys(("deleted", "hard_delete"), _FLAG),
+    },
+    PROMPT: {
+        **dict.fromkeys(("sync_id", "session_id", "content", "created_at", "deleted_at"), _TEXT),
+        **dict.fromkeys(("deleted", "hard_delete"), _FLAG),
+    },
+    RELATION: {
+        **dict.fromkeys(RELATION_REQUIRED, _TEXT),
+        **dict.fromkeys(("reason", "evidence", "marked_by_model", "session_id"), _TEXT),
+        **dict.fromkeys(("created_at", "updated_at"), _TEXT),
+        "confidence": "float64",
+    },
+}
 
 
 def _text(body: Mapping[str, Any], key: str) -> str:
@@ -471,9 +557,7 @@ def _text(body: Mapping[str, Any], key: str) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):
-        raise ContractError(
-            f"json: cannot unmarshal {type(value).__name__} into field {key} of type string", key
-        )
+        raise _WrongType(value, key, "string")
     return value
 
 
@@ -488,9 +572,7 @@ def _flag(body: Mapping[str, Any], key: str) -> bool:
     if value is None:
         return False
     if not isinstance(value, bool):
-        raise ContractError(
-            f"json: cannot unmarshal {type(value).__name__} into field {key} of type bool", key
-        )
+        raise _WrongType(value, key, "bool")
     return value
 
 
@@ -506,17 +588,19 @@ def _count(body: Mapping[str, Any], key: str) -> int:
         or int(value) != value
         or not -(2**63) <= value < 2**63
     ):
-        raise ContractError(f"json: cannot unmarshal number into field {key} of type int", key)
+        raise _WrongType(value, key, "int")
     return int(value)
 
 
-def _object(payload: str) -> Mapping[str, Any]:
+def _object(payload: str, entity: str) -> Mapping[str, Any]:
     body = decode_mutation_payload(payload)
     if body is None:
         return {}
     if not isinstance(body, dict):
         raise ContractError(
-            f"decode mutation payload: json: cannot unmarshal {type(body).__name__} into object", "payload"
+            f"decode mutation payload: json: cannot unmarshal {go_kind(body)} into Go value of type "
+            f"chunkcodec.{_payload_struct(entity)}",
+            "payload",
         )
     return body
 
@@ -641,7 +725,7 @@ def _normalize_relation(body: Mapping[str, Any], project: str) -> tuple[dict[str
         or confidence != confidence
         or confidence in (float("inf"), float("-inf"))
     ):
-        raise ContractError("json: cannot unmarshal confidence into float64", "confidence")
+        raise _WrongType(confidence, "confidence", "float64")
     fields: list[tuple[str, Any, Any]] = [
         ("sync_id", values["sync_id"], False),
         ("source_id", values["source_id"], False),

@@ -27,9 +27,11 @@ from engram_sync_kit.fake_cloud.state import FakeCloudState, JournalItem, Transp
 from engram_sync_kit.fake_cloud.wire import (
     NOT_FOUND,
     Reply,
+    go_quote_char,
     json_response,
     method_not_allowed,
     payload_invalid,
+    redirect,
     render,
     text_response,
     too_large,
@@ -108,7 +110,11 @@ class FakeCloudApp:
         try:
             if head.path.startswith(control.PREFIX):
                 return control.refuse_unauthorized(self.control_token, head)
-            route = routes.match(head.path, self.state.server_version)
+            cleaned = routes.clean_path(head.raw_path or head.path)
+            if cleaned != (head.raw_path or head.path):
+                await self.record(head, self.state.new_request_id(), self.state.epoch, "other", 307)
+                return redirect(routes.redirect_location(cleaned, head.raw_query), head.method)
+            route = routes.match(head.raw_path or head.path, self.state.server_version)
             if route is None:
                 await self.record(head, self.state.new_request_id(), self.state.epoch, "other", 404)
                 return render(NOT_FOUND)
@@ -134,7 +140,7 @@ class FakeCloudApp:
 
     def body_limit(self, head: RequestHead) -> int:
         """How much of a body to read: a push past max_push_bytes is answered 413 without the rest."""
-        route = routes.match(head.path, self.state.server_version)
+        route = routes.match(head.raw_path or head.path, self.state.server_version)
         return self.state.max_push_bytes if route is not None and route.push else CONTROL_BODY_LIMIT
 
     async def handle(self, request: Request) -> Response | Drop:
@@ -153,7 +159,7 @@ class FakeCloudApp:
         return Reply(401, denied) if denied else None
 
     async def _sync(self, request: Request) -> Response | Drop:
-        route = routes.match(request.path, self.state.server_version)
+        route = routes.match(request.raw_path or request.path, self.state.server_version)
         epoch = self.state.epoch
         request_id = self.state.new_request_id()
         if route is None:
@@ -234,7 +240,9 @@ class FakeCloudApp:
         elif route is routes.MANIFEST:
             reply = protocol.manifest(self.state, project)
         else:
-            reply = protocol.read_chunk(self.state, project, request.path.rsplit("/", 1)[1])
+            reply = protocol.read_chunk(
+                self.state, project, routes.last_segment(request.raw_path or request.path)
+            )
         return await self._finish(request, request_id, epoch, route.transport, reply, items, fault)
 
     async def _finish(
@@ -265,7 +273,7 @@ class FakeCloudApp:
         """The body, gunzipped when it is gzip (by header or by its 1f8b magic), or why it is unusable."""
         body = request.body
         is_gzip = request.headers.get("content-encoding", "").lower() == "gzip" or body[:2] == b"\x1f\x8b"
-        if not is_gzip:
+        if not is_gzip or self.state.server_version == "v1.20":  # v1.20 reads every body as sent
             return body, None
         try:
             inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
@@ -306,6 +314,9 @@ class FakeCloudApp:
         except json.JSONDecodeError as error:
             if error.pos >= len(stripped) or error.msg.startswith("Unterminated string"):
                 return None, "unexpected EOF", False  # Go's wording when the input ends inside a value
+            if error.pos == 0 and error.msg == "Expecting value":
+                first = body.lstrip(b" \t\r\n")[0]  # Go names the byte, not what it decodes to
+                return None, f"invalid character {go_quote_char(first)} looking for beginning of value", False
             return None, f"invalid character at offset {error.pos}: {error.msg}", False
         return value, None, False
 

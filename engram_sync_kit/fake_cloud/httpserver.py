@@ -22,6 +22,7 @@ import ctypes
 import functools
 import gc
 import hmac
+import re
 import socket
 import ssl
 import struct
@@ -56,6 +57,7 @@ TRIM_DELAY_SECONDS = 1.0
 # No route of the fake reads the body of these, nor does the real server's: never wait for one.
 BODILESS_METHODS = frozenset({"GET", "HEAD", "DELETE"})
 REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
+_LISTED_LENGTH = re.compile(rb"(?i)\ncontent-length[ \t]*:[^\r\n]*,")
 
 
 @dataclass
@@ -68,6 +70,7 @@ class Request:
     body: bytes
     body_too_large: bool
     body_error: str | None = None  # why the body could not be read whole, in Go's words
+    raw_path: str = ""  # the path as sent, still escaped (Go's ServeMux routes on it)
 
 
 @dataclass
@@ -88,6 +91,8 @@ class RequestHead:
     query: dict[str, str]
     headers: dict[str, str]
     content_length: int | None  # None when chunked
+    raw_path: str = ""  # the path as sent, still escaped (Go's ServeMux routes on it)
+    raw_query: str = ""
 
 
 class Drop:
@@ -255,6 +260,8 @@ class HttpServer:
         # Bytes received on this connection: with what h11 still holds, it gives a head's exact size on
         # the wire however the bytes were split across reads.
         received = 0
+        # The bytes of the head being read, as sent: h11 rewrites a Content-Length of "N, N" to "N".
+        head_pieces: list[bytes] | None = None
 
         def consumed() -> int:
             return received - _buffered(conn)
@@ -270,6 +277,8 @@ class HttpServer:
             except TimeoutError:
                 raise _TimedOut from None
             received += len(data)
+            if head_pieces is not None:
+                head_pieces.append(data)
             conn.receive_data(data)
 
         async def next_event(deadline: float, chunked: bool = False) -> h11.Event | type[h11.PAUSED]:
@@ -296,6 +305,7 @@ class HttpServer:
         while True:
             request_start = consumed()
             head_done = False
+            head_pieces = [conn.trailing_data[0]] if _buffered(conn) else []
             try:
                 # A keep-alive connection that has served a request may then wait idle_timeout for the
                 # next; once a request has started, its whole head must arrive within header_timeout.
@@ -330,6 +340,11 @@ class HttpServer:
                     await plain(400)
                     return
                 if head.content_length is not None and head.content_length > MAX_GO_CONTENT_LENGTH:
+                    await plain(400)
+                    return
+                raw_head, head_pieces = b"".join(head_pieces or ()), None
+                if _LISTED_LENGTH.search(raw_head, 0, raw_head.find(b"\r\n\r\n") + 1 or len(raw_head)):
+                    # h11 takes "N, N" as one length; Go's server refuses any list in Content-Length.
                     await plain(400)
                     return
                 early = await self.screen(head) if self.screen is not None else None
@@ -420,7 +435,7 @@ class HttpServer:
         self, conn: h11.Connection, writer: asyncio.StreamWriter, response: Response, *, head: bool = False
     ) -> None:
         headers = [
-            ("content-type", response.content_type),
+            *([("content-type", response.content_type)] if response.content_type else []),
             ("content-length", str(len(response.body))),
             ("date", time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime())),
             *response.headers,
@@ -483,7 +498,8 @@ def _head(event: h11.Request) -> RequestHead:
     if not target.startswith("/") and not target.lower().startswith(("http://", "https://")):
         raise BadTarget(target)  # "abc": Go's server answers 400
     try:
-        parts = urlsplit(target)
+        # An origin-form target is a path and a query; urlsplit would take "//x/..." for a host.
+        parts = urlsplit(target) if not target.startswith("/") else urlsplit("http://h" + target)
     except ValueError:
         raise BadTarget(target) from None
     query = {key: values[0] for key, values in parse_qs(parts.query, keep_blank_values=True).items()}
@@ -498,6 +514,8 @@ def _head(event: h11.Request) -> RequestHead:
         query=query,
         headers=headers,
         content_length=int(length) if length is not None and "transfer-encoding" not in headers else None,
+        raw_path=parts.path or "/",
+        raw_query=parts.query,
     )
 
 
@@ -524,6 +542,7 @@ def _request(head: RequestHead, body: bytes, too_large: bool) -> Request:
         headers=head.headers,
         body=body,
         body_too_large=too_large,
+        raw_path=head.raw_path,
     )
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from engram_sync_kit.engram_contract import payload_digest, push_rules
 from engram_sync_kit.engram_contract.errors import ContractError
+from engram_sync_kit.engram_contract.gojson import go_kind
 from engram_sync_kit.fake_cloud import chunkcodec
 from engram_sync_kit.fake_cloud.chunkcodec import ChunkError
 from engram_sync_kit.fake_cloud.raw_json import raw_payloads
@@ -52,7 +53,11 @@ def push_mutations(
     if entries is None:
         entries = []
     if not isinstance(entries, list):
-        return Reply(400, "invalid request body: json: cannot unmarshal entries into a list"), []
+        return Reply(
+            400,
+            f"invalid request body: json: cannot unmarshal {go_kind(entries)} into Go struct field "
+            "mutationPushEnvelope.entries of type []cloudstore.MutationEntry",
+        ), []
     parsed: list[dict[str, Any]] = []
     for index, raw in enumerate(entries):
         entry, problem = _parse_entry(raw, index)
@@ -184,11 +189,12 @@ def push_chunk(
     """POST /sync/push after auth and the size check; ``store=False`` acknowledges and keeps nothing.
     ``may_hold_nul=False``: the body has no \\u0000 escape, so the chunk's write cannot fail on one."""
     if not isinstance(body, dict):
-        return payload_invalid(f"invalid push payload: {_decode_error(body, 'struct')}"), []
+        return payload_invalid(f"invalid push payload: {_decode_error(body, CHUNK_PUSH_STRUCT)}"), []
     for name in ("chunk_id", "created_by", "client_created_at", "project"):
         if body.get(name) is not None and not isinstance(body[name], str):
             return payload_invalid(
-                f"invalid push payload: json: cannot unmarshal {type(body[name]).__name__} into field {name} of type string"
+                f"invalid push payload: json: cannot unmarshal {go_kind(body[name])} into Go struct field "
+                f".{name} of type string"
             ), []
     if "data" not in body:
         return payload_invalid("data is required"), []
@@ -283,15 +289,26 @@ def read_chunk(state: FakeCloudState, project: str | None, chunk_id: str) -> Rep
     return Reply(200, chunk.payload)
 
 
+# How Go prints the anonymous struct the chunk push handler decodes its body into.
+CHUNK_PUSH_STRUCT = (
+    'struct { ChunkID string "json:\\"chunk_id\\""; CreatedBy string "json:\\"created_by\\""; '
+    'ClientCreatedAt string "json:\\"client_created_at\\""; Project string "json:\\"project\\""; '
+    'Data json.RawMessage "json:\\"data\\"" }'
+)
+
+
 def _decode_error(value: Any, target: str) -> str:
-    return f"json: cannot unmarshal {type(value).__name__} into Go value of type {target}"
+    return f"json: cannot unmarshal {go_kind(value)} into Go value of type {target}"
 
 
 def _parse_entry(raw: Any, index: int) -> tuple[dict[str, Any], str | None]:
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        return {}, f"json: cannot unmarshal {type(raw).__name__} into entries[{index}]"
+        return {}, (
+            f"json: cannot unmarshal {go_kind(raw)} into Go struct field mutationPushEnvelope.entries "
+            "of type cloudstore.MutationEntry"
+        )
     entry: dict[str, Any] = {}
     for name in ("project", "entity", "entity_key", "op"):
         value = raw.get(name)
@@ -300,7 +317,8 @@ def _parse_entry(raw: Any, index: int) -> tuple[dict[str, Any], str | None]:
         if not isinstance(value, str):
             return (
                 {},
-                f"json: cannot unmarshal {type(value).__name__} into entries[{index}].{name} of type string",
+                f"json: cannot unmarshal {go_kind(value)} into Go struct field MutationEntry.entries.{name} "
+                "of type string",
             )
         entry[name] = value
     payload = raw.get("payload")
@@ -460,6 +478,7 @@ def _materialize_mutation_batch(entries: Sequence[Mapping[str, Any]]) -> list[tu
     return out
 
 
+_CHUNK_ROW_STRUCTS = {"sessions": "session", "observations": "observation", "prompts": "prompt"}
 _REQUIRED_CHUNK_FIELDS = {
     "sessions": ("id", "directory"),
     "observations": ("sync_id", "session_id", "type", "title", "content", "scope"),
@@ -467,17 +486,25 @@ _REQUIRED_CHUNK_FIELDS = {
 }
 
 
+_GO_KINDS = {"string": "string", "int": "number", "bool": "bool"}
+
+
 def _validate_importable(chunk: Any) -> None:
     if not isinstance(chunk, dict):
         return
+    for name, entity in _CHUNK_ROW_STRUCTS.items():
+        for row in chunk.get(name) or []:
+            for field_name, value in row.items():
+                go_type = push_rules.STORE_FIELDS[entity].get(field_name)
+                if go_type is not None and value is not None and go_kind(value) != _GO_KINDS[go_type]:
+                    raise ChunkError(
+                        f"chunk schema: json: cannot unmarshal {go_kind(value)} into Go struct field "
+                        f"{entity.capitalize()}.{name}.{field_name} of type {go_type}"
+                    )
     for name, required in _REQUIRED_CHUNK_FIELDS.items():
         for index, row in enumerate(chunk.get(name) or []):
             for field_name in required:
                 value = row.get(field_name)
-                if value is not None and not isinstance(value, str):
-                    raise ChunkError(
-                        f"chunk schema: json: cannot unmarshal into {name}[{index}].{field_name}"
-                    )
                 if not (value or "").strip():
                     raise ChunkError(f"{name}[{index}].{field_name} is required")
 
