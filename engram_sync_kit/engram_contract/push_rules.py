@@ -229,7 +229,7 @@ def payload_refusal(
                 "payload",
             )
         if op == UPSERT and isinstance(payload, dict):
-            _check_store_fields(entity, entity_key, payload)
+            check_store_fields(entity, entity_key, payload)
         text = "{}" if payload is None else go_json(payload, sort_keys=False)
         _, expected_key = normalize_mutation_payload(entity, op, text, project.strip())
         if entity_key and entity_key != expected_key:
@@ -445,7 +445,8 @@ def _fits(value: Any, go_type: str) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)  # int, float64: numbers
 
 
-def _check_store_fields(entity: str, entity_key: str, payload: Mapping[str, Any]) -> None:
+def check_store_fields(entity: str, entity_key: str, payload: Mapping[str, Any]) -> None:
+    """ContractError in v1.20's words when an upsert payload does not decode into engram's store struct."""
     fields = STORE_FIELDS.get(entity, {})
     for name, value in payload.items():  # the first wrong field in the payload's own order
         go_type = fields.get(name)

@@ -465,6 +465,8 @@ def _materialize_mutation_batch(entries: Sequence[Mapping[str, Any]]) -> list[tu
             payload = entry["payload"]
             if payload is not None and not isinstance(payload, dict):
                 raise ChunkError(f"materialize mutation batch {entity}: payload is not an object")
+            if payload:
+                push_rules.check_store_fields(entity, entry["entity_key"].strip(), payload)
             row = dict(payload or {})
             id_field = "id" if entity == "session" else "sync_id"
             if not str(row.get(id_field) or "").strip():

@@ -254,6 +254,8 @@ CASES: dict[str, bytes] = {
     ),
     "session upsert directory a number": typed_push("session", "upsert", {"directory": 5}),
     "session upsert deleted a string": typed_push("session", "upsert", {"deleted": "x"}),
+    "session upsert project an array": typed_push("session", "upsert", {"project": []}),
+    "observation upsert project a number": typed_push("observation", "upsert", {"project": 5}),
     "session delete directory a number": typed_push("session", "delete", {"directory": 5}),
     "session delete payload an array": push_fields(b"[1]", entity=b"session", key=b"s1"),
     "session delete payload a string holding a number": push_fields(b'"5"', entity=b"session", key=b"s1"),
