@@ -129,7 +129,9 @@ def refusal_for_entry(
 
     For triage: status 500 is what v1.20 answers for a payload its batch insert cannot materialize
     (reason is the codec's wording, e.g. "session payload directory is required for upsert", field
-    "directory") or that Postgres refuses (a lone surrogate); it is refused again on every retry.
+    "directory") or that Postgres refuses (``insert_refusal``: a U+0000, bytes that are not UTF-8, a lone
+    surrogate); it is refused again on every retry. A str payload read with surrogateescape is judged on
+    its original bytes.
     Status 400 with reason "invalid request body: payload is not valid JSON" means the stored text
     is not JSON at all, which the client cannot even send. Status 413 means the entry alone does not
     fit in a push body of ``max_push_bytes`` (the server's limit), so no push can ever carry it.
