@@ -32,8 +32,10 @@ RESETS = 10
 
 def _start(tree: Path) -> tuple[subprocess.Popen[bytes], str, float]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("ENGRAM_CLOUD_")}
+    # Since d646fca the packages live in engram_sync_kit/; older revisions have them at the top level.
+    package = "engram_sync_kit.fake_cloud" if (tree / "engram_sync_kit").is_dir() else "fake_cloud"
     code = (
-        f"import sys; sys.path.insert(0, {str(tree)!r}); from fake_cloud.cli import main; "
+        f"import sys; sys.path.insert(0, {str(tree)!r}); from {package}.cli import main; "
         f"sys.argv = ['engram-fake-cloud', 'serve', '--port', '0', '--token', {TOKEN!r}]; main()"
     )
     started = time.perf_counter()
@@ -57,7 +59,10 @@ def run(revision: str = BEFORE_ISSUE_11, rounds: int = ROUNDS) -> dict[str, Any]
     }
     with tempfile.TemporaryDirectory(prefix="fake-cloud-ab-") as tmp:
         before = Path(tmp)
-        extract(revision, before)
+        try:
+            extract(revision, before, ("engram_sync_kit",))
+        except subprocess.CalledProcessError:  # a revision from before the package folder
+            extract(revision, before)
         for _ in range(rounds):
             for side, tree in (("before", before), ("after", REPO)):
                 process, url, start_ms = _start(tree)

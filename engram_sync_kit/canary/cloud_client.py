@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from engram_sync_kit.canary.deadline_http import DeadlineTransport
+from engram_sync_kit.canary.deadline_json import DeadlinePassed, loads_by
 from engram_sync_kit.canary.errors import CanaryError
 
 PULL_PAGE_LIMIT = 100  # the server's own cap (cloudserver/mutations.go defaultPullLimit)
@@ -272,7 +273,9 @@ class CloudReader:
     def _json(self, path: str, params: dict[str, str | int] | None = None) -> Any:
         _, body = self._get(path, params)
         try:
-            return json.loads(body)
+            return loads_by(body, self.deadline)  # parsing a big answer counts against --timeout too
+        except DeadlinePassed:
+            raise CloudUnavailable(self._late(f"GET {path}")) from None
         except (ValueError, RecursionError) as error:
             raise CloudUnavailable(
                 f"GET {path}: truncated or malformed JSON ({one_line(str(error), 120)}; {len(body)} bytes)"
@@ -286,6 +289,10 @@ class CloudReader:
         has_more = body.get("has_more", False)
         if not isinstance(has_more, bool):
             raise CloudUnavailable(f"GET {path}: 'has_more' is not a boolean")
+        if len(body["mutations"]) > limit:
+            raise CloudUnavailable(
+                f"GET {path}?since_seq={since_seq}: {len(body['mutations'])} mutations, more than the {limit} asked"
+            )
         mutations = [_cloud_mutation(raw, index, path) for index, raw in enumerate(body["mutations"])]
         previous = since_seq
         for index, mutation in enumerate(mutations):

@@ -55,6 +55,19 @@ def go_loads(text: str, *, keep_surrogates: bool = False) -> Any:
     return value
 
 
+def go_kind(value: Any) -> str:
+    """How Go's decoder names a JSON value in "json: cannot unmarshal KIND into ..."."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
 def has_lone_surrogate(value: Any) -> bool:
     if isinstance(value, str):
         return _LONE_SURROGATE.search(value) is not None

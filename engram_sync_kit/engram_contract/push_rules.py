@@ -14,8 +14,13 @@ A refusal carries the status the REAL v1.20 server answers (observed by the diff
   payload, an upsert payload that is not an object, a number Go's int cannot hold): v1.20 passes the
   handler's checks and fails inside its batch insert with 500 ``insert mutations: ...``, storing
   nothing;
-- a payload holding a lone UTF-16 surrogate escape: Postgres refuses it in the json column, 500
-  "insert mutation: ERROR: invalid input syntax for type json (SQLSTATE 22P02)";
+- what Postgres refuses in the INSERT of the entry (``insert_refusal``; the columns in the statement's
+  order, project, entity, entity_key, op, payload): a U+0000 in a text column, 500 "insert mutation:
+  ERROR: invalid byte sequence for encoding "UTF8": 0x00 (SQLSTATE 22021)"; in the payload, which
+  reaches the jsonb column as the bytes sent, first a byte sequence that is not UTF-8 (raw, overlong, an
+  encoded surrogate: the same 22021 naming its bytes), then, in text order, a ``\u0000`` escape (22P05
+  "unsupported Unicode escape sequence") or a lone UTF-16 surrogate escape (22P02 "invalid input
+  syntax for type json"). One such memory blocks its project: v1.20 refuses the batch on every retry;
 - an entry whose encoded size alone exceeds the push body limit (8 MiB unless the server sets
   ENGRAM_CLOUD_MAX_PUSH_BYTES): the smallest push that carries it is over the limit, so every push of it
   is 413 ``upgrade_repairable_payload_too_large`` "push payload too large (max N bytes)".
@@ -32,12 +37,13 @@ i counts the batch's entries of that project with a known entity), which the fak
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from engram_sync_kit.engram_contract.errors import ContractError
-from engram_sync_kit.engram_contract.gojson import go_json, go_loads, has_lone_surrogate, replace_surrogates
+from engram_sync_kit.engram_contract.gojson import go_json, go_kind, go_loads, replace_surrogates
 
 SESSION: Final = "session"
 OBSERVATION: Final = "observation"
@@ -71,6 +77,16 @@ MAX_PUSH_BYTES: Final = 8 * 1024 * 1024
 TOO_LARGE_STATUS: Final = 413
 
 POSTGRES_JSON_REASON: Final = "insert mutation: ERROR: invalid input syntax for type json (SQLSTATE 22P02)"
+POSTGRES_NUL_ESCAPE_REASON: Final = (
+    "insert mutation: ERROR: unsupported Unicode escape sequence (SQLSTATE 22P05)"
+)
+POSTGRES_REASON_PREFIX: Final = "insert mutation: ERROR: "
+TEXT_COLUMNS: Final = ("project", "entity", "entity_key", "op")  # the INSERT's order, payload last
+# A chunk push writes its canonical chunk to a jsonb column, where a \u0000 escape is refused (observed).
+CHUNK_NUL_ESCAPE_REASON: Final = (
+    "write chunk: cloudstore: write chunk: ERROR: unsupported Unicode escape sequence (SQLSTATE 22P05)"
+)
+_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|.)", re.DOTALL)
 
 # Predicted from source (docs/fake-cloud.md, "Mutation push under v2 and v3"): the later of the two v2
 # push handlers in the index canonicalizes every
@@ -113,7 +129,9 @@ def refusal_for_entry(
 
     For triage: status 500 is what v1.20 answers for a payload its batch insert cannot materialize
     (reason is the codec's wording, e.g. "session payload directory is required for upsert", field
-    "directory") or that Postgres refuses (a lone surrogate); it is refused again on every retry.
+    "directory") or that Postgres refuses (``insert_refusal``: a U+0000, bytes that are not UTF-8, a lone
+    surrogate); it is refused again on every retry. A str payload read with surrogateescape is judged on
+    its original bytes.
     Status 400 with reason "invalid request body: payload is not valid JSON" means the stored text
     is not JSON at all, which the client cannot even send. Status 413 means the entry alone does not
     fit in a push body of ``max_push_bytes`` (the server's limit), so no push can ever carry it.
@@ -123,6 +141,7 @@ def refusal_for_entry(
     "invalid mutation payload" (field "payload", or a relation's missing field)."""
     if entry_push_bytes(project, entity, entity_key, op, payload) > max_push_bytes:
         return PushRefusal(TOO_LARGE_STATUS, too_large_reason(max_push_bytes), "payload")
+    wire_payload = payload_bytes(payload)
     if isinstance(payload, bytes | str):
         text = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else payload
         try:
@@ -135,14 +154,19 @@ def refusal_for_entry(
         if refused is not None:
             return refused
         try:
-            canonical_entry(project=project, entity=entity, entity_key=entity_key, op=op, payload=payload)
+            _, canonical = canonical_entry(
+                project=project, entity=entity, entity_key=entity_key, op=op, payload=payload
+            )
         except ContractError as error:
             return PushRefusal(400, INVALID_MUTATION_REASON, error.field)
-        return _postgres_refusal(payload) if entity.strip() not in SUPPORTED_OPS else None
+        # Predicted: a known entity is stored as the canonical text Go's encoder wrote (NUL still \u0000).
+        stored = canonical.encode() if entity.strip() in SUPPORTED_OPS else wire_payload
+        return insert_refusal(project=project, entity=entity, entity_key=entity_key, op=op, payload=stored)
     return (
         project_refusal(project)
         or relation_refusal(entity, op, payload)
         or payload_refusal(project=project, entity=entity, entity_key=entity_key, op=op, payload=payload)
+        or insert_refusal(project=project, entity=entity, entity_key=entity_key, op=op, payload=wire_payload)
     )
 
 
@@ -195,7 +219,7 @@ def payload_refusal(
     """What the server's batch insert refuses when it materializes the entry (payload: the wire value)."""
     entity, op, entity_key = entity.strip(), op.strip(), entity_key.strip()
     if entity not in SUPPORTED_OPS:
-        return _postgres_refusal(payload)  # stored as is: v1.20 materializes only the entities it knows
+        return None  # stored as is: v1.20 materializes only the entities it knows
     try:
         if op not in SUPPORTED_OPS[entity]:
             raise ContractError(f'unsupported mutation "{entity}"/"{op}"', "op")
@@ -203,9 +227,11 @@ def payload_refusal(
             # The batch insert decodes an upsert into engram's store struct before anything else.
             raise ContractError(
                 f'materialize mutation batch {entity} "{entity_key}": json: cannot unmarshal '
-                f"{_go_kind(payload)} into Go value of type store.{entity.capitalize()}",
+                f"{go_kind(payload)} into Go value of type store.{entity.capitalize()}",
                 "payload",
             )
+        if op == UPSERT and isinstance(payload, dict):
+            check_store_fields(entity, entity_key, payload)
         text = "{}" if payload is None else go_json(payload, sort_keys=False)
         _, expected_key = normalize_mutation_payload(entity, op, text, project.strip())
         if entity_key and entity_key != expected_key:
@@ -214,7 +240,7 @@ def payload_refusal(
             )
     except ContractError as error:
         return PushRefusal(MATERIALIZE_STATUS, str(error), error.field)
-    return _postgres_refusal(payload)
+    return None
 
 
 def canonical_entry(*, project: str, entity: str, entity_key: str, op: str, payload: Any) -> tuple[Any, str]:
@@ -287,19 +313,159 @@ def _legacy_id(fields: Mapping[str, Any], fallback: str) -> str:
     return fallback
 
 
-def _postgres_refusal(payload: Any) -> PushRefusal | None:
-    if has_lone_surrogate(payload):
-        # The payload goes to a Postgres json column verbatim, and Postgres refuses a lone \ud800.
-        return PushRefusal(MATERIALIZE_STATUS, POSTGRES_JSON_REASON, "payload")
+def insert_refusal(
+    *, project: str, entity: str, entity_key: str, op: str, payload: bytes
+) -> PushRefusal | None:
+    """What Postgres refuses in v1.20's ``INSERT INTO cloud_mutations (project, entity, entity_key, op,
+    payload)``, checking the parameters in that order. The text columns are Go strings (the JSON decoder
+    already replaced invalid UTF-8), trimmed; payload is the json.RawMessage as sent (``payload_bytes``).
+    The reason is Postgres's, as the server wraps it ("insert mutation: ERROR: ...")."""
+    for name, value in zip(TEXT_COLUMNS, (project, entity, entity_key, op), strict=True):
+        if "\x00" in value:
+            return PushRefusal(MATERIALIZE_STATUS, _bad_encoding_reason(b"\x00"), name)
+    reason = jsonb_refusal(payload)
+    return (
+        None
+        if reason is None
+        else PushRefusal(MATERIALIZE_STATUS, POSTGRES_REASON_PREFIX + reason, "payload")
+    )
+
+
+def jsonb_refusal(text: bytes) -> str | None:
+    """Postgres's error for these bytes as a jsonb value that is valid JSON, or None when it holds them:
+    the encoding is verified first (a NUL byte, or a sequence that is not UTF-8), then the escapes in
+    text order."""
+    bad = _first_bad_sequence(text)
+    if bad is not None:
+        return _bad_encoding_reason(bad).removeprefix(POSTGRES_REASON_PREFIX)
+    if b"\\" not in text:
+        return None
+    high_surrogate_end = -1  # where an unpaired high surrogate escape ends: a low one must start there
+    for match in _ESCAPE.finditer(text.decode("utf-8")):
+        code = int(match.group(1), 16) if match.group(1) else None
+        if high_surrogate_end >= 0:
+            if match.start() != high_surrogate_end or code is None or not 0xDC00 <= code <= 0xDFFF:
+                return POSTGRES_JSON_REASON.removeprefix(POSTGRES_REASON_PREFIX)
+            high_surrogate_end = -1
+            continue
+        if code is None:
+            continue
+        if 0xD800 <= code <= 0xDBFF:
+            high_surrogate_end = match.end()
+        elif 0xDC00 <= code <= 0xDFFF:
+            return POSTGRES_JSON_REASON.removeprefix(POSTGRES_REASON_PREFIX)
+        elif code == 0:
+            return POSTGRES_NUL_ESCAPE_REASON.removeprefix(POSTGRES_REASON_PREFIX)
+    if high_surrogate_end >= 0:
+        return POSTGRES_JSON_REASON.removeprefix(POSTGRES_REASON_PREFIX)
     return None
 
 
-def _go_kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int | float):
-        return "number"
-    return "array" if isinstance(value, list) else "string"
+def payload_bytes(payload: object) -> bytes:
+    """The payload as the bytes that reach Postgres: stored text as it is (text read with
+    surrogateescape gives its invalid bytes back), a decoded value as JSON with its NULs and lone
+    surrogates escaped, as they were sent."""
+    if isinstance(payload, bytes):
+        return payload
+    if isinstance(payload, str):
+        try:
+            return payload.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            return payload.encode("utf-8", "surrogatepass")
+    text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+    if _LONE_SURROGATE_CHAR.search(text):
+        text = _LONE_SURROGATE_CHAR.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+    return text.encode("utf-8")
+
+
+def chunk_write_refusal(chunk: object) -> str | None:
+    """v1.20's error text when writing this canonical chunk (a jsonb value) fails: a U+0000 anywhere in
+    it; Go's encoder has already replaced invalid UTF-8 and lone surrogates."""
+    return CHUNK_NUL_ESCAPE_REASON if _holds_nul(chunk) else None
+
+
+def _holds_nul(value: object) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, list):
+        return any(_holds_nul(item) for item in value)
+    if isinstance(value, dict):
+        return any(_holds_nul(key) or _holds_nul(item) for key, item in value.items())
+    return False
+
+
+_LONE_SURROGATE_CHAR = re.compile("[\ud800-\udfff]")
+
+
+def _first_bad_sequence(text: bytes) -> bytes | None:
+    """The bytes Postgres names for the first invalid character: a NUL byte, or a sequence that is not
+    UTF-8 (overlong forms and encoded surrogates too), as long as its first byte says it is, cut at the
+    text's end (pg_verify_mbstr and report_invalid_encoding)."""
+    nul = text.find(b"\x00")
+    try:
+        text.decode("utf-8")
+        start = nul
+    except UnicodeDecodeError as error:
+        start = error.start if nul == -1 else min(nul, error.start)
+    if start == -1:
+        return None
+    lead = text[start]
+    length = 2 if lead & 0xE0 == 0xC0 else 3 if lead & 0xF0 == 0xE0 else 4 if lead & 0xF8 == 0xF0 else 1
+    return text[start : start + length]
+
+
+def _bad_encoding_reason(sequence: bytes) -> str:
+    shown = " ".join(f"0x{byte:02x}" for byte in sequence)
+    return f'{POSTGRES_REASON_PREFIX}invalid byte sequence for encoding "UTF8": {shown} (SQLSTATE 22021)'
+
+
+# The fields of engram's store.Session/Observation/Prompt, which v1.20's batch insert decodes an upsert
+# payload into first (observed on v1.20: a wrong type here is "materialize mutation batch ...", elsewhere
+# the chunk codec's "decode mutation payload ..."). Go names a field by its JSON name.
+STORE_FIELDS: Final[Mapping[str, Mapping[str, str]]] = {
+    SESSION: dict.fromkeys(("id", "project", "directory", "started_at", "ended_at", "summary"), "string"),
+    OBSERVATION: {
+        **dict.fromkeys(
+            ("sync_id", "session_id", "type", "title", "content", "tool_name", "project", "scope"), "string"
+        ),
+        "topic_key": "string",
+        "revision_count": "int",
+        "duplicate_count": "int",
+        **dict.fromkeys(("last_seen_at", "created_at", "updated_at", "deleted_at"), "string"),
+    },
+    PROMPT: dict.fromkeys(("sync_id", "session_id", "content", "project", "created_at"), "string"),
+}
+
+
+def _fits(value: Any, go_type: str) -> bool:
+    if value is None:
+        return True  # null leaves a Go field as it is
+    if go_type == "string":
+        return isinstance(value, str)
+    if go_type == "bool":
+        return isinstance(value, bool)
+    return isinstance(value, int | float) and not isinstance(value, bool)  # int, float64: numbers
+
+
+def check_store_fields(entity: str, entity_key: str, payload: Mapping[str, Any]) -> None:
+    """ContractError in v1.20's words when an upsert payload does not decode into engram's store struct."""
+    fields = STORE_FIELDS.get(entity, {})
+    for name, value in payload.items():  # the first wrong field in the payload's own order
+        go_type = fields.get(name)
+        if go_type is not None and not _fits(value, go_type):
+            raise ContractError(
+                f'materialize mutation batch {entity} "{entity_key}": json: cannot unmarshal '
+                f"{go_kind(value)} into Go struct field {entity.capitalize()}.{name} of type {go_type}",
+                name,
+            )
+
+
+class _WrongType(ContractError):
+    """A payload field of the wrong JSON kind; normalize_mutation_payload words it with its struct."""
+
+    def __init__(self, value: Any, name: str, go_type: str) -> None:
+        super().__init__(f"{go_kind(value)}|{go_type}", name)
+        self.kind, self.go_type = go_kind(value), go_type
 
 
 # ----- the chunk codec's per-entity payload rules (chunkcodec.NormalizeSyncMutationPayload) -----
@@ -326,23 +492,67 @@ def decode_mutation_payload(payload: Any) -> Any:
 def normalize_mutation_payload(entity: str, op: str, payload: str, project: str) -> tuple[str, str]:
     """The canonical payload text and the entity key it implies; raises ContractError in engram's words."""
     try:
-        body = _object(payload)
+        body = _object(payload, entity)
     except ContractError as error:
         message = str(error)
         if not message.startswith("decode mutation payload"):
             message = f"decode mutation payload: {message}"
         raise ContractError(message, "payload") from None
-    if entity == SESSION:
-        normalized, key = _normalize_session(op, body, project)
-    elif entity == OBSERVATION:
-        normalized, key = _normalize_observation(op, body, project)
-    elif entity == PROMPT:
-        normalized, key = _normalize_prompt(op, body, project)
-    elif entity == RELATION:
-        normalized, key = _normalize_relation(body, project)
-    else:
-        raise ContractError(f'unsupported mutation "{entity}"/"{op}"', "entity")
+    try:
+        # Go decodes the whole payload struct before any check: the first wrong field, in payload order.
+        for name, value in body.items():
+            go_type = CODEC_FIELDS.get(entity, {}).get(name)
+            if go_type is not None and not _fits(value, go_type):
+                raise _WrongType(value, name, go_type)
+        if entity == SESSION:
+            normalized, key = _normalize_session(op, body, project)
+        elif entity == OBSERVATION:
+            normalized, key = _normalize_observation(op, body, project)
+        elif entity == PROMPT:
+            normalized, key = _normalize_prompt(op, body, project)
+        elif entity == RELATION:
+            normalized, key = _normalize_relation(body, project)
+        else:
+            raise ContractError(f'unsupported mutation "{entity}"/"{op}"', "entity")
+    except _WrongType as wrong:
+        raise ContractError(
+            f"decode mutation payload: json: cannot unmarshal {wrong.kind} into Go struct field "
+            f"{_payload_struct(entity)}.{wrong.field} of type {wrong.go_type}",
+            wrong.field,
+        ) from None
     return go_json(normalized, sort_keys=False), key
+
+
+def _payload_struct(entity: str) -> str:
+    return f"mutation{entity.capitalize()}Payload"
+
+
+_TEXT, _FLAG = "string", "bool"
+# The chunk codec's payload structs (chunkcodec.mutation*Payload), field by JSON name.
+CODEC_FIELDS: Final[Mapping[str, Mapping[str, str]]] = {
+    SESSION: {
+        **dict.fromkeys(("id", "directory", "started_at", "ended_at", "summary", "deleted_at"), _TEXT),
+        **dict.fromkeys(("deleted", "hard_delete"), _FLAG),
+    },
+    OBSERVATION: {
+        **dict.fromkeys(
+            ("sync_id", "session_id", "type", "title", "content", "tool_name", "scope", "topic_key"), _TEXT
+        ),
+        **dict.fromkeys(("revision_count", "duplicate_count"), "int"),
+        **dict.fromkeys(("last_seen_at", "created_at", "updated_at", "deleted_at"), _TEXT),
+        **dict.fromkeys(("deleted", "hard_delete"), _FLAG),
+    },
+    PROMPT: {
+        **dict.fromkeys(("sync_id", "session_id", "content", "created_at", "deleted_at"), _TEXT),
+        **dict.fromkeys(("deleted", "hard_delete"), _FLAG),
+    },
+    RELATION: {
+        **dict.fromkeys(RELATION_REQUIRED, _TEXT),
+        **dict.fromkeys(("reason", "evidence", "marked_by_model", "session_id"), _TEXT),
+        **dict.fromkeys(("created_at", "updated_at"), _TEXT),
+        "confidence": "float64",
+    },
+}
 
 
 def _text(body: Mapping[str, Any], key: str) -> str:
@@ -350,9 +560,7 @@ def _text(body: Mapping[str, Any], key: str) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):
-        raise ContractError(
-            f"json: cannot unmarshal {type(value).__name__} into field {key} of type string", key
-        )
+        raise _WrongType(value, key, "string")
     return value
 
 
@@ -367,9 +575,7 @@ def _flag(body: Mapping[str, Any], key: str) -> bool:
     if value is None:
         return False
     if not isinstance(value, bool):
-        raise ContractError(
-            f"json: cannot unmarshal {type(value).__name__} into field {key} of type bool", key
-        )
+        raise _WrongType(value, key, "bool")
     return value
 
 
@@ -385,17 +591,19 @@ def _count(body: Mapping[str, Any], key: str) -> int:
         or int(value) != value
         or not -(2**63) <= value < 2**63
     ):
-        raise ContractError(f"json: cannot unmarshal number into field {key} of type int", key)
+        raise _WrongType(value, key, "int")
     return int(value)
 
 
-def _object(payload: str) -> Mapping[str, Any]:
+def _object(payload: str, entity: str) -> Mapping[str, Any]:
     body = decode_mutation_payload(payload)
     if body is None:
         return {}
     if not isinstance(body, dict):
         raise ContractError(
-            f"decode mutation payload: json: cannot unmarshal {type(body).__name__} into object", "payload"
+            f"decode mutation payload: json: cannot unmarshal {go_kind(body)} into Go value of type "
+            f"chunkcodec.{_payload_struct(entity)}",
+            "payload",
         )
     return body
 
@@ -520,7 +728,7 @@ def _normalize_relation(body: Mapping[str, Any], project: str) -> tuple[dict[str
         or confidence != confidence
         or confidence in (float("inf"), float("-inf"))
     ):
-        raise ContractError("json: cannot unmarshal confidence into float64", "confidence")
+        raise _WrongType(confidence, "confidence", "float64")
     fields: list[tuple[str, Any, Any]] = [
         ("sync_id", values["sync_id"], False),
         ("source_id", values["source_id"], False),

@@ -19,7 +19,7 @@ from typing import Any
 
 from engram_sync_kit.engram_contract import payload_digest
 from engram_sync_kit.engram_contract.errors import ContractError
-from engram_sync_kit.engram_contract.gojson import go_loads, has_lone_surrogate, replace_surrogates
+from engram_sync_kit.engram_contract.gojson import go_loads
 from engram_sync_kit.fake_cloud import control, protocol, provenance, routes
 from engram_sync_kit.fake_cloud.faults import Fault, FaultAction
 from engram_sync_kit.fake_cloud.httpserver import DROP, Drop, Request, RequestHead, Response, warn
@@ -27,9 +27,11 @@ from engram_sync_kit.fake_cloud.state import FakeCloudState, JournalItem, Transp
 from engram_sync_kit.fake_cloud.wire import (
     NOT_FOUND,
     Reply,
+    go_quote_char,
     json_response,
     method_not_allowed,
     payload_invalid,
+    redirect,
     render,
     text_response,
     too_large,
@@ -108,7 +110,11 @@ class FakeCloudApp:
         try:
             if head.path.startswith(control.PREFIX):
                 return control.refuse_unauthorized(self.control_token, head)
-            route = routes.match(head.path, self.state.server_version)
+            cleaned = routes.clean_path(head.raw_path or head.path)
+            if cleaned != (head.raw_path or head.path):
+                await self.record(head, self.state.new_request_id(), self.state.epoch, "other", 307)
+                return redirect(routes.redirect_location(cleaned, head.raw_query), head.method)
+            route = routes.match(head.raw_path or head.path, self.state.server_version)
             if route is None:
                 await self.record(head, self.state.new_request_id(), self.state.epoch, "other", 404)
                 return render(NOT_FOUND)
@@ -134,7 +140,7 @@ class FakeCloudApp:
 
     def body_limit(self, head: RequestHead) -> int:
         """How much of a body to read: a push past max_push_bytes is answered 413 without the rest."""
-        route = routes.match(head.path, self.state.server_version)
+        route = routes.match(head.raw_path or head.path, self.state.server_version)
         return self.state.max_push_bytes if route is not None and route.push else CONTROL_BODY_LIMIT
 
     async def handle(self, request: Request) -> Response | Drop:
@@ -153,7 +159,7 @@ class FakeCloudApp:
         return Reply(401, denied) if denied else None
 
     async def _sync(self, request: Request) -> Response | Drop:
-        route = routes.match(request.path, self.state.server_version)
+        route = routes.match(request.raw_path or request.path, self.state.server_version)
         epoch = self.state.epoch
         request_id = self.state.new_request_id()
         if route is None:
@@ -234,7 +240,9 @@ class FakeCloudApp:
         elif route is routes.MANIFEST:
             reply = protocol.manifest(self.state, project)
         else:
-            reply = protocol.read_chunk(self.state, project, request.path.rsplit("/", 1)[1])
+            reply = protocol.read_chunk(
+                self.state, project, routes.last_segment(request.raw_path or request.path)
+            )
         return await self._finish(request, request_id, epoch, route.transport, reply, items, fault)
 
     async def _finish(
@@ -265,7 +273,7 @@ class FakeCloudApp:
         """The body, gunzipped when it is gzip (by header or by its 1f8b magic), or why it is unusable."""
         body = request.body
         is_gzip = request.headers.get("content-encoding", "").lower() == "gzip" or body[:2] == b"\x1f\x8b"
-        if not is_gzip:
+        if not is_gzip or self.state.server_version == "v1.20":  # v1.20 reads every body as sent
             return body, None
         try:
             inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
@@ -281,7 +289,7 @@ class FakeCloudApp:
             return None, "gzip body: gzip: invalid header"  # Go reads trailing bytes as a next member
         return data, None
 
-    def _read_json(self, request: Request, *, keep_surrogates: bool = False) -> tuple[Any, str | None, bool]:
+    def _read_json(self, request: Request) -> tuple[Any, str | None, bool]:
         """(value, decode error, too large) like Go's json.Decoder over a MaxBytesReader."""
         if request.body_error is not None:
             return None, request.body_error, False
@@ -300,25 +308,24 @@ class FakeCloudApp:
         if not stripped:
             return None, "EOF", False
         try:
-            value = _decode_first_value(stripped, keep_surrogates)
+            value = _decode_first_value(stripped)
         except ContractError as error:
             return None, str(error), False
         except json.JSONDecodeError as error:
             if error.pos >= len(stripped) or error.msg.startswith("Unterminated string"):
                 return None, "unexpected EOF", False  # Go's wording when the input ends inside a value
+            if error.pos == 0 and error.msg == "Expecting value":
+                first = body.lstrip(b" \t\r\n")[0]  # Go names the byte, not what it decodes to
+                return None, f"invalid character {go_quote_char(first)} looking for beginning of value", False
             return None, f"invalid character at offset {error.pos}: {error.msg}", False
         return value, None, False
 
     async def _mutation_push(self, request: Request, request_id: str, epoch: int) -> Response | Drop:
-        body, problem, over = self._read_json(request, keep_surrogates=True)
-        surrogates = (
-            problem is None
-            and not over
-            and (b"\\ud" in request.body or b"\\uD" in request.body)
-            and has_lone_surrogate(body)
-        )
-        if surrogates:
-            body = _surrogates_left_in_payloads(body)
+        body, problem, over = self._read_json(request)
+        # Only a body that may hold what Postgres refuses has its payloads read again as the bytes sent.
+        raw_body = None
+        if problem is None and not over and _may_hold_what_postgres_refuses(request.body):
+            raw_body = self._decoded_body(request)[0]
         # Only a scheduled fault needs these before validation.
         projects = _pushed_projects(body) if self.state.faults else []
         items = _mutation_items(body) if self.state.faults else []
@@ -331,7 +338,7 @@ class FakeCloudApp:
             reply = Reply(400, f"invalid request body: {problem}")
         else:
             reply, parsed_items = protocol.push_mutations(
-                self.state, body, store=_stores(fault), payloads_may_hold_surrogates=surrogates
+                self.state, body, store=_stores(fault), raw_body=raw_body
             )
             items = parsed_items or items
         if not items and reply.status != 200:
@@ -356,7 +363,11 @@ class FakeCloudApp:
             reply = payload_invalid(f"invalid push payload: {problem}")
         else:
             reply, parsed_items = protocol.push_chunk(
-                self.state, body, request.query.get("project"), store=_stores(fault)
+                self.state,
+                body,
+                request.query.get("project"),
+                store=_stores(fault),
+                may_hold_nul=b"\\u0000" in request.body or request.body[:2] == b"\x1f\x8b",
             )
             items = parsed_items or items
         return await self._finish(request, request_id, epoch, "chunk", reply, items, fault)
@@ -366,38 +377,27 @@ def _internal_error(error: BaseException) -> Response:
     return text_response(500, f"fake cloud internal error: {type(error).__name__} (see GET /_fake/errors)")
 
 
-def _decode_first_value(text: str, keep_surrogates: bool) -> Any:
+def _decode_first_value(text: str) -> Any:
     """The first JSON value of the text; what follows it is ignored, as Go's json.Decoder ignores it."""
     try:
-        return go_loads(text, keep_surrogates=keep_surrogates)
+        return go_loads(text)
     except json.JSONDecodeError as error:
         if error.msg != "Extra data":
             raise
-        return go_loads(text[: error.pos], keep_surrogates=keep_surrogates)
+        return go_loads(text[: error.pos])
 
 
-def _surrogates_left_in_payloads(body: Any) -> Any:
-    """A push as v1.20 holds it: Go strings get U+FFFD for a lone surrogate, but each payload is a
-    json.RawMessage that reaches Postgres verbatim (and is refused there: push_rules says so)."""
-    if not isinstance(body, dict):
-        return replace_surrogates(body)
-    out = {key: replace_surrogates(value) for key, value in body.items() if key != "entries"}
-    entries = body.get("entries")
-    if "entries" in body:
-        out["entries"] = (
-            [
-                {
-                    key: value if key == "payload" else replace_surrogates(value)
-                    for key, value in entry.items()
-                }
-                if isinstance(entry, dict)
-                else replace_surrogates(entry)
-                for entry in entries
-            ]
-            if isinstance(entries, list)
-            else replace_surrogates(entries)
-        )
-    return out
+def _may_hold_what_postgres_refuses(body: bytes) -> bool:
+    """A \\u0000 or surrogate escape, or bytes that are not UTF-8: what push_rules.insert_refusal reads."""
+    if b"\\u0000" in body or b"\\ud" in body or b"\\uD" in body:
+        return True
+    if body.isascii():
+        return False
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
 
 
 def _valid_prefix(body: bytes) -> bool:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from engram_sync_kit.engram_contract.errors import ContractError
-from engram_sync_kit.engram_contract.gojson import go_json
+from engram_sync_kit.engram_contract.gojson import go_json, go_kind
 from engram_sync_kit.engram_contract.names import normalize_project
 from engram_sync_kit.engram_contract.push_rules import (
     DELETE,
@@ -40,9 +40,7 @@ def _normalize_chunk_mutation(row: Mapping[str, Any], project: str) -> dict[str,
         if value is None:
             return ""
         if not isinstance(value, str):
-            raise ChunkError(
-                f"decode mutation: json: cannot unmarshal {type(value).__name__} into field {name}"
-            )
+            raise ChunkError(f"decode mutation: json: cannot unmarshal {go_kind(value)} into field {name}")
         return value
 
     entity, entity_key, op = field("entity").strip(), field("entity_key").strip(), field("op").strip()
@@ -125,7 +123,10 @@ def canonical_document(data: Any, project: str) -> dict[str, Any] | None:
     if data is None:
         return None
     if not isinstance(data, dict):
-        raise ChunkError(f"decode chunk data: json: cannot unmarshal {type(data).__name__} into map")
+        raise ChunkError(
+            f"decode chunk data: json: cannot unmarshal {go_kind(data)} into Go value of type "
+            "map[string]interface {}"
+        )
     doc = dict(data)
     has_mutations = "mutations" in doc
     owned: set[str] = set()

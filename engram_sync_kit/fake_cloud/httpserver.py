@@ -9,8 +9,8 @@ handler only ever sees complete requests.
 
 Every request is answered and no connection is held forever: ``screen`` answers from the head alone
 (routing, auth, a declared size over the cap) before any of the body is read; a head must arrive within
-``header_timeout``, each piece of a body within ``body_timeout``, and an idle keep-alive connection is
-closed after ``idle_timeout``. An exception anywhere goes to ``on_error`` (the app records it at
+``header_timeout`` (a new connection's first request too), each piece of a body within ``body_timeout``,
+and a keep-alive connection idle after a request is closed after ``idle_timeout``. An exception anywhere goes to ``on_error`` (the app records it at
 /_fake/errors) and the client gets a 500, never silence or a traceback on stderr.
 """
 
@@ -22,6 +22,7 @@ import ctypes
 import functools
 import gc
 import hmac
+import re
 import socket
 import ssl
 import struct
@@ -56,6 +57,7 @@ TRIM_DELAY_SECONDS = 1.0
 # No route of the fake reads the body of these, nor does the real server's: never wait for one.
 BODILESS_METHODS = frozenset({"GET", "HEAD", "DELETE"})
 REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
+_LISTED_LENGTH = re.compile(rb"(?i)\ncontent-length[ \t]*:[^\r\n]*,")
 
 
 @dataclass
@@ -68,6 +70,7 @@ class Request:
     body: bytes
     body_too_large: bool
     body_error: str | None = None  # why the body could not be read whole, in Go's words
+    raw_path: str = ""  # the path as sent, still escaped (Go's ServeMux routes on it)
 
 
 @dataclass
@@ -88,6 +91,8 @@ class RequestHead:
     query: dict[str, str]
     headers: dict[str, str]
     content_length: int | None  # None when chunked
+    raw_path: str = ""  # the path as sent, still escaped (Go's ServeMux routes on it)
+    raw_query: str = ""
 
 
 class Drop:
@@ -255,6 +260,8 @@ class HttpServer:
         # Bytes received on this connection: with what h11 still holds, it gives a head's exact size on
         # the wire however the bytes were split across reads.
         received = 0
+        # The bytes of the head being read, as sent: h11 rewrites a Content-Length of "N, N" to "N".
+        head_pieces: list[bytes] | None = None
 
         def consumed() -> int:
             return received - _buffered(conn)
@@ -270,6 +277,8 @@ class HttpServer:
             except TimeoutError:
                 raise _TimedOut from None
             received += len(data)
+            if head_pieces is not None:
+                head_pieces.append(data)
             conn.receive_data(data)
 
         async def next_event(deadline: float, chunked: bool = False) -> h11.Event | type[h11.PAUSED]:
@@ -290,17 +299,22 @@ class HttpServer:
                 await self._send(conn, writer, closing)
             await _linger(reader, writer)
 
+        # A new connection owes its first request within header_timeout: connections are capped, so a
+        # silent one held for idle_timeout would let a thousand of them lock every client out for that long.
+        wait_for_request = self.header_timeout
         while True:
             request_start = consumed()
             head_done = False
+            head_pieces = [conn.trailing_data[0]] if _buffered(conn) else []
             try:
-                # An idle keep-alive connection may wait idle_timeout for its next request; once a
-                # request has started, its whole head must arrive within header_timeout.
+                # A keep-alive connection that has served a request may then wait idle_timeout for the
+                # next; once a request has started, its whole head must arrive within header_timeout.
                 if not _buffered(conn):
                     try:
-                        await receive(loop.time() + self.idle_timeout)
+                        await receive(loop.time() + wait_for_request)
                     except _TimedOut:
                         return
+                wait_for_request = self.idle_timeout
                 event = await next_event(loop.time() + self.header_timeout)
                 if isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
                     return
@@ -326,6 +340,11 @@ class HttpServer:
                     await plain(400)
                     return
                 if head.content_length is not None and head.content_length > MAX_GO_CONTENT_LENGTH:
+                    await plain(400)
+                    return
+                raw_head, head_pieces = b"".join(head_pieces or ()), None
+                if _LISTED_LENGTH.search(raw_head, 0, raw_head.find(b"\r\n\r\n") + 1 or len(raw_head)):
+                    # h11 takes "N, N" as one length; Go's server refuses any list in Content-Length.
                     await plain(400)
                     return
                 early = await self.screen(head) if self.screen is not None else None
@@ -416,7 +435,7 @@ class HttpServer:
         self, conn: h11.Connection, writer: asyncio.StreamWriter, response: Response, *, head: bool = False
     ) -> None:
         headers = [
-            ("content-type", response.content_type),
+            *([("content-type", response.content_type)] if response.content_type else []),
             ("content-length", str(len(response.body))),
             ("date", time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime())),
             *response.headers,
@@ -479,7 +498,8 @@ def _head(event: h11.Request) -> RequestHead:
     if not target.startswith("/") and not target.lower().startswith(("http://", "https://")):
         raise BadTarget(target)  # "abc": Go's server answers 400
     try:
-        parts = urlsplit(target)
+        # An origin-form target is a path and a query; urlsplit would take "//x/..." for a host.
+        parts = urlsplit(target) if not target.startswith("/") else urlsplit("http://h" + target)
     except ValueError:
         raise BadTarget(target) from None
     query = {key: values[0] for key, values in parse_qs(parts.query, keep_blank_values=True).items()}
@@ -494,6 +514,8 @@ def _head(event: h11.Request) -> RequestHead:
         query=query,
         headers=headers,
         content_length=int(length) if length is not None and "transfer-encoding" not in headers else None,
+        raw_path=parts.path or "/",
+        raw_query=parts.query,
     )
 
 
@@ -520,6 +542,7 @@ def _request(head: RequestHead, body: bytes, too_large: bool) -> Request:
         headers=head.headers,
         body=body,
         body_too_large=too_large,
+        raw_path=head.raw_path,
     )
 
 

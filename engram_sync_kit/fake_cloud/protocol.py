@@ -12,8 +12,10 @@ from typing import Any
 
 from engram_sync_kit.engram_contract import ENTITIES, SESSION_REFERENCING_ENTITIES, payload_digest, push_rules
 from engram_sync_kit.engram_contract.errors import ContractError
+from engram_sync_kit.engram_contract.gojson import go_kind
 from engram_sync_kit.fake_cloud import chunkcodec
 from engram_sync_kit.fake_cloud.chunkcodec import ChunkError
+from engram_sync_kit.fake_cloud.raw_json import raw_payloads
 from engram_sync_kit.fake_cloud.state import (
     FakeCloudState,
     JournalItem,
@@ -35,11 +37,12 @@ DEFAULT_PULL_LIMIT = 100
 
 
 def push_mutations(
-    state: FakeCloudState, body: Any, *, store: bool = True, payloads_may_hold_surrogates: bool = False
+    state: FakeCloudState, body: Any, *, store: bool = True, raw_body: bytes | None = None
 ) -> tuple[Reply, list[JournalItem]]:
     """POST /sync/mutations/push after auth and the size check, in the real server's order.
 
-    ``store=False`` is the ack_without_store fault: the same answer, nothing kept."""
+    ``store=False`` is the ack_without_store fault: the same answer, nothing kept. ``raw_body``: the
+    body as sent, given when it may hold what Postgres refuses (push_rules.insert_refusal)."""
     if body is None:
         body = {}
     if not isinstance(body, dict):
@@ -50,7 +53,11 @@ def push_mutations(
     if entries is None:
         entries = []
     if not isinstance(entries, list):
-        return Reply(400, "invalid request body: json: cannot unmarshal entries into a list"), []
+        return Reply(
+            400,
+            f"invalid request body: json: cannot unmarshal {go_kind(entries)} into Go struct field "
+            "mutationPushEnvelope.entries of type []cloudstore.MutationEntry",
+        ), []
     parsed: list[dict[str, Any]] = []
     for index, raw in enumerate(entries):
         entry, problem = _parse_entry(raw, index)
@@ -97,9 +104,6 @@ def push_mutations(
         return Reply(400, reply_body), items
     # The fast path materializes once; only a batch that fails asks push_rules entry by entry for the
     # real server's answer (the codec and push_rules share the rules, so they agree).
-    refused = _materialize_refusal(parsed) if payloads_may_hold_surrogates else None
-    if refused is not None:
-        return refused, items
     try:
         chunks = _materialize_mutation_batch(parsed)
     except ChunkError:
@@ -107,6 +111,10 @@ def push_mutations(
         if refused is None:
             raise
         return refused, items
+    if raw_body is not None:
+        refused = _insert_refusal(parsed, raw_body, state.server_version)
+        if refused is not None:
+            return refused, items
     if not store:
         # The seqs a stored batch would have had; the next real push is given them again.
         first = state.next_seq
@@ -171,15 +179,22 @@ def pull_mutations(state: FakeCloudState, since_seq: str | None, limit: str | No
 
 
 def push_chunk(
-    state: FakeCloudState, body: Any, query_project: str | None, *, store: bool = True
+    state: FakeCloudState,
+    body: Any,
+    query_project: str | None,
+    *,
+    store: bool = True,
+    may_hold_nul: bool = True,
 ) -> tuple[Reply, list[JournalItem]]:
-    """POST /sync/push after auth and the size check; ``store=False`` acknowledges and keeps nothing."""
+    """POST /sync/push after auth and the size check; ``store=False`` acknowledges and keeps nothing.
+    ``may_hold_nul=False``: the body has no \\u0000 escape, so the chunk's write cannot fail on one."""
     if not isinstance(body, dict):
-        return payload_invalid(f"invalid push payload: {_decode_error(body, 'struct')}"), []
+        return payload_invalid(f"invalid push payload: {_decode_error(body, CHUNK_PUSH_STRUCT)}"), []
     for name in ("chunk_id", "created_by", "client_created_at", "project"):
         if body.get(name) is not None and not isinstance(body[name], str):
             return payload_invalid(
-                f"invalid push payload: json: cannot unmarshal {type(body[name]).__name__} into field {name} of type string"
+                f"invalid push payload: json: cannot unmarshal {go_kind(body[name])} into Go struct field "
+                f".{name} of type string"
             ), []
     if "data" not in body:
         return payload_invalid("data is required"), []
@@ -215,6 +230,9 @@ def push_chunk(
             message = f'write chunk: cloudstore: chunk id conflict: existing chunk "{chunk_id}" has different payload'
             return actionable(409, "repairable", "upgrade_repairable_chunk_conflict", message), items
         return Reply(200, {"chunk_id": chunk_id, "status": "ok"}), items
+    write_error = push_rules.chunk_write_refusal(chunk) if may_hold_nul else None
+    if write_error is not None:
+        return actionable(500, "blocked", "upgrade_blocked_internal", write_error), items
     if not store:
         return Reply(200, {"chunk_id": chunk_id, "status": "ok"}), items
     state.store_chunk(project, chunk_id, (body.get("created_by") or "").strip(), created_at, canonical, chunk)
@@ -271,15 +289,26 @@ def read_chunk(state: FakeCloudState, project: str | None, chunk_id: str) -> Rep
     return Reply(200, chunk.payload)
 
 
+# How Go prints the anonymous struct the chunk push handler decodes its body into.
+CHUNK_PUSH_STRUCT = (
+    'struct { ChunkID string "json:\\"chunk_id\\""; CreatedBy string "json:\\"created_by\\""; '
+    'ClientCreatedAt string "json:\\"client_created_at\\""; Project string "json:\\"project\\""; '
+    'Data json.RawMessage "json:\\"data\\"" }'
+)
+
+
 def _decode_error(value: Any, target: str) -> str:
-    return f"json: cannot unmarshal {type(value).__name__} into Go value of type {target}"
+    return f"json: cannot unmarshal {go_kind(value)} into Go value of type {target}"
 
 
 def _parse_entry(raw: Any, index: int) -> tuple[dict[str, Any], str | None]:
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        return {}, f"json: cannot unmarshal {type(raw).__name__} into entries[{index}]"
+        return {}, (
+            f"json: cannot unmarshal {go_kind(raw)} into Go struct field mutationPushEnvelope.entries "
+            "of type cloudstore.MutationEntry"
+        )
     entry: dict[str, Any] = {}
     for name in ("project", "entity", "entity_key", "op"):
         value = raw.get(name)
@@ -288,7 +317,8 @@ def _parse_entry(raw: Any, index: int) -> tuple[dict[str, Any], str | None]:
         if not isinstance(value, str):
             return (
                 {},
-                f"json: cannot unmarshal {type(value).__name__} into entries[{index}].{name} of type string",
+                f"json: cannot unmarshal {go_kind(value)} into Go struct field MutationEntry.entries.{name} "
+                "of type string",
             )
         entry[name] = value
     payload = raw.get("payload")
@@ -354,7 +384,6 @@ def _materialize_refusal(entries: Sequence[Mapping[str, Any]]) -> Reply | None:
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for entry in entries:
         groups.setdefault(entry["project"].strip(), []).append(entry)
-    insert_error = None
     for project, batch in groups.items():
         canonicalize_error = None
         index = -1  # mutations[i] counts only the entities the chunk codec knows
@@ -372,11 +401,6 @@ def _materialize_refusal(entries: Sequence[Mapping[str, Any]]) -> Reply | None:
                 continue
             if refusal.reason.startswith("materialize mutation batch"):
                 return Reply(refusal.status, f"insert mutations: cloudstore: {refusal.reason}")
-            if refusal.reason == push_rules.POSTGRES_JSON_REASON:
-                insert_error = insert_error or Reply(
-                    refusal.status, f"insert mutations: cloudstore: {refusal.reason}"
-                )
-                continue
             if canonicalize_error is None:
                 canonicalize_error = Reply(
                     refusal.status,
@@ -385,7 +409,30 @@ def _materialize_refusal(entries: Sequence[Mapping[str, Any]]) -> Reply | None:
                 )
         if canonicalize_error is not None:
             return canonicalize_error
-    return insert_error
+    return None
+
+
+def _insert_refusal(entries: Sequence[Mapping[str, Any]], raw_body: bytes, version: str) -> Reply | None:
+    """v1.20's 500 for the first entry, in batch order, whose INSERT Postgres refuses: each payload is
+    judged on the bytes sent (v2/v3, predicted: a known entity's canonical text)."""
+    raw = raw_payloads(raw_body) or []
+    for index, entry in enumerate(entries):
+        sent = raw[index] if index < len(raw) else None
+        canonical = version in push_rules.CANONICALIZING_SERVER_VERSIONS
+        if canonical and entry["entity"].strip() in push_rules.SUPPORTED_OPS:
+            sent = None
+        if sent is None:
+            sent = entry["payload_text"].encode("utf-8", "surrogatepass")
+        refusal = push_rules.insert_refusal(
+            project=entry["project"].strip(),
+            entity=entry["entity"].strip(),
+            entity_key=entry["entity_key"].strip(),
+            op=entry["op"].strip(),
+            payload=sent,
+        )
+        if refusal is not None:
+            return Reply(refusal.status, f"insert mutations: cloudstore: {refusal.reason}")
+    return None
 
 
 def _materialize_mutation_batch(entries: Sequence[Mapping[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
@@ -418,6 +465,8 @@ def _materialize_mutation_batch(entries: Sequence[Mapping[str, Any]]) -> list[tu
             payload = entry["payload"]
             if payload is not None and not isinstance(payload, dict):
                 raise ChunkError(f"materialize mutation batch {entity}: payload is not an object")
+            if payload:
+                push_rules.check_store_fields(entity, entry["entity_key"].strip(), payload)
             row = dict(payload or {})
             id_field = "id" if entity == "session" else "sync_id"
             if not str(row.get(id_field) or "").strip():
@@ -431,6 +480,7 @@ def _materialize_mutation_batch(entries: Sequence[Mapping[str, Any]]) -> list[tu
     return out
 
 
+_CHUNK_ROW_STRUCTS = {"sessions": "session", "observations": "observation", "prompts": "prompt"}
 _REQUIRED_CHUNK_FIELDS = {
     "sessions": ("id", "directory"),
     "observations": ("sync_id", "session_id", "type", "title", "content", "scope"),
@@ -438,17 +488,25 @@ _REQUIRED_CHUNK_FIELDS = {
 }
 
 
+_GO_KINDS = {"string": "string", "int": "number", "bool": "bool"}
+
+
 def _validate_importable(chunk: Any) -> None:
     if not isinstance(chunk, dict):
         return
+    for name, entity in _CHUNK_ROW_STRUCTS.items():
+        for row in chunk.get(name) or []:
+            for field_name, value in row.items():
+                go_type = push_rules.STORE_FIELDS[entity].get(field_name)
+                if go_type is not None and value is not None and go_kind(value) != _GO_KINDS[go_type]:
+                    raise ChunkError(
+                        f"chunk schema: json: cannot unmarshal {go_kind(value)} into Go struct field "
+                        f"{entity.capitalize()}.{name}.{field_name} of type {go_type}"
+                    )
     for name, required in _REQUIRED_CHUNK_FIELDS.items():
         for index, row in enumerate(chunk.get(name) or []):
             for field_name in required:
                 value = row.get(field_name)
-                if value is not None and not isinstance(value, str):
-                    raise ChunkError(
-                        f"chunk schema: json: cannot unmarshal into {name}[{index}].{field_name}"
-                    )
                 if not (value or "").strip():
                     raise ChunkError(f"{name}[{index}].{field_name} is required")
 

@@ -8,6 +8,7 @@ v3's handlers do (v2's own handlers are not stored in the reference index: an as
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import quote, unquote
 
 from engram_sync_kit.fake_cloud.faults import Route
 from engram_sync_kit.fake_cloud.state import ServerVersion, Transport
@@ -60,12 +61,40 @@ SYNC_ROUTES: dict[str, SyncRoute] = {
 }
 
 
-def match(path: str, version: ServerVersion) -> SyncRoute | None:
-    """The route serving ``path`` on that server version, like the real ServeMux
-    ("/sync/pull/{chunkID}" is one segment)."""
-    route = SYNC_ROUTES.get(path)
-    if route is not None:
-        return None if route.provenance and version == "v1.20" else route
-    if path.startswith("/sync/pull/") and path.count("/") == 3 and path != "/sync/pull/":
+def match(raw_path: str, version: ServerVersion) -> SyncRoute | None:
+    """The route serving the escaped path ``raw_path`` on that server version, like the real ServeMux:
+    each segment is unescaped on its own, so "%73ync" is "sync" but "a%2Fb" stays one segment
+    ("/sync/pull/{chunkID}" takes it)."""
+    segments = [unquote(part) for part in raw_path.split("/")[1:]]
+    if not any("/" in segment for segment in segments):
+        route = SYNC_ROUTES.get("/" + "/".join(segments))
+        if route is not None:
+            return None if route.provenance and version == "v1.20" else route
+    if len(segments) == 3 and segments[:2] == ["sync", "pull"] and segments[2]:
         return CHUNK_READ
     return None
+
+
+def last_segment(raw_path: str) -> str:
+    """The {chunkID} of /sync/pull/{chunkID}, unescaped."""
+    return unquote(raw_path.rsplit("/", 1)[1])
+
+
+def clean_path(raw_path: str) -> str:
+    """Go's ServeMux cleanPath: "." and ".." resolved, repeated slashes merged, a final slash kept. A
+    request whose path is not clean is redirected to the clean one."""
+    parts: list[str] = []
+    for part in raw_path.split("/"):
+        if part == "..":
+            if parts:
+                parts.pop()
+        elif part not in ("", "."):
+            parts.append(part)
+    cleaned = "/" + "/".join(parts)
+    return cleaned + "/" if raw_path.endswith("/") and cleaned != "/" else cleaned
+
+
+def redirect_location(cleaned: str, raw_query: str) -> str:
+    """The Location Go writes: the clean path escaped again as a path (its "%" too), then the query."""
+    escaped = quote(cleaned, safe="/-_.~$&+,:;=@")
+    return f"{escaped}?{raw_query}" if raw_query else escaped

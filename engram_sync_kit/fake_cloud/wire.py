@@ -63,6 +63,34 @@ def method_not_allowed(allowed: tuple[str, ...]) -> Response:
     return text_response(405, "Method Not Allowed", [("allow", ", ".join(allowed))])
 
 
+def redirect(location: str, method: str) -> Response:
+    """Go's http.Redirect with 307: a small HTML body for GET, none for other methods."""
+    html = method in ("GET", "HEAD")
+    escaped = "".join(_HTML_ESCAPES.get(char, char) for char in location)
+    body = f'<a href="{escaped}">Temporary Redirect</a>.\n\n'.encode() if method == "GET" else b""
+    content_type = "text/html; charset=utf-8" if html else ""
+    return Response(307, body, content_type, [("location", location)])
+
+
+_HTML_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&#34;", "'": "&#39;"}
+_GO_RUNE_ESCAPES = {7: "\\a", 8: "\\b", 9: "\\t", 10: "\\n", 11: "\\v", 12: "\\f", 13: "\\r", 0x5C: "\\\\"}
+
+
+def go_quote_char(byte: int) -> str:
+    """Go's quoteChar for a byte in a JSON syntax error: the byte as a rune, quoted like strconv.Quote."""
+    if byte == 0x27:
+        return "'\\''"
+    if byte == 0x22:
+        return "'\"'"
+    if byte in _GO_RUNE_ESCAPES:
+        return f"'{_GO_RUNE_ESCAPES[byte]}'"
+    if byte < 0x20 or byte == 0x7F:
+        return f"'\\x{byte:02x}'"
+    if 0x80 <= byte <= 0xA0 or byte == 0xAD:  # not printable for Go's unicode.IsPrint
+        return f"'\\u{byte:04x}'"
+    return f"'{chr(byte)}'"
+
+
 def json_response(status: int, body: Any, headers: list[tuple[str, str]] | None = None) -> Response:
     # Go's json.Encoder: sorted keys, compact, HTML-safe escapes, one trailing newline.
     return Response(status, (go_json(body) + "\n").encode(), "application/json", headers or [])

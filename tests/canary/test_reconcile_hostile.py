@@ -391,3 +391,40 @@ def test_a_well_behaved_hostile_cloud_still_gives_a_verdict(acked_db: Path) -> N
 
     assert ran.returncode == 2, ran
     assert ran.stdout.startswith(f"{PREFIX} CRITICAL - ")
+
+
+# ----- issue 35, item 17: one big page cannot outlast --timeout -----
+
+ROW_TEXT = (
+    b'{"seq":%d,"project":"alpha","entity":"session","entity_key":"k","op":"upsert",'
+    b'"payload":{"id":"k"},"occurred_at":"2020-01-01T00:00:00Z"}'
+)
+
+
+def big_page(kind: str) -> bytes:
+    """About 60 MiB of one pull page that takes the JSON parser many seconds."""
+    if kind == "400,000 rows":
+        rows = b",".join(ROW_TEXT % seq for seq in range(1, 400_001))
+    else:  # one row whose payload is a list of millions of small objects
+        wide = b"[" + b'{"a":[1]},' * 6_000_000 + b"{}]"
+        rows = ROW_TEXT.replace(b'{"id":"k"}', wide) % 1
+    return http_answer("200 OK", b'{"mutations":[' + rows + b'],"has_more":false}')
+
+
+@pytest.mark.parametrize("kind", ["400,000 rows", "one wide payload"])
+def test_one_big_pull_page_ends_at_the_timeout(acked_db: Path, kind: str) -> None:
+    with hostile(always(big_page(kind))) as cloud:
+        run = timed(acked_db, cloud, "--timeout", "3")
+    assert run.seconds < 3 + DEADLINE_SLACK_SECONDS, run
+    assert_unknown(
+        run.ran, rf"{PULL} on {re.escape(cloud.url)}: not done within --timeout 3 s \(1 requests\)"
+    )
+
+
+def test_a_page_of_more_rows_than_asked_is_refused(acked_db: Path) -> None:
+    page = {"mutations": [row(seq) for seq in range(1, 102)], "has_more": False}
+    with hostile(always(json_answer(page))) as cloud:
+        assert_unknown(
+            timed(acked_db, cloud).ran,
+            rf"{PULL}\?since_seq=0: 101 mutations, more than the 100 asked",
+        )

@@ -160,3 +160,94 @@ def test_the_size_rule_follows_the_servers_configured_limit() -> None:
         )
         == refused
     )
+
+
+# ----- issue 35, item 15: what Postgres refuses in v1.20's INSERT (observed on v1.20 with Postgres) -----
+
+NUL_ESCAPE = "insert mutation: ERROR: unsupported Unicode escape sequence (SQLSTATE 22P05)"
+
+
+def bad_bytes(shown: str) -> str:
+    return f'insert mutation: ERROR: invalid byte sequence for encoding "UTF8": {shown} (SQLSTATE 22021)'
+
+
+@pytest.mark.parametrize(
+    ("entity", "payload", "reason"),
+    [
+        ("thing", '{"a":"x\\u0000y"}', NUL_ESCAPE),
+        ("thing", '{"a\\u0000":"x"}', NUL_ESCAPE),
+        ("thing", '"x\\u0000"', NUL_ESCAPE),
+        ("session", '{"id":"s1","directory":"/w\\u0000"}', NUL_ESCAPE),
+        ("session", '{"id":"s1","directory":"/w","summary":"a\\u0000b"}', NUL_ESCAPE),
+        ("thing", b'{"a":"x\xffy"}', bad_bytes("0xff")),
+        ("thing", b'{"a":"x\xc0\x80y"}', bad_bytes("0xc0 0x80")),  # an overlong NUL
+        ("thing", b'{"a":"x\xc0\xafy"}', bad_bytes("0xc0 0xaf")),  # an overlong "/"
+        ("thing", b'{"a":"x\xed\xa0\x80y"}', bad_bytes("0xed 0xa0 0x80")),  # a surrogate, encoded
+        ("thing", b'{"a":"x\xe2\x82"}', bad_bytes("0xe2 0x82 0x22")),  # cut short: the next byte is shown
+        ("session", b'{"id":"s1","directory":"/w\xff"}', bad_bytes("0xff")),
+        # a raw invalid byte is reported before an escape anywhere: Postgres checks the encoding first
+        ("thing", b'{"a":"\\u0000","b":"\xff"}', bad_bytes("0xff")),
+        # in text order, the first escape that jsonb cannot hold decides
+        ("thing", '{"a":"\\ud800","b":"\\u0000"}', push_rules.POSTGRES_JSON_REASON),
+        ("thing", '{"a":"\\u0000","b":"\\ud800"}', NUL_ESCAPE),
+    ],
+)
+def test_what_postgres_refuses_in_a_payload_is_a_500(entity: str, payload: str | bytes, reason: str) -> None:
+    key = "s1" if entity == "session" else "k"
+    op = "upsert" if entity == "session" else "delete"
+    assert refusal(entity, payload, op=op, key=key) == PushRefusal(MATERIALIZE_STATUS, reason, "payload")
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        '{"a":"x\\\\u0000"}',  # an escaped backslash, then the text u0000
+        '{"a":"\\ud83d\\ude00"}',  # a surrogate pair
+        '{"a":"\u00e9\u4e2d\U0001f600"}',  # UTF-8 of 2, 3 and 4 bytes
+        "{}",
+    ],
+)
+def test_what_postgres_holds_passes(payload: str) -> None:
+    assert refusal("thing", payload, op="delete", key="k") is None
+
+
+def test_a_payload_read_with_surrogateescape_is_judged_on_its_bytes() -> None:
+    text = b'{"a":"x\xffy"}'.decode("utf-8", "surrogateescape")
+    assert refusal("thing", text, op="delete", key="k") == PushRefusal(
+        MATERIALIZE_STATUS, bad_bytes("0xff"), "payload"
+    )
+
+
+def test_a_decoded_payload_holding_nul_is_refused_like_its_text() -> None:
+    assert refusal("thing", {"a": "x\x00"}, op="delete", key="k") == PushRefusal(
+        MATERIALIZE_STATUS, NUL_ESCAPE, "payload"
+    )
+    assert refusal("thing", {"a": "\ud800"}, op="delete", key="k") == PushRefusal(
+        MATERIALIZE_STATUS, push_rules.POSTGRES_JSON_REASON, "payload"
+    )
+
+
+@pytest.mark.parametrize("field", ["entity", "entity_key", "op", "project"])
+def test_nul_in_a_text_column_is_a_500_naming_the_byte(field: str) -> None:
+    row: dict[str, Any] = {"project": "p", "entity": "thing", "entity_key": "k", "op": "delete"}
+    row[field] = row[field] + "\x00"
+    assert refusal_for_entry(**row, payload="{}") == PushRefusal(MATERIALIZE_STATUS, bad_bytes("0x00"), field)
+
+
+def test_the_text_columns_come_before_the_payload() -> None:
+    refused = refusal("thing", '{"a":"\\u0000"}', op="delete", key="k\x00")
+    assert refused == PushRefusal(MATERIALIZE_STATUS, bad_bytes("0x00"), "entity_key")
+
+
+def test_a_materialize_error_comes_before_what_postgres_refuses() -> None:
+    refused = refusal("session", '{"id":"s1","summary":"\\u0000"}', key="s1")
+    assert refused is not None and refused.field == "directory"
+
+
+def test_the_canary_triage_pre_flight_sees_a_payload_holding_nul_as_refused() -> None:
+    from engram_sync_kit.canary.lanes import entry_refusal, lane_row
+
+    payload = json.dumps({**OBSERVATION, "content": "a\x00b"})  # as engram stores it: "a\u0000b"
+    assert "\\u0000" in payload
+    row = lane_row((7, "", "observation", "o1", "upsert", payload, "p", "2026-01-01 00:00:00", None))
+    assert entry_refusal("p", row, payload) == PushRefusal(MATERIALIZE_STATUS, NUL_ESCAPE, "payload")

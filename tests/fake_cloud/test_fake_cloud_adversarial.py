@@ -91,7 +91,7 @@ def status_of(answer: bytes) -> int:
         (b"GET abc HTTP/1.1\r\nHost: f\r\n\r\n", 400),
         (b"GET http://[::1/x HTTP/1.1\r\nHost: f\r\n\r\n", 400),
         (b"GET /%zz%ff HTTP/1.1\r\nHost: f\r\n\r\n", 404),
-        (b"GET //health HTTP/1.1\r\nHost: f\r\n\r\n", 404),
+        (b"GET //health HTTP/1.1\r\nHost: f\r\n\r\n", 307),  # Go's ServeMux: to the clean path
         (
             b"POST /sync/mutations/push HTTP/1.1\r\nHost: f\r\nContent-Length: 18446744073709551615\r\n\r\n",
             400,
@@ -184,9 +184,18 @@ def test_a_slow_client_gets_408_within_the_timeout(cloud: RunningFakeCloud, data
 
 def test_an_idle_connection_is_closed_quietly() -> None:
     with start_fake_cloud(FakeCloudConfig(token=TOKEN, idle_timeout=2.0)) as idle_cloud:
-        answer, took = exchange(idle_cloud, b"")
-    assert answer == b""
+        answer, took = exchange(idle_cloud, b"GET /health HTTP/1.1\r\nHost: f\r\n\r\n")
+    assert status_of(answer) == 200
+    assert answer.endswith(b'"status":"ok"}\n')  # the answer, then a close with nothing more
     assert 1.5 < took < 5
+
+
+def test_a_connection_that_sends_nothing_is_closed_quietly_after_the_header_timeout() -> None:
+    config = FakeCloudConfig(token=TOKEN, header_timeout=1.0, idle_timeout=60.0)
+    with start_fake_cloud(config) as silent_cloud:
+        answer, took = exchange(silent_cloud, b"")
+    assert answer == b""
+    assert 0.5 < took < 4
 
 
 def test_a_client_that_vanishes_mid_body_leaves_no_trace(

@@ -12,7 +12,9 @@ from typing import Any
 
 import httpx
 import pytest
-from fake_cloud_support import TOKEN, CloudUnderTest
+from fake_cloud_support import AUTH, TOKEN, CloudUnderTest
+
+from engram_sync_kit.fake_cloud.server import FakeCloudConfig, start_fake_cloud
 
 SYNC_ROUTES = [
     ("POST", "/sync/mutations/push"),
@@ -382,11 +384,24 @@ def test_chunk_push_canonicalizes_for_the_project_and_serves_it_back(
     assert [r.transport for r in cloud.client.received()] == ["chunk", "chunk"]
 
 
-def test_chunk_push_accepts_a_gzip_body(cloud: CloudUnderTest, http: httpx.Client) -> None:
+def test_a_v120_chunk_push_reads_a_gzip_body_as_sent(cloud: CloudUnderTest, http: httpx.Client) -> None:
     body = gzip.compress(json.dumps({"project": "p", "data": chunk_data()}).encode())
-    response = http.post("/sync/push", content=body, headers={"Content-Type": "application/json"})
-    assert response.status_code == 200
-    assert len(http.get("/sync/pull", params={"project": "p"}).json()["chunks"]) == 1
+    response = http.post("/sync/push", content=body, headers={"Content-Encoding": "gzip"})
+    assert response.status_code == 400  # as v1.20 answers (test_review_raw_differential.py)
+    assert (
+        response.json()["error"]
+        == "invalid push payload: invalid character '\\x1f' looking for beginning of value"
+    )
+
+
+def test_a_v3_chunk_push_accepts_a_gzip_body() -> None:
+    body = gzip.compress(json.dumps({"project": "p", "data": chunk_data()}).encode())
+    with (
+        start_fake_cloud(FakeCloudConfig(token=TOKEN, server_version="v3")) as v3,
+        httpx.Client(base_url=v3.base_url, headers=AUTH, trust_env=False) as client,
+    ):
+        assert client.post("/sync/push", content=body).status_code == 200
+        assert len(client.get("/sync/pull", params={"project": "p"}).json()["chunks"]) == 1
 
 
 def test_the_same_chunk_twice_is_stored_once(http: httpx.Client) -> None:

@@ -215,3 +215,44 @@ def test_connections_past_the_cap_are_refused_at_once_and_a_freed_slot_is_reused
         time.sleep(0.3)
         verify: Any = str(cloud.ca_file) if tls else False
         assert httpx.get(f"{cloud.base_url}/health", verify=verify, trust_env=False).status_code == 200
+
+
+# ----- issue 35, item 16: a connection that never sends a request is held by the header timeout -----
+
+SILENT_CAP = 8
+HEADER_SECONDS = 0.5
+
+
+def silent_connections(cloud: RunningFakeCloud, count: int, stack: contextlib.ExitStack) -> None:
+    host, port = cloud.base_url.split("://")[1].rsplit(":", 1)
+    for _ in range(count):
+        stack.enter_context(socket.create_connection((host, int(port)), timeout=10))
+
+
+def health(cloud: RunningFakeCloud) -> int:
+    return httpx.get(f"{cloud.base_url}/health", timeout=5, trust_env=False).status_code
+
+
+def test_silent_connections_at_the_cap_are_closed_by_the_header_timeout_not_the_idle_timeout() -> None:
+    options: dict[str, Any] = {"max_connections": SILENT_CAP, "header_timeout": HEADER_SECONDS}
+    with fake(token="t", idle_timeout=60.0, **options) as cloud, contextlib.ExitStack() as stack:
+        silent_connections(cloud, SILENT_CAP, stack)
+        time.sleep(0.2)
+        assert health(cloud) == 503  # the cap is full of connections that said nothing
+        time.sleep(HEADER_SECONDS + 0.5)
+        assert health(cloud) == 200  # they were closed after the header timeout, not after 60 s
+
+
+def test_a_kept_alive_connection_still_waits_the_idle_timeout_for_its_next_request() -> None:
+    with fake(token="t", idle_timeout=60.0, header_timeout=HEADER_SECONDS) as cloud:
+        host, port = cloud.base_url.split("://")[1].rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            for _ in range(2):
+                sock.sendall(b"GET /health HTTP/1.1\r\nHost: f\r\n\r\n")
+                answer = b""
+                while not answer.endswith(b"}\n"):
+                    piece = sock.recv(4096)
+                    assert piece, "the fake closed a kept-alive connection before its idle timeout"
+                    answer += piece
+                assert answer.startswith(b"HTTP/1.1 200 ")
+                time.sleep(HEADER_SECONDS + 0.5)

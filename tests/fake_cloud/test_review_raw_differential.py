@@ -6,6 +6,8 @@ answers, as observed on v1.20, and are not compared.
 
 from __future__ import annotations
 
+import gzip
+import json
 import re
 import socket
 from collections.abc import Iterator
@@ -50,6 +52,75 @@ def authorized_as(value: bytes) -> bytes:
     """A push whose Authorization header is `value`, as the bytes on the wire."""
     head = b"POST /sync/mutations/push HTTP/1.1\r\nHost: f\r\nAuthorization: " + value + b"\r\n"
     return head + b"Content-Length: %d\r\n\r\n" % len(ENTRY) + ENTRY
+
+
+def push_fields(
+    payload: bytes = b"{}", *, entity: bytes = b"thing", key: bytes = b"k", op: bytes = b"delete"
+) -> bytes:
+    """A one-entry push whose fields are these bytes as sent (escapes and invalid UTF-8 included)."""
+    body = b'{"entries":[{"project":"alpha","entity":"%s","entity_key":"%s","op":"%s","payload":%s}]}' % (
+        entity,
+        key,
+        op,
+        payload,
+    )
+    return push(b"Content-Length: %d\r\n" % len(body)) + body
+
+
+def session_push(directory: bytes, key: bytes = b"s1", extra: bytes = b"") -> bytes:
+    payload = b'{"id":"%s","directory":"/w%s"%s}' % (key, directory, extra)
+    return push_fields(payload, entity=b"session", key=key, op=b"upsert")
+
+
+def chunk_push(title: bytes = b"t", extra: bytes = b"") -> bytes:
+    """A chunk push (POST /sync/push) of one session and one observation titled ``title``."""
+    session = b'{"id":"cs1","project":"alpha","directory":"/w","started_at":"2026-11-29 10:00:00"}'
+    observation = (
+        b'{"sync_id":"co1","session_id":"cs1","type":"manual","title":"%s","content":"c",'
+        b'"project":"alpha","scope":"project"}' % title
+    )
+    body = b'{"project":"alpha","created_by":"raw","data":{"sessions":[%s],"observations":[%s]%s}}' % (
+        session,
+        observation,
+        extra,
+    )
+    head = b"POST /sync/push HTTP/1.1\r\nHost: f\r\n" + AUTH_LINE
+    return head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+def push_to(path: bytes, body: bytes = ENTRY, extra: bytes = b"") -> bytes:
+    head = b"POST " + path + b" HTTP/1.1\r\nHost: f\r\n" + AUTH_LINE + extra
+    return head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+GOOD_PAYLOADS: dict[str, dict[str, object]] = {
+    "session": {"id": "s1", "directory": "/d"},
+    "observation": {
+        "sync_id": "o1",
+        "session_id": "s",
+        "type": "t",
+        "title": "x",
+        "content": "c",
+        "scope": "project",
+    },
+    "prompt": {"sync_id": "p1", "session_id": "s", "content": "c"},
+    "relation": {
+        "sync_id": "r1",
+        "source_id": "a",
+        "target_id": "b",
+        "relation": "x",
+        "judgment_status": "j",
+        "marked_by_actor": "a",
+        "marked_by_kind": "k",
+    },
+}
+
+
+def typed_push(entity: str, op: str, fields: dict[str, object]) -> bytes:
+    """A one-entry push of a good payload of `entity` with `fields` set over it."""
+    payload = {**GOOD_PAYLOADS[entity], **fields}
+    key = str(payload.get("id") or payload["sync_id"])
+    return push_fields(json.dumps(payload).encode(), entity=entity.encode(), key=key.encode(), op=op.encode())
 
 
 # A payload that is a JSON string whose text opens 1,000 or more arrays (issue 24, item 11).
@@ -102,6 +173,102 @@ CASES: dict[str, bytes] = {
         b"Bearer\t" + TOKEN.encode() + b"\xc2\xa0"
     ),
     "bearer token with a lone 0x85 byte": authorized_as(b"Bearer " + TOKEN.encode() + b"\x85"),
+    # Issue 35, item 15: what Postgres refuses in v1.20's INSERT is a 500, and the batch stores nothing.
+    "payload holding \\u0000": push_fields(b'{"a":"x\\u0000y"}'),
+    "payload key holding \\u0000": push_fields(b'{"a\\u0000":"x"}'),
+    "payload a string holding \\u0000": push_fields(b'"x\\u0000"'),
+    "payload holding an escaped backslash before u0000": push_fields(b'{"a":"x\\\\u0000"}'),
+    "session directory holding \\u0000": session_push(b"\\u0000"),
+    "session summary holding \\u0000": session_push(b"", extra=b',"summary":"a\\u0000b"'),
+    "entity_key holding \\u0000": push_fields(key=b"k\\u0000"),
+    "entity holding \\u0000": push_fields(entity=b"thi\\u0000ng"),
+    "op holding \\u0000": push_fields(op=b"del\\u0000ete"),
+    "session id and key holding \\u0000": session_push(b"", key=b"s1\\u0000"),
+    "payload holding a raw 0xff": push_fields(b'{"a":"x\xffy"}'),
+    "payload holding an overlong NUL": push_fields(b'{"a":"x\xc0\x80y"}'),
+    "payload holding an overlong slash": push_fields(b'{"a":"x\xc0\xafy"}'),
+    "payload holding an encoded surrogate": push_fields(b'{"a":"x\xed\xa0\x80y"}'),
+    "payload holding a cut 3-byte sequence": push_fields(b'{"a":"x\xe2\x82"}'),
+    "payload holding a raw 0xff after \\u0000": push_fields(b'{"a":"\\u0000","b":"\xff"}'),
+    "payload holding a lone surrogate before \\u0000": push_fields(b'{"a":"\\ud800","b":"\\u0000"}'),
+    "session directory holding an overlong NUL": session_push(b"\xc0\x80"),
+    "entity_key holding a raw 0xff": push_fields(key=b"k\xff"),  # Go's decoder makes it U+FFFD: stored
+    "chunk push": chunk_push(),
+    "chunk push with a title holding \\u0000": chunk_push(b"t\\u0000"),
+    "chunk push with an unknown field holding \\u0000": chunk_push(b"t2", b',"x":"a\\u0000"'),
+    "chunk push with a title holding a raw 0xff": chunk_push(b"t\xff"),
+    # Issue 35, item 18: Go's ServeMux cleans paths (307 to the clean one) and routes on escaped segments.
+    "push to //sync/mutations/push": push_to(b"//sync/mutations/push"),
+    "push to /sync//mutations/push": push_to(b"/sync//mutations/push"),
+    "push to /sync/./mutations/push": push_to(b"/sync/./mutations/push"),
+    "push to /sync/x/../mutations/push": push_to(b"/sync/x/../mutations/push"),
+    "push to /sync%2Fmutations/push": push_to(b"/sync%2Fmutations/push"),
+    "push to /sync/mutations%2Fpush": push_to(b"/sync/mutations%2Fpush"),
+    "push to /%73ync/mutations/push": push_to(b"/%73ync/mutations/push"),
+    "GET //health": b"GET //health HTTP/1.1\r\nHost: f\r\n\r\n",
+    "HEAD //health": b"HEAD //health HTTP/1.1\r\nHost: f\r\n\r\n",
+    "GET //x?q=1": b"GET //x?q=1 HTTP/1.1\r\nHost: f\r\n\r\n",
+    "GET /a/../health/": b"GET /a/../health/ HTTP/1.1\r\nHost: f\r\n\r\n",
+    "GET /%3Cx%3E//": b"GET /%3Cx%3E// HTTP/1.1\r\nHost: f\r\n\r\n",
+    "GET http://f//health": b"GET http://f//health HTTP/1.1\r\nHost: f\r\n\r\n",
+    "GET //sync/mutations/pull": b"GET //sync/mutations/pull HTTP/1.1\r\nHost: f\r\n" + AUTH_LINE + b"\r\n",
+    "chunk id holding %2F": b"GET /sync/pull/a%2Fb?project=alpha HTTP/1.1\r\nHost: f\r\n"
+    + AUTH_LINE
+    + b"\r\n",
+    "Content-Length: N, N": push(b"Content-Length: %d, %d\r\n" % (len(ENTRY), len(ENTRY))) + ENTRY,
+    "Content-Length: N,N": push(b"Content-Length: %d,%d\r\n" % (len(ENTRY), len(ENTRY))) + ENTRY,
+    "Content-Length twice, the same": push(b"Content-Length: %d\r\n" % len(ENTRY) * 2) + ENTRY,
+    # v1.20 reads a body as sent: gzip is not JSON, and a Content-Encoding header changes nothing.
+    "gzip push": push_to(
+        b"/sync/mutations/push", gzip.compress(ENTRY, mtime=0), b"Content-Encoding: gzip\r\n"
+    ),
+    "gzip push without the header": push_to(b"/sync/mutations/push", gzip.compress(ENTRY, mtime=0)),
+    "plain push saying gzip": push_to(b"/sync/mutations/push", ENTRY, b"Content-Encoding: gzip\r\n"),
+    "gzip chunk push": push_to(b"/sync/push", gzip.compress(b'{"project":"alpha","data":{}}', mtime=0)),
+    **{
+        f"push body starting with byte {byte:#04x}": push_to(b"/sync/mutations/push", bytes([byte]) + b"{}")
+        for byte in (0x01, 0x27, 0x5C, 0x78, 0x7F, 0x80, 0xA0, 0xAD, 0xC2, 0xFF)
+    },
+    # Go's decoder names JSON kinds (number, string, array, object, bool), and its own structs.
+    "push body a number": push_to(b"/sync/mutations/push", b"5"),
+    "push body an array": push_to(b"/sync/mutations/push", b"[]"),
+    "entries a string": push_to(b"/sync/mutations/push", b'{"entries":"x"}'),
+    "entries an object": push_to(b"/sync/mutations/push", b'{"entries":{}}'),
+    "an entry a number": push_to(b"/sync/mutations/push", b'{"entries":[5]}'),
+    "an entry an array": push_to(b"/sync/mutations/push", b'{"entries":[[]]}'),
+    "an entry's project a float": push_to(b"/sync/mutations/push", b'{"entries":[{"project":5.5}]}'),
+    "an entry's op an object": push_to(b"/sync/mutations/push", b'{"entries":[{"project":"alpha","op":{}}]}'),
+    "chunk push body a number": push_to(b"/sync/push", b"5"),
+    "chunk push project a number": push_to(b"/sync/push", b'{"project":5,"data":{}}'),
+    "chunk push created_by an array": push_to(
+        b"/sync/push", b'{"project":"alpha","created_by":[],"data":{}}'
+    ),
+    "chunk push data an array": push_to(b"/sync/push", b'{"project":"alpha","data":[]}'),
+    "chunk push session id a number": push_to(
+        b"/sync/push", b'{"project":"alpha","data":{"sessions":[{"id":5,"directory":"/d"}]}}'
+    ),
+    "chunk push prompt content an array": push_to(
+        b"/sync/push",
+        b'{"project":"alpha","data":{"sessions":[{"id":"s","directory":"/d"}],'
+        b'"prompts":[{"sync_id":"o","session_id":"s","content":[]}]}}',
+    ),
+    "session upsert directory a number": typed_push("session", "upsert", {"directory": 5}),
+    "session upsert deleted a string": typed_push("session", "upsert", {"deleted": "x"}),
+    "session upsert project an array": typed_push("session", "upsert", {"project": []}),
+    "observation upsert project a number": typed_push("observation", "upsert", {"project": 5}),
+    "session delete directory a number": typed_push("session", "delete", {"directory": 5}),
+    "session delete payload an array": push_fields(b"[1]", entity=b"session", key=b"s1"),
+    "session delete payload a string holding a number": push_fields(b'"5"', entity=b"session", key=b"s1"),
+    "observation upsert title a number": typed_push("observation", "upsert", {"title": 5}),
+    "observation upsert revision_count a string": typed_push(
+        "observation", "upsert", {"revision_count": "x"}
+    ),
+    "observation upsert hard_delete a string": typed_push("observation", "upsert", {"hard_delete": "x"}),
+    "observation delete title a number": typed_push("observation", "delete", {"title": 5}),
+    "prompt upsert content a number": typed_push("prompt", "upsert", {"content": 5}),
+    "prompt upsert deleted_at an array": typed_push("prompt", "upsert", {"deleted_at": []}),
+    "relation reason a number": typed_push("relation", "upsert", {"reason": 5}),
+    "relation confidence a string": typed_push("relation", "upsert", {"confidence": "x"}),
 }
 # Kept on purpose (observed on v1.20.0): v1.20's answer, then the fake's.
 KNOWN_DIFFERENCES = {
