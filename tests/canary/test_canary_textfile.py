@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -348,3 +349,36 @@ def test_check_info_names_the_file_and_the_check_that_writes_it_again(tmp_path: 
     assert labels["rerun_command"] == (
         f"engram-canary --config '{config}' check --db {DB} --textfile-dir {tmp_path}"
     )
+
+
+def dashboard_panel(title_start: str) -> Any:
+    dashboard = json.loads((MONITORING / "grafana" / "engram-canary.json").read_text())
+    [panel] = [panel for panel in dashboard["panels"] if panel["title"].startswith(title_start)]
+    return panel
+
+
+def test_what_to_run_ranks_blocked_lanes_first_then_critical_then_warning() -> None:
+    """Issue 36: at 20 machines the 4 blocked-lane rows sat among 180 critical ones."""
+    panel = dashboard_panel("What to run")
+    [target] = panel["targets"]
+    assert target["instant"] is True
+    assert target["expr"].startswith("sort_desc(engram_canary_finding_info{")
+    assert 'check=~"legacy_lane_blocked|project_lane_blocked"} * 3' in target["expr"]
+    assert 'severity="critical"} * 2' in target["expr"]
+    assert panel["options"]["sortBy"] == [{"displayName": "urgency", "desc": True}]
+    [organize] = panel["transformations"]
+    assert organize["options"]["renameByName"] == {"Value": "urgency"}
+    assert "Value" not in organize["options"]["excludeByName"]
+
+
+def test_the_inbox_panels_draw_one_series_per_machine() -> None:
+    for title in ("Inbox memories waiting", "Oldest waiting memory"):
+        [target] = dashboard_panel(title)["targets"]
+        assert re.match(r"(sum|max) by \(instance\) \(engram_canary_inbox_", target["expr"]), target["expr"]
+
+
+def test_seconds_since_the_last_check_is_an_instant_query_that_keeps_a_silent_machine() -> None:
+    """A range query's last value showed a dead machine's last fresh age (8 s, green)."""
+    [target] = dashboard_panel("Seconds since the last check")["targets"]
+    assert (target["instant"], target["range"]) == (True, False)
+    assert "last_over_time(engram_canary_last_check_timestamp_seconds" in target["expr"]
