@@ -3,7 +3,8 @@ one with twelve never-enrolled projects, one whose legacy lane a save without a 
 canary's textfile per machine, textfile-only node_exporters, a real Prometheus with monitoring/'s rules and
 a real Alertmanager with monitoring/alertmanager.yml feeding a webhook. Which alert fires for which machine,
 with which labels, reason and clearing command; one problem is one notification; the command on the page
-clears it."""
+clears it. And (issue 36) a machine that goes quiet, its node_exporter killed or its check UNKNOWN, pages
+why and resolves nothing that was firing."""
 
 from __future__ import annotations
 

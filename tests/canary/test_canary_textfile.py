@@ -382,3 +382,8 @@ def test_seconds_since_the_last_check_is_an_instant_query_that_keeps_a_silent_ma
     [target] = dashboard_panel("Seconds since the last check")["targets"]
     assert (target["instant"], target["range"]) == (True, False)
     assert "last_over_time(engram_canary_last_check_timestamp_seconds" in target["expr"]
+
+
+def test_the_pages_cap_sentence_names_the_textfiles_cap() -> None:
+    rules = (MONITORING / "engram-canary.rules.yml").read_text()
+    assert f"beyond the textfile's cap of {TEXTFILE_MAX_ITEMIZED}:" in rules
