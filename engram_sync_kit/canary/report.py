@@ -406,6 +406,8 @@ def _remove_legacy_textfile(legacy: Path, db: str) -> None:
     # Imported here: only the Prometheus outputs need it (~20 ms of a one-shot command's start-up).
     from prometheus_client.parser import text_string_to_metric_families
 
+    if not legacy.is_file():  # absent, or a FIFO or device a read would hang on
+        return
     try:
         with legacy.open("rb") as file:
             text = file.read(_LEGACY_READ_LIMIT).decode("utf-8", errors="replace")

@@ -6,6 +6,7 @@ as deliberately unused."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -323,6 +324,10 @@ def test_the_fixed_name_file_of_earlier_versions_goes_once_it_holds_this_databas
     write_textfile(result_of([]), tmp_path)
     assert not legacy.exists()
     legacy.write_bytes(b"\xff\xfe not a textfile {{{")
+    write_textfile(result_of([]), tmp_path)
+    assert legacy.exists()
+    legacy.unlink()
+    os.mkfifo(legacy)  # a read would hang: left alone, the check goes on
     write_textfile(result_of([]), tmp_path)
     assert legacy.exists()
     reconcile_legacy = tmp_path / "engram_canary_reconcile.prom"
