@@ -174,7 +174,7 @@ def config_command() -> None:
 @click.option(
     "--textfile-dir",
     type=click.Path(path_type=Path, file_okay=False),
-    help="Also write engram_canary.prom here (node_exporter textfile collector), atomically.",
+    help="Also write this database's engram_canary_<id>.prom here (node_exporter textfile collector), atomically.",
 )
 @click.option(
     "--full", is_flag=True, help="Read every inbox row again instead of the cursor in the canary's state dir."
@@ -205,7 +205,7 @@ def check(
         result = unknown_result(db_path, str(error))
     if textfile_dir is not None:
         try:
-            write_textfile(result, textfile_dir, config)
+            write_textfile(result, textfile_dir, config, chosen_config_file(config_file))
         except CanaryError as error:
             click.echo(f"{PROG}: error: {error}", err=True)
             result = CheckResult.model_validate(
@@ -411,7 +411,7 @@ def install_systemd(
 @click.option(
     "--textfile-dir",
     type=click.Path(path_type=Path, file_okay=False),
-    help="Also write engram_canary_reconcile.prom here (node_exporter textfile collector), atomically.",
+    help="Also write this database's engram_canary_reconcile_<id>.prom here (node_exporter textfile collector), atomically.",
 )
 @click.option(
     "--timeout",

@@ -82,7 +82,8 @@ class CanaryConfig(BaseModel):
         default=None, description="baseline file; default: baseline.json next to the config"
     )
     textfile_dir: Path | None = Field(
-        default=None, description="also write engram_canary.prom here on each check (node_exporter)"
+        default=None,
+        description="also write the database's engram_canary_<id>.prom here on each check (node_exporter)",
     )
     thresholds: Thresholds = Field(default_factory=Thresholds)
     inbox: InboxSettings = Field(default_factory=InboxSettings)

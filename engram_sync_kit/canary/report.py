@@ -27,9 +27,16 @@ if TYPE_CHECKING:
     from engram_sync_kit.canary.reconcile_result import ReconcileResult
 
 PLUGIN_NAME = "ENGRAM-CANARY"
-TEXTFILE_NAME = "engram_canary.prom"
 RECONCILE_PLUGIN_NAME = "ENGRAM-CANARY-RECONCILE"
-RECONCILE_TEXTFILE_NAME = "engram_canary_reconcile.prom"
+# One textfile per database (two databases on one machine never overwrite each other's):
+# engram_canary_<id>.prom and engram_canary_reconcile_<id>.prom, <id> from the `db` label the series carry.
+TEXTFILE_PREFIX = "engram_canary"
+RECONCILE_TEXTFILE_PREFIX = "engram_canary_reconcile"
+# What versions before one file per database wrote; removed when it holds this database's series.
+LEGACY_TEXTFILE_NAMES = {
+    TEXTFILE_PREFIX: "engram_canary.prom",
+    RECONCILE_TEXTFILE_PREFIX: "engram_canary_reconcile.prom",
+}
 RECONCILE_TEXT_LOST_LINES = 20
 
 
@@ -193,7 +200,25 @@ def _urgency(finding: Finding, severities: dict[str, Status]) -> tuple[bool, boo
     )
 
 
-def write_textfile(result: CheckResult, directory: Path, config: CanaryConfig | None = None) -> Path:
+def textfile_name(prefix: str, db: str) -> str:
+    """The textfile of one database: PREFIX_<12 hex digits of the db label's SHA-256>.prom."""
+    return f"{prefix}_{hashlib.sha256(db.encode()).hexdigest()[:12]}.prom"
+
+
+def rerun_command(db: str, directory: Path, config_file: Path | None = None) -> str:
+    """The check that writes DB's textfile into DIRECTORY again: what the cron line or timer runs."""
+    config = ["--config", str(config_file.absolute())] if config_file is not None else []
+    return shlex.join(
+        ["engram-canary", *config, "check", "--db", db, "--textfile-dir", str(directory.absolute())]
+    )
+
+
+def write_textfile(
+    result: CheckResult,
+    directory: Path,
+    config: CanaryConfig | None = None,
+    config_file: Path | None = None,
+) -> Path:
     """node_exporter textfile collector format; prometheus_client writes tmp + rename (atomic)."""
     # Imported here: only --textfile-dir needs it, and it costs a one-shot check ~20 ms of start-up.
     from prometheus_client import CollectorRegistry, Gauge
@@ -202,6 +227,16 @@ def write_textfile(result: CheckResult, directory: Path, config: CanaryConfig | 
     thresholds = (config or CanaryConfig()).thresholds
     registry = CollectorRegistry()
     db = result.db
+    name = textfile_name(TEXTFILE_PREFIX, db)
+    Gauge(
+        "engram_canary_check_info",
+        "1, naming this database's textfile and the command that writes it again (the Stale, Unknown and "
+        "Silent alerts' clear_command)",
+        ["db", "textfile", "rerun_command"],
+        registry=registry,
+    ).labels(
+        db, str((directory / name).absolute()), _label_text(rerun_command(db, directory, config_file))
+    ).set(1)
     Gauge("engram_canary_status", "0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN", ["db"], registry=registry).labels(
         db
     ).set(int(result.exit_status))
@@ -341,7 +376,7 @@ def write_textfile(result: CheckResult, directory: Path, config: CanaryConfig | 
         )
         for (check, severity, acknowledged), count in counts.items():
             by_check.labels(db, check, severity, acknowledged).set(count)
-    return _write_textfile(registry, directory, TEXTFILE_NAME)
+    return _write_textfile(registry, directory, TEXTFILE_PREFIX, db)
 
 
 def _require_directory(directory: Path) -> None:
@@ -349,19 +384,41 @@ def _require_directory(directory: Path) -> None:
         raise ReportError(f"--textfile-dir {directory}: not a directory")
 
 
-def _write_textfile(registry: CollectorRegistry, directory: Path, name: str) -> Path:
+def _write_textfile(registry: CollectorRegistry, directory: Path, prefix: str, db: str) -> Path:
     """node_exporter textfile collector format; prometheus_client writes tmp + rename (atomic)."""
     # Imported here: only the Prometheus outputs need it (~20 ms of a one-shot command's start-up).
     from prometheus_client import write_to_textfile
 
-    path = directory / name
+    path = directory / textfile_name(prefix, db)
     try:
         write_to_textfile(str(path), registry)
     except OSError as error:
         raise ReportError(
             f"--textfile-dir {directory}: cannot write {path.name} ({error.strerror})"
         ) from error
+    _remove_legacy_textfile(directory / LEGACY_TEXTFILE_NAMES[prefix], db)
     return path
+
+
+def _remove_legacy_textfile(legacy: Path, db: str) -> None:
+    """The one fixed-name file of earlier versions, once this database's own file replaces it: node_exporter
+    would serve both (the same series twice). Another database's legacy file stays until its next check."""
+    # Imported here: only the Prometheus outputs need it (~20 ms of a one-shot command's start-up).
+    from prometheus_client.parser import text_string_to_metric_families
+
+    if not legacy.is_file():  # absent, or a FIFO or device a read would hang on
+        return
+    try:
+        with legacy.open("rb") as file:
+            text = file.read(_LEGACY_READ_LIMIT).decode("utf-8", errors="replace")
+        families = list(text_string_to_metric_families(text))
+    except (OSError, ValueError):
+        return
+    if any(sample.labels.get("db") == db for family in families for sample in family.samples):
+        legacy.unlink(missing_ok=True)
+
+
+_LEGACY_READ_LIMIT = 4_000_000
 
 
 def _timestamp(iso: str) -> float:
@@ -469,4 +526,4 @@ def render_reconcile_prometheus(result: ReconcileResult) -> str:
 
 def write_reconcile_textfile(result: ReconcileResult, directory: Path) -> Path:
     _require_directory(directory)
-    return _write_textfile(reconcile_registry(result), directory, RECONCILE_TEXTFILE_NAME)
+    return _write_textfile(reconcile_registry(result), directory, RECONCILE_TEXTFILE_PREFIX, result.db)

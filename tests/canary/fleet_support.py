@@ -122,9 +122,10 @@ class Fleet:
     rules is shortened to FOR (EngramCanaryWarning's 20 minutes would otherwise hide the inhibition),
     and Alertmanager's group_wait/group_interval are GROUP_WAIT/GROUP_INTERVAL."""
 
-    FOR = "2s"
-    GROUP_WAIT = "1s"
-    GROUP_INTERVAL = "2s"
+    FOR: str | None = "2s"
+    GROUP_WAIT: str | None = "1s"
+    GROUP_INTERVAL: str | None = "2s"
+    SCRAPE_INTERVAL = "1s"  # and evaluation interval
 
     def __init__(self, tmp_path: Path, machines: list[str], webhook: Webhook) -> None:
         prometheus, _, exporter = prometheus_tools()
@@ -134,11 +135,12 @@ class Fleet:
         shipped_rules = yaml.safe_load(RULES.read_text())
         for group in shipped_rules["groups"]:
             for rule in group["rules"]:
-                if "for" in rule:
+                if "for" in rule and self.FOR is not None:
                     rule["for"] = self.FOR
         rules.write_text(yaml.safe_dump(shipped_rules, sort_keys=False))
         routing = yaml.safe_load(ALERTMANAGER_CONFIG.read_text())
-        routing["route"].update(group_wait=self.GROUP_WAIT, group_interval=self.GROUP_INTERVAL)
+        if self.GROUP_WAIT is not None and self.GROUP_INTERVAL is not None:
+            routing["route"].update(group_wait=self.GROUP_WAIT, group_interval=self.GROUP_INTERVAL)
         for receiver in routing["receivers"]:
             for webhook_config in receiver.get("webhook_configs", []):
                 webhook_config["url"] = webhook.url
@@ -147,6 +149,9 @@ class Fleet:
 
         self.logs: list[IO[bytes]] = []
         self.processes: list[subprocess.Popen[bytes]] = []
+        self.tmp_path = tmp_path
+        self.exporter_commands: dict[str, list[str]] = {}
+        self.exporters: dict[str, subprocess.Popen[bytes]] = {}
         targets = []
         for machine, directory in self.textfiles.items():
             directory.mkdir(parents=True)
@@ -154,17 +159,14 @@ class Fleet:
             targets.append(
                 f"      - targets: ['127.0.0.1:{port}']\n        labels: {{instance: {machine}}}\n"
             )
-            self._start(
-                f"exporter-{machine}",
-                [
-                    exporter,
-                    f"--web.listen-address=127.0.0.1:{port}",
-                    "--collector.disable-defaults",
-                    "--collector.textfile",
-                    f"--collector.textfile.directory={directory}",
-                ],
-                tmp_path,
-            )
+            self.exporter_commands[machine] = [
+                exporter,
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--collector.disable-defaults",
+                "--collector.textfile",
+                f"--collector.textfile.directory={directory}",
+            ]
+            self.start_exporter(machine)
         self.alertmanager_port, self.port = free_port(), free_port()
         self._start(
             "alertmanager",
@@ -179,7 +181,7 @@ class Fleet:
         )
         config = tmp_path / "prometheus.yml"
         config.write_text(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+            f"global:\n  scrape_interval: {self.SCRAPE_INTERVAL}\n  evaluation_interval: {self.SCRAPE_INTERVAL}\n"
             f"rule_files:\n  - {rules}\n"
             "alerting:\n  alertmanagers:\n    - static_configs:\n"
             f"        - targets: ['127.0.0.1:{self.alertmanager_port}']\n"
@@ -197,10 +199,33 @@ class Fleet:
         )
         self.http = httpx.Client(timeout=5)
 
-    def _start(self, name: str, command: list[str], tmp_path: Path) -> None:
-        log = (tmp_path / f"{name}.log").open("wb")
+    def _start(self, name: str, command: list[str], tmp_path: Path) -> subprocess.Popen[bytes]:
+        log = (tmp_path / f"{name}.log").open("ab")
         self.logs.append(log)
-        self.processes.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT))
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        self.processes.append(process)
+        return process
+
+    def start_exporter(self, machine: str) -> None:
+        """(Re)start MACHINE's node_exporter on its port: Prometheus scrapes it again."""
+        self.exporters[machine] = self._start(
+            f"exporter-{machine}", self.exporter_commands[machine], self.tmp_path
+        )
+
+    def kill_exporter(self, machine: str) -> None:
+        """MACHINE goes quiet: its node_exporter is killed, so `up` turns 0 and its series go stale."""
+        process = self.exporters.pop(machine)
+        process.kill()
+        process.wait(timeout=10)
+
+    def textfile(self, machine: str) -> Path:
+        """The one textfile the machine's check writes (one database per machine here)."""
+        [path] = self.textfiles[machine].glob("engram_canary_*.prom")
+        return path
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        """An instant query's result, [] when Prometheus does not answer."""
+        return list((self.api("/api/v1/query", query=expr) or {"result": []})["result"])
 
     def api(self, path: str, **params: str) -> Any:
         try:
@@ -223,7 +248,8 @@ class Fleet:
     def close(self) -> None:
         self.http.close()
         for process in self.processes:
-            process.terminate()
+            if process.poll() is None:
+                process.terminate()
         for process in self.processes:
             try:
                 process.wait(timeout=10)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from canary_support import rows_digest, run_canary
 
+from engram_sync_kit.canary.report import TEXTFILE_PREFIX, textfile_name
 from engram_sync_kit.harness.engram_env import EngramEnvironment
 
 pytestmark = pytest.mark.engram
@@ -215,9 +216,9 @@ def test_prometheus_textfile(engram_world: EngramEnvironment, scratch: Path, tmp
     )
 
     assert result.returncode == 1
-    assert [path.name for path in textfiles.iterdir()] == ["engram_canary.prom"]
-    text = (textfiles / "engram_canary.prom").read_text()
     db = str(engram_world.db_path)
+    assert [path.name for path in textfiles.iterdir()] == [textfile_name(TEXTFILE_PREFIX, db)]
+    text = (textfiles / textfile_name(TEXTFILE_PREFIX, db)).read_text()
     assert f'engram_canary_status{{db="{db}"}} 1.0' in text
     assert f'engram_canary_new_foreign_targets{{db="{db}"}} 1.0' in text
     assert (

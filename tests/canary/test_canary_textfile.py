@@ -6,8 +6,10 @@ as deliberately unused."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -18,9 +20,12 @@ from engram_sync_kit.canary.config import CanaryConfig
 from engram_sync_kit.canary.findings import Acknowledgement, Finding
 from engram_sync_kit.canary.reconcile_result import LaneReport, ReconcileResult
 from engram_sync_kit.canary.report import (
+    RECONCILE_TEXTFILE_PREFIX,
     TEXTFILE_MAX_ITEMIZED,
     TEXTFILE_MAX_LABEL_CHARS,
+    TEXTFILE_PREFIX,
     finding_id,
+    textfile_name,
     write_reconcile_textfile,
     write_textfile,
 )
@@ -28,6 +33,7 @@ from engram_sync_kit.canary.report import (
 ROOT = Path(__file__).resolve().parents[2]
 MONITORING = ROOT / "monitoring"
 DB = "/home/ana/.engram/engram.db"
+TEXTFILE = textfile_name(TEXTFILE_PREFIX, DB)
 # Emitted on purpose although no rule or panel reads them (each with why); empty today.
 DELIBERATELY_UNUSED: dict[str, str] = {}
 
@@ -84,7 +90,7 @@ def info(path: Path) -> list[dict[str, str]]:
 
 def test_a_blocked_lane_is_itemized_first_with_its_reason_and_command(tmp_path: Path) -> None:
     write_textfile(result_of([UNATTRIBUTED, foreign("side"), LANE], status="critical"), tmp_path)
-    rows = info(tmp_path / "engram_canary.prom")
+    rows = info(tmp_path / TEXTFILE)
     assert rows[0]["check"] == "legacy_lane_blocked"
     lane = rows[0]
     assert lane == {
@@ -112,9 +118,9 @@ def test_severity_follows_the_status_twelve_foreign_targets_are_all_critical(tmp
     """The count rule makes the status CRITICAL: each target's alert says critical, not warning."""
     twelve = [foreign(f"p{index:02}") for index in range(12)]
     write_textfile(result_of(twelve, status="critical"), tmp_path, CanaryConfig())
-    assert {row["severity"] for row in info(tmp_path / "engram_canary.prom")} == {"critical"}
+    assert {row["severity"] for row in info(tmp_path / TEXTFILE)} == {"critical"}
     write_textfile(result_of(twelve[:9], status="warning"), tmp_path, CanaryConfig())
-    assert {row["severity"] for row in info(tmp_path / "engram_canary.prom")} == {"warning"}
+    assert {row["severity"] for row in info(tmp_path / TEXTFILE)} == {"warning"}
 
 
 def test_acknowledged_findings_have_no_info_series(tmp_path: Path) -> None:
@@ -127,8 +133,8 @@ def test_acknowledged_findings_have_no_info_series(tmp_path: Path) -> None:
         }
     )
     write_textfile(result_of([acknowledged], status="ok"), tmp_path)
-    assert info(tmp_path / "engram_canary.prom") == []
-    rows = samples(tmp_path / "engram_canary.prom")["engram_canary_finding_rows"]
+    assert info(tmp_path / TEXTFILE) == []
+    rows = samples(tmp_path / TEXTFILE)["engram_canary_finding_rows"]
     assert [labels["acknowledged"] for labels, _ in rows] == ["true"]
 
 
@@ -136,8 +142,8 @@ def test_the_series_per_machine_are_capped_worst_first_and_the_rest_counted(tmp_
     many = [foreign(f"p{index:03}", rows=index) for index in range(300)]
     inbox_keys = {f"k{index:03}": {"memories": index, "telemetry": 0} for index in range(300)}
     write_textfile(result_of([*many, LANE], status="critical", inbox_keys=inbox_keys), tmp_path)
-    found = samples(tmp_path / "engram_canary.prom")
-    rows = info(tmp_path / "engram_canary.prom")
+    found = samples(tmp_path / TEXTFILE)
+    rows = info(tmp_path / TEXTFILE)
     assert len(rows) == TEXTFILE_MAX_ITEMIZED == 20
     assert rows[0]["check"] == "legacy_lane_blocked"
     assert [row["target_key"] for row in rows[1:4]] == ["cloud:p299", "cloud:p298", "cloud:p297"]
@@ -147,15 +153,15 @@ def test_the_series_per_machine_are_capped_worst_first_and_the_rest_counted(tmp_
     assert {labels["key"] for labels, _ in found["engram_canary_inbox_rows"]} >= {"k299", "k280"}
     not_itemized = {labels["what"]: value for labels, value in found["engram_canary_not_itemized"]}
     assert not_itemized == {"findings": 281, "inbox_keys": 280}
-    assert (tmp_path / "engram_canary.prom").stat().st_size < 40_000
+    assert (tmp_path / TEXTFILE).stat().st_size < 40_000
 
 
 def test_reason_and_command_labels_are_one_bounded_line_whatever_the_message_holds(tmp_path: Path) -> None:
     hostile = foreign('x"y\\z\nFORGED 1\u202e' + "é" * 3000)
     write_textfile(result_of([hostile]), tmp_path)
-    text = (tmp_path / "engram_canary.prom").read_text(encoding="utf-8")
+    text = (tmp_path / TEXTFILE).read_text(encoding="utf-8")
     assert not any(line.startswith("FORGED") for line in text.splitlines())
-    [row] = info(tmp_path / "engram_canary.prom")
+    [row] = info(tmp_path / TEXTFILE)
     assert len(row["reason"]) == TEXTFILE_MAX_LABEL_CHARS
     assert row["reason"].endswith("\u2026") and "\n" not in row["reason"] and "\u202e" not in row["reason"]
     assert row["clear_command"].startswith("engram cloud enroll 'x\"y")
@@ -167,7 +173,7 @@ def test_an_unknown_check_says_why_in_the_textfile(tmp_path: Path) -> None:
         status="unknown", db=DB, checked_at="2026-12-01T10:00:00Z", error="database is locked"
     )
     write_textfile(unknown, tmp_path)
-    found = samples(tmp_path / "engram_canary.prom")
+    found = samples(tmp_path / TEXTFILE)
     assert found["engram_canary_unknown_info"] == [({"db": DB, "reason": "database is locked"}, 1.0)]
     assert found["engram_canary_status"] == [({"db": DB}, 3.0)]
     assert "engram_canary_finding_info" not in found
@@ -274,3 +280,115 @@ def test_the_dashboard_leads_with_the_worst_machines_and_says_what_it_plots() ->
         for target in panel["targets"]:
             if "engram_canary_new_foreign_targets" in target["expr"]:
                 assert "unacknowledged" in target["legendFormat"]
+
+
+def test_two_databases_on_one_machine_write_two_files_and_never_overwrite_each_other(tmp_path: Path) -> None:
+    """Issue 36: the fixed name engram_canary.prom made the second database's check replace the first's."""
+    other = "/home/ana/work/.engram/engram.db"
+    first = write_textfile(result_of([foreign("side")]), tmp_path)
+    second = write_textfile(
+        CheckResult(status="ok", db=other, checked_at="2026-12-01T10:00:00Z", summary={}), tmp_path
+    )
+    assert first != second
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(
+        [textfile_name(TEXTFILE_PREFIX, DB), textfile_name(TEXTFILE_PREFIX, other)]
+    )
+    assert re.fullmatch(r"engram_canary_[0-9a-f]{12}\.prom", first.name)
+    assert [row["target_key"] for row in info(first)] == ["cloud:side"]
+    assert {labels["db"] for labels, _ in samples(second)["engram_canary_status"]} == {other}
+    # the same database writes the same file again
+    assert write_textfile(result_of([]), tmp_path) == first
+
+
+def test_reconcile_writes_one_file_per_database_too(tmp_path: Path) -> None:
+    written = {
+        db: write_reconcile_textfile(
+            ReconcileResult(status="ok", db=db, checked_at="2026-12-01T10:00:00Z"), tmp_path
+        )
+        for db in (DB, "/srv/other/engram.db")
+    }
+    assert [path.name for path in written.values()] == [
+        textfile_name(RECONCILE_TEXTFILE_PREFIX, db) for db in written
+    ]
+    assert len(set(written.values())) == 2
+
+
+def test_the_fixed_name_file_of_earlier_versions_goes_once_it_holds_this_database(tmp_path: Path) -> None:
+    """node_exporter would serve the old file beside the new one: the same series twice. Only the
+    database whose series it holds removes it; an unreadable or foreign one stays."""
+    legacy = tmp_path / "engram_canary.prom"
+    legacy.write_text('engram_canary_status{db="/srv/else/engram.db"} 0.0\n')
+    write_textfile(result_of([]), tmp_path)
+    assert legacy.exists()
+    legacy.write_text(f'# TYPE engram_canary_status gauge\nengram_canary_status{{db="{DB}"}} 1.0\n')
+    write_textfile(result_of([]), tmp_path)
+    assert not legacy.exists()
+    legacy.write_bytes(b"\xff\xfe not a textfile {{{")
+    write_textfile(result_of([]), tmp_path)
+    assert legacy.exists()
+    legacy.unlink()
+    os.mkfifo(legacy)  # a read would hang: left alone, the check goes on
+    write_textfile(result_of([]), tmp_path)
+    assert legacy.exists()
+    reconcile_legacy = tmp_path / "engram_canary_reconcile.prom"
+    reconcile_legacy.write_text(f'engram_canary_reconcile_status{{db="{DB}"}} 0.0\n')
+    write_reconcile_textfile(ReconcileResult(status="ok", db=DB, checked_at="2026-12-01T10:00:00Z"), tmp_path)
+    assert not reconcile_legacy.exists()
+
+
+def test_check_info_names_the_file_and_the_check_that_writes_it_again(tmp_path: Path) -> None:
+    """What the Stale, Unknown and Silent alerts give as clear_command: the check the cron line runs."""
+    written = write_textfile(result_of([]), tmp_path)
+    [(labels, value)] = samples(written)["engram_canary_check_info"]
+    assert (labels, value) == (
+        {
+            "db": DB,
+            "textfile": str(written),
+            "rerun_command": f"engram-canary check --db {DB} --textfile-dir {tmp_path}",
+        },
+        1.0,
+    )
+    unknown = CheckResult(status="unknown", db=DB, checked_at="2026-12-01T10:00:00Z", error="locked")
+    config = tmp_path / "canary config.yaml"
+    [(labels, _)] = samples(write_textfile(unknown, tmp_path, None, config))["engram_canary_check_info"]
+    assert labels["rerun_command"] == (
+        f"engram-canary --config '{config}' check --db {DB} --textfile-dir {tmp_path}"
+    )
+
+
+def dashboard_panel(title_start: str) -> Any:
+    dashboard = json.loads((MONITORING / "grafana" / "engram-canary.json").read_text())
+    [panel] = [panel for panel in dashboard["panels"] if panel["title"].startswith(title_start)]
+    return panel
+
+
+def test_what_to_run_ranks_blocked_lanes_first_then_critical_then_warning() -> None:
+    """Issue 36: at 20 machines the 4 blocked-lane rows sat among 180 critical ones."""
+    panel = dashboard_panel("What to run")
+    [target] = panel["targets"]
+    assert target["instant"] is True
+    assert target["expr"].startswith("sort_desc(engram_canary_finding_info{")
+    assert 'check=~"legacy_lane_blocked|project_lane_blocked"} * 3' in target["expr"]
+    assert 'severity="critical"} * 2' in target["expr"]
+    assert panel["options"]["sortBy"] == [{"displayName": "urgency", "desc": True}]
+    [organize] = panel["transformations"]
+    assert organize["options"]["renameByName"] == {"Value": "urgency"}
+    assert "Value" not in organize["options"]["excludeByName"]
+
+
+def test_the_inbox_panels_draw_one_series_per_machine() -> None:
+    for title in ("Inbox memories waiting", "Oldest waiting memory"):
+        [target] = dashboard_panel(title)["targets"]
+        assert re.match(r"(sum|max) by \(instance\) \(engram_canary_inbox_", target["expr"]), target["expr"]
+
+
+def test_seconds_since_the_last_check_is_an_instant_query_that_keeps_a_silent_machine() -> None:
+    """A range query's last value showed a dead machine's last fresh age (8 s, green)."""
+    [target] = dashboard_panel("Seconds since the last check")["targets"]
+    assert (target["instant"], target["range"]) == (True, False)
+    assert "last_over_time(engram_canary_last_check_timestamp_seconds" in target["expr"]
+
+
+def test_the_pages_cap_sentence_names_the_textfiles_cap() -> None:
+    rules = (MONITORING / "engram-canary.rules.yml").read_text()
+    assert f"beyond the textfile's cap of {TEXTFILE_MAX_ITEMIZED}:" in rules

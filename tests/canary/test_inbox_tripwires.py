@@ -13,6 +13,7 @@ from engram_sync_kit.canary.db import EngramDb
 from engram_sync_kit.canary.derive import AliasMap
 from engram_sync_kit.canary.inbox import tripwire_findings
 from engram_sync_kit.canary.inbox_settings import InboxSettings
+from engram_sync_kit.canary.report import TEXTFILE_PREFIX, textfile_name
 from engram_sync_kit.harness.engram_env import EngramEnvironment
 
 pytestmark = pytest.mark.engram
@@ -99,8 +100,8 @@ def test_check_reports_both_tripwires_in_json_and_exit_code(world: EngramEnviron
     assert (result.returncode, report["status"]) == (1, "warning"), result.stderr
     inbox = sorted((f["check"], f["key"], f["severity"]) for f in report["findings"] if f["key"] is not None)
     assert inbox == [("inbox_age", "side-project", "warning"), ("unsorted_growth", "unsorted", "warning")]
-    prom = (textfiles / "engram_canary.prom").read_text()
     db = str(world.db_path)
+    prom = (textfiles / textfile_name(TEXTFILE_PREFIX, db)).read_text()
     labels = 'acknowledged="false",check="{}",db="{}",severity="warning"'
     assert f"engram_canary_findings{{{labels.format('inbox_age', db)}}} 1.0" in prom
     assert f"engram_canary_findings{{{labels.format('unsorted_growth', db)}}} 1.0" in prom

@@ -18,6 +18,7 @@ from canary_support import WatchProcess
 from inbox_support import canary, db_digest, engram_ok, query, save
 
 from engram_sync_kit.canary.db import EngramDb
+from engram_sync_kit.canary.report import TEXTFILE_PREFIX, textfile_name
 from engram_sync_kit.harness.engram_env import EngramEnvironment
 
 pytestmark = pytest.mark.engram
@@ -78,7 +79,7 @@ def test_check_names_the_block_the_rows_behind_it_and_the_way_out(blocked: Engra
     prom_dir = world.root / "prom"
     prom_dir.mkdir()
     assert canary(world, "check", "--textfile-dir", str(prom_dir)).returncode == 2
-    prom = (prom_dir / "engram_canary.prom").read_text()
+    prom = (prom_dir / textfile_name(TEXTFILE_PREFIX, str(world.db_path))).read_text()
     assert any(
         line.startswith("engram_canary_findings{")
         and 'check="legacy_lane_blocked"' in line

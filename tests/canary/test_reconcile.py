@@ -31,6 +31,7 @@ from reconcile_support import (
     save_memories,
 )
 
+from engram_sync_kit.canary.report import RECONCILE_TEXTFILE_PREFIX, textfile_name
 from engram_sync_kit.fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
 from engram_sync_kit.harness.engram_env import EngramEnvironment
 
@@ -214,7 +215,7 @@ def test_prometheus_gauges_on_stdout_and_in_a_textfile(
     assert ran.returncode == 2
     assert f'engram_canary_lost_rows{{db="{db}",project="alpha"}} 6.0' in ran.stdout.splitlines()
     assert f'engram_canary_reconcile_status{{db="{db}"}} 2.0' in ran.stdout.splitlines()
-    written = (tmp_path / "engram_canary_reconcile.prom").read_text()
+    written = (tmp_path / textfile_name(RECONCILE_TEXTFILE_PREFIX, db)).read_text()
     assert f'engram_canary_lost_rows{{db="{db}",project="alpha"}} 6.0' in written
     assert f'engram_canary_delivered_rows{{db="{db}",project="alpha"}} 0.0' in written
 

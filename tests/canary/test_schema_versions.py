@@ -29,6 +29,7 @@ from engram_schemas.builder import V120 as FIXTURE_V120
 
 from engram_sync_kit.canary.cli import cli
 from engram_sync_kit.canary.db import EngramDb
+from engram_sync_kit.canary.report import TEXTFILE_PREFIX, textfile_name
 from engram_sync_kit.canary.schema_support import V2, V3, V120, LaneModel, identify
 
 EXPECTED_VERSION = {FIXTURE_V120: V120, FIXTURE_V2: V2, FIXTURE_V3: V3}
@@ -239,7 +240,7 @@ def test_baseline_then_check_and_textfile(version: str, db: Path, tmp_path: Path
     code, output = run("--config", str(config), "check", "--db", str(db), "--textfile-dir", str(prom))
     assert code == 0, output
     assert output.startswith("ENGRAM-CANARY OK - no unacknowledged foreign sync target"), output
-    metrics = (prom / "engram_canary.prom").read_text(encoding="utf-8")
+    metrics = (prom / textfile_name(TEXTFILE_PREFIX, str(db))).read_text(encoding="utf-8")
     assert "engram_canary_" in metrics and "cloud:inbox" not in metrics
 
 
