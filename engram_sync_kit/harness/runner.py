@@ -41,7 +41,7 @@ from engram_sync_kit.harness.results import (
 )
 from engram_sync_kit.harness.schema import LanesExpectation, LocalExpectation, LostExpectation, WorkspaceSpec
 from engram_sync_kit.harness.steps import StepRunner, plain
-from engram_sync_kit.harness.world import World, engram_version
+from engram_sync_kit.harness.world import World, engram_version, reported_engram_version
 
 
 def _make_workspaces(world: World, specs: dict[str, WorkspaceSpec]) -> None:
@@ -134,9 +134,12 @@ def run_scenario(
     keep_dir: Path | None = None,
     expect: ExpectMode = "all",
     progress: Callable[[Scenario, StepRecord], None] | None = None,
+    version_as: str | None = None,
 ) -> ScenarioResult:
     """Play one scenario. Its directory is `root`, else a new one in `keep_dir` (kept, passed or not),
-    else a temporary one, removed when the scenario passes unless `keep`."""
+    else a temporary one, removed when the scenario passes unless `keep`. `version_as` is the version
+    the expectations' ranges are judged against, for a build whose own version says nothing (an
+    untagged `go build` reports 0.0.0-<date>-<hash>)."""
     started = time.monotonic()
     binary = binary.absolute()  # engram runs in other directories (workspaces, HOME)
     own_root = root is None
@@ -148,10 +151,13 @@ def run_scenario(
         base = Path(tempfile.mkdtemp(prefix=f"{scenario.id}-", dir=keep_dir)).absolute()
     else:
         base = Path(tempfile.mkdtemp(prefix="engram-harness-"))
-    result = ScenarioResult(scenario=scenario, version="?", root=str(base))
+    result = ScenarioResult(scenario=scenario, version="?", root=str(base), binary=str(binary))
     world: World | None = None
     try:
-        result.version = engram_version(binary)
+        if version_as is None:
+            result.version = engram_version(binary)
+        else:
+            result.version, result.reported_version = version_as, reported_engram_version(binary)
         env = EngramEnvironment(binary=binary, root=base).prepare()
         if db_copy_source is not None:
             copy_database(db_copy_source, env.db_path)
@@ -356,7 +362,15 @@ def _observe(
         )
         result.expectations.append(
             ExpectationResult(
-                at.index, at.line, expectation.tag, expectation.kind, status, detail, expectation.why, rows
+                at.index,
+                at.line,
+                expectation.tag,
+                expectation.kind,
+                status,
+                detail,
+                expectation.why,
+                rows,
+                engram_range=expectation.engram or "",
             )
         )
     result.expectations.append(_nothing_else_lost(result))
@@ -444,6 +458,7 @@ def run_many(
     done: Callable[[ScenarioResult], None] | None = None,
     keep: bool = False,
     keep_dir: Path | None = None,
+    version_as: str | None = None,
 ) -> list[ScenarioResult]:
     """Scenarios side by side: they mostly wait on engram's worker, so threads overlap those waits."""
 
@@ -458,6 +473,7 @@ def run_many(
             progress=progress,
             keep=keep,
             keep_dir=keep_dir,
+            version_as=version_as,
         )
         if done is not None:
             done(outcome)
