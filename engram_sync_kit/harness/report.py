@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from engram_sync_kit.harness.design_conformance import conformance_json, junit_suites
-from engram_sync_kit.harness.lanes import LaneTable
+from engram_sync_kit.harness.lanes import LaneTable, MeasuredLaneRow
 from engram_sync_kit.harness.results import ExpectMode, ScenarioResult, unjudged_reason
 from engram_sync_kit.harness.schema import LANE_COUNTS
 from engram_sync_kit.harness.step_results import save_result_name
@@ -224,10 +224,7 @@ def summary_table(results: Sequence[ScenarioResult], mode: ExpectMode) -> Table:
             tagged = [e for e in result.expectations if e.tag == tag and e.status != "n/a"]
             passed = sum(1 for e in tagged if e.status == "pass")
             counts[tag] = f"{passed}/{len(tagged)}" if tagged else "-"
-        lanes = ", ".join(
-            f"{row.lane}/{row.project or EMPTY_PROJECT} {row.delivered}/{row.enqueued}"
-            for row in result.lanes.rows
-        )
+        lanes = ", ".join(lane_summary(row) for row in result.lanes.rows)
         table.add_row(
             result.scenario.id,
             result.version,
@@ -238,6 +235,15 @@ def summary_table(results: Sequence[ScenarioResult], mode: ExpectMode) -> Table:
             f"{result.timings.get('total', 0):.1f}",
         )
     return table
+
+
+def lane_summary(row: MeasuredLaneRow) -> str:
+    """`cloud/app 1/3 delivered, 1 stranded, 1 lost`: what did not arrive says whether it still may."""
+    text = f"{row.lane}/{row.project or EMPTY_PROJECT} {row.delivered}/{row.enqueued} delivered"
+    undelivered = [
+        f"{count} {name}" for name in ("stranded", "lost", "duplicated") if (count := getattr(row, name))
+    ]
+    return ", ".join([text, *undelivered])
 
 
 def matrix_table(results: Sequence[ScenarioResult], mode: ExpectMode) -> Table:

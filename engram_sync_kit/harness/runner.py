@@ -29,7 +29,7 @@ from engram_sync_kit.harness.lanes import (
     read_sync_state_targets,
     triaged_seqs,
 )
-from engram_sync_kit.harness.loader import Scenario
+from engram_sync_kit.harness.loader import Scenario, Step
 from engram_sync_kit.harness.localdata import count_local_rows, read_sync_state_rows
 from engram_sync_kit.harness.report import EMPTY_PROJECT
 from engram_sync_kit.harness.results import (
@@ -209,6 +209,7 @@ def run_scenario(
             (lambda record: progress(scenario, record)) if progress else None,
             deadline=started + scenario.header.timeout,
         )
+        world.results.declared = declared_labels(scenario.steps)
         runner.run(scenario.steps)
         result.steps = runner.records
         result.timings["steps"] = time.monotonic() - mark
@@ -239,6 +240,17 @@ def run_scenario(
     else:
         result.kept = True
     return result
+
+
+def declared_labels(steps: tuple[Step, ...]) -> dict[str, int]:
+    """Every `as:` label the steps (nested ones too) keep a result under, with its step's line."""
+    labels: dict[str, int] = {}
+    for step in steps:
+        label = getattr(step.body, "as_", None)
+        if isinstance(label, str):
+            labels.setdefault(label, step.line)
+        labels.update({k: v for k, v in declared_labels(step.children).items() if k not in labels})
+    return labels
 
 
 LOG_LIMIT = 200_000  # characters of each log in the JSON report; the kept directory has them whole
