@@ -352,10 +352,13 @@ def install_systemd(
     # Loaded by this command alone, not on every cron-run check.
     from engram_sync_kit.canary.systemd import (
         UnitOptions,
+        check_database_file,
         default_executable,
         default_unit_dir,
         enable_hint,
+        prepare_state_dir,
         render_units,
+        user_state_dir,
         write_units,
     )
 
@@ -373,12 +376,15 @@ def install_systemd(
         user=run_as,
         exec_command=config.watch.exec,
         ping_url=config.watch.ping_url,
+        state_dir=None if system else user_state_dir(),
     )
+    check_database_file(options.db_path)
     units = render_units(options)
     if print_only:
         for name, text in units.items():
             click.echo(f"# {name}\n{text}")
         return
+    prepare_state_dir(options)
     for path in write_units(units, unit_dir or default_unit_dir(system)):
         click.echo(f"wrote {path}")
     click.echo(f"enable with: {enable_hint(system)}")
