@@ -191,7 +191,7 @@ def test_the_base_install_leaves_the_harness_to_its_extra(installed: Path, tmp_p
     assert names & HARNESS_ONLY == set()
 
     run = _run(["engram-harness", "run"], env, tmp_path)
-    assert run.returncode == 2
+    assert run.returncode == 3
     assert run.stdout == ""
     assert run.stderr.count("\n") == 1
     assert "[harness] extra" in run.stderr
@@ -209,7 +209,7 @@ def _follow_the_hint(env: dict[str, str], cwd: Path) -> str:
     """Run engram-harness without its extra, run the command its one line names, exactly as printed;
     return that command."""
     refused = _run(["engram-harness", "run", "--help"], env, cwd)
-    assert refused.returncode == 2 and refused.stdout == "", refused.stderr
+    assert refused.returncode == 3 and refused.stdout == "", refused.stderr
     hint = refused.stderr.rstrip("\n").rpartition("install it with: ")[2]
     followed = subprocess.run(
         shlex.split(hint), env=env, cwd=cwd, capture_output=True, text=True, timeout=900, check=False

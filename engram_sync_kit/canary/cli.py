@@ -122,7 +122,15 @@ def _print_version(context: click.Context, _parameter: click.Parameter, value: b
     help=default_config_hint(),
 )
 def cli(config_file: Path | None) -> None:
-    """Watch engram's sync target space and triage its virtual inbox."""
+    """Watch engram's sync target space and triage its virtual inbox.
+
+    \b
+    Examples:
+      engram-canary check                                  # exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN
+      engram-canary inbox list
+      engram-canary inbox claim --project KEY --as ENROLLED --apply
+      engram-canary install-systemd --print
+    """
 
 
 db_option = click.option(
@@ -166,7 +174,12 @@ def config_command() -> None:
 @config_file_option("check")
 @baseline_option("check")
 @click.option(
-    "--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text: the status line and one line per finding; json: the whole report (docs/canary.md).",
 )
 @click.option(
     "--no-baseline", is_flag=True, help="Report every foreign target as new, ignoring the baseline."
@@ -413,6 +426,7 @@ def install_systemd(
     type=click.Choice(["text", "json", "prometheus"]),
     default="text",
     show_default=True,
+    help="text: the status line and the lost rows; json: the whole report; prometheus: the metrics.",
 )
 @click.option(
     "--textfile-dir",

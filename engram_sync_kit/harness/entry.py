@@ -9,6 +9,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from engram_sync_kit.engram_contract.one_line_cli import USAGE_EXIT
+
 #: The [harness] extra's import names: a base install (`pipx install .`) has none of them.
 HARNESS_EXTRA_MODULES = frozenset({"rich", "faker", "pytest", "docker", "testcontainers"})
 DISTRIBUTION = "engram-sync-kit"
@@ -52,5 +54,5 @@ def main() -> None:
             f" install it with: {install_hint()}",
             file=sys.stderr,
         )
-        sys.exit(2)
+        sys.exit(USAGE_EXIT)
     cli()

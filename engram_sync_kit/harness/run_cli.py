@@ -17,6 +17,7 @@ from engram_sync_kit.harness.cloud_launch import CloudMode, CloudTarget
 from engram_sync_kit.harness.design_conformance import conformance_table
 from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
 from engram_sync_kit.harness.errors import EngramInstallError, HarnessError
+from engram_sync_kit.harness.keep import KEEP_IN_TEMP
 from engram_sync_kit.harness.library import scenario_library
 from engram_sync_kit.harness.loader import SCENARIO_SUFFIX, Scenario, load_each
 from engram_sync_kit.harness.report import (
@@ -64,9 +65,6 @@ def _binaries(engram_path: Path | None, versions: str | None, skip_without: bool
         found = find_engram(version) if versions is None else None
         binaries.append(found or install_engram(version))
     return binaries
-
-
-KEEP_IN_TEMP = "\0temp"
 
 
 def _keep_dir(keep_to: str | None) -> Path | None:

@@ -158,7 +158,7 @@ def test_run_refuses_a_version_as_that_is_no_release_version(tmp_path: Path) -> 
     result = CliRunner(mix_stderr=False).invoke(
         harness_main, ["run", "--engram-version-as", "latest", str(GATE_SCENARIO)]
     )
-    assert result.exit_code == 2
+    assert result.exit_code == 3
     assert "'latest' is not a release version; give MAJOR.MINOR.PATCH, e.g. 1.20.0" in result.stderr
 
 

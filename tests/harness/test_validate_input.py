@@ -55,7 +55,7 @@ def test_every_output_is_checked_before_the_rehearsal(
     out = tmp_path / target if not target.startswith("/") else Path(target)
     for option in ("--json", "--html"):
         result = _invoke(tmp_path, db, option, str(out))
-        assert result.exit_code == 2, result.output
+        assert result.exit_code == 3, result.output
         last = result.output.strip().splitlines()[-1]
         assert last.startswith("Error: ") and str(out) in last and said in last, last
     assert started == []
