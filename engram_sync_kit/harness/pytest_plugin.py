@@ -301,6 +301,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.user_properties.append(("engram reported version", engram.reported_version))
 
 
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Under pytest-xdist the workers collect, so the controller says here which binary they play (its
+    version is each scenario's JUnit property `engram version`)."""
+    if not getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput"):
+        return []
+    try:
+        found = engram_binary(config)
+    except pytest.UsageError:  # reported again, as the session's error, once the workers collect
+        return []
+    return [f"engram-harness: engram {found[0]} (from {found[1]})"] if found is not None else []
+
+
 def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
     """The binary under test and its version, in pytest's header (after "collected N items")."""
     engram = config.stash.get(BINARY, None)

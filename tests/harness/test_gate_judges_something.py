@@ -249,3 +249,24 @@ def test_one_invalid_file_is_reported_and_the_run_goes_on_with_the_others(
         "0",
         "1",
     )
+
+
+def test_under_xdist_the_header_names_the_binary_and_a_bad_version_as_is_one_line(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ENGRAM_BIN", raising=False)
+    binary = tmp_path / "engram"
+    binary.write_text("#!/bin/sh\necho 'engram 1.20.0'\n")  # asked for its version only, never played
+    binary.chmod(0o755)
+    shutil.copy(GATE_SCENARIO, pytester.path)
+    shown = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-n", "1", f"--scenario-engram={binary}", "--co"
+    )
+    shown.stdout.fnmatch_lines([f"engram-harness: engram {binary} (from --scenario-engram)"])
+    refused = pytester.runpytest(
+        "-p", "no:cacheprovider", f"--scenario-engram={binary}", "--scenario-engram-version-as", "1.20 ü"
+    )
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    assert [line for line in refused.stderr.lines if line] == [
+        "ERROR: --scenario-engram-version-as 1.20 ü: not a release version; give MAJOR.MINOR.PATCH, e.g. 1.20.0"
+    ]
