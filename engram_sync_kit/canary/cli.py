@@ -391,8 +391,8 @@ def install_systemd(
         ping_url=config.watch.ping_url,
         state_dir=None if system else user_state_dir(),
     )
+    units = render_units(options)  # refuses a value that would add a unit line, first
     check_database_file(options.db_path)
-    units = render_units(options)
     if print_only:
         for name, text in units.items():
             click.echo(f"# {name}\n{text}")
