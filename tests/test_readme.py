@@ -4,6 +4,8 @@ the rest in the issue's order; benchmark tables live in bench/README.md."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 REPOSITORY = Path(__file__).resolve().parent.parent
@@ -31,10 +33,42 @@ def test_the_sections_come_in_the_users_order() -> None:
 
 
 def test_install_comes_before_the_first_command_and_make_comes_last() -> None:
-    assert README.index("pipx install engram-sync-kit") < README.index("engram-canary check")
+    # The first command works as written in a clone (the kit is on no package index: `pipx install
+    # engram-sync-kit` found nothing) and says how to get pipx on a machine without it.
+    install = README.split("## Install", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    first = install.splitlines()[0]
+    assert first.startswith("pipx install . ") and "apt install pipx" in first
+    assert "pipx install engram-sync-kit" not in README and "'engram-sync-kit[harness]'" not in README
+    assert README.index("pipx install .") < README.index("engram-canary check")
     # The walk-through's new user had pipx and no `build` module: the wheel is built through pipx too.
     assert "pipx run build --wheel" in README and "python -m build" not in README
     assert README.index("make demo") > README.index("## Development")
+
+
+TABLE_CELL_LIMIT = 200
+
+
+def test_no_table_cell_holds_a_procedure() -> None:
+    # Before: the foreign_sync_target row's last cell was 670 characters of commands; steps go in a list.
+    cells = [
+        cell.strip()
+        for line in README.splitlines()
+        if line.startswith("|")
+        for cell in re.split(r"(?<!\\)\|", line.strip().strip("|"))
+    ]
+    assert cells and max(len(cell) for cell in cells) <= TABLE_CELL_LIMIT
+
+
+def test_make_test_says_what_it_does_to_the_machine() -> None:
+    development = README.split("## Development", 1)[1].split("\n## ", 1)[0]
+    for said in (
+        "apt-get install",
+        "docker.io",
+        "postgresql",
+        "machine-wide `dockerd`",
+        "PostgreSQL cluster",
+    ):
+        assert said in development, said
 
 
 def test_the_readme_speaks_of_the_product_not_the_build_machines() -> None:
@@ -71,3 +105,21 @@ def first_check_output() -> str:
     section = README.split("## First check", 1)[1]
     block = section.split("```console\n", 1)[1].split("```", 1)[0]
     return block.split("$ engram-canary check\n", 1)[1].split("$ echo", 1)[0]
+
+
+def test_the_cron_line_runs_under_crons_own_environment(tmp_path: Path) -> None:
+    # Before: `out=$(engram-canary check)` printed "engram-canary: not found" under cron's PATH.
+    section = README.split("## Cron and systemd", 1)[1]
+    line = section.split("```cron\n", 1)[1].split("\n", 1)[0]
+    command = line.split(None, 5)[5]
+    home = tmp_path / "home"
+    (home / ".local" / "bin").mkdir(parents=True)
+    (home / ".local" / "bin" / "engram-canary").symlink_to(Path(sys.executable).parent / "engram-canary")
+    # what cron gives a job: HOME, LOGNAME, SHELL=/bin/sh and PATH=/usr/bin:/bin, nothing else
+    cron_env = ["env", "-i", f"HOME={home}", "LOGNAME=user", "SHELL=/bin/sh", "PATH=/usr/bin:/bin"]
+    ran = subprocess.run(
+        [*cron_env, "/bin/sh", "-c", command], capture_output=True, text=True, timeout=60, check=False
+    )
+    # no engram database in this home: the check says UNKNOWN, which the line prints for cron to mail
+    assert ran.stderr == ""
+    assert ran.stdout.startswith("ENGRAM-CANARY UNKNOWN - "), ran.stdout

@@ -122,7 +122,15 @@ def _print_version(context: click.Context, _parameter: click.Parameter, value: b
     help=default_config_hint(),
 )
 def cli(config_file: Path | None) -> None:
-    """Watch engram's sync target space and triage its virtual inbox."""
+    """Watch engram's sync target space and triage its virtual inbox.
+
+    \b
+    Examples:
+      engram-canary check                                  # exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN
+      engram-canary inbox list
+      engram-canary inbox claim --project KEY --as ENROLLED --apply
+      engram-canary install-systemd --print
+    """
 
 
 db_option = click.option(
@@ -166,7 +174,12 @@ def config_command() -> None:
 @config_file_option("check")
 @baseline_option("check")
 @click.option(
-    "--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text: the status line and one line per finding; json: the whole report (docs/canary.md).",
 )
 @click.option(
     "--no-baseline", is_flag=True, help="Report every foreign target as new, ignoring the baseline."
@@ -352,10 +365,13 @@ def install_systemd(
     # Loaded by this command alone, not on every cron-run check.
     from engram_sync_kit.canary.systemd import (
         UnitOptions,
+        check_database_file,
         default_executable,
         default_unit_dir,
         enable_hint,
+        prepare_state_dir,
         render_units,
+        user_state_dir,
         write_units,
     )
 
@@ -373,12 +389,15 @@ def install_systemd(
         user=run_as,
         exec_command=config.watch.exec,
         ping_url=config.watch.ping_url,
+        state_dir=None if system else user_state_dir(),
     )
-    units = render_units(options)
+    units = render_units(options)  # refuses a value that would add a unit line, first
+    check_database_file(options.db_path)
     if print_only:
         for name, text in units.items():
             click.echo(f"# {name}\n{text}")
         return
+    prepare_state_dir(options)
     for path in write_units(units, unit_dir or default_unit_dir(system)):
         click.echo(f"wrote {path}")
     click.echo(f"enable with: {enable_hint(system)}")
@@ -407,6 +426,7 @@ def install_systemd(
     type=click.Choice(["text", "json", "prometheus"]),
     default="text",
     show_default=True,
+    help="text: the status line and the lost rows; json: the whole report; prometheus: the metrics.",
 )
 @click.option(
     "--textfile-dir",

@@ -129,7 +129,12 @@ def export_keys_command(db: Path | None) -> None:
 @_db_option
 @_aliases_option("list")
 @click.option(
-    "--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text: a table to read; json: the same rows for a script (docs/inbox.md).",
 )
 def list_command(db: Path | None, aliases_path: Path | None, output_format: str) -> None:
     """Count, oldest age and entities per inbox key; unsorted broken down by cwd; rows without a project."""
@@ -264,7 +269,12 @@ def _claim_headline(selection: Selection) -> Callable[[Plan], str]:
 @_db_option
 @_aliases_option("show")
 @click.option(
-    "--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text: a table to read; json: the same rows for a script (docs/inbox.md).",
 )
 def show_command(
     key: str, cwd: str | None, db: Path | None, aliases_path: Path | None, output_format: str

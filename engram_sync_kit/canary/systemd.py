@@ -7,6 +7,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from engram_sync_kit.canary.config import default_state_dir
 from engram_sync_kit.canary.errors import CanaryError
 from engram_sync_kit.engram_contract.files import atomic_write, xdg_config_home
 
@@ -15,7 +16,9 @@ CHECK_UNIT = "engram-canary-check.service"
 TIMER_UNIT = "engram-canary-check.timer"
 
 # The sandbox of both services: read-only everywhere except the database directory, where SQLite may
-# need to create the -wal/-shm files of a read-only connection (the data itself is opened mode=ro).
+# need to create the -wal/-shm files of a read-only connection (the data itself is opened mode=ro), and
+# the canary's own state directory (its unchanged-check cache and cursors: lost, every timer run would
+# read the whole database again).
 HARDENING = """\
 NoNewPrivileges=yes
 PrivateTmp=yes
@@ -50,6 +53,12 @@ class UnitOptions:
     user: str | None = None
     exec_command: str | None = None
     ping_url: str | None = None
+    #: the canary's state directory for user units (system units get systemd's StateDirectory=)
+    state_dir: Path | None = None
+
+
+#: system units: systemd creates /var/lib/engram-canary for the service's user and keeps it writable
+SYSTEM_STATE_DIRECTORY = "engram-canary"
 
 
 def default_executable() -> Path:
@@ -87,7 +96,55 @@ def _writable_paths(options: UnitOptions) -> str:
     paths = [options.db_path.parent]
     if options.textfile_dir is not None:
         paths.append(options.textfile_dir)
+    if not options.system and options.state_dir is not None:
+        paths.append(options.state_dir)
     return " ".join(quote_argument(str(path)) for path in paths)
+
+
+def _state_settings(options: UnitOptions) -> str:
+    """Where the service keeps its state, named to the canary so it never depends on the unit's HOME."""
+    if options.system:
+        variable = quote_argument(f"ENGRAM_CANARY_STATE_DIR=/var/lib/{SYSTEM_STATE_DIRECTORY}")
+        return f"StateDirectory={SYSTEM_STATE_DIRECTORY}\nEnvironment={variable}\n"
+    if options.state_dir is None:
+        return ""
+    return f"Environment={quote_argument(f'ENGRAM_CANARY_STATE_DIR={options.state_dir}')}\n"
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def check_database_file(path: Path) -> None:
+    """The units watch one database file for good: refuse a path that is none, before writing them."""
+    hint = "give --db engram's engram.db (engram creates it when it first runs)"
+    if path.is_dir():
+        raise SystemdError(f"--db {path}: a directory, not a database file; {hint}")
+    try:
+        with path.open("rb") as file:
+            header = file.read(len(SQLITE_HEADER))
+    except FileNotFoundError:
+        raise SystemdError(f"--db {path}: no such file; {hint}") from None
+    except OSError as error:
+        raise SystemdError(f"--db {path}: cannot be read ({error.strerror}); {hint}") from None
+    if header != SQLITE_HEADER:
+        raise SystemdError(f"--db {path}: not a SQLite database; {hint}")
+
+
+def user_state_dir() -> Path:
+    """The state directory a user unit's canary keeps, as the installing user's canary would find it."""
+    return default_state_dir().expanduser().resolve()
+
+
+def prepare_state_dir(options: UnitOptions) -> None:
+    """ReadWritePaths= needs the directory to exist (systemd refuses to start the unit otherwise)."""
+    if options.system or options.state_dir is None:
+        return
+    try:
+        options.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as error:
+        raise SystemdError(
+            f"{options.state_dir}: cannot create the state directory ({error.strerror})"
+        ) from None
 
 
 def _service_user(options: UnitOptions) -> str:
@@ -114,6 +171,7 @@ def watch_service(options: UnitOptions) -> str:
         "RestartSec=10s\n"
         "KillSignal=SIGTERM\n"
         "TimeoutStopSec=15s\n"
+        f"{_state_settings(options)}"
         f"ReadWritePaths={_writable_paths(options)}\n"
         f"{HARDENING}"
         "\n"
@@ -134,6 +192,7 @@ def check_service(options: UnitOptions) -> str:
         "Type=oneshot\n"
         f"{_service_user(options)}"
         f"ExecStart={command_line(arguments)}\n"
+        f"{_state_settings(options)}"
         f"ReadWritePaths={_writable_paths(options)}\n"
         f"{HARDENING}"
     )

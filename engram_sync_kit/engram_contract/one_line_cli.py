@@ -7,6 +7,11 @@ from typing import Any, NoReturn
 
 import click
 
+#: The exit code of a usage error, in every command line of the kit: 2 is CRITICAL in the canary's
+#: monitoring-plugin convention, so the canary's usage errors are 3 (UNKNOWN), and the harness and the fake
+#: cloud use the same number so that one rule holds for all three.
+USAGE_EXIT = 3
+
 
 class OneLineErrorGroup(click.Group):
     """click's standalone error handling, each error printed as one line; subclasses pick words and exits."""
@@ -34,7 +39,7 @@ class OneLineErrorGroup(click.Group):
             sys.exit(done.exit_code)
         except click.UsageError as error:
             where = error.ctx.command_path if error.ctx is not None else self.program
-            self._exit(self.usage_line(where, error.format_message()), error.exit_code)
+            self._exit(self.usage_line(where, error.format_message()), USAGE_EXIT)
         except click.ClickException as error:
             self._exit(self.error_line(error.format_message()), error.exit_code)
         except click.exceptions.Abort:

@@ -64,8 +64,13 @@ def compose_yaml(text: str) -> yaml.Node | None:
 
 def load_yaml(text: str) -> YamlSource:
     loader = yaml.SafeLoader(text)
+    duplicates: list[Loc] = []
     try:
         node = loader.get_single_node()
+        if node is not None:
+            # Before constructing: that merges `<<: *anchor` keys into the mapping, and a key written
+            # beside the merge (`{<<: *s, title: x}`) is a legal override, not a duplicate.
+            _collect_duplicates(node, (), duplicates)
         data = loader.construct_document(node) if node is not None else None  # type: ignore[no-untyped-call]
     except yaml.YAMLError as error:
         raise syntax_error(error) from None
@@ -74,26 +79,41 @@ def load_yaml(text: str) -> YamlSource:
     finally:
         loader.dispose()  # type: ignore[no-untyped-call]
     lines: dict[Loc, int] = {}
-    duplicates: list[Loc] = []
     if node is not None:
         try:
-            _collect_lines(node, (), lines, duplicates)
+            _collect_lines(node, (), lines)
         except RecursionError:  # an alias that contains itself: `a: &a [*a]`
             raise YamlSyntaxError(1, TOO_DEEP) from None
     return YamlSource(node=node, data=data, lines=lines, duplicate_keys=tuple(duplicates))
 
 
-def _collect_lines(node: yaml.Node, loc: Loc, lines: dict[Loc, int], duplicates: list[Loc]) -> None:
+def _collect_lines(node: yaml.Node, loc: Loc, lines: dict[Loc, int]) -> None:
     lines.setdefault(loc, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = str(key_node.value)
+            lines[(*loc, key)] = key_node.start_mark.line + 1
+            _collect_lines(value_node, (*loc, key), lines)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _collect_lines(item, (*loc, index), lines)
+
+
+MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _collect_duplicates(node: yaml.Node, loc: Loc, duplicates: list[Loc]) -> None:
+    """Keys written twice in one mapping (merge keys `<<` aside), in the document as composed."""
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
         for key_node, value_node in node.value:
+            if key_node.tag == MERGE_TAG:
+                continue
             key = str(key_node.value)
             if key in seen:
                 duplicates.append((*loc, key))
             seen.add(key)
-            lines[(*loc, key)] = key_node.start_mark.line + 1
-            _collect_lines(value_node, (*loc, key), lines, duplicates)
+            _collect_duplicates(value_node, (*loc, key), duplicates)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
-            _collect_lines(item, (*loc, index), lines, duplicates)
+            _collect_duplicates(item, (*loc, index), duplicates)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from engram_sync_kit.engram_contract.one_line_cli import OneLineErrorGroup
 from engram_sync_kit.engram_contract.version import __version__
 from engram_sync_kit.fake_cloud.errors import FakeCloudError
 
@@ -24,10 +25,35 @@ def _env_bool(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+PROG = "engram-fake-cloud"
+
+
+class FakeCloudGroup(OneLineErrorGroup):
+    """Every error one line: click's usage errors and refused configurations exit 3, others 1."""
+
+    program = PROG
+    package_error = FakeCloudError
+
+    def usage_line(self, where: str, message: str) -> str:
+        return f"{PROG}: {message} (see {where} --help)"
+
+    def error_line(self, message: str) -> str:
+        return f"{PROG}: {message}"
+
+    def abort_line(self) -> str:
+        return f"{PROG}: aborted"
+
+
+@click.group(cls=FakeCloudGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="engram-fake-cloud")
 def cli() -> None:
-    """A recording, fault-injecting stand-in for engram's self-hosted cloud."""
+    """A recording, fault-injecting stand-in for engram's self-hosted cloud.
+
+    \b
+    Examples:
+      engram-fake-cloud serve --port 0 --token T     # the first stdout line is the base URL
+      engram-fake-cloud serve --tls --ca-out ca.pem --token T
+    """
 
 
 @cli.command()
@@ -73,7 +99,13 @@ def cli() -> None:
     show_default=True,
     help="Comma-separated project allowlist, '*' for all [env ENGRAM_CLOUD_ALLOWED_PROJECTS].",
 )
-@click.option("--journal-limit", type=click.IntRange(min=1), default=100_000, show_default=True)
+@click.option(
+    "--journal-limit",
+    type=click.IntRange(min=1),
+    default=100_000,
+    show_default=True,
+    help="Most requests kept in the journal (/_fake/journal); the oldest go first.",
+)
 @click.option(
     "--store-limit",
     type=click.IntRange(min=1),
@@ -87,6 +119,7 @@ def cli() -> None:
     envvar="ENGRAM_CLOUD_MAX_PUSH_BYTES",
     default=8 * 1024 * 1024,
     show_default=True,
+    help="Largest push body accepted; a bigger one is answered 413 [env ENGRAM_CLOUD_MAX_PUSH_BYTES].",
 )
 @click.option(
     "--server-version",
@@ -141,10 +174,13 @@ def serve(
     )
     try:
         config.validate()
+    except FakeCloudError as error:  # a configuration the server refuses: a usage error
+        raise click.UsageError(str(error)) from None
+    try:
         asyncio.run(_serve(config))
     except FakeCloudError as error:
-        click.echo(f"engram-fake-cloud: {error}", err=True)
-        sys.exit(2)
+        click.echo(f"{PROG}: {error}", err=True)
+        sys.exit(1)
     except KeyboardInterrupt:
         pass
 

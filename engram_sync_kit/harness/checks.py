@@ -36,7 +36,7 @@ from engram_sync_kit.harness.step_results import (
 )
 from engram_sync_kit.harness.triage_copies import copy_problems, read_triage_entries
 
-_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.]+))?$")
+_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?$")  # a Go pseudo-version has hyphens
 
 
 def version_key(version: str) -> tuple[int, int, int, int, tuple[Any, ...]]:

@@ -25,7 +25,15 @@ class HarnessGroup(OneLineErrorGroup):
 @click.group(cls=HarnessGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="engram-harness")
 def cli() -> None:
-    """Replay engram sync scenarios against the real engram binary."""
+    """Replay engram sync scenarios against the real engram binary.
+
+    \b
+    Examples:
+      engram-harness engram install v1.20.0
+      engram-harness run --expect baseline
+      engram-harness run --engram ./engram --engram-version-as 1.20.0 my-scenarios/
+      engram-harness validate --db ~/.engram/engram.db --html report.html
+    """
 
 
 @cli.group()

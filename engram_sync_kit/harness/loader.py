@@ -363,14 +363,27 @@ def discover(paths: Sequence[Path]) -> list[Path]:
     return found
 
 
-def load_all(paths: Sequence[Path]) -> list[Scenario]:
+def load_each(paths: Sequence[Path]) -> tuple[list[Scenario], list[InvalidScenarioFile]]:
+    """Every scenario under PATHS that loads, and a one-line error for each file that does not."""
     scenarios: list[Scenario] = []
-    errors: list[str] = []
+    invalid: list[InvalidScenarioFile] = []
     for path in discover(paths):
         try:
             scenarios.append(load_scenario(path))
         except ScenarioError as error:
-            errors.append(str(error))
-    if errors:
-        raise ScenarioError("\n".join(errors))
+            invalid.append(InvalidScenarioFile(path, str(error)))
+    return scenarios, invalid
+
+
+@dataclass(frozen=True)
+class InvalidScenarioFile:
+    path: Path
+    error: str
+
+
+def load_all(paths: Sequence[Path]) -> list[Scenario]:
+    """Every scenario under PATHS; one invalid file refuses them all (for tools that need every one)."""
+    scenarios, invalid = load_each(paths)
+    if invalid:
+        raise ScenarioError("\n".join(file.error for file in invalid))
     return scenarios

@@ -15,6 +15,7 @@ import re
 import shlex
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -24,12 +25,13 @@ from rich.console import Console
 from engram_sync_kit.harness.cloud_image import ensure_image
 from engram_sync_kit.harness.cloud_launch import CloudMode
 from engram_sync_kit.harness.design_conformance import design_outcomes
-from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram
+from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, cache_root, cached_binary
 from engram_sync_kit.harness.errors import ScenarioError
 from engram_sync_kit.harness.loader import SCENARIO_SUFFIX, Scenario, load_scenario
-from engram_sync_kit.harness.report import print_result, write_junit
-from engram_sync_kit.harness.results import ExpectMode, ScenarioResult
+from engram_sync_kit.harness.report import RunProblem, print_result, write_junit
+from engram_sync_kit.harness.results import ExpectMode, ScenarioResult, unjudged_reason
 from engram_sync_kit.harness.runner import run_scenario
+from engram_sync_kit.harness.world import VERSION_PATTERN, reported_engram_version
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -51,8 +53,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--scenario-engram",
         default=None,
-        help="The engram binary (default: ENGRAM_BIN, else the v1.20.0 that `engram-harness engram install` "
-        "built). With none, collected scenarios fail the run.",
+        help="The engram binary under test (default: ENGRAM_BIN). With none, collected scenarios fail the "
+        "run; a release `engram-harness engram install` cached is used only with --scenario-engram-installed.",
+    )
+    group.addoption(
+        "--scenario-engram-installed",
+        action="store_true",
+        help=f"With no --scenario-engram or ENGRAM_BIN: play against the {DEFAULT_VERSION} release that "
+        "`engram-harness engram install` built into its cache (never the build under test).",
+    )
+    group.addoption(
+        "--scenario-engram-version-as",
+        default=None,
+        metavar="VERSION",
+        help="Judge the expectations' `engram:` ranges as if the binary were VERSION: for a build whose own "
+        "version says nothing (an untagged `go build` reports 0.0.0-<date>-<hash>).",
+    )
+    group.addoption(
+        "--scenario-allow-unjudged",
+        action="store_true",
+        help="Let a scenario pass although none of its expectations applied to this engram (default: it "
+        "fails, so the gate never passes having judged nothing).",
     )
     group.addoption(
         "--scenario-skip-without-engram",
@@ -88,6 +109,7 @@ VALUE_OPTIONS = (
     "--scenario-expect",
     "--scenario-cloud",
     "--scenario-engram",
+    "--scenario-engram-version-as",
     "--scenario-jobs",
     "--scenario-keep",
     "--scenario-junit",
@@ -172,23 +194,72 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-def engram_binary(config: pytest.Config) -> Path | None:
-    """--scenario-engram, else ENGRAM_BIN, else the installed v1.20.0; a named one must be executable."""
+@dataclass(frozen=True)
+class EngramUnderTest:
+    """The binary the scenarios play against, how it was named, and its version."""
+
+    path: Path
+    source: str
+    reported_version: str
+    #: --scenario-engram-version-as, when given: the version the `engram:` ranges are judged against
+    version_as: str | None
+
+    @property
+    def version(self) -> str:
+        return self.version_as or self.reported_version
+
+    def describe(self) -> str:
+        named = f", judged as {self.version_as} (--scenario-engram-version-as)" if self.version_as else ""
+        reported = self.reported_version or "no version"
+        return f"engram {self.path} (reports {reported}{named}; from {self.source})"
+
+
+def engram_binary(config: pytest.Config) -> tuple[Path, str] | None:
+    """--scenario-engram, else ENGRAM_BIN, else (only when asked) the cached release; a named one must be
+    executable. Never the cache by default: a gate that forgot ENGRAM_BIN must not test an old release."""
     option = config.getoption("--scenario-engram")
     if option:
         binary = Path(option).expanduser()
         if not (binary.is_file() and os.access(binary, os.X_OK)):
             raise pytest.UsageError(f"--scenario-engram {option}: not an executable file")
-        return binary.absolute()
-    found = find_engram(DEFAULT_VERSION)
-    if found is not None and not (found.is_file() and os.access(found, os.X_OK)):
-        raise pytest.UsageError(f"ENGRAM_BIN={found}: not an executable file")
-    return found
+        return binary.absolute(), "--scenario-engram"
+    override = os.environ.get("ENGRAM_BIN")
+    if override:
+        binary = Path(override)
+        if not (binary.is_file() and os.access(binary, os.X_OK)):
+            raise pytest.UsageError(f"ENGRAM_BIN={override}: not an executable file")
+        return binary.absolute(), "ENGRAM_BIN"
+    if config.getoption("--scenario-engram-installed"):
+        cached = cached_binary(DEFAULT_VERSION)
+        if not (cached.is_file() and os.access(cached, os.X_OK)):
+            raise pytest.UsageError(
+                f"--scenario-engram-installed: no {DEFAULT_VERSION} at {cached}; run "
+                f"`engram-harness engram install {DEFAULT_VERSION}` first"
+            )
+        return cached, f"--scenario-engram-installed, the cache {cache_root()}"
+    return None
 
 
+def _engram_under_test(config: pytest.Config, found: tuple[Path, str]) -> EngramUnderTest:
+    version_as = config.getoption("--scenario-engram-version-as")
+    if version_as is not None:
+        version_as = version_as.removeprefix("v")
+        if VERSION_PATTERN.fullmatch(version_as) is None:
+            raise pytest.UsageError(
+                f"--scenario-engram-version-as {version_as}: not a release version; give MAJOR.MINOR.PATCH, "
+                "e.g. 1.20.0"
+            )
+    path, source = found
+    return EngramUnderTest(path, source, reported_engram_version(path), version_as)
+
+
+UNJUDGED_HINT = (
+    "name the version under test with --scenario-engram-version-as VERSION, or pass --scenario-allow-unjudged"
+)
 MISSING_ENGRAM = (
-    "no engram binary for {count} scenario(s): give --scenario-engram PATH, set ENGRAM_BIN=PATH, or run "
-    "`engram-harness engram install`; --scenario-skip-without-engram skips them instead"
+    "no engram binary for {count} scenario(s): give --scenario-engram PATH or set ENGRAM_BIN=PATH (the "
+    "build under test); --scenario-engram-installed plays the release `engram-harness engram install` "
+    "built; --scenario-skip-without-engram skips them instead"
 )
 
 
@@ -199,19 +270,50 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not scenarios:
         return
     _flag_tag_typos(config, scenarios)
-    binary = engram_binary(config)
-    if binary is None and not config.option.collectonly:  # --collect-only plays nothing
+    found = engram_binary(config)
+    if found is None and not config.option.collectonly:  # --collect-only plays nothing
         if not config.getoption("--scenario-skip-without-engram"):
-            # A gate that skipped every scenario would be green having tested nothing.
-            raise pytest.UsageError(MISSING_ENGRAM.format(count=len(scenarios)))
+            # A gate that skipped every scenario would be green having tested nothing; a JUnit reader
+            # must see red too, so the refusal is also reported as a collection error.
+            message = MISSING_ENGRAM.format(count=len(scenarios))
+            config.stash[RUN_PROBLEMS] = [RunProblem("engram", message)]
+            config.hook.pytest_collectreport(
+                report=pytest.CollectReport("engram-harness", "failed", message, [])
+            )
+            raise pytest.UsageError(message)
         skip = pytest.mark.skip(reason="no engram binary (--scenario-skip-without-engram)")
         for item in scenarios:
             if not item.typo:  # a misspelt tag is wrong with or without engram
                 item.add_marker(skip)
-    config.stash[BINARY] = binary
+    engram = _engram_under_test(config, found) if found is not None else None
+    config.stash[BINARY] = engram
+    if engram is not None:
+        for item in scenarios:
+            item.user_properties += [("engram", str(engram.path)), ("engram version", engram.version)]
+            if engram.version_as:
+                item.user_properties.append(("engram reported version", engram.reported_version))
 
 
-BINARY = pytest.StashKey["Path | None"]()
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Under pytest-xdist the workers collect, so the controller says here which binary they play (its
+    version is each scenario's JUnit property `engram version`)."""
+    if not getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput"):
+        return []
+    try:
+        found = engram_binary(config)
+    except pytest.UsageError:  # reported again, as the session's error, once the workers collect
+        return []
+    return [f"engram-harness: engram {found[0]} (from {found[1]})"] if found is not None else []
+
+
+def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
+    """The binary under test and its version, in pytest's header (after "collected N items")."""
+    engram = config.stash.get(BINARY, None)
+    return [f"engram-harness: {engram.describe()}"] if engram is not None else []
+
+
+BINARY = pytest.StashKey["EngramUnderTest | None"]()
+RUN_PROBLEMS = pytest.StashKey[list[RunProblem]]()
 
 
 def _flag_tag_typos(config: pytest.Config, items: list[ScenarioItem]) -> None:
@@ -230,7 +332,8 @@ def _flag_tag_typos(config: pytest.Config, items: list[ScenarioItem]) -> None:
                 for other in declared | {other for other, count in uses.items() if count > uses[tag]}
                 if _DIGITS.sub("0", other) != _DIGITS.sub("0", tag)  # engram-264 is no typo of engram-299
             )
-            near = difflib.get_close_matches(tag, likelier, n=1, cutoff=0.8)
+            near = [other for other in likelier if _looks_like(tag, other)]
+            near = near or difflib.get_close_matches(tag, likelier, n=1, cutoff=0.8)
             if near:
                 item.typo = (
                     f"{item.path}:{item.scenario.line}: tag {tag!r}: did you mean {near[0]!r}? "
@@ -238,6 +341,22 @@ def _flag_tag_typos(config: pytest.Config, items: list[ScenarioItem]) -> None:
                     f"then add it to the markers option)"
                 )
                 break
+
+
+def _looks_like(tag: str, other: str) -> bool:
+    """Another case (`Gate`) or two neighbouring letters swapped (`gaet`): misses that difflib's ratio
+    scores too low on a short tag."""
+    if tag.casefold() == other.casefold():
+        return True
+    if len(tag) != len(other):
+        return False
+    differ = [index for index, (a, b) in enumerate(zip(tag, other, strict=True)) if a != b]
+    return (
+        len(differ) == 2
+        and differ[1] == differ[0] + 1
+        and tag[differ[0]] == other[differ[1]]
+        and tag[differ[1]] == other[differ[0]]
+    )
 
 
 INI_MARKERS = pytest.StashKey[set[str]]()
@@ -254,13 +373,21 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         prefetch.pool.shutdown(wait=True, cancel_futures=True)
     target = session.config.getoption("--scenario-junit")
     results = session.config.stash.get(RESULTS, [])
-    if target and results:
+    problems = session.config.stash.get(RUN_PROBLEMS, [])
+    if target and (results or problems):
         path = session.config.invocation_params.dir / target
         worker = getattr(session.config, "workerinput", {}).get("workerid")
         if worker:  # pytest-xdist: one file per worker process
             path = path.with_name(f"{path.stem}-{worker}{path.suffix}")
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_junit(path, results, cast(ExpectMode, session.config.getoption("--scenario-expect")))
+        allow_unjudged = session.config.getoption("--scenario-allow-unjudged")
+        write_junit(
+            path,
+            results,
+            cast(ExpectMode, session.config.getoption("--scenario-expect")),
+            problems=problems,
+            unjudged_hint="" if allow_unjudged else UNJUDGED_HINT,
+        )
 
 
 RESULTS = pytest.StashKey[list[ScenarioResult]]()
@@ -375,23 +502,25 @@ class ScenarioItem(pytest.Item):
         #: item's must match (None for the first mode itself)
         self.reference: str | None = None
 
-    def _binary(self) -> Path:
-        binary = self.config.stash.get(BINARY, None)
-        if binary is None:  # collection failed or skipped the run when there is none
+    def _engram(self) -> EngramUnderTest:
+        engram = self.config.stash.get(BINARY, None)
+        if engram is None:  # collection failed or skipped the run when there is none
             raise InvalidScenario(MISSING_ENGRAM.format(count=1))
-        return binary
+        return engram
 
     @property
     def mode(self) -> ExpectMode:
         return cast(ExpectMode, self.config.getoption("--scenario-expect"))
 
     def play(self) -> ScenarioResult:
+        engram = self._engram()
         return run_scenario(
             self.scenario,
-            self._binary(),
+            engram.path,
             cloud_mode=self.cloud_mode,
             expect=self.mode,
             keep_dir=self._keep_dir(),
+            version_as=engram.version_as,
         )
 
     def _keep_dir(self) -> Path | None:
@@ -426,6 +555,9 @@ class ScenarioItem(pytest.Item):
             self.user_properties.append((section, outcome))
         if result.verdict(self.mode) != "passed":
             raise ScenarioFailed(result, self.mode)
+        unjudged = unjudged_reason(result, self.mode)
+        if unjudged and not self.config.getoption("--scenario-allow-unjudged"):
+            raise InvalidScenario(f"nothing judged on engram {result.version}: {unjudged}; {UNJUDGED_HINT}")
         reference = self._reference_result(prefetch)
         if reference is not None:
             differences = _differences(reference, result, self.mode)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +13,8 @@ from rich.console import Console
 from rich.table import Table
 
 from engram_sync_kit.harness.design_conformance import conformance_json, junit_suites
-from engram_sync_kit.harness.lanes import LaneTable
-from engram_sync_kit.harness.results import ExpectMode, ScenarioResult
+from engram_sync_kit.harness.lanes import LaneTable, MeasuredLaneRow
+from engram_sync_kit.harness.results import ExpectMode, ScenarioResult, unjudged_reason
 from engram_sync_kit.harness.schema import LANE_COUNTS
 from engram_sync_kit.harness.step_results import save_result_name
 
@@ -223,10 +224,7 @@ def summary_table(results: Sequence[ScenarioResult], mode: ExpectMode) -> Table:
             tagged = [e for e in result.expectations if e.tag == tag and e.status != "n/a"]
             passed = sum(1 for e in tagged if e.status == "pass")
             counts[tag] = f"{passed}/{len(tagged)}" if tagged else "-"
-        lanes = ", ".join(
-            f"{row.lane}/{row.project or EMPTY_PROJECT} {row.delivered}/{row.enqueued}"
-            for row in result.lanes.rows
-        )
+        lanes = ", ".join(lane_summary(row) for row in result.lanes.rows)
         table.add_row(
             result.scenario.id,
             result.version,
@@ -237,6 +235,15 @@ def summary_table(results: Sequence[ScenarioResult], mode: ExpectMode) -> Table:
             f"{result.timings.get('total', 0):.1f}",
         )
     return table
+
+
+def lane_summary(row: MeasuredLaneRow) -> str:
+    """`cloud/app 1/3 delivered, 1 stranded, 1 lost`: what did not arrive says whether it still may."""
+    text = f"{row.lane}/{row.project or EMPTY_PROJECT} {row.delivered}/{row.enqueued} delivered"
+    undelivered = [
+        f"{count} {name}" for name in ("stranded", "lost", "duplicated") if (count := getattr(row, name))
+    ]
+    return ", ".join([text, *undelivered])
 
 
 def matrix_table(results: Sequence[ScenarioResult], mode: ExpectMode) -> Table:
@@ -320,11 +327,34 @@ def write_json(path: Path, results: Sequence[ScenarioResult], mode: ExpectMode) 
     path.write_text(json.dumps(as_json(results, mode), indent=2, default=str) + "\n", encoding="utf-8")
 
 
-def write_junit(path: Path, results: Sequence[ScenarioResult], mode: ExpectMode) -> None:
-    """One testsuite of scenarios (a testcase per scenario and version), then one per design section."""
+@dataclass(frozen=True)
+class RunProblem:
+    """What failed the run outside any scenario's result: an invalid file, no engram binary."""
+
+    name: str
+    message: str
+    file: str = ""
+    #: "error" fails the JUnit; "skipped" records a scenario that was asked to be skipped
+    kind: str = "error"
+
+
+def write_junit(
+    path: Path,
+    results: Sequence[ScenarioResult],
+    mode: ExpectMode,
+    *,
+    problems: Sequence[RunProblem] = (),
+    unjudged_hint: str = "",
+) -> None:
+    """One testsuite of scenarios (a testcase per scenario and version), then one per design section.
+
+    PROBLEMS become testcases of their own, so a run that played nothing is never an empty green file.
+    With UNJUDGED_HINT, a scenario that passed with nothing judged is a failure that ends with the hint."""
     root = ElementTree.Element("testsuites")
-    suite = ElementTree.SubElement(root, "testsuite", name="engram-harness", tests=str(len(results)))
-    failures = errors = 0
+    suite = ElementTree.SubElement(
+        root, "testsuite", name="engram-harness", tests=str(len(results) + len(problems))
+    )
+    failures = errors = skipped = 0
     for r in results:
         case = ElementTree.SubElement(
             suite,
@@ -335,8 +365,12 @@ def write_junit(path: Path, results: Sequence[ScenarioResult], mode: ExpectMode)
             line=str(r.scenario.line),
             time=f"{r.timings.get('total', 0):.3f}",
         )
+        properties = ElementTree.SubElement(case, "properties")
+        ElementTree.SubElement(properties, "property", name="engram", value=r.binary)
+        ElementTree.SubElement(properties, "property", name="engram version", value=_version_text(r))
         verdict = r.verdict(mode)
-        if verdict == "passed":
+        unjudged = unjudged_reason(r, mode) if unjudged_hint else ""
+        if verdict == "passed" and not unjudged:
             continue
         lines = [r.error] if r.error else []
         if r.failed_step is not None:
@@ -344,13 +378,29 @@ def write_junit(path: Path, results: Sequence[ScenarioResult], mode: ExpectMode)
         lines += [
             f"line {e.line} [{e.tag}] {e.kind}: {e.detail}" for e in r.selected(mode) if e.status == "fail"
         ]
+        if unjudged:
+            lines.append(f"nothing judged: {unjudged}; {unjudged_hint}")
         element = "error" if verdict == "error" else "failure"
         errors += verdict == "error"
         failures += verdict != "error"
         node = ElementTree.SubElement(case, element, message=(lines[0] if lines else verdict)[:500])
         node.text = "\n".join(lines)
         ElementTree.SubElement(case, "system-err").text = r.stderr[-5000:]
+    for problem in problems:
+        case = ElementTree.SubElement(
+            suite, "testcase", classname="engram-harness", name=problem.name, file=problem.file
+        )
+        ElementTree.SubElement(case, problem.kind, message=problem.message[:500]).text = problem.message
+        errors += problem.kind == "error"
+        skipped += problem.kind == "skipped"
     suite.set("failures", str(failures))
     suite.set("errors", str(errors))
+    suite.set("skipped", str(skipped))
     junit_suites(root, results, mode)
     ElementTree.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+
+
+def _version_text(result: ScenarioResult) -> str:
+    if result.reported_version:
+        return f"{result.version} (named; the binary reports {result.reported_version})"
+    return result.version

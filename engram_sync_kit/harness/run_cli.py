@@ -17,12 +17,21 @@ from engram_sync_kit.harness.cloud_launch import CloudMode, CloudTarget
 from engram_sync_kit.harness.design_conformance import conformance_table
 from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
 from engram_sync_kit.harness.errors import EngramInstallError, HarnessError
+from engram_sync_kit.harness.keep import KEEP_IN_TEMP
 from engram_sync_kit.harness.library import scenario_library
-from engram_sync_kit.harness.loader import SCENARIO_SUFFIX, Scenario, load_all
-from engram_sync_kit.harness.report import matrix_table, print_result, summary_table, write_json, write_junit
-from engram_sync_kit.harness.results import ExpectMode, ScenarioResult, StepRecord
+from engram_sync_kit.harness.loader import SCENARIO_SUFFIX, Scenario, load_each
+from engram_sync_kit.harness.report import (
+    RunProblem,
+    matrix_table,
+    print_result,
+    summary_table,
+    write_json,
+    write_junit,
+)
+from engram_sync_kit.harness.results import ExpectMode, ScenarioResult, StepRecord, unjudged_failure
 from engram_sync_kit.harness.runner import run_many
 from engram_sync_kit.harness.schema import json_schema_text
+from engram_sync_kit.harness.world import VERSION_PATTERN
 
 NO_ENGRAM = (
     "no engram binary: give --engram PATH, set ENGRAM_BIN=PATH, or run `engram-harness engram install` "
@@ -56,9 +65,6 @@ def _binaries(engram_path: Path | None, versions: str | None, skip_without: bool
         found = find_engram(version) if versions is None else None
         binaries.append(found or install_engram(version))
     return binaries
-
-
-KEEP_IN_TEMP = "\0temp"
 
 
 def _keep_dir(keep_to: str | None) -> Path | None:
@@ -184,6 +190,20 @@ def _cloud_target(
     is_flag=True,
     help="When no engram binary is found, report the scenarios as skipped and exit 0 (default: exit 1).",
 )
+@click.option(
+    "--engram-version-as",
+    "version_as",
+    metavar="VERSION",
+    callback=lambda _context, _param, value: _release_version(value),
+    help="Judge the expectations' `engram:` ranges as if the binary were VERSION: for a build whose own "
+    "version says nothing (an untagged `go build` reports 0.0.0-<date>-<hash>).",
+)
+@click.option(
+    "--allow-unjudged",
+    is_flag=True,
+    help="Let a scenario pass although none of its expectations applied to this engram (default: such a "
+    "run fails, so a gate never passes having judged nothing).",
+)
 def run_command(
     paths: tuple[Path, ...],
     engram_path: Path | None,
@@ -201,14 +221,22 @@ def run_command(
     verbose: bool,
     keep_to: str | None,
     skip_without_engram: bool,
+    version_as: str | None,
+    allow_unjudged: bool,
 ) -> None:
-    """Run the scenarios under PATHS (default: the shipped scenario library) against the real engram."""
+    """Run the scenarios under PATHS (default: the shipped scenario library) against the real engram.
+
+    \b
+    Examples:
+      engram-harness run --expect baseline
+      engram-harness run --engram ./engram --engram-version-as 1.20.0 --junit gate.xml my-scenarios/
+    """
     console = Console(highlight=False, width=None if Console().is_terminal else 160)
     expect = cast(ExpectMode, mode)
     try:
         selected = list(paths) or [scenario_library()]
-        scenarios = load_all(selected)
-        if not scenarios:
+        scenarios, invalid = load_each(selected)
+        if not scenarios and not invalid:
             raise click.UsageError(f"no *.scenario.yaml under {', '.join(map(str, selected))}")
         if db_source is not None and len(scenarios) != 1:
             raise click.UsageError(f"--db runs exactly one scenario; {len(scenarios)} were selected")
@@ -216,9 +244,23 @@ def run_command(
             if report_path is not None and not report_path.parent.is_dir():
                 raise click.UsageError(f"{option} {report_path}: no such directory {report_path.parent}")
         keep_dir = _keep_dir(keep_to)
-        binaries = _binaries(engram_path, versions, skip_without_engram)
+        problems = [RunProblem(file.path.name, file.error, str(file.path)) for file in invalid]
+        for file in invalid:  # reported, and the run goes on with the valid ones
+            click.echo(f"Error: {file.error}", err=True)
+        try:
+            binaries = _binaries(engram_path, versions, skip_without_engram)
+        except click.ClickException as error:
+            _write_junit(junit_path, [], expect, [*problems, RunProblem("engram", error.format_message())])
+            raise
         if not binaries:
+            skipped = [
+                RunProblem(s.id, "no engram binary (--skip-without-engram)", str(s.path), "skipped")
+                for s in scenarios
+            ]
+            _write_junit(junit_path, [], expect, [*problems, *skipped])
             console.print(f"skipped {len(scenarios)} scenario(s): no engram binary (--skip-without-engram)")
+            if problems:
+                raise SystemExit(1)
             return
         cloud_target = _cloud_target(cloud_mode, cloud_url, cloud_token, cloud_control_token, cloud_ca)
         cloud_mode = cloud_mode or "process"
@@ -265,6 +307,7 @@ def run_command(
             done=done,
             keep=keep_to is not None,
             keep_dir=keep_dir,
+            version_as=version_as,
         )
     for result in results:
         print_result(console, result, expect, verbose=verbose)
@@ -273,16 +316,44 @@ def run_command(
         console.print(matrix_table(results, expect))
     if expect == "design":
         console.print(conformance_table(results))
+    unjudged = (
+        ""
+        if allow_unjudged
+        else unjudged_failure(
+            results, expect, version_option="--engram-version-as", allow_option="--allow-unjudged"
+        )
+    )
     try:
         if json_path is not None:
             write_json(json_path, results, expect)
-        if junit_path is not None:
-            write_junit(junit_path, results, expect)
+        _write_junit(junit_path, results, expect, problems, unjudged_hint=unjudged and UNJUDGED_HINT)
     except OSError as error:
         raise click.ClickException(f"{error.filename}: cannot write the report ({error.strerror})") from None
+    if unjudged:
+        click.echo(f"Error: {unjudged}", err=True)
     failed = [r for r in results if r.verdict(expect) != "passed"]
-    if failed:
+    if failed or problems or unjudged:
         raise SystemExit(1)
+
+
+UNJUDGED_HINT = "name the version under test with --engram-version-as VERSION, or pass --allow-unjudged"
+
+
+def _write_junit(
+    path: Path | None,
+    results: list[ScenarioResult],
+    expect: ExpectMode,
+    problems: list[RunProblem],
+    unjudged_hint: str = "",
+) -> None:
+    if path is not None:
+        write_junit(path, results, expect, problems=problems, unjudged_hint=unjudged_hint)
+
+
+def _release_version(value: str | None) -> str | None:
+    if value is not None and VERSION_PATTERN.fullmatch(value.removeprefix("v")) is None:
+        raise click.BadParameter(f"{value!r} is not a release version; give MAJOR.MINOR.PATCH, e.g. 1.20.0")
+    return value.removeprefix("v") if value is not None else None
 
 
 @click.command("schema")

@@ -29,7 +29,7 @@ from engram_sync_kit.harness.lanes import (
     read_sync_state_targets,
     triaged_seqs,
 )
-from engram_sync_kit.harness.loader import Scenario
+from engram_sync_kit.harness.loader import Scenario, Step
 from engram_sync_kit.harness.localdata import count_local_rows, read_sync_state_rows
 from engram_sync_kit.harness.report import EMPTY_PROJECT
 from engram_sync_kit.harness.results import (
@@ -41,7 +41,7 @@ from engram_sync_kit.harness.results import (
 )
 from engram_sync_kit.harness.schema import LanesExpectation, LocalExpectation, LostExpectation, WorkspaceSpec
 from engram_sync_kit.harness.steps import StepRunner, plain
-from engram_sync_kit.harness.world import World, engram_version
+from engram_sync_kit.harness.world import World, engram_version, reported_engram_version
 
 
 def _make_workspaces(world: World, specs: dict[str, WorkspaceSpec]) -> None:
@@ -134,9 +134,12 @@ def run_scenario(
     keep_dir: Path | None = None,
     expect: ExpectMode = "all",
     progress: Callable[[Scenario, StepRecord], None] | None = None,
+    version_as: str | None = None,
 ) -> ScenarioResult:
     """Play one scenario. Its directory is `root`, else a new one in `keep_dir` (kept, passed or not),
-    else a temporary one, removed when the scenario passes unless `keep`."""
+    else a temporary one, removed when the scenario passes unless `keep`. `version_as` is the version
+    the expectations' ranges are judged against, for a build whose own version says nothing (an
+    untagged `go build` reports 0.0.0-<date>-<hash>)."""
     started = time.monotonic()
     binary = binary.absolute()  # engram runs in other directories (workspaces, HOME)
     own_root = root is None
@@ -148,10 +151,13 @@ def run_scenario(
         base = Path(tempfile.mkdtemp(prefix=f"{scenario.id}-", dir=keep_dir)).absolute()
     else:
         base = Path(tempfile.mkdtemp(prefix="engram-harness-"))
-    result = ScenarioResult(scenario=scenario, version="?", root=str(base))
+    result = ScenarioResult(scenario=scenario, version="?", root=str(base), binary=str(binary))
     world: World | None = None
     try:
-        result.version = engram_version(binary)
+        if version_as is None:
+            result.version = engram_version(binary)
+        else:
+            result.version, result.reported_version = version_as, reported_engram_version(binary)
         env = EngramEnvironment(binary=binary, root=base).prepare()
         if db_copy_source is not None:
             copy_database(db_copy_source, env.db_path)
@@ -203,6 +209,7 @@ def run_scenario(
             (lambda record: progress(scenario, record)) if progress else None,
             deadline=started + scenario.header.timeout,
         )
+        world.results.declared = declared_labels(scenario.steps)
         runner.run(scenario.steps)
         result.steps = runner.records
         result.timings["steps"] = time.monotonic() - mark
@@ -233,6 +240,17 @@ def run_scenario(
     else:
         result.kept = True
     return result
+
+
+def declared_labels(steps: tuple[Step, ...]) -> dict[str, int]:
+    """Every `as:` label the steps (nested ones too) keep a result under, with its step's line."""
+    labels: dict[str, int] = {}
+    for step in steps:
+        label = getattr(step.body, "as_", None)
+        if isinstance(label, str):
+            labels.setdefault(label, step.line)
+        labels.update({k: v for k, v in declared_labels(step.children).items() if k not in labels})
+    return labels
 
 
 LOG_LIMIT = 200_000  # characters of each log in the JSON report; the kept directory has them whole
@@ -356,7 +374,15 @@ def _observe(
         )
         result.expectations.append(
             ExpectationResult(
-                at.index, at.line, expectation.tag, expectation.kind, status, detail, expectation.why, rows
+                at.index,
+                at.line,
+                expectation.tag,
+                expectation.kind,
+                status,
+                detail,
+                expectation.why,
+                rows,
+                engram_range=expectation.engram or "",
             )
         )
     result.expectations.append(_nothing_else_lost(result))
@@ -444,6 +470,7 @@ def run_many(
     done: Callable[[ScenarioResult], None] | None = None,
     keep: bool = False,
     keep_dir: Path | None = None,
+    version_as: str | None = None,
 ) -> list[ScenarioResult]:
     """Scenarios side by side: they mostly wait on engram's worker, so threads overlap those waits."""
 
@@ -458,6 +485,7 @@ def run_many(
             progress=progress,
             keep=keep,
             keep_dir=keep_dir,
+            version_as=version_as,
         )
         if done is not None:
             done(outcome)

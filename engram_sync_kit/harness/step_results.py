@@ -165,6 +165,9 @@ class StepResults:
     """The results of a scenario's labelled steps, by name; every device of the scenario shares one."""
 
     by_name: dict[str, StepResult] = field(default_factory=dict)
+    #: the labels the scenario's steps keep their results under (`as:`), each with its step's line: a
+    #: label that is declared but missing belongs to a step that never ran
+    declared: dict[str, int] = field(default_factory=dict)
 
     def record(self, name: str, result: StepResult) -> None:
         self.by_name[name] = result
@@ -181,6 +184,11 @@ class StepResults:
     def get(self, name: str, kind: type[ResultT], step: str, *, key: str | None = None) -> ResultT:
         """The result NAME (stored under KEY if given) as KIND; a LookupError in one line otherwise."""
         found = self.by_name.get(key or name)
+        if found is None and name in self.declared:
+            raise LookupError(
+                f"no {step} result named {name!r}: its step (line {self.declared[name]}) did not run, "
+                "because an earlier step failed or the scenario stopped before it"
+            )
         if found is None:
             raise LookupError(
                 f"no {step} result named {name!r}: add a `{step}:` step (as: {name}) before the checks"

@@ -1082,6 +1082,8 @@ def validate(options: ValidateOptions, progress: Progress = lambda _message: Non
     finally:
         if options.work_dir is None and not options.keep:
             shutil.rmtree(base, ignore_errors=True)
+        elif options.work_dir is None:
+            progress(f"copies, logs and backups kept in {base}")
 
 
 def _validate(options: ValidateOptions, progress: Progress, base: Path) -> ValidateReport:

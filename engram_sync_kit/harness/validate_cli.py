@@ -11,6 +11,7 @@ import click
 from engram_sync_kit.canary.errors import CanaryError
 from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, cached_binary, find_engram, install_engram
 from engram_sync_kit.harness.errors import HarnessError
+from engram_sync_kit.harness.keep import KEEP_IN_TEMP
 from engram_sync_kit.harness.validate import ValidateOptions, alarms, validate
 
 ALARM_EXIT = 3  # the report was written and finds rows lost or duplicated, or a plan that blocks
@@ -100,7 +101,16 @@ def check_writable(option: str, path: Path) -> None:
     type=click.Path(path_type=Path, dir_okay=False),
     help="With --anonymize: the key file (made, mode 600, when missing); the same key gives the same names.",
 )
-@click.option("--keep", type=click.Path(path_type=Path, file_okay=False), help="Keep the copies in this dir.")
+@click.option(
+    "--keep",
+    "keep_to",
+    is_flag=False,
+    flag_value=KEEP_IN_TEMP,
+    default=None,
+    metavar="[DIR]",
+    help="Keep the copies, logs and backups: in DIR (created if missing), or in the system's temporary "
+    "directory when DIR is left out (as `run --keep`).",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines on stderr.")
 def validate_command(
     db: Path,
@@ -116,7 +126,7 @@ def validate_command(
     json_path: Path | None,
     anonymize: bool,
     key_path: Path | None,
-    keep: Path | None,
+    keep_to: str | None,
     quiet: bool,
 ) -> None:
     """Rehearse an engram version on a copy of DB: lanes, refusals, canary, doctor, migrations, a what-if."""
@@ -127,6 +137,7 @@ def validate_command(
     for option, path in (("--html", html_path), ("--json", json_path)):
         if path is not None:
             check_writable(option, path)
+    keep = Path(keep_to) if keep_to is not None and keep_to != KEEP_IN_TEMP else None
     if keep is not None:
         try:
             keep.mkdir(parents=True, exist_ok=True)
@@ -162,6 +173,7 @@ def validate_command(
             allowed_projects=allowed,
             aliases=aliases,
             work_dir=keep,
+            keep=keep_to is not None,
         )
         report = validate(
             options, progress=(lambda _m: None) if quiet else (lambda m: click.echo(said(m), err=True))

@@ -26,7 +26,14 @@ from engram_sync_kit.harness.step_results import StepResults
 
 # harness/validate.py and harness/explore/ still import these two from here; new code imports each part
 # from its own module.
-__all__ = ["CloudHandle", "EngramDaemon", "SavedObservation", "World", "engram_version"]
+__all__ = [
+    "CloudHandle",
+    "EngramDaemon",
+    "SavedObservation",
+    "World",
+    "engram_version",
+    "reported_engram_version",
+]
 
 
 @dataclass
@@ -186,7 +193,8 @@ class World:
         self._mcp.clear()
 
 
-def engram_version(binary: Path) -> str:
+def reported_engram_version(binary: Path) -> str:
+    """What `engram version` prints after "engram " ("" when it prints nothing like a version line)."""
     # An explicit environment: the child then never reads the C library's environ, which another thread
     # may reallocate meanwhile (CI once saw execve fail with EFAULT on this very call).
     result = subprocess.run(
@@ -197,7 +205,20 @@ def engram_version(binary: Path) -> str:
         timeout=30,
         check=False,
     )
-    match = re.search(r"(\d+\.\d+\.\d+(?:-[0-9A-Za-z.]+)?)", result.stdout)
+    match = re.search(r"^engram (\S+)", result.stdout, re.MULTILINE)
+    return match.group(1) if match else result.stdout.strip()[:80]
+
+
+def engram_version(binary: Path) -> str:
+    """The release version BINARY reports, as MAJOR.MINOR.PATCH[-PRERELEASE]."""
+    reported = reported_engram_version(binary)
+    match = VERSION_PATTERN.fullmatch(reported)
     if match is None:
-        raise HarnessError(f"{binary}: `engram version` printed no version ({result.stdout.strip()!r})")
-    return match.group(1)
+        raise HarnessError(
+            f"{binary}: `engram version` printed no version ({reported!r}); name the version under test "
+            "(`run --engram-version-as VERSION`, pytest's --scenario-engram-version-as VERSION)"
+        )
+    return reported
+
+
+VERSION_PATTERN = re.compile(r"\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?")

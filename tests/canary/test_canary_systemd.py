@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+import sqlite3
 import subprocess
 from pathlib import Path
 
+import pytest
 from canary_support import CANARY, run_canary
 from real_parts import missing
 
 from engram_sync_kit.canary.systemd import UnitOptions, command_line, render_units
+
+
+def sqlite_file(path: Path) -> Path:
+    """A SQLite database file (not engram's: install-systemd only checks that --db is one)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        connection.execute("CREATE TABLE t (x)")
+    return path
 
 
 def options(tmp_path: Path, **overrides: object) -> UnitOptions:
@@ -76,7 +87,8 @@ def test_specifiers_and_variables_are_escaped() -> None:
 
 
 def test_print_writes_nothing(tmp_path: Path) -> None:
-    result = run_canary(["install-systemd", "--db", str(tmp_path / "engram.db"), "--print"], tmp_path / "xdg")
+    db = sqlite_file(tmp_path / "engram.db")
+    result = run_canary(["install-systemd", "--db", str(db), "--print"], tmp_path / "xdg")
 
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("# engram-canary-watch.service\n[Unit]\n")
@@ -85,7 +97,9 @@ def test_print_writes_nothing(tmp_path: Path) -> None:
 
 
 def test_install_writes_user_units_by_default(tmp_path: Path) -> None:
-    result = run_canary(["install-systemd", "--db", str(tmp_path / "engram.db")], tmp_path / "xdg")
+    result = run_canary(
+        ["install-systemd", "--db", str(sqlite_file(tmp_path / "engram.db"))], tmp_path / "xdg"
+    )
 
     unit_dir = tmp_path / "xdg" / "systemd" / "user"
     assert result.returncode == 0, result.stderr
@@ -105,7 +119,13 @@ def test_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
         missing("systemd-analyze is not installed (Debian's systemd package)")
     unit_dir = tmp_path / "units"
     result = run_canary(
-        ["install-systemd", "--db", str(tmp_path / "data" / "engram.db"), "--unit-dir", str(unit_dir)],
+        [
+            "install-systemd",
+            "--db",
+            str(sqlite_file(tmp_path / "data" / "engram.db")),
+            "--unit-dir",
+            str(unit_dir),
+        ],
         tmp_path / "xdg",
     )
     assert result.returncode == 0, result.stderr
@@ -120,3 +140,55 @@ def test_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
 
     assert verify.returncode == 0, verify.stderr
     assert verify.stderr == "", verify.stderr
+
+
+def test_the_services_may_write_the_canarys_state_dir(tmp_path: Path) -> None:
+    # Before: ReadWritePaths left the state dir out (ProtectHome=read-only), so the unchanged-check cache
+    # was silently lost and every timer run read the whole database again.
+    state = tmp_path / "state dir"
+    units = render_units(options(tmp_path, state_dir=state))
+    for name in ("engram-canary-watch.service", "engram-canary-check.service"):
+        service = unit_settings(units[name])
+        assert service["ReadWritePaths"] == [f'"{tmp_path}/engram data" "{state}"'], name
+        assert service["Environment"] == [f'"ENGRAM_CANARY_STATE_DIR={state}"'], name
+    system = unit_settings(
+        render_units(options(tmp_path, system=True, user="alice", state_dir=state))[
+            "engram-canary-check.service"
+        ]
+    )
+    assert system["StateDirectory"] == ["engram-canary"]
+    assert system["Environment"] == ["ENGRAM_CANARY_STATE_DIR=/var/lib/engram-canary"]
+    assert system["ReadWritePaths"] == [f'"{tmp_path}/engram data"']
+
+
+def test_install_creates_the_state_dir_the_units_name(tmp_path: Path) -> None:
+    result = run_canary(
+        ["install-systemd", "--db", str(sqlite_file(tmp_path / "engram.db"))], tmp_path / "xdg"
+    )
+    assert result.returncode == 0, result.stderr
+    state = tmp_path / "xdg" / "engram-canary-state"  # canary_env's ENGRAM_CANARY_STATE_DIR
+    assert state.is_dir() and state.stat().st_mode & 0o777 == 0o700
+    watch = (tmp_path / "xdg" / "systemd" / "user" / "engram-canary-watch.service").read_text()
+    assert f"ReadWritePaths={tmp_path} {state}\n" in watch
+
+
+@pytest.mark.parametrize("kind", ["directory", "missing", "not sqlite", "empty"])
+def test_install_refuses_a_db_that_is_no_database_file(tmp_path: Path, kind: str) -> None:
+    # Before: each of these wrote units and exited 0; the watcher then failed at every start.
+    db = tmp_path / "engram.db"
+    if kind == "directory":
+        db.mkdir()
+    elif kind == "not sqlite":
+        db.write_text("notes, not a database\n")
+    elif kind == "empty":
+        db.write_bytes(b"")
+    said = {"directory": "a directory, not a database file", "missing": "no such file"}.get(
+        kind, "not a SQLite database"
+    )
+    result = run_canary(["install-systemd", "--db", str(db)], tmp_path / "xdg")
+    assert (result.returncode, result.stdout) == (3, "")
+    assert result.stderr == (
+        f"engram-canary: error: --db {db}: {said}; give --db engram's engram.db (engram creates it when it first "
+        "runs)\n"
+    )
+    assert not (tmp_path / "xdg").exists()

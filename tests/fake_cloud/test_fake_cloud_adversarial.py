@@ -387,7 +387,7 @@ def serve(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize("host", ["0.0.0.0", "", "::"])
 def test_a_non_loopback_bind_needs_a_control_token(host: str) -> None:
     result = serve("--host", host)
-    assert result.returncode == 2
+    assert result.returncode == 3
     assert result.stdout == ""
     [line] = result.stderr.splitlines()
     assert line.startswith("engram-fake-cloud: refusing to bind ")

@@ -79,7 +79,7 @@ def test_container_refuses_to_start_without_auth(fake_cloud_image: str) -> None:
         )
     finally:
         subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False, timeout=120)
-    assert refused.returncode == 2, refused.stderr
+    assert refused.returncode == 3, refused.stderr
     assert refused.stderr.startswith("engram-fake-cloud: cloud auth token is required"), refused.stderr
 
 

@@ -108,7 +108,8 @@ def test_insecure_permissive_accepts_requests_without_a_token(args: list[str], e
         (["--token", "t", "--insecure-permissive"], {}, "insecure_permissive only applies together with"),
     ],
 )
-def test_bad_configuration_exits_2_with_one_line(args: list[str], env: dict[str, str], message: str) -> None:
+def test_bad_configuration_exits_3_with_one_line(args: list[str], env: dict[str, str], message: str) -> None:
+    # Before: click's usage errors printed its usage block (3 lines) and exited 2, the others one line.
     result = subprocess.run(
         [*command(), "serve", "--port", "0", *args],
         env=clean_env(**env),
@@ -116,9 +117,11 @@ def test_bad_configuration_exits_2_with_one_line(args: list[str], env: dict[str,
         text=True,
         timeout=30,
     )
-    assert result.returncode == 2
+    assert result.returncode == 3
     assert result.stdout == ""
-    assert message in result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith("engram-fake-cloud: ") and message in line
+    assert line.endswith(" (see engram-fake-cloud serve --help)")
     assert "Traceback" not in result.stderr
 
 
@@ -132,7 +135,7 @@ def test_port_in_use_is_a_one_line_error() -> None:
             text=True,
             timeout=30,
         )
-    assert result.returncode == 2
+    assert result.returncode == 1
     assert result.stderr.startswith(f"engram-fake-cloud: cannot listen on 127.0.0.1:{port}")
     assert len(result.stderr.strip().splitlines()) == 1
 

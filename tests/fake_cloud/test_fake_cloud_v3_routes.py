@@ -308,7 +308,7 @@ def test_cli_refuses_an_unknown_server_version() -> None:
         timeout=20,
         check=False,
     )
-    assert done.returncode == 2
+    assert done.returncode == 3
     assert "Invalid value for '--server-version': 'v4' is not one of 'v1.20', 'v2', 'v3'" in done.stderr
 
 

@@ -55,7 +55,7 @@ def harness(*args: str) -> subprocess.CompletedProcess[str]:
 )
 def test_cloud_url_usage_errors_are_one_line(args: list[str], message: str) -> None:
     done = harness("run", "scenarios/enrolled-legacy-lane.scenario.yaml", "--engram", "/bin/true", *args)
-    assert done.returncode == 2
+    assert done.returncode == 3
     assert done.stderr.startswith(message) and done.stderr.count("\n") == 1, done.stderr
 
 

@@ -436,7 +436,7 @@ def test_command_prints_the_summary_and_refuses_to_overwrite(engram_bin: Path, t
 @pytest.mark.unit
 def test_command_rejects_a_bad_scale_and_a_missing_directory(tmp_path: Path) -> None:
     bad = harness("make-deployment", "--scale", "0", "--out", str(tmp_path / "x.db"))
-    assert bad.returncode == 2
+    assert bad.returncode == 3
     assert "Invalid value for '--scale': 0.0 is not in the range x>0." in bad.stderr
     fake_binary = tmp_path / "engram"
     fake_binary.write_text("")

@@ -54,23 +54,23 @@ def test_an_invalid_scenario_exits_1_with_file_line_and_no_traceback(tmp_path: P
 def test_no_scenarios_is_a_usage_error(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     result = harness("run", "empty", cwd=tmp_path)
-    assert result.returncode == 2 and "no *.scenario.yaml under empty" in result.stderr
+    assert result.returncode == 3 and "no *.scenario.yaml under empty" in result.stderr
 
 
 @pytest.mark.parametrize("option", ["--json", "--junit"])
 def test_a_report_in_a_missing_directory_is_refused_before_running(tmp_path: Path, option: str) -> None:
     (tmp_path / "cli.scenario.yaml").write_text(SCENARIO)
     result = harness("run", "cli.scenario.yaml", option, "missing/report.out", cwd=tmp_path)
-    assert result.returncode == 2
+    assert result.returncode == 3
     assert result.stderr == (
         f"Error: {option} missing/report.out: no such directory missing (see engram-harness run --help)\n"
     )
     assert "running" not in result.stdout and "Traceback" not in result.stderr
 
 
-def test_usage_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:
+def test_usage_errors_are_one_line_and_exit_3(tmp_path: Path) -> None:
     result = harness("make-deployment", "--scale", "-1", "--out", "x.db", cwd=tmp_path)
-    assert (result.returncode, result.stdout) == (2, "")
+    assert (result.returncode, result.stdout) == (3, "")
     assert result.stderr == (
         "Error: Invalid value for '--scale': -1.0 is not in the range x>0. "
         "(see engram-harness make-deployment --help)\n"
@@ -179,7 +179,7 @@ def test_without_an_engram_binary_run_fails_in_one_line_unless_skipping_is_asked
         check=False,
     )
     assert (
-        missing.returncode == 2
+        missing.returncode == 3
         and f"ENGRAM_BIN={tmp_path / 'nowhere'}: not an executable file" in missing.stderr
     )
 
@@ -196,4 +196,4 @@ def test_keep_dir_keeps_every_run_directory_where_the_user_says(tmp_path: Path, 
     assert kept.name.startswith("cli-") and (kept / "evidence").is_dir()
     assert f"evidence kept in {kept}/evidence" in result.stdout.replace("\n", "")
     refused = harness("run", "--keep", ".", "cli.scenario.yaml", cwd=tmp_path)
-    assert refused.returncode == 2 and "--keep .: that holds scenarios; write --keep=DIR" in refused.stderr
+    assert refused.returncode == 3 and "--keep .: that holds scenarios; write --keep=DIR" in refused.stderr

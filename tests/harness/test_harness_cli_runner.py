@@ -34,7 +34,7 @@ def test_a_missing_scenario_is_one_line_and_exit_1(tmp_path: Path) -> None:
     assert result.stderr == f"Error: {missing}: no such file or directory\n"
 
 
-def test_an_unknown_command_is_one_line_and_exit_2() -> None:
+def test_an_unknown_command_is_one_line_and_exit_3() -> None:
     result = invoke("nosuch")
-    assert (result.exit_code, result.stdout) == (2, "")
+    assert (result.exit_code, result.stdout) == (3, "")
     assert result.stderr == "Error: No such command 'nosuch'. (see engram-harness --help)\n"

@@ -45,9 +45,10 @@ def test_a_scenario_item_runs_and_fails_on_design_only_when_asked(
     pytester: pytest.Pytester, engram_bin: object
 ) -> None:
     pytester.makefile(".scenario.yaml", plugin=SCENARIO)
-    pytester.runpytest("-p", "no:cacheprovider", "--scenario-engram", str(engram_bin)).assert_outcomes(
-        passed=1
-    )
+    # under baseline its one design expectation decides nothing: it passes only when that is accepted
+    pytester.runpytest(
+        "-p", "no:cacheprovider", "--scenario-engram", str(engram_bin), "--scenario-allow-unjudged"
+    ).assert_outcomes(passed=1)
     result = pytester.runpytest(
         "-p", "no:cacheprovider", "--scenario-engram", str(engram_bin), "--scenario-expect", "all"
     )
@@ -65,8 +66,9 @@ def test_items_played_side_by_side_keep_their_own_results(
     )
     pytester.makefile(".scenario.yaml", other=failing)
     result = pytester.runpytest(
-        "-p", "no:cacheprovider", "--scenario-engram", str(engram_bin), "--scenario-jobs", "4"
-    )
+        "-p", "no:cacheprovider", "--scenario-engram", str(engram_bin), "--scenario-jobs", "4",
+        "--scenario-allow-unjudged",
+    )  # fmt: skip
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["FAILED *other.scenario.yaml::other"])
 
@@ -129,8 +131,9 @@ def test_no_engram_binary_fails_the_run_in_one_line_unless_skipping_is_asked(
     result = pytester.runpytest("-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert [line for line in result.stderr.lines if line] == [
-        "ERROR: no engram binary for 1 scenario(s): give --scenario-engram PATH, set ENGRAM_BIN=PATH, or "
-        "run `engram-harness engram install`; --scenario-skip-without-engram skips them instead"
+        "ERROR: no engram binary for 1 scenario(s): give --scenario-engram PATH or set ENGRAM_BIN=PATH (the "
+        "build under test); --scenario-engram-installed plays the release `engram-harness engram install` "
+        "built; --scenario-skip-without-engram skips them instead"
     ]
     pytester.runpytest("-p", "no:cacheprovider", "--scenario-skip-without-engram").assert_outcomes(skipped=1)
     assert pytester.runpytest("-p", "no:cacheprovider", "--collect-only").ret == pytest.ExitCode.OK
@@ -240,8 +243,9 @@ def test_scenario_keep_keeps_a_passing_scenarios_directory_in_dir(
 ) -> None:
     pytester.makefile(".scenario.yaml", plugin=SCENARIO)
     result = pytester.runpytest(
-        "-p", "no:cacheprovider", "--scenario-engram", str(engram_bin), "--scenario-keep", "kept"
-    )
+        "-p", "no:cacheprovider", "--scenario-engram", str(engram_bin), "--scenario-keep", "kept",
+        "--scenario-allow-unjudged",
+    )  # fmt: skip
     result.assert_outcomes(passed=1)
     (kept,) = (pytester.path / "kept").iterdir()
     assert kept.name.startswith("plugin-") and (kept / "logs").is_dir()
@@ -260,7 +264,7 @@ def test_the_plugins_junit_is_grouped_by_design_section(
     )
     result = pytester.runpytest(
         "-p", "no:cacheprovider", f"--scenario-engram={engram_bin}", "--scenario-junit", "design.xml",
-        "--junitxml", "pytest.xml",
+        "--junitxml", "pytest.xml", "--scenario-allow-unjudged",
     )  # fmt: skip
     result.assert_outcomes(passed=1)
     suites = {
@@ -272,4 +276,8 @@ def test_the_plugins_junit_is_grouped_by_design_section(
         "0",
     )
     properties = ElementTree.parse(pytester.path / "pytest.xml").getroot().findall(".//property")
-    assert [(p.get("name"), (p.get("value") or "")[:5]) for p in properties] == [("design §1", "fail:")]
+    assert [(p.get("name"), (p.get("value") or "")[:5]) for p in properties] == [
+        ("engram", str(engram_bin)[:5]),
+        ("engram version", "1.20."),
+        ("design §1", "fail:"),
+    ]

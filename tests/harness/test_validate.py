@@ -339,12 +339,12 @@ def test_cli_writes_json_html_and_markdown_from_one_report(
 @pytest.mark.parametrize(
     ("extra", "message", "code"),
     [
-        (["--ticks", "0"], "Error: Invalid value for '--ticks': 0 is not in the range 1<=x<=1000.", 2),
-        (["--engram-version", "v1.20.0"], "Error: --engram and --engram-version are exclusive; give one", 2),
+        (["--ticks", "0"], "Error: Invalid value for '--ticks': 0 is not in the range 1<=x<=1000.", 3),
+        (["--engram-version", "v1.20.0"], "Error: --engram and --engram-version are exclusive; give one", 3),
         (
             ["--json", "/no/such/dir/r.json"],
             "Error: --json /no/such/dir/r.json: no such directory /no/such/dir",
-            2,
+            3,
         ),
     ],
 )
@@ -375,7 +375,7 @@ def test_cli_bad_plan_and_missing_database_are_one_line(tmp_path: Path) -> None:
         "Error: plan.txt:1: --apply is set by validate (it works on a copy)",
     )
     result = CliRunner().invoke(cli, ["validate", "--db", str(tmp_path / "nope.db"), "--engram", str(binary)])
-    assert result.exit_code == 2 and "does not exist" in result.output.strip().splitlines()[-1]
+    assert result.exit_code == 3 and "does not exist" in result.output.strip().splitlines()[-1]
 
 
 def test_cli_not_an_engram_database_is_one_line(tmp_path: Path) -> None:
@@ -550,14 +550,14 @@ def test_the_anonymize_key_file_is_made_private_and_gives_the_same_names_again(
     assert stable_hash("Ana's App", key) not in unkeyed.stdout  # a fresh random key each run
     key_file.write_text("not a key\n")
     broken = CliRunner().invoke(cli, [*args, "--anonymize-key", str(key_file)])
-    assert broken.exit_code == 2
+    assert broken.exit_code == 3
     assert (
         broken.output.strip()
         .splitlines()[-1]
         .startswith(f"Error: --anonymize-key {key_file}: not a key this command wrote (64 hex digits)")
     )
     lonely = CliRunner().invoke(cli, ["validate", "--db", str(db), "--anonymize-key", str(key_file)])
-    assert lonely.exit_code == 2 and "--anonymize-key goes with --anonymize" in lonely.output
+    assert lonely.exit_code == 3 and "--anonymize-key goes with --anonymize" in lonely.output
 
 
 def test_anonymized_progress_and_errors_name_no_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -55,7 +55,7 @@ def test_every_output_is_checked_before_the_rehearsal(
     out = tmp_path / target if not target.startswith("/") else Path(target)
     for option in ("--json", "--html"):
         result = _invoke(tmp_path, db, option, str(out))
-        assert result.exit_code == 2, result.output
+        assert result.exit_code == 3, result.output
         last = result.output.strip().splitlines()[-1]
         assert last.startswith("Error: ") and str(out) in last and said in last, last
     assert started == []
@@ -184,3 +184,21 @@ def test_a_rollback_journal_file_under_an_odd_directory_is_copied_as_it_is(tmp_p
         assert copied.execute("SELECT x FROM t").fetchall() == [("kept",)]
     # the shared lock was taken on the tester's file, not on a new one made at the path cut at '#'
     assert sorted(path.name for path in tmp_path.iterdir()) == ["copy", home.name]
+
+
+def test_keep_without_dir_keeps_the_work_in_the_temporary_directory_as_run_keep_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before: `validate --keep` required a DIR while `run --keep` took an optional one (issue 37).
+    started: list[ValidateOptions] = []
+    monkeypatch.setattr(validate_cli, "validate", lambda options, progress=None: started.append(options))
+    db = tmp_path / "engram.db"
+    db.write_bytes(b"")
+    _invoke(tmp_path, db, "--keep")
+    _invoke(tmp_path, db, "--keep", str(tmp_path / "work"))
+    _invoke(tmp_path, db)
+    assert [(options.keep, options.work_dir) for options in started] == [
+        (True, None),
+        (True, tmp_path / "work"),
+        (False, None),
+    ]
