@@ -257,7 +257,7 @@ UNJUDGED_HINT = (
     "name the version under test with --scenario-engram-version-as VERSION, or pass --scenario-allow-unjudged"
 )
 MISSING_ENGRAM = (
-    "no engram binary for {count} scenario(s): give --scenario-engram PATH or set ENGRAM_BIN=PATH (the "
+    "no engram binary for {count} scenario(s): give --scenario-engram=PATH or set ENGRAM_BIN=PATH (the "
     "build under test); --scenario-engram-installed plays the release `engram-harness engram install` "
     "built; --scenario-skip-without-engram skips them instead"
 )

@@ -71,7 +71,7 @@ def test_the_example_consumer_passes_with_an_engram_and_fails_without(
     no_engram = run(pytest_in_venv, cwd=consumer, env=env)
     assert no_engram.returncode == 4, no_engram.stdout[-3000:]
     assert [line for line in no_engram.stderr.splitlines() if line] == [
-        "ERROR: no engram binary for 2 scenario(s): give --scenario-engram PATH or set ENGRAM_BIN=PATH (the "
+        "ERROR: no engram binary for 2 scenario(s): give --scenario-engram=PATH or set ENGRAM_BIN=PATH (the "
         "build under test); --scenario-engram-installed plays the release `engram-harness engram install` "
         "built; --scenario-skip-without-engram skips them instead"
     ]

@@ -131,7 +131,7 @@ def test_no_engram_binary_fails_the_run_in_one_line_unless_skipping_is_asked(
     result = pytester.runpytest("-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert [line for line in result.stderr.lines if line] == [
-        "ERROR: no engram binary for 1 scenario(s): give --scenario-engram PATH or set ENGRAM_BIN=PATH (the "
+        "ERROR: no engram binary for 1 scenario(s): give --scenario-engram=PATH or set ENGRAM_BIN=PATH (the "
         "build under test); --scenario-engram-installed plays the release `engram-harness engram install` "
         "built; --scenario-skip-without-engram skips them instead"
     ]
