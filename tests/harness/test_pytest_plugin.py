@@ -47,10 +47,10 @@ def test_a_scenario_item_runs_and_fails_on_design_only_when_asked(
     pytester.makefile(".scenario.yaml", plugin=SCENARIO)
     # under baseline its one design expectation decides nothing: it passes only when that is accepted
     pytester.runpytest(
-        "-p", "no:cacheprovider", "--scenario-engram", str(engram_bin), "--scenario-allow-unjudged"
+        "-p", "no:cacheprovider", f"--scenario-engram={engram_bin}", "--scenario-allow-unjudged"
     ).assert_outcomes(passed=1)
     result = pytester.runpytest(
-        "-p", "no:cacheprovider", "--scenario-engram", str(engram_bin), "--scenario-expect", "all"
+        "-p", "no:cacheprovider", f"--scenario-engram={engram_bin}", "--scenario-expect", "all"
     )
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*sync_state targets: missing 'cloud:inbox'*"])
@@ -66,7 +66,7 @@ def test_items_played_side_by_side_keep_their_own_results(
     )
     pytester.makefile(".scenario.yaml", other=failing)
     result = pytester.runpytest(
-        "-p", "no:cacheprovider", "--scenario-engram", str(engram_bin), "--scenario-jobs", "4",
+        "-p", "no:cacheprovider", f"--scenario-engram={engram_bin}", "--scenario-jobs", "4",
         "--scenario-allow-unjudged",
     )  # fmt: skip
     result.assert_outcomes(passed=1, failed=1)
@@ -243,7 +243,7 @@ def test_scenario_keep_keeps_a_passing_scenarios_directory_in_dir(
 ) -> None:
     pytester.makefile(".scenario.yaml", plugin=SCENARIO)
     result = pytester.runpytest(
-        "-p", "no:cacheprovider", "--scenario-engram", str(engram_bin), "--scenario-keep", "kept",
+        "-p", "no:cacheprovider", f"--scenario-engram={engram_bin}", "--scenario-keep", "kept",
         "--scenario-allow-unjudged",
     )  # fmt: skip
     result.assert_outcomes(passed=1)

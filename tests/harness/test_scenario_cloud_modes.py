@@ -72,8 +72,7 @@ def test_without_an_engine_the_docker_items_skip_or_fail_under_ci_with_one_line(
         "-p",
         "no:cacheprovider",
         "-rsf",
-        "--scenario-engram",
-        str(engram_bin),
+        f"--scenario-engram={engram_bin}",
         "--scenario-cloud",
         "process,docker",
     )
