@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import click
 from rich.console import Console
 
+from engram_sync_kit.engram_contract.one_line_cli import refuse_overwriting_inputs
 from engram_sync_kit.harness.cloud_cli import show_progress
 from engram_sync_kit.harness.cloud_image import ensure_image
 from engram_sync_kit.harness.cloud_launch import CloudMode, CloudTarget
@@ -18,7 +19,7 @@ from engram_sync_kit.harness.design_conformance import conformance_table
 from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
 from engram_sync_kit.harness.errors import EngramInstallError, HarnessError
 from engram_sync_kit.harness.library import scenario_library
-from engram_sync_kit.harness.loader import SCENARIO_SUFFIX, Scenario, load_all
+from engram_sync_kit.harness.loader import SCENARIO_SUFFIX, Scenario, discover, load_all
 from engram_sync_kit.harness.report import matrix_table, print_result, summary_table, write_json, write_junit
 from engram_sync_kit.harness.results import ExpectMode, ScenarioResult, StepRecord
 from engram_sync_kit.harness.runner import run_many
@@ -215,6 +216,12 @@ def run_command(
         for option, report_path in (("--json", json_path), ("--junit", junit_path)):
             if report_path is not None and not report_path.parent.is_dir():
                 raise click.UsageError(f"{option} {report_path}: no such directory {report_path.parent}")
+        sources = {f"scenario {path}": path for path in discover(selected)}
+        refuse_overwriting_inputs(
+            {"--json": json_path, "--junit": junit_path},
+            {"--db": db_source},
+            {**sources, "--cloud-ca": cloud_ca, "--engram": engram_path},
+        )
         keep_dir = _keep_dir(keep_to)
         binaries = _binaries(engram_path, versions, skip_without_engram)
         if not binaries:
