@@ -242,7 +242,8 @@ def _report(
     if result.new_seqs:
         click.echo(f"new seqs: {', '.join(str(seq) for seq in result.new_seqs)}")
     if result.pruned_backups:
-        click.echo(f"pruned {len(result.pruned_backups)} old backups (backups.keep {keep_backups})")
+        kept = f"; kept {result.series_first}, from before this series" if result.series_first else ""
+        click.echo(f"pruned {len(result.pruned_backups)} old backups (backups.keep {keep_backups}){kept}")
     if result.plan.alias is not None:
         section, alias, project = result.plan.alias
         state = "registered" if result.alias_registered else "already present"
