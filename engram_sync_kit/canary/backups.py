@@ -10,7 +10,7 @@ import re
 import sqlite3
 import stat
 from contextlib import closing
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from engram_sync_kit.canary.db import EngramDb
@@ -20,7 +20,11 @@ from engram_sync_kit.canary.errors import TriageError
 DEFAULT_KEEP_BACKUPS = 10
 PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600
-_BACKUP_STAMP = re.compile(r"\d{8}T\d{6}\.\d{6}Z\.[a-z-]+\.db")
+_BACKUP_STAMP = re.compile(r"(\d{8}T\d{6}\.\d{6}Z)\.[a-z-]+\.db")
+_STAMP_FORMAT = "%Y%m%dT%H%M%S.%fZ"
+#: Backups taken less than this apart are one series: a plan (validate suggests up to 23 commands) run
+#: command by command in one sitting. The first backup of the newest series holds the state from before it.
+SERIES_GAP = timedelta(hours=1)
 
 
 def private_backup_dir(backup_dir: Path, *, ours: bool) -> Path:
@@ -44,7 +48,7 @@ def backup_database(db: EngramDb, backup_dir: Path, operation: str) -> Path:
     The file is created 0600 before SQLite opens it, so the copy is never readable by more users than
     the owner for even a moment (SQLite gives its journal the same mode as the file).
     """
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    stamp = datetime.now(UTC).strftime(_STAMP_FORMAT)
     target = backup_dir / f"{db.path.stem}.{stamp}.{operation}.db"
     try:
         os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE))
@@ -78,10 +82,28 @@ def glob_escape(text: str) -> str:
     return "".join(f"[{char}]" if char in "*?[" else char for char in text)
 
 
+def _taken_at(backup: Path) -> datetime:
+    found = _BACKUP_STAMP.search(backup.name)
+    assert found is not None  # backups_of lists only names that match
+    return datetime.strptime(found.group(1), _STAMP_FORMAT).replace(tzinfo=UTC)
+
+
+def series_start(backups: list[Path]) -> Path | None:
+    """The first backup of the newest series in BACKUPS (oldest first): the state from before a plan."""
+    if not backups:
+        return None
+    start = len(backups) - 1
+    while start > 0 and _taken_at(backups[start]) - _taken_at(backups[start - 1]) < SERIES_GAP:
+        start -= 1
+    return backups[start]
+
+
 def prune_backups(db_path: Path, backup_dir: Path, keep: int) -> list[Path]:
-    """Delete all but the `keep` newest backups of this database; returns the deleted paths."""
+    """Delete all but the `keep` newest backups of this database and the first of their newest series
+    (so a plan of more than `keep` commands can still be undone whole); returns the deleted paths."""
     existing = backups_of(db_path, backup_dir)
-    old = existing[: max(0, len(existing) - keep)]
+    first = series_start(existing)
+    old = [path for path in existing[: max(0, len(existing) - keep)] if path != first]
     pruned: list[Path] = []
     for path in old:
         try:

@@ -28,7 +28,6 @@ from engram_sync_kit.canary.baseline import (
 )
 from engram_sync_kit.canary.checks import CheckResult, now_iso, run_check, unknown_result
 from engram_sync_kit.canary.config import CanaryConfig, WatchSettings
-from engram_sync_kit.canary.db import default_db_path
 from engram_sync_kit.canary.errors import CanaryError
 from engram_sync_kit.canary.findings import Status
 from engram_sync_kit.canary.report import render_json, render_text, write_textfile
@@ -36,10 +35,12 @@ from engram_sync_kit.canary.settings import (
     CONFIG_ENV,
     chosen_config_file,
     config_file_option,
+    db_option,
     default_config_hint,
     deprecated_option,
     effective_config,
     render_settings,
+    resolve_db,
     settings_with_sources,
 )
 from engram_sync_kit.canary.text import printable
@@ -133,27 +134,10 @@ def cli(config_file: Path | None) -> None:
     """
 
 
-db_option = click.option(
-    "--db",
-    "db",
-    # A directory is reported like every other unusable database (UNKNOWN line or JSON), not as a usage error.
-    type=click.Path(path_type=Path),
-    help="engram.db (default: config `db`, else $ENGRAM_DATA_DIR/engram.db, else ~/.engram/engram.db).",
-)
-
-
 def baseline_option(command: str) -> Callable[[Any], Any]:
     return deprecated_option(
         "--baseline", command, "baseline_file", type=click.Path(path_type=Path, dir_okay=False)
     )
-
-
-def resolve_db(db: Path | None, config: CanaryConfig) -> Path:
-    if db is not None:
-        return db.expanduser()
-    if config.db is not None:
-        return config.db.expanduser()
-    return default_db_path()
 
 
 def _load(
@@ -205,7 +189,7 @@ def check(
 ) -> None:
     """One-shot check, for cron and systemd timers. Exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN."""
     config = CanaryConfig()
-    db_path = db if db is not None else default_db_path()
+    db_path = resolve_db(db, CanaryConfig())
     try:
         config, _, baseline_path = _load(
             config_file, baseline_file, key_map=key_map, textfile_dir=textfile_dir
@@ -456,7 +440,7 @@ def reconcile_command(
     # httpx and the cloud client load only for reconcile, not on every cron-run check.
     from engram_sync_kit.canary.reconcile import run_reconcile_command
 
-    db_path = db if db is not None else default_db_path()
+    db_path = resolve_db(db, CanaryConfig())
     config_error: str | None = None
     try:
         config, _ = effective_config(config_file)

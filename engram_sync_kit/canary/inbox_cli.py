@@ -12,13 +12,19 @@ from typing import Any
 import click
 
 from engram_sync_kit.canary.aliases import AliasError, check_alias_free, load_aliases
-from engram_sync_kit.canary.db import EngramDb, default_db_path
+from engram_sync_kit.canary.db import EngramDb
 from engram_sync_kit.canary.derive import AliasMap
 from engram_sync_kit.canary.inbox import InboxSnapshot, export_keys, read_inbox, summarize
 from engram_sync_kit.canary.inbox_render import render_memories, render_text, undecodable_note, waiting_memory
 from engram_sync_kit.canary.key_map import load_key_map
 from engram_sync_kit.canary.repair import RepairPlanner, plan_repair
-from engram_sync_kit.canary.settings import chosen_config_file, deprecated_option, effective_config
+from engram_sync_kit.canary.settings import (
+    chosen_config_file,
+    db_option,
+    deprecated_option,
+    effective_config,
+    resolve_db,
+)
 from engram_sync_kit.canary.text import printable
 from engram_sync_kit.canary.triage import (
     CleanupPlanner,
@@ -39,15 +45,10 @@ from engram_sync_kit.canary.triage import (
     with_referenced_sessions,
 )
 
-DB_HELP = "engram database (default: $ENGRAM_DATA_DIR/engram.db, else ~/.engram/engram.db)"
 # Measured (bench/results/inbox.json): about 2,000 rows fit in engram v1.20's ~85 ms busy-retry budget.
 LARGE_SELECTION_ROWS = 2000
 INBOX_SCHEMA = "engram-canary/inbox/v1"
 SHOW_SCHEMA = "engram-canary/inbox-show/v1"
-
-
-def _db_option(function: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option("--db", "db", type=click.Path(path_type=Path, dir_okay=False), help=DB_HELP)(function)
 
 
 def _aliases_option(command: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -116,17 +117,17 @@ def _with_key_map(aliases: AliasMap) -> AliasMap:
 
 
 @inbox.command("export-keys")
-@_db_option
+@db_option
 def export_keys_command(db: Path | None) -> None:
     """Print this machine's Stage A key for every session cwd, for --key-map on a copy of the database."""
-    database = db or default_db_path()
+    database = resolve_db(db)
     with EngramDb.open(database) as engram:
         document = export_keys(engram)
     click.echo(json.dumps(document, indent=2, ensure_ascii=False))
 
 
 @inbox.command("list")
-@_db_option
+@db_option
 @_aliases_option("list")
 @click.option(
     "--format",
@@ -140,7 +141,7 @@ def list_command(db: Path | None, aliases_path: Path | None, output_format: str)
     """Count, oldest age and entities per inbox key; unsorted broken down by cwd; rows without a project."""
     aliases_path = _aliases_path(aliases_path)
     aliases, _ = load_aliases(aliases_path)
-    snapshot = _snapshot(db or default_db_path(), aliases)
+    snapshot = _snapshot(resolve_db(db), aliases)
     summaries = summarize(snapshot, db=db, config=chosen_config_file())
     if output_format == "json":
         # Rows without a project are listed last under the reserved key "(no project)" (never claimable).
@@ -192,7 +193,7 @@ def _run(
     keep_backups: int | None,
     headline: Callable[[Plan], str],
 ) -> None:
-    database = db or default_db_path()
+    database = resolve_db(db)
     aliases, resolved_aliases_path = _load_aliases_for_write(_aliases_path(aliases_path))
     plan = _preview(database, aliases, build)
     if plan.alias is not None:
@@ -246,7 +247,8 @@ def _report(
     if result.new_seqs:
         click.echo(f"new seqs: {', '.join(str(seq) for seq in result.new_seqs)}")
     if result.pruned_backups:
-        click.echo(f"pruned {len(result.pruned_backups)} old backups (backups.keep {keep_backups})")
+        kept = f"; kept {result.series_first}, from before this series" if result.series_first else ""
+        click.echo(f"pruned {len(result.pruned_backups)} old backups (backups.keep {keep_backups}){kept}")
     if result.plan.alias is not None:
         section, alias, project = result.plan.alias
         state = "registered" if result.alias_registered else "already present"
@@ -266,7 +268,7 @@ def _claim_headline(selection: Selection) -> Callable[[Plan], str]:
 @inbox.command("show")
 @click.argument("key")
 @click.option("--cwd", help="only rows whose working directory is exactly this path")
-@_db_option
+@db_option
 @_aliases_option("show")
 @click.option(
     "--format",
@@ -281,7 +283,7 @@ def show_command(
 ) -> None:
     """The memories waiting under KEY (type, title, date, first line), to read before a claim or drop."""
     aliases, _ = load_aliases(_aliases_path(aliases_path))
-    snapshot = _snapshot(db or default_db_path(), aliases)
+    snapshot = _snapshot(resolve_db(db), aliases)
     selection = Selection(key=key, cwd=resolve_cwd(cwd))
     rows = select_rows(snapshot, selection)
     if not rows:
@@ -315,7 +317,7 @@ def show_command(
 @click.option(
     "--repair", is_flag=True, help="copy refused rows with a value derived from engram's tables (see dry run)"
 )
-@_db_option
+@db_option
 @_aliases_option("claim")
 @_write_options("claim")
 def claim_command(
@@ -358,7 +360,7 @@ def claim_command(
 @click.option(
     "--all-cwds", is_flag=True, help="drop the memories of 'unsorted' rows of every directory at once"
 )
-@_db_option
+@db_option
 @_aliases_option("drop")
 @_write_options("drop")
 def drop_command(
@@ -399,7 +401,7 @@ def drop_command(
         )
         return
     rows = RowSelection(seqs=parse_seqs(seqs) if seqs is not None else (), unattributed=unattributed)
-    database = db or default_db_path()
+    database = resolve_db(db)
     planner = LaneRowsPlanner(rows)
     with EngramDb.open(database) as engram, engram.read_transaction():
         plan = planner.plan(engram)
@@ -415,7 +417,7 @@ def drop_command(
 
 
 @click.command("cleanup-phantoms")
-@_db_option
+@db_option
 @deprecated_option("--keep", "cleanup-phantoms", multiple=True)
 @_write_options("cleanup-phantoms")
 def cleanup_phantoms_command(
@@ -423,7 +425,7 @@ def cleanup_phantoms_command(
 ) -> None:
     """Delete sync_state rows outside the allowed targets (config allowed_targets too) that hold 0 unacked
     rows (sync_mutations untouched)."""
-    database = db or default_db_path()
+    database = resolve_db(db)
     keep = (*effective_config()[0].allowed_targets, *keep)
     try:
         aliases, _ = load_aliases(None)
@@ -452,7 +454,7 @@ def cleanup_phantoms_command(
 
 
 @click.command("repair")
-@_db_option
+@db_option
 @_write_options("repair")
 def repair_command(
     db: Path | None, backup_dir: Path | None, keep_backups: int | None, do_apply: bool
@@ -462,7 +464,7 @@ def repair_command(
     A session without a directory, an observation without content or type, a row without a project: the
     value comes from the sessions, observations or user_prompts table, never from a guess. The original
     is acked (replaced), nothing is deleted. A value that cannot be derived is named with its drop command."""
-    database = db or default_db_path()
+    database = resolve_db(db)
     with EngramDb.open(database) as engram, engram.read_transaction():
         plan = plan_repair(engram)
     if plan.is_empty and not plan.refused:

@@ -91,6 +91,28 @@ def config_file_option(command: str) -> Callable[[Any], Any]:
     )
 
 
+#: The one --db of every command: a directory or a missing file is reported like every other unusable
+#: database (UNKNOWN line or JSON), not as a usage error.
+db_option = click.option(
+    "--db",
+    "db",
+    type=click.Path(path_type=Path),
+    help="engram.db (default: config `db`, else $ENGRAM_DATA_DIR/engram.db, else ~/.engram/engram.db).",
+)
+
+
+def resolve_db(db: Path | None, config: CanaryConfig | None = None) -> Path:
+    """The database a command reads or writes: --db, else the config file's `db:`, else engram's own
+    default. Without `config`, the config in effect (the program's --config, else the default file)."""
+    if db is not None:
+        return db.expanduser()
+    if config is None:
+        config = effective_config()[0]
+    if config.db is not None:
+        return config.db.expanduser()
+    return default_db_path()
+
+
 def chosen_config_file(local: Path | None = None) -> Path | None:
     """The config file named by a command's old --config, else by `engram-canary --config`, else none."""
     if local is not None:

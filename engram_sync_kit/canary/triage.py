@@ -34,8 +34,10 @@ from engram_sync_kit.canary.backups import (
     DEFAULT_KEEP_BACKUPS,
     PRIVATE_FILE_MODE,
     backup_database,
+    backups_of,
     private_backup_dir,
     prune_backups,
+    series_start,
 )
 from engram_sync_kit.canary.db import (
     BUSY_TIMEOUT_MS,
@@ -251,6 +253,7 @@ class ApplyResult:
     alias_registered: bool
     lock_held_ms: float
     pruned_backups: tuple[Path, ...] = ()
+    series_first: Path | None = None  # kept by the pruning: the state from before this series of applies
 
 
 def connect_read_write(path: Path) -> EngramDb:
@@ -905,6 +908,7 @@ def apply(
                     f"{aliases_path} ({getattr(error, 'strerror', None) or error}); add it by hand"
                 ) from error
         pruned = prune_backups(db_path, directory, keep_backups)
+        series_first = series_start(backups_of(db_path, directory)) if pruned else None
         _log(directory / TRIAGE_LOG_NAME, db_path, backup, plan, new_seqs, pruned)
         return ApplyResult(
             plan=plan,
@@ -913,6 +917,7 @@ def apply(
             alias_registered=alias_registered,
             lock_held_ms=lock_held_ms,
             pruned_backups=tuple(pruned),
+            series_first=series_first,
         )
     finally:
         connection.close()

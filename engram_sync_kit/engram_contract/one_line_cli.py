@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, NoReturn
 
 import click
+
+from engram_sync_kit.engram_contract.files import overwrite_problem
 
 #: The exit code of a usage error, in every command line of the kit: 2 is CRITICAL in the canary's
 #: monitoring-plugin convention, so the canary's usage errors are 3 (UNKNOWN), and the harness and the fake
@@ -50,3 +54,20 @@ class OneLineErrorGroup(click.Group):
     def _exit(self, line: str, code: int) -> NoReturn:
         click.echo(line, err=True)
         sys.exit(self.error_exit if self.error_exit is not None else code)
+
+
+def refuse_overwriting_inputs(
+    outputs: Mapping[str, Path | None],
+    databases: Mapping[str, Path | None],
+    inputs: Mapping[str, Path | None] | None = None,
+) -> None:
+    """Before any work: a report that would land on a database (any spelling, or a side file), on another
+    input or on the other report is a usage error in one line, and nothing is written."""
+    named = [(option, path) for option, path in outputs.items() if path is not None]
+    bases = [path for path in databases.values() if path is not None]
+    others = [(f"{option} {path}", path) for option, path in (inputs or {}).items() if path is not None]
+    for position, (option, output) in enumerate(named):
+        earlier = [(f"{other} {path}", path) for other, path in named[:position]]
+        problem = overwrite_problem(output, bases, [*others, *earlier])
+        if problem is not None:
+            raise click.UsageError(f"{option} {output}: {problem}; name another file")

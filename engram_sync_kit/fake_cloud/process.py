@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+from engram_sync_kit.engram_contract import children
 from engram_sync_kit.fake_cloud.errors import FakeCloudError
 
 T = TypeVar("T")
@@ -68,8 +69,14 @@ class FakeCloudProcess:
     def start(self) -> FakeCloudProcess:
         stderr_sink = self.stderr_log.open("ab") if self.stderr_log is not None else subprocess.PIPE
         try:
-            self.process = subprocess.Popen(
-                self.args, stdout=subprocess.PIPE, stderr=stderr_sink, env=self.env, start_new_session=True
+            self.process = children.track(
+                subprocess.Popen(
+                    self.args,
+                    stdout=subprocess.PIPE,
+                    stderr=stderr_sink,
+                    env=self.env,
+                    start_new_session=True,
+                )
             )
         finally:
             if self.stderr_log is not None:
@@ -106,6 +113,7 @@ class FakeCloudProcess:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(timeout)
+        children.forget(process)
         if self._stderr_reader is not None:
             self._stderr_reader.join(2.0)  # the server is gone: its stderr ends (unless a child keeps it)
         for stream in (process.stdout, process.stderr):

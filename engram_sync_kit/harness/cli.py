@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 import click
 
+from engram_sync_kit.engram_contract import children
 from engram_sync_kit.engram_contract.one_line_cli import OneLineErrorGroup
 from engram_sync_kit.engram_contract.version import __version__
 from engram_sync_kit.harness.cloud_cli import cloud_group
@@ -20,6 +24,18 @@ class HarnessGroup(OneLineErrorGroup):
 
     program = "engram-harness"
     package_error = HarnessError
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            with children.stop_signals():
+                return super().main(*args, **kwargs)
+        except children.Stopped as stopped:
+            click.echo(
+                f"engram-harness: stopped by {stopped}: the engram and fake-cloud processes it started are "
+                "stopped and its temporary copies removed",
+                err=True,
+            )
+            sys.exit(stopped.exit_code)
 
 
 @click.group(cls=HarnessGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 from pydantic import ValidationError
 
+from engram_sync_kit.engram_contract.one_line_cli import refuse_overwriting_inputs
 from engram_sync_kit.harness.deployment import DeploymentSpec, generate
 from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram
 from engram_sync_kit.harness.errors import HarnessError
@@ -60,6 +61,7 @@ def make_deployment(
     workspace: Path | None,
 ) -> None:
     """Create a messy engram deployment shaped like the one measured in the design; print a JSON summary."""
+    refuse_overwriting_inputs({"--out": out}, {}, {"--engram": engram_binary})
     binary = engram_binary or find_engram(DEFAULT_VERSION)
     if binary is None:
         raise click.ClickException(

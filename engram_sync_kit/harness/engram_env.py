@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engram_sync_kit.engram_contract import children
 from engram_sync_kit.harness.process_env import environment_snapshot
 
 # engram checks for updates on every command; with no route to the internet that only adds a line
@@ -71,15 +72,12 @@ class EngramEnvironment:
         input_text: str | None = None,
         timeout: float = 60.0,
     ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
+        return children.run(
             [str(self.binary), *args],
             cwd=cwd or self.home,
             env=self.env(env),
-            input=input_text,
-            capture_output=True,
-            text=True,
+            input_text=input_text,
             timeout=timeout,
-            check=False,
         )
 
 

@@ -11,6 +11,7 @@ from typing import IO, Any
 
 import httpx
 
+from engram_sync_kit.engram_contract import children
 from engram_sync_kit.harness.engram_env import EngramEnvironment
 from engram_sync_kit.harness.errors import StepFailed
 from engram_sync_kit.harness.evidence import Evidence
@@ -56,13 +57,15 @@ class EngramDaemon:
             if autosync:
                 overrides["ENGRAM_CLOUD_AUTOSYNC"] = "1"
             self._log = self.log_path.open("ab")
-            self._process = subprocess.Popen(
-                [str(self._env.binary), "serve"],
-                cwd=self._env.home,
-                env=self._env.env(overrides),
-                stdout=self._log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
+            self._process = children.track(
+                subprocess.Popen(
+                    [str(self._env.binary), "serve"],
+                    cwd=self._env.home,
+                    env=self._env.env(overrides),
+                    stdout=self._log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
             )
             if self._wait_ready():
                 return
@@ -91,6 +94,7 @@ class EngramDaemon:
                 except subprocess.TimeoutExpired:
                     self._process.kill()
                     self._process.wait()
+            children.forget(self._process)
             self._process = None
         if self._log is not None:
             self._log.close()

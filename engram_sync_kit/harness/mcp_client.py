@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engram_sync_kit.engram_contract import children
 from engram_sync_kit.harness.engram_env import EngramEnvironment
 from engram_sync_kit.harness.errors import StepFailed
 from engram_sync_kit.harness.evidence import Evidence
@@ -30,14 +31,16 @@ class McpSession:
         self.cwd = cwd
         self._evidence = evidence
         self._log = log_path.open("ab")
-        self._process = subprocess.Popen(
-            [str(env.binary), "mcp"],
-            cwd=cwd,
-            env=env.env(extra_env),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            text=True,
+        self._process = children.track(
+            subprocess.Popen(
+                [str(env.binary), "mcp"],
+                cwd=cwd,
+                env=env.env(extra_env),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._log,
+                text=True,
+            )
         )
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._next_id = 0
@@ -114,4 +117,5 @@ class McpSession:
         except subprocess.TimeoutExpired:
             self._process.kill()
             self._process.wait()
+        children.forget(self._process)
         self._log.close()

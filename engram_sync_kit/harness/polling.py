@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from engram_sync_kit.engram_contract import children
 from engram_sync_kit.harness.errors import StepFailed
 
 T = TypeVar("T")
@@ -23,6 +24,8 @@ def eventually(
     """Poll PROBE until it returns a value that is not None; raise ERROR after TIMEOUT seconds."""
     deadline = time.monotonic() + timeout
     while True:
+        if children.stopping.is_set():
+            raise error(f"stopped while waiting for {what}")
         value = probe()
         if value is not None:
             return value

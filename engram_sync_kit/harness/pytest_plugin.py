@@ -13,15 +13,19 @@ import io
 import os
 import re
 import shlex
+import signal
+import threading
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any, cast
 
 import pytest
 from rich.console import Console
 
+from engram_sync_kit.engram_contract import children
 from engram_sync_kit.harness.cloud_image import ensure_image
 from engram_sync_kit.harness.cloud_launch import CloudMode
 from engram_sync_kit.harness.design_conformance import design_outcomes
@@ -192,6 +196,22 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "xdist_group(name): pytest-xdist --dist loadgroup runs a group together"
     )
+    _stop_children_on_signals()
+
+
+def _stop_children_on_signals() -> None:
+    """A SIGTERM (a CI cancel, `timeout`) or Ctrl-C stops every engram and fake cloud the session started
+    (they run in sessions of their own), then pytest tears down as on a Ctrl-C, at once instead of after
+    the worker's ticks."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handle(signum: int, _frame: FrameType | None) -> None:
+        children.stop_children()
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, handle)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import click
 from rich.console import Console
 
+from engram_sync_kit.engram_contract.one_line_cli import refuse_overwriting_inputs
 from engram_sync_kit.harness.cloud_cli import show_progress
 from engram_sync_kit.harness.cloud_image import ensure_image
 from engram_sync_kit.harness.cloud_launch import CloudMode, CloudTarget
@@ -19,7 +20,7 @@ from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram,
 from engram_sync_kit.harness.errors import EngramInstallError, HarnessError
 from engram_sync_kit.harness.keep import KEEP_IN_TEMP
 from engram_sync_kit.harness.library import scenario_library
-from engram_sync_kit.harness.loader import SCENARIO_SUFFIX, Scenario, load_each
+from engram_sync_kit.harness.loader import SCENARIO_SUFFIX, Scenario, discover, load_each
 from engram_sync_kit.harness.report import (
     RunProblem,
     matrix_table,
@@ -243,6 +244,12 @@ def run_command(
         for option, report_path in (("--json", json_path), ("--junit", junit_path)):
             if report_path is not None and not report_path.parent.is_dir():
                 raise click.UsageError(f"{option} {report_path}: no such directory {report_path.parent}")
+        sources = {f"scenario {path}": path for path in discover(selected)}
+        refuse_overwriting_inputs(
+            {"--json": json_path, "--junit": junit_path},
+            {"--db": db_source},
+            {**sources, "--cloud-ca": cloud_ca, "--engram": engram_path},
+        )
         keep_dir = _keep_dir(keep_to)
         problems = [RunProblem(file.path.name, file.error, str(file.path)) for file in invalid]
         for file in invalid:  # reported, and the run goes on with the valid ones

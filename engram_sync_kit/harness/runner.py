@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from engram_sync_kit.engram_contract import children
 from engram_sync_kit.engram_contract.read_only import connect_read_only
 from engram_sync_kit.fake_cloud.errors import FakeCloudError
 from engram_sync_kit.harness.checks import Observed, evaluate
@@ -114,6 +115,7 @@ SCENARIO_ERRORS = (
     sqlite3.Error,
     OSError,
     subprocess.SubprocessError,
+    children.ChildRefused,  # a process the scenario started after a stop signal
 )
 
 
@@ -235,7 +237,8 @@ def run_scenario(
         result.status = "failed"
     result.record_verdicts()
     write_evidence(result, base)
-    if own_root and not keep and result.verdict(expect) == "passed":
+    # a failed scenario's directory is its evidence; one cut short by a stop signal is only a copy
+    if own_root and not keep and (result.verdict(expect) == "passed" or children.stopping.is_set()):
         shutil.rmtree(base, ignore_errors=True)
     else:
         result.kept = True
@@ -491,5 +494,9 @@ def run_many(
             done(outcome)
         return outcome
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    try:
         return list(pool.map(one, scenarios))
+    finally:
+        # on a stop signal the scenarios still queued never start; the running ones end with their children
+        pool.shutdown(wait=True, cancel_futures=True)

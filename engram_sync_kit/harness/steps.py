@@ -404,17 +404,23 @@ class WorkerSnapshot:
 
 
 BLOCKED_REASON = "non_enrolled_pending_mutations"
+BLOCKED_PHASE = "degraded"  # /sync/status while a cycle runs says "running" (cmd/engram/autosync_status.go)
 
 
 def _status_snapshot(world: World) -> WorkerSnapshot:
+    """The lease first, then the worker's status: v1.20 takes a cycle's lease and then, with no I/O
+    between, sets the phase to running (manager.go cycle() and push()). Read the other way round, a
+    cycle starting between the two reads showed its new lease beside the last cycle's blocked status and
+    passed for a blocked cycle that had ended, before its push reached the fake."""
     assert world.daemon is not None
+    lease = _lease(world)
     status = world.daemon.sync_status()
     return WorkerSnapshot(
         status.get("last_sync_at"),
         status.get("consecutive_failures"),
         status.get("phase"),
         status.get("reason_code"),
-        _lease(world),
+        lease,
         _journal_mark(world),
     )
 
@@ -432,11 +438,13 @@ def _cycle_done(before: WorkerSnapshot, now: WorkerSnapshot) -> bool:
     (a refused push or pull) only at a cycle's end, after the fake answered its requests. A cycle that
     only finds unenrolled rows ("blocked") sends nothing and changes neither: it shows as a renewed lease,
     the blocked reason, and a journal with nothing new. A renewed lease alone is no end: every cycle
-    takes the lease at its start, before its push (counting it ended `cycles: N` after N-1 refusals)."""
+    takes the lease at its start, before its push (counting it ended `cycles: N` after N-1 refusals), and
+    a cycle still running under its new lease has not ended whatever reason the last one left."""
     if now.last_sync_at != before.last_sync_at or now.failures != before.failures:
         return True
     return (
         now.lease != before.lease
+        and now.phase == BLOCKED_PHASE
         and now.reason_code == BLOCKED_REASON
         and now.journal_id == before.journal_id
     )

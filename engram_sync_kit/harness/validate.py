@@ -20,6 +20,7 @@ import secrets
 import shlex
 import shutil
 import sqlite3
+import stat
 import subprocess
 import tempfile
 import time
@@ -1021,6 +1022,17 @@ def is_live(db: Path) -> bool:
         return False
 
 
+def refuse_irregular_db(db: Path) -> None:
+    """A FIFO, a socket, a device or a directory is never opened (a FIFO's open blocks until a writer
+    comes): only a regular file (or a link to one) is a database to copy."""
+    try:
+        mode = db.stat().st_mode
+    except OSError as error:
+        raise ValidateError(f"--db {db}: cannot read ({error.strerror})") from None
+    if not stat.S_ISREG(mode):
+        raise ValidateError(f"--db {db}: not a regular file; expected engram's engram.db")
+
+
 def copy_original(source: Path, target: Path, lock_wait: float = LOCK_WAIT_SECONDS) -> None:
     """Copy the tester's database, refusing (one line, nothing copied) one that another process holds
     locked. A rollback-journal file is byte-copied under a shared lock of our own, so no writer can
@@ -1090,6 +1102,7 @@ def _validate(options: ValidateOptions, progress: Progress, base: Path) -> Valid
     started = time.monotonic()
     if options.ticks < 1:
         raise ValidateError(f"--ticks {options.ticks}: at least one tick")
+    refuse_irregular_db(options.db)
     steps = read_plan(options.plan) if options.plan is not None else None
     original_stat = _stat(options.db)
     version = engram_version(options.binary)

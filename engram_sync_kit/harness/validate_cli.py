@@ -9,10 +9,11 @@ from pathlib import Path
 import click
 
 from engram_sync_kit.canary.errors import CanaryError
+from engram_sync_kit.engram_contract.one_line_cli import refuse_overwriting_inputs
 from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, cached_binary, find_engram, install_engram
 from engram_sync_kit.harness.errors import HarnessError
 from engram_sync_kit.harness.keep import KEEP_IN_TEMP
-from engram_sync_kit.harness.validate import ValidateOptions, alarms, validate
+from engram_sync_kit.harness.validate import ValidateOptions, alarms, refuse_irregular_db, validate
 
 ALARM_EXIT = 3  # the report was written and finds rows lost or duplicated, or a plan that blocks
 
@@ -41,7 +42,9 @@ def check_writable(option: str, path: Path) -> None:
         raise click.UsageError(f"{option} {path}: no such directory {path.parent}")
     existed = path.exists()
     try:
-        with path.open("a", encoding="utf-8"):
+        # O_NONBLOCK: a FIFO nobody reads is refused now (ENXIO) instead of blocking the open
+        descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
+        with open(descriptor, "a", encoding="utf-8"):  # append mode seeks: a file that cannot, fails here
             pass
     except OSError as error:
         raise click.UsageError(f"{option} {path}: cannot write ({error.strerror})") from None
@@ -49,11 +52,18 @@ def check_writable(option: str, path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def refuse_unreadable_db(db: Path) -> None:
+    try:
+        refuse_irregular_db(db)
+    except HarnessError as error:
+        raise click.UsageError(str(error)) from None
+
+
 @click.command("validate")
 @click.option(
     "--db",
     "db",
-    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    type=click.Path(path_type=Path, exists=True),
     required=True,
     help="The engram.db to rehearse on (copied; the original is never written).",
 )
@@ -134,6 +144,12 @@ def validate_command(
     from engram_sync_kit.harness.validate_anonymize import anonymized, hide_paths, new_key, read_or_create_key
     from engram_sync_kit.harness.validate_report import render_html, render_markdown
 
+    refuse_unreadable_db(db)
+    refuse_overwriting_inputs(
+        {"--html": html_path, "--json": json_path},
+        {"--db": db},
+        {"--plan": plan, "--aliases": aliases, "--anonymize-key": key_path},
+    )
     for option, path in (("--html", html_path), ("--json", json_path)):
         if path is not None:
             check_writable(option, path)

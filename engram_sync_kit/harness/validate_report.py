@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -219,18 +220,47 @@ def time_line(report: ValidateReport) -> str:
     return text
 
 
-def first_screen(report: ValidateReport) -> list[str]:
-    """The three answers, in markdown: lost, stuck (per lane and project, and why), what to run."""
-    current = report.current
-    lines = [lost_line(current), "", stuck_line(current), "", worker_line(current), ""]
-    stuck = current.stuck
-    if stuck:
-        lines += _table(
-            ["lane", "project", "rows", "why"], [[e.lane, e.project, e.rows, _why(e)] for e in stuck[:15]]
+@dataclass(frozen=True)
+class ReasonGroup:
+    """The stuck rows of one lane that share a kind and a reason: the reason said once, with every
+    project it holds (a real home holds back dozens of projects behind one refused row)."""
+
+    lane: str
+    why: str
+    rows: int
+    projects: tuple[str, ...]
+
+    @property
+    def members(self) -> str:
+        return ", ".join(self.projects)
+
+
+def reason_groups(stuck: Sequence[StuckRow]) -> list[ReasonGroup]:
+    """STUCK grouped by (lane, kind, reason), in the order each group first appears."""
+    grouped: dict[tuple[str, str, str], list[StuckRow]] = {}
+    for entry in stuck:
+        grouped.setdefault((entry.lane, entry.kind, entry.reason), []).append(entry)
+    return [
+        ReasonGroup(
+            lane=lane,
+            why=f"{kind}: {reason}",
+            rows=sum(entry.rows for entry in entries),
+            projects=tuple(_member(entry) for entry in entries),
         )
-        if len(stuck) > 15:
-            lines.append(f"\n({len(stuck) - 15} more in the JSON/HTML report)")
-        lines.append("")
+        for (lane, kind, reason), entries in grouped.items()
+    ]
+
+
+def _member(entry: StuckRow) -> str:
+    seqs = f"; seq {', '.join(map(str, entry.seqs))}" if entry.seqs else ""
+    return f"{entry.project} ({entry.rows}{seqs})"
+
+
+def first_screen(report: ValidateReport) -> list[str]:
+    """The answers, in markdown: lost, stuck, what to run (the plan's verdict and its commands), then why
+    the rows are stuck, each reason once with the projects it holds."""
+    current = report.current
+    lines = [lost_line(current), "", stuck_line(current), ""]
     lines += ["**What to run** (in order, on your database; each command takes a backup first):", ""]
     plan_text = plan_line(report)
     if plan_text:
@@ -239,6 +269,16 @@ def first_screen(report: ValidateReport) -> list[str]:
         lines += ["```sh", *report.what_to_run, "```"]
     else:
         lines.append("Nothing: no command of the canary frees a row here.")
+    lines += ["", worker_line(current)]
+    groups = reason_groups(current.stuck)
+    if groups:
+        lines += ["", "**Why they are stuck**", ""]
+        lines += _table(
+            ["lane", "why", "rows", "projects (rows)"],
+            [[group.lane, group.why, group.rows, group.members] for group in groups[:15]],
+        )
+        if len(groups) > 15:
+            lines.append(f"\n({len(groups) - 15} more reasons in the JSON/HTML report)")
     return lines
 
 
@@ -342,11 +382,6 @@ ENDINGS = {
     "stalled": "stalled: rows it reads still wait and the last tick moved none",
     "tick limit": "stopped at --ticks while still delivering",
 }
-
-
-def _why(entry: StuckRow) -> str:
-    text = f"{entry.kind}: {entry.reason}"
-    return text + (f" (seq {', '.join(map(str, entry.seqs))})" if entry.seqs else "")
 
 
 def _ended(run: Run) -> str:
@@ -684,12 +719,6 @@ def render_html(report: ValidateReport) -> str:
         f"<section id='answers'><p id='answer-lost' class='{'ok' if not total.lost else 'bad'}'>"
         f"{_md_bold(lost_line(current))}</p>",
         f"<p id='answer-stuck'>{_md_bold(stuck_line(current))}</p>",
-        f"<p id='worker'>{_esc(worker_line(current))}</p>",
-        _html_table(
-            ["lane", "project", "rows", "why"], [[e.lane, e.project, e.rows, _why(e)] for e in stuck], "stuck"
-        )
-        if stuck
-        else "",
         "<p><b>What to run</b> (in order, on your database; each command takes a backup first):</p>",
         f"<p id='plan-verdict' class='{'ok' if what_if is None or what_if.proof.ok else 'bad'}'>"
         f"{_esc(plan_text)}</p>"
@@ -698,6 +727,15 @@ def render_html(report: ValidateReport) -> str:
         "<pre id='what-to-run'>" + _esc("\n".join(commands)) + "</pre>"
         if commands
         else "<p id='what-to-run'>Nothing: no command of the canary frees a row here.</p>",
+        f"<p id='worker'>{_esc(worker_line(current))}</p>",
+        "<p><b>Why they are stuck</b> (each reason once, with the projects it holds)</p>"
+        + _html_table(
+            ["lane", "why", "rows", "projects (rows)"],
+            [[group.lane, group.why, group.rows, group.members] for group in reason_groups(stuck)],
+            "stuck",
+        )
+        if stuck
+        else "",
         "</section>",
         f"<div class='figures'>{''.join(figures)}</div>",
         "<h2>Next</h2><ul id='next-steps'>"

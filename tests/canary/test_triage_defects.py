@@ -90,28 +90,32 @@ def test_an_older_wide_backup_dir_and_log_are_tightened(home: Home) -> None:
 
 
 def test_keep_backups_prunes_the_oldest_and_the_log_says_so(home: Home) -> None:
-    keep_two = home.world.root / "canary.yaml"
-    keep_two.write_text("backups:\n  keep: 2\n")
+    keep_one = home.world.root / "canary.yaml"
+    keep_one.write_text("backups:\n  keep: 1\n")
     runs = (
         ("inbox", "drop", "--project", "side-project", "--noise"),
         ("inbox", "drop", "--unattributed"),
         ("inbox", "drop", "--project", "side-project"),
     )
     for run in runs:
-        result = canary(home.world, *run, "--apply", ENGRAM_CANARY_CONFIG=str(keep_two))
+        result = canary(home.world, *run, "--apply", ENGRAM_CANARY_CONFIG=str(keep_one))
         assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines()[-1] == "pruned 1 old backups (backups.keep 2)"
-    kept = sorted(path.name for path in home.backups.glob("*.db"))
-    assert len(kept) == 2 and kept[0].endswith(".drop.db")
     entries = log_entries(home)
+    # The three applies are one series (issue 35 item 4): its first backup, the state from before it,
+    # stays besides the newest; the middle one goes.
+    assert result.stdout.splitlines()[-1] == (
+        f"pruned 1 old backups (backups.keep 1); kept {entries[0]['backup']}, from before this series"
+    )
+    kept = sorted(str(path) for path in home.backups.glob("*.db"))
+    assert kept == [entries[0]["backup"], entries[2]["backup"]]
     assert [len(entry["pruned_backups"]) for entry in entries] == [0, 0, 1]  # type: ignore[arg-type]
-    assert entries[2]["pruned_backups"] == [entries[0]["backup"]]
-    keep_two.write_text("backups:\n  keep: 0\n")
-    bad = canary(home.world, "inbox", "drop", "--unattributed", ENGRAM_CANARY_CONFIG=str(keep_two))
+    assert entries[2]["pruned_backups"] == [entries[1]["backup"]]
+    keep_one.write_text("backups:\n  keep: 0\n")
+    bad = canary(home.world, "inbox", "drop", "--unattributed", ENGRAM_CANARY_CONFIG=str(keep_one))
     assert (bad.returncode, bad.stdout, bad.stderr) == (
         3,
         "",
-        f"engram-canary: error: {keep_two}:2: backups.keep: Input should be greater than or equal to 1\n",
+        f"engram-canary: error: {keep_one}:2: backups.keep: Input should be greater than or equal to 1\n",
     )
 
 

@@ -205,7 +205,12 @@ def test_markdown_is_short_and_pins_the_verdicts(report: dict[str, Any]) -> None
     assert "| 0 | 0 | 6 | 4 | 0 | 0 |" in text
     assert "- Proof: holds (ok: nothing blocked after the plan; " in text
     assert "| 500 | push: transport push project " in text and "session payload directory is required" in text
-    assert "refused: 400 mutation entries must specify a project (seq 5, 6)" in text
+    # each reason once, with the projects it holds (issue 35 item 21)
+    assert (
+        "| cloud | refused: 400 mutation entries must specify a project | 2 | (no project) (2; seq 5, 6) |"
+        in text
+    )
+    assert text.count("engram's worker stops its cycle at the first row the cloud refuses") == 1
 
 
 def test_html_is_one_offline_file(report: dict[str, Any]) -> None:

@@ -129,3 +129,71 @@ def test_screenshot_at_a_normal_window_size(chromium: str, report: dict[str, Any
     assert result.returncode == 0 and shot.exists(), result.stderr[-2000:]
     assert _png_size(shot) == WINDOW
     assert shot.stat().st_size > 20_000  # text and plots, not a blank page
+
+
+FIRST_SCREEN = (1280, 800)
+HELD_BACK_REASON = (
+    "behind seq 3 (500 session payload directory is required for upsert): engram's worker stops its cycle at "
+    "the first row the cloud refuses, so every row queued after it in the cloud lane waits, whatever its "
+    "project, until that row is repaired or dropped (engram-canary repair, or inbox drop --seq 3)"
+)
+
+
+def real_home_shape(report: dict[str, Any], projects: int = 36) -> dict[str, Any]:
+    """A real home's shape (issue 35 item 21): 36 projects held back behind one refused row, each with
+    the same 300-character reason, and a 23-command plan."""
+    shaped = copy.deepcopy(report)
+    stuck = shaped["current"]["stuck"]
+    kept = [entry for entry in stuck if entry["kind"] != "held back"]
+    held = [
+        {
+            "lane": "cloud",
+            "project": f"project-{number:02d}",
+            "rows": 3 + number,
+            "kind": "held back",
+            "reason": HELD_BACK_REASON,
+            "seqs": [],
+        }
+        for number in range(projects)
+    ]
+    shaped["current"]["stuck"] = [*kept, *held]
+    db = shaped["what_to_run"][0].split("--db ", 1)[1].split()[0]
+    shaped["what_to_run"] = [  # the 23 commands the tester's plan had
+        f"engram-canary inbox drop --project project-{number:02d} --noise --db {db} --apply"
+        for number in range(23)
+    ]
+    return shaped
+
+
+def _first_screen_probe(page: Path) -> None:
+    """The page's bottom edge (CSS px from the top of the page) of the verdict, the commands and the
+    first reason, as Chromium laid them out at 1280 wide."""
+    probe = (
+        "<script>const at = id => { const e = document.getElementById(id); "
+        "return e ? e.getBoundingClientRect().bottom + scrollY : -1; };"
+        "document.body.setAttribute('data-probe', JSON.stringify({lost: at('answer-lost'), "
+        "verdict: at('plan-verdict'), commands: at('what-to-run'), stuck: at('stuck')}));</script>"
+    )
+    page.write_text(page.read_text(encoding="utf-8").replace("</body>", probe + "</body>"), encoding="utf-8")
+
+
+def test_the_verdict_and_the_commands_are_on_the_first_screen_of_a_real_home(
+    chromium: str, report: dict[str, Any], tmp_path: Path
+) -> None:
+    shaped = real_home_shape(report)
+    page = tmp_path / "report.html"
+    page.write_text(render_html(as_report(shaped)), encoding="utf-8")
+    _first_screen_probe(page)
+    result = _run(chromium, page, f"--window-size={FIRST_SCREEN[0]},{FIRST_SCREEN[1]}", "--dump-dom")
+    assert result.returncode == 0, result.stderr[-2000:]
+    found = re.search(r'data-probe="([^"]*)"', result.stdout)
+    assert found, result.stdout[-2000:]
+    at = json.loads(found.group(1).replace("&quot;", '"'))
+    assert 0 < at["lost"] <= FIRST_SCREEN[1], at
+    assert 0 < at["verdict"] <= FIRST_SCREEN[1], at
+    assert 0 < at["commands"] <= FIRST_SCREEN[1], at
+    assert at["stuck"] > at["commands"], at  # the reasons come after what to run
+    # the reason is said once for the 36 projects it holds back, and each project is still named
+    dom = result.stdout
+    assert dom.count("engram's worker stops its cycle at the first row the cloud refuses, so every") == 1
+    assert all(f"project-{number:02d}" in dom for number in range(36))
