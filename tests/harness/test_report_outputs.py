@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from engram_sync_kit.engram_contract.one_line_cli import USAGE_EXIT
 from engram_sync_kit.harness import run_cli
 from engram_sync_kit.harness.cli import cli
 
@@ -68,7 +69,7 @@ def test_run_refuses_a_report_over_its_inputs(
     }[target]
     before = (db.read_bytes(), scenario.read_text())
     result = _invoke("run", str(scenario), "--db", str(db), "--engram", str(_engram(tmp_path)), *outputs)
-    assert result.exit_code == 2, result.output + result.stderr
+    assert result.exit_code == USAGE_EXIT, result.output + result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "would overwrite" in lines[0], lines
     assert ran == []
@@ -78,7 +79,7 @@ def test_run_refuses_a_report_over_its_inputs(
 def test_make_deployment_refuses_a_side_file_of_an_existing_database(tmp_path: Path) -> None:
     db = _db(tmp_path)
     result = _invoke("make-deployment", "--out", f"{db}-wal", "--engram", str(_engram(tmp_path)))
-    assert result.exit_code == 2, result.output + result.stderr
+    assert result.exit_code == USAGE_EXIT, result.output + result.stderr
     assert result.stderr.strip().splitlines() == [
         f"Error: --out {db}-wal: is where SQLite keeps the wal of {db}; name another file "
         "(see engram-harness make-deployment --help)"

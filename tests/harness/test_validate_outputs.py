@@ -21,6 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from engram_sync_kit.engram_contract.files import database_file_written_by
+from engram_sync_kit.engram_contract.one_line_cli import USAGE_EXIT
 from engram_sync_kit.harness import validate_cli
 from engram_sync_kit.harness.cli import cli
 from engram_sync_kit.harness.errors import HarnessError
@@ -97,7 +98,7 @@ def test_an_output_that_is_the_database_or_a_side_file_is_refused_before_any_wor
     output = SPELLINGS[spelling](db)
     before = db.read_bytes()
     result = _invoke(tmp_path, "--db", str(db), option, output)
-    assert result.exit_code == 2, result.output + result.stderr
+    assert result.exit_code == USAGE_EXIT, result.output + result.stderr
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, lines
@@ -116,7 +117,7 @@ def test_an_output_that_is_another_input_is_refused(
     other.write_text("# keep me\n")
     extra = ["--anonymize"] if named == "--anonymize-key" else []
     result = _invoke(tmp_path, "--db", str(db), named, str(other), *extra, option, str(other))
-    assert result.exit_code == 2, result.output + result.stderr
+    assert result.exit_code == USAGE_EXIT, result.output + result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "would overwrite" in result.stderr and f"{named} {other}" in result.stderr
     assert other.read_text() == "# keep me\n"
@@ -128,7 +129,7 @@ def test_html_and_json_on_one_file_are_refused(
 ) -> None:
     out = tmp_path / "report"
     result = _invoke(tmp_path, "--db", str(db), "--html", str(out), "--json", str(out))
-    assert result.exit_code == 2
+    assert result.exit_code == USAGE_EXIT
     assert "--json" in result.stderr and "--html" in result.stderr and "would overwrite" in result.stderr
     assert started == []
 
@@ -208,7 +209,7 @@ def test_a_database_that_is_not_a_regular_file_is_one_line_without_blocking(
 ) -> None:
     db = NOT_FILES[kind](tmp_path)
     result = _without_blocking(db, lambda: _invoke(tmp_path, "--db", str(db)))
-    assert result.exit_code == 2, result.stderr
+    assert result.exit_code == USAGE_EXIT, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and str(db) in lines[0] and "not a regular file" in lines[0], lines
     assert started == []
@@ -228,7 +229,7 @@ def test_an_output_fifo_without_a_reader_is_one_line_without_blocking(
     fifo = tmp_path / "report.json"
     os.mkfifo(fifo)
     result = _without_blocking(fifo, lambda: _invoke(tmp_path, "--db", str(db), "--json", str(fifo)))
-    assert result.exit_code == 2, result.stderr
+    assert result.exit_code == USAGE_EXIT, result.stderr
     assert result.stderr.strip().splitlines() == [
         f"Error: --json {fifo}: cannot write (No such device or address) (see engram-harness validate --help)"
     ]
