@@ -41,6 +41,7 @@ from engram_sync_kit.canary.inbox import (
     findings_from,
     select_inbox_rows,
     select_unattributed,
+    select_unjournaled_memories,
 )
 from engram_sync_kit.canary.key_map import load_key_map, read_key_entries, remembered_keys_path
 from engram_sync_kit.canary.schema_support import waiting_filter
@@ -160,7 +161,22 @@ def _snapshot_cwds(snapshot: InboxSnapshot) -> set[str]:
 def tripwire_inputs(
     db: EngramDb, aliases: AliasMap, *, use_cursor: bool = True, now: datetime | None = None
 ) -> tuple[TripwireInputs, frozenset[str], KeySummary | None, CursorMode]:
-    """The tripwires' inputs, the enrolled set and the rows without a project, in one read transaction."""
+    """The tripwires' inputs, the enrolled set and the rows without a project, in one read transaction.
+    The memories no journal row stands for (rc.12+, v3) move no journal seq, so they are read every time,
+    in a read transaction of their own, and never kept in the cursor."""
+    inputs, enrolled, unattributed, mode = _journal_tripwire_inputs(
+        db, aliases, use_cursor=use_cursor, now=now
+    )
+    with db.read_transaction():
+        unjournaled = select_unjournaled_memories(db, aliases)
+    if unjournaled:
+        inputs.add(TripwireInputs.from_rows(unjournaled))
+    return inputs, enrolled, unattributed, mode
+
+
+def _journal_tripwire_inputs(
+    db: EngramDb, aliases: AliasMap, *, use_cursor: bool, now: datetime | None
+) -> tuple[TripwireInputs, frozenset[str], KeySummary | None, CursorMode]:
     path = state_file_for(db.path, CURSOR_KIND)
     memory = remembered_keys_path(db)
     with db.read_transaction() as connection:
