@@ -14,7 +14,7 @@ import click
 from engram_sync_kit.canary.aliases import AliasError, check_alias_free, load_aliases
 from engram_sync_kit.canary.db import EngramDb, default_db_path
 from engram_sync_kit.canary.derive import AliasMap
-from engram_sync_kit.canary.inbox import InboxSnapshot, export_keys, read_inbox, summarize
+from engram_sync_kit.canary.inbox import InboxSnapshot, export_keys, journaled_only, read_inbox, summarize
 from engram_sync_kit.canary.inbox_render import render_memories, render_text, undecodable_note, waiting_memory
 from engram_sync_kit.canary.key_map import load_key_map
 from engram_sync_kit.canary.repair import RepairPlanner, plan_repair
@@ -90,7 +90,7 @@ def _snapshot(db: Path, aliases: AliasMap) -> InboxSnapshot:
 def _preview(db: Path, aliases: AliasMap, build: Callable[[InboxSnapshot], Plan]) -> Plan:
     """The plan as a dry run shows it: a claim's with the sessions its memories reference."""
     with EngramDb.open(db) as engram:
-        plan = build(read_inbox(engram, _with_key_map(aliases)))
+        plan = build(journaled_only(read_inbox(engram, _with_key_map(aliases))))
         with engram.read_transaction():
             return with_referenced_sessions(engram, plan)
 
