@@ -71,3 +71,19 @@ def first_check_output() -> str:
     section = README.split("## First check", 1)[1]
     block = section.split("```console\n", 1)[1].split("```", 1)[0]
     return block.split("$ engram-canary check\n", 1)[1].split("$ echo", 1)[0]
+
+
+def test_the_first_example_says_which_engram_versions_behave_which_way() -> None:
+    """v1.20 (and rc.11) mint a target per unenrolled project; from rc.12 (PR #1157) nothing is journaled,
+    and the inbox view reads the memories (docs/version-reach.md, "Schema generations")."""
+    first = README.split("## First check", 1)[1].split("\n## ", 1)[0]
+    for phrase in (
+        "v1.20.0",
+        "v2.0.0-rc.11",
+        "v2.0.0-rc.12",
+        "v3",
+        "engram-canary inbox list",
+        "engram doctor repair --check sync_target_closed_space",
+        "docs/version-reach.md",
+    ):
+        assert phrase in first, phrase
