@@ -448,3 +448,34 @@ def test_check_text_notes_design_routing_on_a_design_conforming_database(design_
         "and each enrolled project's 'cloud:<project>' lane delivers; project_unacked_rows counts unacked rows "
         "(any lane) whose project maps to this target"
     ], output
+
+
+@pytest.mark.parametrize("version", FIXTURE_VERSIONS)
+def test_every_command_on_a_fresh_fixture_names_its_version_and_finds_nothing(
+    version: str, tmp_path: Path
+) -> None:
+    """A database as each generation's own first open leaves it: no false finding anywhere."""
+    path = tmp_path / "engram.db"
+    create_database(version, path)
+    code, result = check_json(path)
+    assert (code, result["summary"]["engram_schema"], result["findings"]) == (
+        0,
+        EXPECTED_VERSION[version],
+        [],
+    )
+    assert run("inbox", "list", "--db", str(path), "--format", "json") == (0, "[]\n")
+    code, output = run("repair", "--db", str(path))
+    assert code == 0 and output.startswith("nothing to repair"), output
+    code, output = run("cleanup-phantoms", "--db", str(path))
+    assert code == 0 and output.startswith("dry run: delete 0 phantom sync_state rows"), output
+    code, output = run("inbox", "export-keys", "--db", str(path))
+    assert code == 0, output
+
+
+def test_a_filled_fixture_shows_only_the_simulated_true_findings(version: str, db: Path) -> None:
+    """The fill's phantom target and its legacy per-project lane rows, on every generation, and nothing else."""
+    _, result = check_json(db)
+    assert {f["check"] for f in result["findings"]} == {"foreign_sync_target", "undelivered_project_lane"}
+    assert {f["target_key"] for f in result["findings"] if f["check"] == "foreign_sync_target"} == {
+        PHANTOM_TARGET
+    }
