@@ -71,10 +71,12 @@ _DESIGN_INBOX_WHERE = f"m.target_key = '{INBOX_TARGET}' AND m.acked_at IS NULL"
 # Live observations of a project outside sync_enrolled_projects, minus those that still have an unacked
 # journal row of their own (legacy rows from before the upgrade, read from the journal as before).
 _UNJOURNALED_MEMORIES_SQL = """
-SELECT o.sync_id, o.session_id, o.project, o.created_at, s.id, s.project, s.directory
+SELECT o.sync_id, o.session_id, o.project, o.created_at, o.type, o.title, substr(o.content, 1, 240),
+       s.id, s.project, s.directory
 FROM observations AS o
 LEFT JOIN sessions AS s ON s.id = o.session_id
 WHERE o.deleted_at IS NULL AND ifnull(o.project, '') <> ''
+  AND o.project NOT IN (SELECT project FROM sync_enrolled_projects)
   AND NOT EXISTS (
     SELECT 1 FROM sync_mutations AS m
     WHERE m.target_key IN ('cloud', 'cloud:' || o.project) AND m.entity = 'observation'
@@ -482,16 +484,42 @@ def select_unjournaled_memories(
     resolver = resolver or GitRepoResolver(read_key_entries(memory) if memory is not None else None)
     enrolled = db.enrolled_projects()
     rows: list[InboxRow] = []
-    for sync_id, session_id, project, created_at, sid, sproject, sdirectory in db.connection.execute(
-        _UNJOURNALED_MEMORIES_SQL
-    ):
+    # Memories share few sessions: derive once per session shape, not once per memory.
+    derived: dict[tuple[bool, Any, str | None], tuple[Derivation, bool]] = {}
+    for (
+        sync_id,
+        session_id,
+        project,
+        created_at,
+        kind,
+        title,
+        content,
+        sid,
+        sproject,
+        sdirectory,
+    ) in db.connection.execute(_UNJOURNALED_MEMORIES_SQL):
         if normalize_project(str(project)) in enrolled:
             continue
         directory = (
             normalize_cwd(str(sdirectory)) if isinstance(sdirectory, str) and sdirectory.strip() else None
         )
-        context = resolver.context(sid is not None, sproject, directory, aliases)
-        payload = json.dumps({"sync_id": sync_id, "session_id": session_id, "project": project})
+        shape = (sid is not None, sproject, directory)
+        if shape not in derived:
+            context = resolver.context(sid is not None, sproject, directory, aliases)
+            derived[shape] = (derive(context, aliases, enrolled), context.cwd_missing)
+        derivation, cwd_missing = derived[shape]
+        # What `inbox show` prints of a memory (type, title, its content's first line), as a payload would.
+        payload = json.dumps(
+            {
+                "sync_id": sync_id,
+                "session_id": session_id,
+                "project": project,
+                "type": kind,
+                "title": title,
+                "content": content,
+                "created_at": created_at,
+            }
+        )
         rows.append(
             InboxRow(
                 seq=0,
@@ -502,8 +530,8 @@ def select_unjournaled_memories(
                 project=str(project),
                 occurred_at=str(created_at),
                 cwd=directory,
-                derivation=derive(context, aliases, enrolled),
-                cwd_missing=context.cwd_missing,
+                derivation=derivation,
+                cwd_missing=cwd_missing,
                 journaled=False,
             )
         )
