@@ -70,9 +70,11 @@ _DESIGN_INBOX_WHERE = f"m.target_key = '{INBOX_TARGET}' AND m.acked_at IS NULL"
 # engram_contract.generations), so there the journal cannot say what will never sync: the memories can.
 # Live observations of a project outside sync_enrolled_projects, minus those that still have an unacked
 # journal row of their own (legacy rows from before the upgrade, read from the journal as before).
+# CAST(... AS TEXT): a BLOB an older writer left reads as text (bad UTF-8 replaced, db.LENIENT_TEXT).
 _UNJOURNALED_MEMORIES_SQL = """
-SELECT o.sync_id, o.session_id, o.project, o.created_at, o.type, o.title, substr(o.content, 1, 240),
-       s.id, s.project, s.directory
+SELECT CAST(o.sync_id AS TEXT), CAST(o.session_id AS TEXT), CAST(o.project AS TEXT), CAST(o.created_at AS TEXT),
+       CAST(o.type AS TEXT), CAST(o.title AS TEXT), substr(CAST(o.content AS TEXT), 1, 240),
+       s.id, CAST(s.project AS TEXT), CAST(s.directory AS TEXT)
 FROM observations AS o
 LEFT JOIN sessions AS s ON s.id = o.session_id
 WHERE o.deleted_at IS NULL AND ifnull(o.project, '') <> ''

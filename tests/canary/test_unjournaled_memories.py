@@ -170,3 +170,36 @@ def test_triage_cannot_drop_a_memory_engram_never_journaled(fresh_rc12: Path) ->
     )
     result = CliRunner().invoke(cli, ["inbox", "drop", "--db", str(fresh_rc12), "--project", key[0]["key"]])
     assert result.exit_code == 3 and "nothing to drop" in result.output, result.output
+
+
+def test_inbox_show_prints_a_memory_engram_never_journaled(fresh_rc12: Path) -> None:
+    result = CliRunner().invoke(cli, ["inbox", "show", "unsorted", "--db", str(fresh_rc12)])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        "inbox key 'unsorted': 1 memories waiting",
+        "       0  2026-11-01 10:00:00  decision     title stray-dir",
+        "          content",
+        "          cwd /home/u/stray-dir",
+    ]
+
+
+def test_odd_memories_are_read_in_one_piece(fresh_rc12: Path) -> None:
+    """BLOB ids and project, bad UTF-8, a 5 MB content and an unparsable date: listed, never a traceback."""
+    with contextlib.closing(sqlite3.connect(fresh_rc12)) as connection:
+        insert = (
+            "INSERT INTO observations (sync_id, session_id, type, title, content, project, created_at, updated_at) "
+            "VALUES (?, ?, 'decision', ?, ?, ?, ?, '')"
+        )
+        connection.execute(
+            insert, ("obs-bad", "sess-stray-dir", b"\xffA", b"\xc3", b"note\xff", "not a date")
+        )
+        connection.execute(insert, (b"\x01\x02", "no-such-session", "t", "c", b"blob", "2026-11-01"))
+        connection.execute(insert, ("obs-huge", "sess-stray-dir", "t", "x" * 5_000_000, STRAY, "2026-11-01"))
+        connection.commit()
+    listed = CliRunner().invoke(cli, ["inbox", "list", "--db", str(fresh_rc12), "--format", "json"])
+    assert listed.exit_code == 0, listed.output
+    assert sum(entry["count"] for entry in json.loads(listed.output)) == 4
+    shown = CliRunner().invoke(cli, ["inbox", "show", "unsorted", "--db", str(fresh_rc12)])
+    assert shown.exit_code == 0 and "\ufffdA" in shown.output, shown.output
+    assert max(len(line) for line in shown.output.splitlines()) < 200
+    assert check_json(fresh_rc12)["status"] == "warning"
