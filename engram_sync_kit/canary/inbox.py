@@ -542,12 +542,6 @@ def select_unjournaled_memories(
     return tuple(rows)
 
 
-def journaled_only(snapshot: InboxSnapshot) -> InboxSnapshot:
-    """The inbox rows triage can act on: those with a journal row (a memory engram never journaled has no
-    row to ack or copy; enrolling its project is what sends it, by engram's own backfill)."""
-    return replace(snapshot, rows=tuple(row for row in snapshot.rows if row.journaled))
-
-
 def read_inbox(
     db: EngramDb, aliases: AliasMap, resolver: GitRepoResolver | None = None, *, now: datetime | None = None
 ) -> InboxSnapshot:

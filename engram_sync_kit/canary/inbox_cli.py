@@ -14,7 +14,7 @@ import click
 from engram_sync_kit.canary.aliases import AliasError, check_alias_free, load_aliases
 from engram_sync_kit.canary.db import EngramDb, default_db_path
 from engram_sync_kit.canary.derive import AliasMap
-from engram_sync_kit.canary.inbox import InboxSnapshot, export_keys, journaled_only, read_inbox, summarize
+from engram_sync_kit.canary.inbox import InboxSnapshot, export_keys, read_inbox, summarize
 from engram_sync_kit.canary.inbox_render import render_memories, render_text, undecodable_note, waiting_memory
 from engram_sync_kit.canary.key_map import load_key_map
 from engram_sync_kit.canary.repair import RepairPlanner, plan_repair
@@ -30,12 +30,12 @@ from engram_sync_kit.canary.triage import (
     Selection,
     TriageError,
     apply,
+    matching_rows,
     parse_seqs,
     plan_claim,
     plan_cleanup,
     plan_drop,
     resolve_cwd,
-    select_rows,
     with_referenced_sessions,
 )
 
@@ -90,7 +90,7 @@ def _snapshot(db: Path, aliases: AliasMap) -> InboxSnapshot:
 def _preview(db: Path, aliases: AliasMap, build: Callable[[InboxSnapshot], Plan]) -> Plan:
     """The plan as a dry run shows it: a claim's with the sessions its memories reference."""
     with EngramDb.open(db) as engram:
-        plan = build(journaled_only(read_inbox(engram, _with_key_map(aliases))))
+        plan = build(read_inbox(engram, _with_key_map(aliases)))
         with engram.read_transaction():
             return with_referenced_sessions(engram, plan)
 
@@ -273,7 +273,7 @@ def show_command(
     aliases, _ = load_aliases(_aliases_path(aliases_path))
     snapshot = _snapshot(db or default_db_path(), aliases)
     selection = Selection(key=key, cwd=resolve_cwd(cwd))
-    rows = select_rows(snapshot, selection)
+    rows = matching_rows(snapshot, selection)
     if not rows:
         raise TriageError(
             f"no unacked inbox rows match {selection.describe()} (see: engram-canary inbox list)"

@@ -184,7 +184,7 @@ def test_triage_dry_runs(version: str, db: Path) -> None:
     if version in FRESH_UNJOURNALED:
         # No journal row to ack or copy: only enrolling sends these memories (engram's backfill).
         code, output = run("inbox", "drop", "--db", str(db), "--project", key)
-        assert (code, output.count("\n")) == (3, 1) and "nothing to drop" in output, output
+        assert (code, output.count("\n")) == (3, 1) and "never journaled" in output, output
         return
     code, output = run("inbox", "drop", "--db", str(db), "--project", key)
     assert code == 0 and output.startswith(f"dry run: drop 3 rows of inbox key '{key}'"), output

@@ -168,8 +168,13 @@ def test_triage_cannot_drop_a_memory_engram_never_journaled(fresh_rc12: Path) ->
     key = json.loads(
         CliRunner().invoke(cli, ["inbox", "list", "--db", str(fresh_rc12), "--format", "json"]).output
     )
-    result = CliRunner().invoke(cli, ["inbox", "drop", "--db", str(fresh_rc12), "--project", key[0]["key"]])
-    assert result.exit_code == 3 and "nothing to drop" in result.output, result.output
+    for args in (["drop"], ["claim", "--as", ENROLLED]):
+        result = CliRunner().invoke(
+            cli, ["inbox", args[0], "--db", str(fresh_rc12), "--project", key[0]["key"], *args[1:]]
+        )
+        assert result.exit_code == 3 and result.output.count("\n") == 1, result.output
+        assert "1 memories engram never journaled" in result.output, result.output
+        assert "nothing to claim or drop; enroll the project to send them" in result.output, result.output
 
 
 def test_inbox_show_prints_a_memory_engram_never_journaled(fresh_rc12: Path) -> None:
