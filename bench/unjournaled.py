@@ -1,11 +1,12 @@
 """Benchmark of reading the memories engram v2.0.0-rc.12+/v3 never journals: `python -m bench.unjournaled`.
 
 On those generations the inbox tripwires count live observations of unenrolled projects
-(canary.inbox.select_unjournaled_memories), read on every check (they move no journal seq, so the inbox
-cursor cannot keep them). The database is the rc.12+ fixture (tests/fixtures/engram_schemas/v2-rc12.sql,
+(canary.inbox.select_unjournaled_memories), kept in a cursor of their own (they move no journal seq, so the
+journal's cursor cannot keep them). The database is the rc.12+ fixture (tests/fixtures/engram_schemas/v2-rc12.sql,
 predicted from source) filled with N SIMULATED memories of 50 unenrolled projects in 200 sessions, plus as
 many memories of an enrolled project (which the SQL must leave out). Measured: the library read (median of
---rounds) and the whole `engram-canary check` in process, per N. The results go to bench/results/.
+--rounds), `engram-canary check --full` in process, and `check` of the unchanged file through the
+memories cursor (canary.inbox_cursor.unjournaled_inputs), per N. The results go to bench/results/.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def measure(memories: int, rounds: int) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / "engram.db"
         build(path, memories)
-        library, whole, found = [], [], 0
+        library, whole, cached, found = [], [], [], 0
         for _ in range(rounds):
             with EngramDb.open(path) as db:
                 started = time.perf_counter()
@@ -64,13 +65,17 @@ def measure(memories: int, rounds: int) -> dict[str, object]:
                     found = len(select_unjournaled_memories(db, AliasMap()))
                 library.append(time.perf_counter() - started)
             started = time.perf_counter()
-            CliRunner().invoke(cli, ["check", "--db", str(path), "--no-baseline", "--format", "json"])
+            CliRunner().invoke(cli, ["check", "--db", str(path), "--no-baseline", "--format", "json", "--full"])
             whole.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            CliRunner().invoke(cli, ["check", "--db", str(path), "--no-baseline", "--format", "json"])
+            cached.append(time.perf_counter() - started)
     return {
         "memories": memories,
         "found": found,
         "library_median_s": round(statistics.median(library), 3),
-        "check_median_s": round(statistics.median(whole), 3),
+        "check_full_median_s": round(statistics.median(whole), 3),
+        "check_unchanged_median_s": round(statistics.median(cached), 3),
     }
 
 

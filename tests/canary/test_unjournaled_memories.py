@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 from engram_schemas.builder import ENROLLED, PHANTOM_TARGET, STRAY, V2, V2_RC12, V3, V120, build
 
+from engram_sync_kit.canary import inbox_cursor
 from engram_sync_kit.canary.cli import cli
 from engram_sync_kit.canary.config import CanaryConfig
 from engram_sync_kit.canary.db import EngramDb
@@ -208,3 +209,38 @@ def test_odd_memories_are_read_in_one_piece(fresh_rc12: Path) -> None:
     assert shown.exit_code == 0 and "\ufffdA" in shown.output, shown.output
     assert max(len(line) for line in shown.output.splitlines()) < 200
     assert check_json(fresh_rc12)["status"] == "warning"
+
+
+def test_the_memories_are_kept_in_a_cursor_until_a_save_a_delete_or_an_enrollment(
+    fresh_rc12: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[int] = []
+    real = inbox_cursor.select_unjournaled_memories
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        reads.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(inbox_cursor, "select_unjournaled_memories", counted)
+    config = CanaryConfig()
+
+    def aged_keys() -> set[str]:
+        with EngramDb.open(fresh_rc12) as db:
+            findings, _ = cursor_tripwire_findings(db, config)
+        return {str(f.key) for f in findings if f.check == "inbox_age"}
+
+    save_unenrolled(fresh_rc12, "team-notes", 2, age=timedelta(days=9), directory="/home/u/elsewhere")
+    assert (aged_keys(), len(reads)) == ({"team-notes"}, 1)
+    assert (aged_keys(), len(reads)) == ({"team-notes"}, 1)  # unchanged: the cursor answers
+    with contextlib.closing(sqlite3.connect(fresh_rc12)) as connection:
+        connection.execute(
+            "UPDATE observations SET deleted_at = datetime('now') WHERE project = 'team-notes'"
+        )
+        connection.commit()
+    assert (aged_keys(), len(reads)) == (set(), 2)
+    save_unenrolled(fresh_rc12, "team-notes", 3, age=timedelta(days=9), directory="/home/u/elsewhere")
+    assert (aged_keys(), len(reads)) == ({"team-notes"}, 3)
+    with contextlib.closing(sqlite3.connect(fresh_rc12)) as connection:
+        connection.execute("INSERT INTO sync_enrolled_projects (project) VALUES ('team-notes')")
+        connection.commit()
+    assert (aged_keys(), len(reads)) == (set(), 4)
