@@ -65,7 +65,9 @@ def measure(memories: int, rounds: int) -> dict[str, object]:
                     found = len(select_unjournaled_memories(db, AliasMap()))
                 library.append(time.perf_counter() - started)
             started = time.perf_counter()
-            CliRunner().invoke(cli, ["check", "--db", str(path), "--no-baseline", "--format", "json", "--full"])
+            CliRunner().invoke(
+                cli, ["check", "--db", str(path), "--no-baseline", "--format", "json", "--full"]
+            )
             whole.append(time.perf_counter() - started)
             started = time.perf_counter()
             CliRunner().invoke(cli, ["check", "--db", str(path), "--no-baseline", "--format", "json"])

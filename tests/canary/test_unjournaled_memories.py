@@ -22,7 +22,7 @@ from engram_sync_kit.canary import inbox_cursor
 from engram_sync_kit.canary.cli import cli
 from engram_sync_kit.canary.config import CanaryConfig
 from engram_sync_kit.canary.db import EngramDb
-from engram_sync_kit.canary.inbox import tripwire_findings
+from engram_sync_kit.canary.inbox import select_unjournaled_memories, tripwire_findings
 from engram_sync_kit.canary.inbox_cursor import cursor_tripwire_findings
 
 DOCTOR_REPAIR = "engram doctor repair --check sync_target_closed_space"
@@ -215,13 +215,13 @@ def test_the_memories_are_kept_in_a_cursor_until_a_save_a_delete_or_an_enrollmen
     fresh_rc12: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     reads: list[int] = []
-    real = inbox_cursor.select_unjournaled_memories
+    real = select_unjournaled_memories
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         reads.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(inbox_cursor, "select_unjournaled_memories", counted)
+    monkeypatch.setattr(inbox_cursor, "select_unjournaled_memories", counted)  # the name inbox_cursor calls
     config = CanaryConfig()
 
     def aged_keys() -> set[str]:
