@@ -123,3 +123,19 @@ def test_the_cron_line_runs_under_crons_own_environment(tmp_path: Path) -> None:
     # no engram database in this home: the check says UNKNOWN, which the line prints for cron to mail
     assert ran.stderr == ""
     assert ran.stdout.startswith("ENGRAM-CANARY UNKNOWN - "), ran.stdout
+
+
+def test_the_first_example_says_which_engram_versions_behave_which_way() -> None:
+    """v1.20 (and rc.11) mint a target per unenrolled project; from rc.12 (PR #1157) nothing is journaled,
+    and the inbox view reads the memories (docs/version-reach.md, "Schema generations")."""
+    first = README.split("## First check", 1)[1].split("\n## ", 1)[0]
+    for phrase in (
+        "v1.20.0",
+        "v2.0.0-rc.11",
+        "v2.0.0-rc.12",
+        "v3",
+        "engram-canary inbox list",
+        "engram doctor repair --check sync_target_closed_space",
+        "docs/version-reach.md",
+    ):
+        assert phrase in first, phrase

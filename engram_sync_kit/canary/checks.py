@@ -43,7 +43,13 @@ from engram_sync_kit.canary.findings import (
 from engram_sync_kit.canary.inbox_cursor import cursor_tripwire_findings
 from engram_sync_kit.canary.lane_health import kept_lane_findings
 from engram_sync_kit.canary.remotes import NO_REMOTES, RemoteStateKeys, remote_state_keys
-from engram_sync_kit.canary.schema_support import identify, lane_note, waiting_filter
+from engram_sync_kit.canary.schema_support import (
+    allows_unknown_remote_keys,
+    identify,
+    lane_note,
+    repair_hint,
+    waiting_filter,
+)
 from engram_sync_kit.canary.stage_a import stage_a_findings
 from engram_sync_kit.canary.targets import INBOX_TARGET, LOCAL_TARGET, allowed_targets, project_target
 from engram_sync_kit.canary.undecodable import undecodable_findings
@@ -135,10 +141,15 @@ def read_target_space(
     sync_state = db.sync_state(SYNC_STATE_FIELDS)
     remotes = remote_state_keys(connection)
     # The live remotes' `cloud@<id>` keys are allowed; while cloud.json cannot be read the remotes are
-    # unknown, so no key of that shape is called foreign (engram's doctor does the same).
+    # unknown, so no key of that shape is called foreign (engram's doctor does the same), but only on a
+    # generation that has remotes: elsewhere such a key could hide a foreign one.
     remote_keys = remotes.live
     if remote_keys is None:
-        remote_keys = frozenset(key for key in {*sync_state, *keys} if is_remote_state_key(key))
+        remote_keys = frozenset(
+            key
+            for key in {*sync_state, *keys}
+            if is_remote_state_key(key) and allows_unknown_remote_keys(identify(db))
+        )
     return TargetSpace(
         enrolled=sorted(enrolled),
         allowed=allowed_targets(enrolled, extra_allowed) | remote_keys,
@@ -167,6 +178,10 @@ class EvidenceReader:
     @functools.cached_property
     def lane_note(self) -> str:
         return lane_note(identify(self.db))
+
+    @functools.cached_property
+    def repair_hint(self) -> str | None:
+        return repair_hint(identify(self.db))
 
     def unacked_on_target(self, target_key: str) -> int | None:
         if not self.has_acked:
@@ -219,6 +234,8 @@ class EvidenceReader:
             evidence["project_unacked_rows"] = sum(by_lane.values())
             evidence["project_unacked_by_lane"] = by_lane
             evidence["note"] = self.lane_note
+        if self.repair_hint is not None:
+            evidence["repair"] = self.repair_hint
         return evidence
 
 

@@ -66,6 +66,27 @@ ORDER BY m.seq
 _DESIGN_INBOX_WHERE = f"m.target_key = '{INBOX_TARGET}' AND m.acked_at IS NULL"
 
 
+# engram v2.0.0-rc.12+ and v3 write no journal row for a save of an unenrolled project (PR #1157;
+# engram_contract.generations), so there the journal cannot say what will never sync: the memories can.
+# Live observations of a project outside sync_enrolled_projects, minus those that still have an unacked
+# journal row of their own (legacy rows from before the upgrade, read from the journal as before).
+# CAST(... AS TEXT): a BLOB an older writer left reads as text (bad UTF-8 replaced, db.LENIENT_TEXT).
+_UNJOURNALED_MEMORIES_SQL = """
+SELECT CAST(o.sync_id AS TEXT), CAST(o.session_id AS TEXT), CAST(o.project AS TEXT), CAST(o.created_at AS TEXT),
+       CAST(o.type AS TEXT), CAST(o.title AS TEXT), substr(CAST(o.content AS TEXT), 1, 240),
+       s.id, CAST(s.project AS TEXT), CAST(s.directory AS TEXT)
+FROM observations AS o
+LEFT JOIN sessions AS s ON s.id = o.session_id
+WHERE o.deleted_at IS NULL AND ifnull(o.project, '') <> ''
+  AND o.project NOT IN (SELECT project FROM sync_enrolled_projects)
+  AND NOT EXISTS (
+    SELECT 1 FROM sync_mutations AS m
+    WHERE m.target_key IN ('cloud', 'cloud:' || o.project) AND m.entity = 'observation'
+      AND m.entity_key = o.sync_id AND m.acked_at IS NULL
+  )
+ORDER BY o.id
+"""
+
 UNATTRIBUTED_MUTATIONS = "unattributed_mutations"
 # Legacy-lane rows journaled without a project (v1.20's `engram save` without --project): the worker sends
 # them, but the cloud refuses an entry with an empty project (400), so they never deliver either.
@@ -286,6 +307,7 @@ class InboxRow:
     cwd: str | None
     derivation: Derivation
     cwd_missing: bool = False
+    journaled: bool = True  # False: a memory engram never journaled (seq 0), read from observations
 
     @property
     def is_telemetry(self) -> bool:
@@ -450,14 +472,86 @@ def select_inbox_rows(
     )
 
 
+def select_unjournaled_memories(
+    db: EngramDb, aliases: AliasMap, resolver: GitRepoResolver | None = None
+) -> tuple[InboxRow, ...]:
+    """The memories of unenrolled projects that no journal row stands for, on a generation that journals
+    no such save (none elsewhere: there the journal holds every one). No transaction control here."""
+    kind = identify(db)
+    if not kind.generation.memories_answer_the_inbox or kind.lane_model is LaneModel.DESIGN_CONFORMING:
+        return ()
+    if not db.schema.has_column("observations", "sync_id"):
+        return ()
+    memory = remembered_keys_path(db) if resolver is None else None
+    resolver = resolver or GitRepoResolver(read_key_entries(memory) if memory is not None else None)
+    enrolled = db.enrolled_projects()
+    rows: list[InboxRow] = []
+    # Memories share few sessions: derive once per session shape, not once per memory.
+    derived: dict[tuple[bool, Any, str | None], tuple[Derivation, bool]] = {}
+    for (
+        sync_id,
+        session_id,
+        project,
+        created_at,
+        kind,
+        title,
+        content,
+        sid,
+        sproject,
+        sdirectory,
+    ) in db.connection.execute(_UNJOURNALED_MEMORIES_SQL):
+        if normalize_project(str(project)) in enrolled:
+            continue
+        directory = (
+            normalize_cwd(str(sdirectory)) if isinstance(sdirectory, str) and sdirectory.strip() else None
+        )
+        shape = (sid is not None, sproject, directory)
+        if shape not in derived:
+            context = resolver.context(sid is not None, sproject, directory, aliases)
+            derived[shape] = (derive(context, aliases, enrolled), context.cwd_missing)
+        derivation, cwd_missing = derived[shape]
+        # What `inbox show` prints of a memory (type, title, its content's first line), as a payload would.
+        payload = json.dumps(
+            {
+                "sync_id": sync_id,
+                "session_id": session_id,
+                "project": project,
+                "type": kind,
+                "title": title,
+                "content": content,
+                "created_at": created_at,
+            }
+        )
+        rows.append(
+            InboxRow(
+                seq=0,
+                entity="observation",
+                entity_key=str(sync_id),
+                op="upsert",
+                payload=payload,
+                project=str(project),
+                occurred_at=str(created_at),
+                cwd=directory,
+                derivation=derivation,
+                cwd_missing=cwd_missing,
+                journaled=False,
+            )
+        )
+    if memory is not None and resolver.learned:
+        write_key_entries(memory, resolver.remembered)
+    return tuple(rows)
+
+
 def read_inbox(
     db: EngramDb, aliases: AliasMap, resolver: GitRepoResolver | None = None, *, now: datetime | None = None
 ) -> InboxSnapshot:
-    """One short read transaction over the inbox, with the legacy-lane rows that have no project."""
+    """One short read transaction over the inbox, with the legacy-lane rows that have no project and, on a
+    generation that journals no save of an unenrolled project, the memories that will never sync."""
     with db.read_transaction():
         snapshot = select_inbox_rows(db, aliases, resolver, now=now)
+        unjournaled = select_unjournaled_memories(db, aliases, resolver)
         unattributed = select_unattributed(db, snapshot.taken_at)
-    return replace(snapshot, unattributed=unattributed)
+    return replace(snapshot, rows=snapshot.rows + unjournaled, unattributed=unattributed)
 
 
 def select_unattributed(db: EngramDb, now: datetime) -> KeySummary | None:

@@ -36,12 +36,12 @@ from engram_sync_kit.canary.triage import (
     Selection,
     TriageError,
     apply,
+    matching_rows,
     parse_seqs,
     plan_claim,
     plan_cleanup,
     plan_drop,
     resolve_cwd,
-    select_rows,
     with_referenced_sessions,
 )
 
@@ -285,7 +285,7 @@ def show_command(
     aliases, _ = load_aliases(_aliases_path(aliases_path))
     snapshot = _snapshot(resolve_db(db), aliases)
     selection = Selection(key=key, cwd=resolve_cwd(cwd))
-    rows = select_rows(snapshot, selection)
+    rows = matching_rows(snapshot, selection)
     if not rows:
         raise TriageError(
             f"no unacked inbox rows match {selection.describe()} (see: engram-canary inbox list)"

@@ -41,9 +41,10 @@ from engram_sync_kit.canary.inbox import (
     findings_from,
     select_inbox_rows,
     select_unattributed,
+    select_unjournaled_memories,
 )
 from engram_sync_kit.canary.key_map import load_key_map, read_key_entries, remembered_keys_path
-from engram_sync_kit.canary.schema_support import waiting_filter
+from engram_sync_kit.canary.schema_support import identify, waiting_filter
 from engram_sync_kit.canary.targets import INBOX_TARGET
 from engram_sync_kit.engram_contract import LEGACY_TARGET
 
@@ -157,10 +158,89 @@ def _snapshot_cwds(snapshot: InboxSnapshot) -> set[str]:
     return {row.cwd for row in snapshot.rows if row.cwd is not None}
 
 
+MEMORIES_CURSOR_KIND = "inbox-memories-cursor"
+MEMORIES_CURSOR_SCHEMA = "engram-canary/inbox-memories-cursor/v1"
+
+
+class MemoriesFingerprint(BaseModel):
+    """What the memories engram never journaled (rc.12+, v3) are computed from: a save adds a live
+    observation (max id, count), a delete removes one, an enrollment or a journal row of one moves the
+    enrolled set or the journal's high-water mark."""
+
+    live_max_id: int
+    live: int
+    high_water: int
+    enrolled: list[str]
+    aliases: str
+
+
+class MemoriesCursor(BaseModel):
+    schema_: str = MEMORIES_CURSOR_SCHEMA
+    fingerprint: MemoriesFingerprint
+    computed_at: float
+    inputs: dict[str, Any]
+
+
+def _memories_fingerprint(db: EngramDb, aliases: AliasMap) -> MemoriesFingerprint:
+    live_max_id, live = db.connection.execute(
+        "SELECT ifnull(max(id), 0), count(*) FROM observations WHERE deleted_at IS NULL"
+    ).fetchone()
+    return MemoriesFingerprint(
+        live_max_id=int(live_max_id),
+        live=int(live),
+        high_water=_scalar(db.connection, "SELECT max(seq) FROM sync_mutations"),
+        enrolled=sorted(db.enrolled_projects()),
+        aliases=_aliases_digest(aliases),
+    )
+
+
+def unjournaled_inputs(db: EngramDb, aliases: AliasMap, *, use_cursor: bool = True) -> TripwireInputs:
+    """The tripwires' inputs from the memories no journal row stands for (none where every save is
+    journaled), kept in a cursor of their own: they move no journal seq, so the journal's cursor cannot
+    see them. Call inside a read transaction."""
+    if not identify(db).generation.memories_answer_the_inbox or not db.schema.has_column(
+        "observations", "id"
+    ):
+        return TripwireInputs()
+    path = state_file_for(db.path, MEMORIES_CURSOR_KIND)
+    seen = _memories_fingerprint(db, aliases)
+    if use_cursor:
+        try:
+            kept: MemoriesCursor | None = MemoriesCursor.model_validate(
+                json.loads(path.read_text(encoding="utf-8"))
+            )
+        except (OSError, ValueError, ValidationError):
+            kept = None
+        if (
+            kept is not None
+            and kept.schema_ == MEMORIES_CURSOR_SCHEMA
+            and kept.fingerprint == seen
+            and time.time() - kept.computed_at <= MAX_AGE_SECONDS
+        ):
+            return _inputs_from_json(kept.inputs)
+    inputs = TripwireInputs.from_rows(select_unjournaled_memories(db, aliases))
+    if use_cursor:
+        cursor = MemoriesCursor(fingerprint=seen, computed_at=time.time(), inputs=_inputs_to_json(inputs))
+        keep_state(path, cursor.model_dump_json())
+    return inputs
+
+
 def tripwire_inputs(
     db: EngramDb, aliases: AliasMap, *, use_cursor: bool = True, now: datetime | None = None
 ) -> tuple[TripwireInputs, frozenset[str], KeySummary | None, CursorMode]:
-    """The tripwires' inputs, the enrolled set and the rows without a project, in one read transaction."""
+    """The tripwires' inputs, the enrolled set and the rows without a project, in one read transaction,
+    and the memories no journal row stands for (rc.12+, v3) in a read transaction of their own."""
+    inputs, enrolled, unattributed, mode = _journal_tripwire_inputs(
+        db, aliases, use_cursor=use_cursor, now=now
+    )
+    with db.read_transaction():
+        inputs.add(unjournaled_inputs(db, aliases, use_cursor=use_cursor))
+    return inputs, enrolled, unattributed, mode
+
+
+def _journal_tripwire_inputs(
+    db: EngramDb, aliases: AliasMap, *, use_cursor: bool, now: datetime | None
+) -> tuple[TripwireInputs, frozenset[str], KeySummary | None, CursorMode]:
     path = state_file_for(db.path, CURSOR_KIND)
     memory = remembered_keys_path(db)
     with db.read_transaction() as connection:

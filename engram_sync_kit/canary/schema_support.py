@@ -1,11 +1,10 @@
 """Which engram version wrote this database, which lane model it follows, and what triage may write.
 
-The canary reads v1.20.0 (observed on the real binary) and the v2/v3 schemas transcribed from engram's
-source (tests/fixtures/engram_schemas/; docs/version-reach.md). The kind is told from the file itself:
-
-- v1.20: sync_mutations has a project column but no disposition column.
-- v2 (store.go @1be5d11f): disposition columns on sync_mutations, sessions.ownership_mode.
-- v3 (store.go @d4397781): also sessions.runtime_lease_expires_at and user_prompts.source_inbox_id.
+The generation is told from the file itself by `engram_sync_kit.engram_contract.generations` (the one
+home of what each generation journals, retires and pulls; v1.20.0 observed, the rest predicted from
+source, docs/version-reach.md): v1.20.0, the v1 line after it (user_version 2-8, store.go @02544436),
+v2.0.0-rc.11 (store.go @1be5d11f), v2.0.0-rc.12+ (no journal row for an unenrolled project, PR #1157)
+and v3 (store.go @d4397781, rc.12's journaling too).
 
 Lane model. Every release so far is legacy-only: its worker pushes the `cloud` lane alone (v2's autosync
 Config.TargetKey defaults to "cloud", internal/cloud/autosync/manager.go @0cd24e8a), and `cloud:inbox`
@@ -23,10 +22,25 @@ from enum import StrEnum
 from engram_sync_kit.canary.db import EngramDb, Schema
 from engram_sync_kit.canary.errors import CanaryError
 from engram_sync_kit.canary.targets import INBOX_TARGET, project_target
+from engram_sync_kit.engram_contract.generations import (
+    DOCTOR_REPAIR_FOREIGN,
+    NEWER_NAME,
+    V1_LINE_NAME,
+    V2_RC11_NAME,
+    V2_RC12_NAME,
+    V3_NAME,
+    V120_NAME,
+    Generation,
+    identify_generation,
+)
 
-V120 = "v1.20.0"
-V2 = "v2 (schema of store.go @1be5d11f, v2.0.0-rc.11 or later)"
+V120 = V120_NAME
+V2 = "v2.0.0-rc.11 (schema of store.go @1be5d11f)"
+V2_RC12 = "v2.0.0-rc.12 or later v2 (rc.11's schema plus sync_delete_tombstones, PR #1157)"
 V3 = "v3 (schema of store.go @d4397781)"
+V1_LINE = "v1 line after v1.20 (schema generation {user_version}, store.go @02544436)"
+NEWER_THAN_V3 = "newer than v3 @d4397781 (user_version {user_version})"
+_LABELS = {V120_NAME: V120, V2_RC11_NAME: V2, V2_RC12_NAME: V2_RC12, V3_NAME: V3}
 # Versions whose databases triage has written in tests against the real binary. v2/v3 are read (check,
 # inbox, dry runs) from source-transcribed fixtures only, so triage refuses to write them.
 WRITE_TESTED = frozenset({V120})
@@ -51,6 +65,7 @@ class DatabaseKind:
     version: str
     user_version: int
     lane_model: LaneModel
+    generation: Generation
 
     @property
     def inbox_lane(self) -> str:
@@ -67,21 +82,15 @@ class DatabaseKind:
 
 
 def schema_version(schema: Schema) -> str:
-    mutations = schema.columns.get("sync_mutations", frozenset())
-    if "project" not in mutations:
-        return "v1 before per-project sync (no sync_mutations.project)"
-    if "disposition" not in mutations:
-        return (
-            V120
-            if schema.user_version == 0
-            else f"unknown (v1.20 columns, user_version {schema.user_version})"
-        )
-    if schema.user_version > 1:
-        return f"newer than v3 (user_version {schema.user_version})"
-    v3_columns = schema.has_column("sessions", "runtime_lease_expires_at") and schema.has_column(
-        "user_prompts", "source_inbox_id"
-    )
-    return V3 if v3_columns else V2
+    """The version this file reads as, in the words `check` prints (summary.engram_schema)."""
+    generation = identify_generation(schema)
+    if generation.name in _LABELS:
+        return _LABELS[generation.name]
+    if generation.name.startswith(f"{V1_LINE_NAME} (schema generation"):
+        return V1_LINE.format(user_version=schema.user_version)
+    if generation.name.startswith(NEWER_NAME):
+        return NEWER_THAN_V3.format(user_version=schema.user_version)
+    return generation.name
 
 
 def identify(db: EngramDb) -> DatabaseKind:
@@ -90,6 +99,7 @@ def identify(db: EngramDb) -> DatabaseKind:
         version=schema_version(db.schema),
         user_version=db.schema.user_version,
         lane_model=lane_model(db),
+        generation=identify_generation(db.schema),
     )
 
 
@@ -113,7 +123,6 @@ def lane_model(db: EngramDb) -> LaneModel:
 
 
 _UNACKED_NOTE = "project_unacked_rows counts unacked rows (any lane) whose project maps to this target"
-_SOURCE_COMMIT = {V2: "1be5d11f", V3: "d4397781"}
 
 
 def lane_note(kind: DatabaseKind) -> str:
@@ -123,18 +132,38 @@ def lane_note(kind: DatabaseKind) -> str:
             f"engram {kind.version.split()[0]} follows the design's routing here: rows of unenrolled projects wait "
             f"on '{INBOX_TARGET}' and each enrolled project's 'cloud:<project>' lane delivers; {_UNACKED_NOTE}"
         )
-    if kind.version == V120:
+    generation = kind.generation
+    if generation.observed:
         return f"engram v1.20 journals every mutation in the legacy 'cloud' lane with a project column; {_UNACKED_NOTE}"
-    if kind.version in _SOURCE_COMMIT:
-        # Single journaling (docs/version-reach.md): the newer store and worker tests journal, ack and
-        # retarget on 'cloud' only; cloud:<project> counts come from the project column.
+    if generation.foreign_targets_are_legacy:
         return (
-            f"engram {kind.version.split()[0]} (predicted from source, schema of store.go "
-            f"@{_SOURCE_COMMIT[kind.version]}) journals every mutation in the legacy 'cloud' lane with a project "
-            "column, as v1.20 does; 'cloud:<project>' is a sync_state row, and its worker reads only 'cloud'; "
-            f"{_UNACKED_NOTE}"
+            f"engram {kind.version} (predicted from source, {generation.source}) journals only enrolled projects, "
+            "in the legacy 'cloud' lane, and never writes a 'cloud:<project>' row for an unenrolled one: this "
+            f"target is a legacy row from before the upgrade; {_UNACKED_NOTE}"
+        )
+    if generation.journals_unenrolled:
+        return (
+            f"engram {kind.version} (predicted from source, {generation.source}) journals every mutation in the "
+            "legacy 'cloud' lane with a project column, as v1.20 does; 'cloud:<project>' is a sync_state row, and "
+            f"its worker reads only 'cloud'; {_UNACKED_NOTE}"
         )
     return f"engram {kind.version}: lanes not known to the canary; {_UNACKED_NOTE}"
+
+
+def repair_hint(kind: DatabaseKind) -> str | None:
+    """engram's own supported cleanup of a foreign target, where the generation has one (rc.12+, PR #1165)."""
+    if kind.generation.doctor_repairs_foreign:
+        return (
+            f"{DOCTOR_REPAIR_FOREIGN} (engram's own repair: retargets the pending rows of enrolled projects to "
+            "'cloud' and removes a target that keeps no rows; predicted from CleanupForeignSyncTargets @d4397781)"
+        )
+    return None
+
+
+def allows_unknown_remote_keys(kind: DatabaseKind) -> bool:
+    """While cloud.json cannot be read, may a `cloud@<12 hex>` key pass as a remote's? Only on a generation
+    that has per-project remotes, or one the kit cannot place; elsewhere such a key is foreign."""
+    return kind.generation.remote_state_keys is not False
 
 
 def waiting_filter(schema: Schema, alias: str = "") -> str:

@@ -283,7 +283,8 @@ def connect_read_write(path: Path) -> EngramDb:
 # ---------------------------------------------------------------- planning (pure over a snapshot)
 
 
-def select_rows(snapshot: InboxSnapshot, selection: Selection) -> list[InboxRow]:
+def matching_rows(snapshot: InboxSnapshot, selection: Selection) -> list[InboxRow]:
+    """Every inbox row the selection names, memories engram never journaled included (what `show` reads)."""
     wanted_key = normalize_project(selection.key)
     wanted_cwd = normalize_cwd(selection.cwd) if selection.cwd is not None else None
     return [
@@ -294,6 +295,20 @@ def select_rows(snapshot: InboxSnapshot, selection: Selection) -> list[InboxRow]
         and (not selection.telemetry_only or row.is_telemetry)
         and (not selection.memories_only or not row.is_telemetry)
     ]
+
+
+def select_rows(snapshot: InboxSnapshot, selection: Selection) -> list[InboxRow]:
+    """The rows triage acts on: those with a journal row to ack or copy."""
+    matched = matching_rows(snapshot, selection)
+    journaled = [row for row in matched if row.journaled]
+    if matched and not journaled:
+        # engram v2.0.0-rc.12+/v3 journal nothing for an unenrolled project: no row to ack or copy.
+        raise TriageError(
+            f"{selection.describe()} holds {len(matched)} memories engram never journaled (v2.0.0-rc.12 and "
+            "later journal only enrolled projects): nothing to claim or drop; enroll the project to send them "
+            "(engram backfills its memories at enrollment)"
+        )
+    return journaled
 
 
 def _enrolled_name(snapshot: InboxSnapshot, project: str) -> str | None:

@@ -17,7 +17,8 @@ What each step really does (v1.20.0, read in cmd/engram, internal/mcp, internal/
 - enroll: `engram cloud enroll P`. unenroll / alias: only when `engram cloud` lists the subcommand;
   otherwise the step fails as unsupported (v1.20 has neither).
 - relate: POST /conflicts/compare (a judged relation between two saved observations).
-- reenqueue how=update: PATCH /observations/{id} with identical fields; how=copy_row SIMULATES LEGACY
+- reenqueue how=update: PATCH /observations/{id}?expected_project=P with identical fields (v3 requires the
+  owner in the query, predicted from server.go@d4397781; v1.20 ignores it); revise the same; how=copy_row SIMULATES LEGACY
   DATA: a byte-identical copy of the observation's latest sync_mutations row (the seed's item-7 control).
 - time_travel and legacy_rows SIMULATE LEGACY DATA by writing engram's tables; no other step does.
 - sync via autosync waits for cycles of the `engram serve` worker (read from GET /sync/status and the
@@ -44,6 +45,7 @@ from pydantic import BaseModel
 
 from engram_sync_kit.engram_contract.enqueue import JOURNAL_COLUMNS, mark_enqueued
 from engram_sync_kit.engram_contract.journal_match import field_text
+from engram_sync_kit.engram_contract.local_api import observation_path
 from engram_sync_kit.fake_cloud.client import FakeCloudClient, FakeCloudWaitTimeout
 from engram_sync_kit.fake_cloud.control import MAX_WAIT_SECONDS
 from engram_sync_kit.harness import design_schema as ds
@@ -314,7 +316,8 @@ def do_relate(world: World, step: s.RelateStep) -> None:
 def do_reenqueue(world: World, step: s.ReenqueueStep) -> None:
     saved = _saved(world, step.of)
     if step.how == "update":
-        _http(world, "PATCH", f"/observations/{saved.id}", {"title": saved.title, "content": saved.content})
+        body = {"title": saved.title, "content": saved.content}
+        _http(world, "PATCH", observation_path(saved.id, saved.project), body)
         return
     with _write(world) as connection:
         row = connection.execute(
@@ -334,7 +337,7 @@ def do_reenqueue(world: World, step: s.ReenqueueStep) -> None:
 def do_revise(world: World, step: s.ReviseStep) -> None:
     saved = _saved(world, step.of)
     body = {"title": step.title or saved.title, "content": step.content or saved.content}
-    _http(world, "PATCH", f"/observations/{saved.id}", body)
+    _http(world, "PATCH", observation_path(saved.id, saved.project), body)
     world.observations[step.of] = _observation_row(world, saved.id)
 
 

@@ -14,14 +14,21 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from canary_support import rows_digest
-from engram_schemas.builder import V2, V3, V120
-from engram_schemas.open_as import open_as
+from engram_schemas.builder import V1_LINE, V2, V2_RC12, V3, V120
+from engram_schemas.open_as import fixture_schema, open_as
 from engram_schemas.per_version import RefusedAsPredicted, current
 
+from engram_sync_kit.canary.schema_support import V1_LINE as NAMED_V1_LINE
 from engram_sync_kit.canary.schema_support import V2 as NAMED_V2
+from engram_sync_kit.canary.schema_support import V2_RC12 as NAMED_V2_RC12
 from engram_sync_kit.canary.schema_support import V3 as NAMED_V3
 
-NAMED = {V2: NAMED_V2, V3: NAMED_V3}
+NAMED = {
+    V1_LINE: NAMED_V1_LINE.format(user_version=8),
+    V2: NAMED_V2,
+    V2_RC12: NAMED_V2_RC12,
+    V3: NAMED_V3,
+}
 REFUSAL = "refusing to write: this database looks like engram "
 
 
@@ -43,8 +50,8 @@ def require_opened(db: Path | None) -> None:
     with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as connection:
         stamped = connection.execute("PRAGMA user_version").fetchone()[0]
     assert (
-        stamped == 1
-    ), f"a {version} test reads {db}, which no v2/v3 open has touched (user_version {stamped})"
+        stamped == fixture_schema(version).user_version
+    ), f"a {version} test reads {db}, which no {version} open has touched (user_version {stamped})"
 
 
 def run_apply(
@@ -72,7 +79,7 @@ def run_apply(
 def copies_opened_as_v2_v3(db: Path, directory: Path) -> Iterator[tuple[str, Path]]:
     """For a test whose home is too costly to build three times: a consistent copy of `db` per newer
     version (SQLite's backup API), opened as that version, each in its own directory."""
-    for version in (V2, V3):
+    for version in (V1_LINE, V2, V2_RC12, V3):
         copy = directory / f"as-{version}" / db.name
         copy.parent.mkdir(parents=True, exist_ok=True)
         with (

@@ -1,7 +1,8 @@
-"""The canary and triage against every engram schema the kit knows: v1.20.0 (from the real binary) and
-the newest v2 and v3 schemas transcribed from engram's source (tests/fixtures/engram_schemas/).
+"""The canary and triage against every engram schema generation the kit knows: v1.20.0 (from the real
+binary), the v1 line's generation 8, v2.0.0-rc.11, v2.0.0-rc.12+ and v3, transcribed from engram's source
+(tests/fixtures/engram_schemas/; engram_sync_kit/engram_contract/generations.py).
 
-The v2/v3 expectations are predictions from source, not observations: no v2/v3 binary builds here.
+Everything but v1.20.0 is a prediction from source, not an observation: no such binary builds here.
 """
 
 from __future__ import annotations
@@ -18,22 +19,47 @@ from engram_schemas.builder import (
     ALL_TIME,
     ENROLLED,
     FIXTURE_VERSIONS,
+    FRESH_UNJOURNALED,
     PHANTOM_TARGET,
     STRAY,
     build,
     create_database,
 )
+from engram_schemas.builder import V1_LINE as FIXTURE_V1_LINE
 from engram_schemas.builder import V2 as FIXTURE_V2
+from engram_schemas.builder import V2_RC12 as FIXTURE_V2_RC12
 from engram_schemas.builder import V3 as FIXTURE_V3
 from engram_schemas.builder import V120 as FIXTURE_V120
 
 from engram_sync_kit.canary.cli import cli
 from engram_sync_kit.canary.db import EngramDb
 from engram_sync_kit.canary.report import TEXTFILE_PREFIX, textfile_name
-from engram_sync_kit.canary.schema_support import V2, V3, V120, LaneModel, identify
+from engram_sync_kit.canary.schema_support import (
+    NEWER_THAN_V3,
+    V1_LINE,
+    V2,
+    V2_RC12,
+    V3,
+    V120,
+    LaneModel,
+    identify,
+)
 
-EXPECTED_VERSION = {FIXTURE_V120: V120, FIXTURE_V2: V2, FIXTURE_V3: V3}
-SOURCE_FIXTURES = (FIXTURE_V2, FIXTURE_V3)
+EXPECTED_VERSION = {
+    FIXTURE_V120: V120,
+    FIXTURE_V1_LINE: V1_LINE.format(user_version=8),
+    FIXTURE_V2: V2,
+    FIXTURE_V2_RC12: V2_RC12,
+    FIXTURE_V3: V3,
+}
+EXPECTED_USER_VERSION = {
+    FIXTURE_V120: 0,
+    FIXTURE_V1_LINE: 8,
+    FIXTURE_V2: 1,
+    FIXTURE_V2_RC12: 1,
+    FIXTURE_V3: 1,
+}
+SOURCE_FIXTURES = tuple(version for version in FIXTURE_VERSIONS if version != FIXTURE_V120)
 # The checks whose semantics depend on the database kind (lane health is pinned in its own tests).
 TARGET_CHECKS = {"foreign_sync_target", "foreign_mutation_target", "undelivered_project_lane"}
 NO_PROJECT = "(no project)"
@@ -89,11 +115,7 @@ def check_json(path: Path) -> tuple[int, dict[str, Any]]:
 
 
 def test_each_fixture_reads_as_its_version_with_legacy_only_lanes(version: str, db: Path) -> None:
-    assert kind_of(db) == (
-        EXPECTED_VERSION[version],
-        LaneModel.LEGACY_ONLY,
-        0 if version == FIXTURE_V120 else 1,
-    )
+    assert kind_of(db) == (EXPECTED_VERSION[version], LaneModel.LEGACY_ONLY, EXPECTED_USER_VERSION[version])
 
 
 def test_design_routing_makes_a_database_design_conforming(design_db: Path) -> None:
@@ -114,6 +136,7 @@ def test_check_flags_the_phantom_and_never_the_inbox_row(version: str, db: Path)
 
 
 def test_v2_v3_inbox_row_is_seeded_healthy_and_not_a_phantom(tmp_path: Path) -> None:
+    """Every fresh fixture reads clean: no finding, nothing to clean up (the v1 line seeds no inbox row)."""
     for version in SOURCE_FIXTURES:
         path = tmp_path / f"{version}.db"
         create_database(version, path)
@@ -121,7 +144,8 @@ def test_v2_v3_inbox_row_is_seeded_healthy_and_not_a_phantom(tmp_path: Path) -> 
             rows = connection.execute(
                 "SELECT target_key, lifecycle FROM sync_state ORDER BY target_key"
             ).fetchall()
-        assert rows == [("cloud", "idle"), ("cloud:inbox", "inbox")]
+        seeded = [] if version == FIXTURE_V1_LINE else [("cloud:inbox", "inbox")]
+        assert rows == [("cloud", "idle"), *seeded]
         code, result = check_json(path)
         assert (code, result["status"], result["findings"]) == (0, "ok", [])
         code, output = run("cleanup-phantoms", "--db", str(path))
@@ -132,13 +156,18 @@ def test_quarantined_rows_are_not_counted_as_waiting(version: str, db: Path) -> 
     _, result = check_json(db)
     summary = result["summary"]
     assert isinstance(summary, dict)
-    # legacy lane: 3 stray rows wait (the enrolled rows are acked; v2/v3 add one quarantined row, not waiting)
-    assert summary["unacked_rows_by_target"] == {"cloud": 3, f"cloud:{ENROLLED}": 3}
+    # legacy lane: 3 stray rows wait (the enrolled rows are acked; v2/v3 add one quarantined row, not waiting);
+    # a fresh rc.12+ file journals none of the unenrolled project's saves
+    stray = 0 if version in FRESH_UNJOURNALED else 3
+    assert summary["unacked_rows_by_target"] == {"cloud": stray, f"cloud:{ENROLLED}": 3}
 
 
 def test_inbox_list_reads_the_unenrolled_project(version: str, db: Path) -> None:
+    """On a fresh rc.12+ file the journal holds nothing of it: its memory is read from observations (its
+    session and prompt are telemetry, never inbox debt, and no journal row counts them)."""
     entries = inbox_entries(db)
-    assert [(entry["count"], entry["telemetry"]) for entry in entries.values()] == [(1, 2)], entries
+    expected = [(1, 0)] if version in FRESH_UNJOURNALED else [(1, 2)]
+    assert [(entry["count"], entry["telemetry"]) for entry in entries.values()] == expected, entries
     assert ENROLLED not in entries
 
 
@@ -153,6 +182,11 @@ def test_design_conforming_inbox_reads_cloud_inbox_and_project_lanes_are_live(de
 
 def test_triage_dry_runs(version: str, db: Path) -> None:
     key = stray_key(db)
+    if version in FRESH_UNJOURNALED:
+        # No journal row to ack or copy: only enrolling sends these memories (engram's backfill).
+        code, output = run("inbox", "drop", "--db", str(db), "--project", key)
+        assert (code, output.count("\n")) == (3, 1) and "never journaled" in output, output
+        return
     code, output = run("inbox", "drop", "--db", str(db), "--project", key)
     assert code == 0 and output.startswith(f"dry run: drop 3 rows of inbox key '{key}'"), output
     code, output = run("inbox", "claim", "--db", str(db), "--project", key, "--as", ENROLLED)
@@ -163,7 +197,7 @@ def test_triage_dry_runs(version: str, db: Path) -> None:
     assert "cloud:inbox" not in output
 
 
-@pytest.mark.parametrize("version", SOURCE_FIXTURES)
+@pytest.mark.parametrize("version", [v for v in SOURCE_FIXTURES if v not in FRESH_UNJOURNALED])
 def test_triage_refuses_to_write_an_untested_schema(version: str, db: Path) -> None:
     before = db.read_bytes()
     code, output = run("inbox", "drop", "--db", str(db), "--project", stray_key(db), "--apply")
@@ -259,13 +293,12 @@ def test_a_quarantined_row_neither_blocks_a_lane_nor_is_offered_for_repair(versi
 @pytest.mark.parametrize(
     ("change", "named"),
     [
-        ("PRAGMA user_version = 2", "newer than v3 (user_version 2)"),
-        ("ALTER TABLE sessions DROP COLUMN runtime_lease_expires_at", None),
+        ("PRAGMA user_version = 2", NEWER_THAN_V3.format(user_version=2)),
+        # v3's columns gone, PR #1157's table kept: read as a v2 rc.12+ file
+        ("ALTER TABLE sessions DROP COLUMN runtime_lease_expires_at", V2_RC12),
     ],
 )
-def test_triage_names_what_it_sees_on_an_unknown_schema(
-    change: str, named: str | None, tmp_path: Path
-) -> None:
+def test_triage_names_what_it_sees_on_an_unknown_schema(change: str, named: str, tmp_path: Path) -> None:
     path = tmp_path / "engram.db"
     build(FIXTURE_V3, path)
     with contextlib.closing(sqlite3.connect(path)) as connection:
@@ -273,7 +306,7 @@ def test_triage_names_what_it_sees_on_an_unknown_schema(
         connection.commit()
     code, output = run("inbox", "drop", "--db", str(path), "--project", stray_key(path), "--apply")
     assert code != 0 and output.count("\n") == 1, output
-    assert f"looks like engram {named or V2}" in output
+    assert f"looks like engram {named}" in output
 
 
 def test_a_v1_file_without_per_project_sync_is_refused_by_name(tmp_path: Path) -> None:
@@ -374,14 +407,25 @@ def test_a_waiting_row_without_a_project_is_unattributed(version: str, db: Path)
     assert inbox_entries(db)[NO_PROJECT]["count"] == 1
 
 
+_JOURNALS_ALL = (
+    "journals every mutation in the legacy 'cloud' lane with a project column, as v1.20 does; 'cloud:<project>' "
+    "is a sync_state row, and its worker reads only 'cloud'; "
+)
+_JOURNALS_ENROLLED = (
+    "journals only enrolled projects, in the legacy 'cloud' lane, and never writes a 'cloud:<project>' row for an "
+    "unenrolled one: this target is a legacy row from before the upgrade; "
+)
 NOTES = {
     "v1.20.0": "note: engram v1.20 journals every mutation in the legacy 'cloud' lane with a project column; ",
-    "v2-1be5d11f": "note: engram v2 (predicted from source, schema of store.go @1be5d11f) journals every mutation in the "
-    "legacy 'cloud' lane with a project column, as v1.20 does; 'cloud:<project>' is a sync_state row, and its worker "
-    "reads only 'cloud'; ",
-    "v3-d4397781": "note: engram v3 (predicted from source, schema of store.go @d4397781) journals every mutation in the "
-    "legacy 'cloud' lane with a project column, as v1.20 does; 'cloud:<project>' is a sync_state row, and its worker "
-    "reads only 'cloud'; ",
+    "v1-02544436": f"note: engram {EXPECTED_VERSION[FIXTURE_V1_LINE]} (predicted from source, "
+    "internal/store/store.go@02544436 (migration_version_test.go@02544436: generations 2-8)) "
+    + _JOURNALS_ALL,
+    "v2-1be5d11f": f"note: engram {V2} (predicted from source, internal/store/store.go@1be5d11f, "
+    "internal/store/cloud_inbox_test.go@1be5d11f) " + _JOURNALS_ALL,
+    "v2-rc12": f"note: engram {V2_RC12} (predicted from source, PR #1157 as store.go@d4397781 has it; the /v2 "
+    "worker with StateKey (index file id 71019478362)) " + _JOURNALS_ENROLLED,
+    "v3-d4397781": f"note: engram {V3} (predicted from source, internal/store/store.go@d4397781, "
+    "internal/server/server.go@d4397781) " + _JOURNALS_ENROLLED,
 }
 
 
@@ -405,3 +449,34 @@ def test_check_text_notes_design_routing_on_a_design_conforming_database(design_
         "and each enrolled project's 'cloud:<project>' lane delivers; project_unacked_rows counts unacked rows "
         "(any lane) whose project maps to this target"
     ], output
+
+
+@pytest.mark.parametrize("version", FIXTURE_VERSIONS)
+def test_every_command_on_a_fresh_fixture_names_its_version_and_finds_nothing(
+    version: str, tmp_path: Path
+) -> None:
+    """A database as each generation's own first open leaves it: no false finding anywhere."""
+    path = tmp_path / "engram.db"
+    create_database(version, path)
+    code, result = check_json(path)
+    assert (code, result["summary"]["engram_schema"], result["findings"]) == (
+        0,
+        EXPECTED_VERSION[version],
+        [],
+    )
+    assert run("inbox", "list", "--db", str(path), "--format", "json") == (0, "[]\n")
+    code, output = run("repair", "--db", str(path))
+    assert code == 0 and output.startswith("nothing to repair"), output
+    code, output = run("cleanup-phantoms", "--db", str(path))
+    assert code == 0 and output.startswith("dry run: delete 0 phantom sync_state rows"), output
+    code, output = run("inbox", "export-keys", "--db", str(path))
+    assert code == 0, output
+
+
+def test_a_filled_fixture_shows_only_the_simulated_true_findings(version: str, db: Path) -> None:
+    """The fill's phantom target and its legacy per-project lane rows, on every generation, and nothing else."""
+    _, result = check_json(db)
+    assert {f["check"] for f in result["findings"]} == {"foreign_sync_target", "undelivered_project_lane"}
+    assert {f["target_key"] for f in result["findings"] if f["check"] == "foreign_sync_target"} == {
+        PHANTOM_TARGET
+    }

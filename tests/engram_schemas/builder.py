@@ -1,8 +1,9 @@
 """Build an engram database from a schema fixture and fill it with data that simulates that version.
 
-The fixtures live in tests/fixtures/engram_schemas/. v1.20.0.sql is dumped from a database the real
-v1.20.0 binary created (`dump_schema`); the v2 and v3 files are transcribed from engram's source and
-say so in their headers. Every row the fill writes is an ordinary INSERT: this is the one place the
+The fixtures live in tests/fixtures/engram_schemas/, one per schema generation
+(engram_sync_kit/engram_contract/generations.py). v1.20.0.sql is dumped from a database the real v1.20.0
+binary created (`dump_schema`); the others (the v1 line's generation 8, v2.0.0-rc.11, v2.0.0-rc.12+, v3)
+are transcribed from engram's source and say so in their headers. Every row the fill writes is an ordinary INSERT: this is the one place the
 tests write engram's tables directly, and it only simulates what each version's own writes would
 leave behind (labelled per version below).
 """
@@ -18,9 +19,15 @@ from pathlib import Path
 FIXTURE_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "engram_schemas"
 
 V120 = "v1.20.0"
+V1_LINE = "v1-02544436"
 V2 = "v2-1be5d11f"
+V2_RC12 = "v2-rc12"
 V3 = "v3-d4397781"
-FIXTURE_VERSIONS = (V120, V2, V3)
+FIXTURE_VERSIONS = (V120, V1_LINE, V2, V2_RC12, V3)
+# Generations whose engram writes no journal row for a save of an unenrolled project (PR #1157, rc.12;
+# enqueueSyncMutationWithSourceTx @d4397781). V3's fill keeps such rows as legacy data from before the
+# upgrade; V2_RC12's is the fresh shape: the unenrolled project's memories and no journal row of them.
+FRESH_UNJOURNALED = frozenset({V2_RC12})
 
 ENROLLED = "enrolled-app"
 STRAY = "stray-dir"
@@ -96,6 +103,7 @@ def fill_simulated(version: str, db: Path, *, design_conforming: bool = False) -
     unenrolled project's rows are journaled to `cloud:inbox`, and the enrolled lane delivers (acked).
     """
     has_disposition = version != V120
+    journal_stray = design_conforming or version not in FRESH_UNJOURNALED
     with contextlib.closing(sqlite3.connect(db, isolation_level=None)) as connection:
         connection.execute("PRAGMA foreign_keys = ON")
         connection.execute("BEGIN IMMEDIATE")
@@ -153,7 +161,8 @@ def fill_simulated(version: str, db: Path, *, design_conforming: bool = False) -
                     _payload(sync_id=f"prompt-{project}", session_id=session, content="p", project=project),
                 ),
             ]
-            rows += [(lane, entity, key, payload, project, acked) for entity, key, payload in entries]
+            if project == ENROLLED or journal_stray:
+                rows += [(lane, entity, key, payload, project, acked) for entity, key, payload in entries]
             if project == ENROLLED:
                 # Legacy rows an older engram left on the enrolled project's own lane; a legacy-only worker
                 # never reads it (never acked), a design-conforming one delivers from it.
@@ -174,6 +183,8 @@ def fill_simulated(version: str, db: Path, *, design_conforming: bool = False) -
                 (ENROLLED, ALL_TIME, ALL_TIME),
             )
             quarantined = 1
+        # The v1 line @02544436 has no superseded disposition (only pending and quarantined).
+        if has_disposition and version != V1_LINE:
             # A prompt engram retired because its local entity was deleted: unacked, never sent again
             # (doctor test seeding disposition 'superseded', reason 'local_entity_deleted'; internal/
             # diagnostic, index file ids 70306711781 and 68490790294).
@@ -200,7 +211,9 @@ def fill_simulated(version: str, db: Path, *, design_conforming: bool = False) -
             "UPDATE sync_state SET last_enqueued_seq = ? WHERE target_key = 'cloud'", (last_seq,)
         )
         connection.execute("COMMIT")
-    return SimulatedData(quarantined_rows=quarantined, superseded_rows=superseded)
+    return SimulatedData(
+        stray_rows=3 if journal_stray else 0, quarantined_rows=quarantined, superseded_rows=superseded
+    )
 
 
 def build(version: str, db: Path, *, design_conforming: bool = False) -> SimulatedData:

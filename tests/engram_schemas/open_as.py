@@ -1,5 +1,8 @@
-"""Open a v1.20 database "as vN": what a v2 or v3 binary's startup migration would leave in a file that
-the real v1.20.0 binary wrote. PREDICTED FROM SOURCE, NEVER OBSERVED: no v2/v3 binary builds here.
+"""Open a v1.20 database "as vN": what a later binary's startup migration (the v1 line's generation 8,
+v2 rc.11, v2 rc.12+ or v3) would leave in a file that the real v1.20.0 binary wrote. PREDICTED FROM
+SOURCE, NEVER OBSERVED: no such binary builds here. The v1.20 binary keeps journaling every save, so an
+rc.12+/v3 file opened this way holds the journal rows of unenrolled projects an older engram would have
+left before the upgrade (legacy rows), never the fresh rc.12 shape (builder.FRESH_UNJOURNALED has that).
 
 Source: `runStartupMigrations` and `migrate` in internal/store/store.go @1be5d11f (v2 module) and
 @d4397781 (v3 module); the fixtures in tests/fixtures/engram_schemas/ transcribe their DDL. On every open
@@ -200,7 +203,11 @@ def open_as(version: str, db: Path) -> None:
             for name, sql in wanted.indexes.items():
                 if name not in present:
                     connection.execute(sql)
+            owned_sessions = any(c.table == "sessions" and c.name == "ownership_mode" for c in wanted.columns)
             for repair in DATA_REPAIRS:
+                # The v1 line (store.go @02544436) has no sessions.ownership_mode to classify.
+                if "ownership_mode" in repair and not owned_sessions:
+                    continue
                 connection.execute(repair)
             for statement in filter(
                 None, (s.strip() for s in re.sub(r"--[^\n]*", "", wanted.seeds).split(";"))

@@ -1,13 +1,17 @@
 """A pytest plugin (loaded by tests/conftest.py): every canary and triage test in tests/canary/ that
-reads a home the real engram v1.20.0 wrote runs three times: on v1.20.0 as written, and with the file
-opened as engram v2 and v3 (tests/engram_schemas/open_as.py,
-predicted from store.go, never observed).
+reads a home the real engram v1.20.0 wrote runs once per schema generation (builder.FIXTURE_VERSIONS,
+engram_sync_kit/engram_contract/generations.py): on v1.20.0 as written, and with the file opened as the
+v1 line's generation 8, v2.0.0-rc.11, v2.0.0-rc.12+ and v3 (tests/engram_schemas/open_as.py, predicted
+from store.go, never observed).
 
-The real binary writes the home as always. While a test runs on v2/v3, every engram process the test
-drives leaves the file as a v2/v3 open would: after each CLI run, once `engram serve` is ready, and after
-each MCP tool call. v1.20 keeps writing into the v2/v3-shaped file (its INSERTs name their columns, so the
-new columns take their defaults), as a downgrade-then-upgrade machine would. A triage --apply on v2/v3 is
-refused with nothing written (tests/canary/schema_under_test.run_apply) and the test ends there, passed.
+The real binary writes the home as always. While a test runs on a later generation, every engram process
+the test drives leaves the file as that generation's open would: after each CLI run, once `engram serve`
+is ready, and after each MCP tool call. v1.20 keeps writing into the later-shaped file (its INSERTs name
+their columns, so the new columns take their defaults), as a downgrade-then-upgrade machine would; so on
+rc.12+ and v3 the unenrolled projects' journal rows are legacy rows from before the upgrade, which the
+canary must read right too (the fresh rc.12 shape, with no such rows, is tests/canary/
+test_unjournaled_memories.py's). A triage --apply on a later generation is refused with nothing written
+(tests/canary/schema_under_test.run_apply) and the test ends there, passed.
 
 Tests that stay on v1.20.0 are listed with their reason in V120_ONLY, the one place.
 """

@@ -46,3 +46,37 @@ def test_only_a_baseline_can_be_predicted() -> None:
                 "sync_state_targets": {"includes": ["cloud"]},
             }
         )
+
+
+def sync_state_predictions(scenario: str, version: str) -> list[dict[str, list[str]]]:
+    path = next(p for p in SCENARIOS if p.name == scenario)
+    found = []
+    for at in load_scenario(path).expectations:
+        expectation = at.expectation
+        check = getattr(expectation, "sync_state_targets", None)
+        if (
+            expectation.predicted is not None
+            and check is not None
+            and in_range(version, expectation.engram or "")
+        ):
+            found.append(check.model_dump(exclude_none=True))
+    return found
+
+
+@pytest.mark.parametrize(
+    ("scenario", "key"),
+    [
+        ("unenrolled-key-stranded.scenario.yaml", "cloud:scratchpad"),
+        ("closed-target-invariant.scenario.yaml", "cloud:side-project"),
+    ],
+)
+def test_rc11_mints_the_unenrolled_key_and_rc12_on_never_does(scenario: str, key: str) -> None:
+    """PR #1157 (rc.12): a save of an unenrolled project writes no sync_state row (store.go @d4397781);
+    rc.11 still mints one (cloud_inbox_test.go @1be5d11f)."""
+    rc11 = sync_state_predictions(scenario, "2.0.0-rc.11")
+    assert any(key in check.get("includes", []) for check in rc11), rc11
+    assert not any(key in check.get("excludes", []) for check in rc11), rc11
+    for version in ("2.0.0-rc.12", "2.2.2", "3.7.2"):
+        later = sync_state_predictions(scenario, version)
+        assert any(key in check.get("excludes", []) for check in later), (version, later)
+        assert not any(key in check.get("includes", []) for check in later), (version, later)
