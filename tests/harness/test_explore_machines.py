@@ -1,0 +1,166 @@
+"""Two engram homes through one cloud, without engram: the generator's machine B, its pulls and the
+quiescence every two-machine history ends with, I6 (convergence) on synthetic ground truth, and the
+shrinker keeping the quiescence whole."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from engram_sync_kit.harness.cli import cli
+from engram_sync_kit.harness.explore import explorer
+from engram_sync_kit.harness.explore.execute import HistoryOutcome, parsed_steps
+from engram_sync_kit.harness.explore.invariants import MACHINE_A, Observation, Violation, check_i6
+from engram_sync_kit.harness.explore.operations import (
+    MACHINE_B,
+    NEMESIS_KINDS,
+    OPERATIONS,
+    GeneratedStep,
+    GeneratorSettings,
+    generate_history,
+)
+from engram_sync_kit.harness.lanes import LaneTable
+from engram_sync_kit.harness.localdata import MachineMemories
+
+TWO = GeneratorSettings(autosync=False, nemesis=tuple(NEMESIS_KINDS), steps=20, machines=2)
+PULL_A = {"run": {"args": ["sync", "--cloud", "--import", "--project", "my-app"], "exit": None}}
+
+
+def _machines_observation(a: MachineMemories, b: MachineMemories, *, lossy: bool = False) -> Observation:
+    return Observation(
+        local=[],
+        lanes=LaneTable(),
+        canary={},
+        sync_state=[],
+        lossy_nemesis=lossy,
+        machines={MACHINE_A: a, MACHINE_B: b},
+    )
+
+
+ONE = ("obs-1", "memory 1", "content 1")
+TWO_MEMORY = ("obs-2", "memory 2", "content 2")
+
+
+def test_one_machine_histories_draw_exactly_what_they_drew_before() -> None:
+    """machines=1 never draws from the machine pool: every existing seed (planted ones too) still holds."""
+    one = GeneratorSettings(autosync=False, nemesis=("ack_without_store",), steps=12)
+    for seed in range(40):
+        history = generate_history(seed, one)
+        assert {step.operation for step in history} <= {operation.name for operation in OPERATIONS}
+        assert all("device" not in step.raw for step in history)
+
+
+def test_two_machine_histories_are_scenarios_with_machine_b_and_pulls_on_both() -> None:
+    operations: set[str] = set()
+    for autosync in (False, True):
+        settings = GeneratorSettings(autosync=autosync, nemesis=TWO.nemesis, steps=20, machines=2)
+        for seed in range(60):
+            history = generate_history(seed, settings)
+            assert len(parsed_steps(history, autosync)) == len(history)
+            operations |= {step.operation for step in history}
+    assert {"enroll_b", "save_b", "sync_b", "pull", "pull_b", "quiesce", "converge"} <= operations
+
+
+def test_a_two_machine_history_ends_quiescing_every_project_enrolled_on_both() -> None:
+    for seed in range(60):
+        history = generate_history(seed, TWO)
+        on_a = {step.raw["enroll"] for step in history if "enroll" in step.raw}
+        on_b = {
+            child["enroll"]
+            for step in history
+            if "device" in step.raw
+            for child in step.raw["device"]["steps"]
+            if "enroll" in child
+        }
+        shared = sorted(on_a & on_b)
+        tail = [step for step in history if step.operation in ("quiesce", "converge")]
+        if not shared:
+            assert not tail, seed
+            continue
+        assert history[-1].operation == "converge" and history[-len(tail) :] == tail
+        raws = [step.raw for step in tail]
+        assert raws[0] == {"cloud": {"clear_faults": True}}  # the nemesis stops first
+        for project in shared:
+            push = {"run": {"args": ["sync", "--cloud", "--project", project], "exit": None}}
+            pull = {"run": {"args": ["sync", "--cloud", "--import", "--project", project], "exit": None}}
+            b_both = {"device": {"name": MACHINE_B, "steps": [push, pull]}}
+            assert (
+                raws.index(push) < raws.index(b_both) < raws.index(pull)
+            )  # A pushes, B pushes and pulls, A pulls
+
+
+def test_i6_holds_when_both_machines_hold_the_same_memories_of_every_shared_project() -> None:
+    a = MachineMemories(frozenset({"my-app", "other-repo"}), {"my-app": frozenset({ONE, TWO_MEMORY})})
+    b = MachineMemories(
+        frozenset({"my-app"}), {"my-app": frozenset({ONE, TWO_MEMORY}), "other-repo": frozenset()}
+    )
+    assert check_i6(_machines_observation(a, b)) == []
+    # other-repo is enrolled on A only: what A holds of it is not B's to have
+    a_only = MachineMemories(a.enrolled, {**a.memories, "other-repo": frozenset({("obs-9", "t", "c")})})
+    assert check_i6(_machines_observation(a_only, b)) == []
+    assert check_i6(Observation(local=[], lanes=LaneTable(), canary={}, sync_state=[])) == []
+
+
+def test_i6_names_the_machine_that_lacks_a_memory_and_whose_bug_it_is() -> None:
+    a = MachineMemories(frozenset({"my-app"}), {"my-app": frozenset({ONE, TWO_MEMORY})})
+    b = MachineMemories(frozenset({"my-app"}), {"my-app": frozenset({ONE})})
+    (violation,) = check_i6(_machines_observation(a, b))
+    assert violation.kind == f"I6/missing-on-{MACHINE_B}" and violation.owner == "engram"
+    assert violation.upstream is None  # no filed engram issue is this class
+    assert f"{MACHINE_B} lacks 'memory 2' (my-app, obs-2)" in violation.detail
+    assert violation.extra_steps == (
+        {"device": {"name": MACHINE_B, "steps": [{"observe": "converged-laptop-b"}]}},
+    )
+    (expectation,) = violation.expectations
+    assert expectation["local"] == {
+        "entity": "observation",
+        "key": "obs-2",
+        "project": "my-app",
+        "at": "converged-laptop-b",
+    }
+    (lossy,) = check_i6(_machines_observation(a, b, lossy=True))
+    assert lossy.owner == "nemesis"
+    (both,) = check_i6(
+        _machines_observation(b, MachineMemories(b.enrolled, {"my-app": frozenset({TWO_MEMORY})}))
+    )
+    assert both.kind == f"I6/missing-on-{MACHINE_A}-and-{MACHINE_B}"
+    assert [expectation["local"] for expectation in both.expectations] == [
+        {"entity": "observation", "key": "obs-2", "project": "my-app"},  # machine A: after the last step
+        {"entity": "observation", "key": "obs-1", "project": "my-app", "at": "converged-laptop-b"},
+    ]
+
+
+def test_the_shrinker_keeps_a_two_machine_historys_quiescence_whole(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    history = [
+        GeneratedStep("enroll", {"enroll": "my-app"}),
+        GeneratedStep("save_mcp", {"save": {"in": "app", "title": "memory 1", "content": "c"}}),
+        GeneratedStep("quiesce", {"cloud": {"clear_faults": True}}),
+        GeneratedStep("quiesce", {"run": {"args": ["sync", "--cloud", "--project", "my-app"], "exit": None}}),
+        GeneratedStep("converge", PULL_A),
+    ]
+    played: list[list[str]] = []
+
+    def fake_play(binary: Path, candidate: list[GeneratedStep], **_: object) -> HistoryOutcome:
+        played.append([step.operation for step in candidate])
+        shows = candidate[-1].operation == "converge"
+        return HistoryOutcome(
+            violations=[Violation("I6", "x", signature="missing-on-a")] if shows else [],
+            violation_step=len(candidate) - 1 if shows else None,
+        )
+
+    monkeypatch.setattr(explorer, "play", fake_play)
+    settings = explorer.ExploreSettings(binary=Path("/bin/true"), seed=1, budget=1, out=tmp_path, jobs=1)
+    minimal, _ = explorer._minimize(settings, history, "I6/missing-on-a", deadline=float("inf"))
+    assert [step.operation for step in minimal] == ["quiesce", "quiesce", "converge"]
+    assert all(candidate[-3:] == ["quiesce", "quiesce", "converge"] for candidate in played)
+
+
+def test_machines_is_one_or_two_and_bad_input_exits_3() -> None:
+    for bad in ("0", "3", "two"):
+        result = CliRunner().invoke(cli, ["explore", "--machines", bad])
+        assert result.exit_code == 3, result.output
+        assert "--machines" in result.output and "Traceback" not in result.output

@@ -1,0 +1,94 @@
+"""Two real engram v1.20.0 homes through one fake cloud (marker: engram; the chunk path, no 30 s worker
+ticks, a few seconds each): a history that quiesces converges, and I6 reports the planted breaks, a
+quiescence whose machine B never pulls and a push the cloud acks without storing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engram_sync_kit.harness.explore.execute import play
+from engram_sync_kit.harness.explore.operations import MACHINE_B, GeneratedStep
+
+pytestmark = pytest.mark.engram
+
+
+def _push(project: str) -> dict[str, Any]:
+    return {"run": {"args": ["sync", "--cloud", "--project", project], "exit": None}}
+
+
+def _pull(project: str) -> dict[str, Any]:
+    return {"run": {"args": ["sync", "--cloud", "--import", "--project", project], "exit": None}}
+
+
+def _on_b(*steps: dict[str, Any]) -> dict[str, Any]:
+    return {"device": {"name": MACHINE_B, "steps": list(steps)}}
+
+
+def _history(
+    *, b_pulls: bool = True, b_push_fault: list[dict[str, Any]] | None = None
+) -> list[GeneratedStep]:
+    b_save = {
+        "save": {"in": "app", "title": "memory b", "content": "from b", "via": "cli", "project": "my-app"}
+    }
+    steps = [
+        GeneratedStep("enroll", {"enroll": "my-app"}),
+        GeneratedStep(
+            "save_cli",
+            {
+                "save": {
+                    "in": "app",
+                    "title": "memory a",
+                    "content": "from a",
+                    "via": "cli",
+                    "project": "my-app",
+                }
+            },
+        ),
+        GeneratedStep("enroll_b", _on_b({"enroll": "my-app"})),
+        GeneratedStep("save_b", _on_b(b_save)),
+    ]
+    if b_push_fault is not None:
+        steps += [
+            GeneratedStep("nemesis", {"cloud": {"faults": b_push_fault}}),
+            GeneratedStep("sync_b", _on_b(_push("my-app"))),
+        ]
+    steps += [
+        GeneratedStep("quiesce", {"cloud": {"clear_faults": True}}),
+        GeneratedStep("quiesce", _push("my-app")),
+        # the planted break: machine B's pull replaced by a plain `engram sync --cloud`, which pulls nothing
+        GeneratedStep("quiesce", _on_b(_push("my-app"), _pull("my-app") if b_pulls else _push("my-app"))),
+        GeneratedStep("converge", _pull("my-app")),
+    ]
+    return steps
+
+
+def test_two_machines_that_push_then_pull_converge(engram_bin: Path) -> None:
+    outcome = play(engram_bin, _history(), autosync=False)
+    assert outcome.error == "" and outcome.violations == []
+    assert [step.status for step in outcome.steps] == ["ok"] * len(outcome.steps)
+    assert outcome.steps[-1].operation == "converge"
+
+
+def test_a_machine_that_never_pulls_is_reported_missing_the_other_machines_memory(engram_bin: Path) -> None:
+    """v1.20's `engram sync --cloud --project P` pushes only: machine B ends without machine A's memory."""
+    outcome = play(engram_bin, _history(b_pulls=False), autosync=False)
+    assert outcome.error == ""
+    (violation,) = outcome.violations
+    assert violation.kind == f"I6/missing-on-{MACHINE_B}" and violation.owner == "engram"
+    assert f"{MACHINE_B} lacks 'memory a' (my-app, obs-" in violation.detail
+    assert outcome.violation_step == len(outcome.steps) - 1
+
+
+def test_a_push_the_cloud_acked_without_storing_leaves_machine_a_without_it_the_nemesiss(
+    engram_bin: Path,
+) -> None:
+    fault = [{"route": "chunk_push", "times": 1, "action": "ack_without_store"}]
+    outcome = play(engram_bin, _history(b_push_fault=fault), autosync=False)
+    assert outcome.error == ""
+    (violation,) = outcome.violations
+    assert violation.kind == "I6/missing-on-a" and violation.owner == "nemesis"
+    assert "a lacks 'memory b' (my-app, obs-" in violation.detail
+    assert "after an ack_without_store fault" in violation.detail
