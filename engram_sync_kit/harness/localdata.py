@@ -51,6 +51,8 @@ class MachineMemories:
 
     enrolled: frozenset[str]
     memories: dict[str, frozenset[tuple[str, str, str]]]
+    #: sync_ids of observations whose own journal rows still wait unacked (never delivered by this machine)
+    undelivered: frozenset[str] = frozenset()
 
 
 def machine_memories(connection: sqlite3.Connection) -> MachineMemories:
@@ -70,7 +72,19 @@ def machine_memories(connection: sqlite3.Connection) -> MachineMemories:
         )
         for project, sync_id, title, content in rows:
             memories.setdefault(str(project), set()).add((str(sync_id), str(title), str(content)))
-    return MachineMemories(enrolled, {project: frozenset(rows) for project, rows in memories.items()})
+    undelivered: frozenset[str] = frozenset()
+    if "sync_mutations" in tables:
+        columns = {str(row[1]) for row in connection.execute("PRAGMA table_info(sync_mutations)")}
+        local = " AND source = 'local'" if "source" in columns else ""
+        undelivered = frozenset(
+            str(row[0])
+            for row in connection.execute(
+                f"SELECT entity_key FROM sync_mutations WHERE entity = 'observation' AND acked_at IS NULL{local}"
+            )
+        )
+    return MachineMemories(
+        enrolled, {project: frozenset(rows) for project, rows in memories.items()}, undelivered
+    )
 
 
 def read_machine_memories(db_path: Path) -> MachineMemories:

@@ -28,7 +28,9 @@ TWO = GeneratorSettings(autosync=False, nemesis=tuple(NEMESIS_KINDS), steps=20, 
 PULL_A = {"run": {"args": ["sync", "--cloud", "--import", "--project", "my-app"], "exit": None}}
 
 
-def _machines_observation(a: MachineMemories, b: MachineMemories, *, lossy: bool = False) -> Observation:
+def _machines_observation(
+    a: MachineMemories, b: MachineMemories, *, lossy: bool = False, cloud: frozenset[str] = frozenset()
+) -> Observation:
     return Observation(
         local=[],
         lanes=LaneTable(),
@@ -36,6 +38,7 @@ def _machines_observation(a: MachineMemories, b: MachineMemories, *, lossy: bool
         sync_state=[],
         lossy_nemesis=lossy,
         machines={MACHINE_A: a, MACHINE_B: b},
+        cloud_observations=cloud,
     )
 
 
@@ -107,29 +110,51 @@ def test_i6_names_the_machine_that_lacks_a_memory_and_whose_bug_it_is() -> None:
     a = MachineMemories(frozenset({"my-app"}), {"my-app": frozenset({ONE, TWO_MEMORY})})
     b = MachineMemories(frozenset({"my-app"}), {"my-app": frozenset({ONE})})
     (violation,) = check_i6(_machines_observation(a, b))
-    assert violation.kind == f"I6/missing-on-{MACHINE_B}" and violation.owner == "engram"
-    assert violation.upstream is None  # no filed engram issue is this class
-    assert f"{MACHINE_B} lacks 'memory 2' (my-app, obs-2)" in violation.detail
-    assert violation.extra_steps == (
-        {"device": {"name": MACHINE_B, "steps": [{"observe": "converged-laptop-b"}]}},
+    assert violation.kind == f"I6/lost-in-cloud-missing-on-{MACHINE_B}" and violation.owner == "engram"
+    assert violation.upstream is None
+    assert violation.detail == (
+        "after quiescence the machines differ on 1 memory(ies), acked yet not in the cloud with no lossy "
+        f"fault: {MACHINE_B} lacks 'memory 2' (my-app)"
     )
+    observe = {"device": {"name": MACHINE_B, "steps": [{"observe": "converged-laptop-b"}]}}
+    assert violation.extra_steps == (observe,)
     (expectation,) = violation.expectations
+    # by title: a replay's engram draws new sync_ids
     assert expectation["local"] == {
         "entity": "observation",
-        "key": "obs-2",
+        "title": "memory 2",
         "project": "my-app",
         "at": "converged-laptop-b",
     }
     (lossy,) = check_i6(_machines_observation(a, b, lossy=True))
-    assert lossy.owner == "nemesis"
+    assert lossy.owner == "nemesis" and lossy.upstream == 264
     (both,) = check_i6(
         _machines_observation(b, MachineMemories(b.enrolled, {"my-app": frozenset({TWO_MEMORY})}))
     )
-    assert both.kind == f"I6/missing-on-{MACHINE_A}-and-{MACHINE_B}"
+    assert both.kind == f"I6/lost-in-cloud-missing-on-{MACHINE_A}-and-{MACHINE_B}"
     assert [expectation["local"] for expectation in both.expectations] == [
-        {"entity": "observation", "key": "obs-2", "project": "my-app"},  # machine A: after the last step
-        {"entity": "observation", "key": "obs-1", "project": "my-app", "at": "converged-laptop-b"},
+        {"entity": "observation", "title": "memory 2", "project": "my-app"},  # machine A: after the last step
+        {"entity": "observation", "title": "memory 1", "project": "my-app", "at": "converged-laptop-b"},
     ]
+
+
+def test_i6_tells_a_memory_never_delivered_lost_in_the_cloud_or_not_pulled_apart() -> None:
+    """From ground truth: the origin's journal row still waits (undelivered, engram's even after a lossy
+    fault); acked and not stored (the nemesis's after ack_without_store); stored and not pulled (engram's)."""
+    three = ("obs-3", "memory 3", "content 3")
+    a = MachineMemories(
+        frozenset({"my-app"}), {"my-app": frozenset({ONE, TWO_MEMORY, three})}, frozenset({"obs-2"})
+    )
+    b = MachineMemories(frozenset({"my-app"}), {"my-app": frozenset()})
+    lost, not_pulled, undelivered = check_i6(
+        _machines_observation(a, b, lossy=True, cloud=frozenset({"obs-3"}))
+    )
+    assert lost.kind == f"I6/lost-in-cloud-missing-on-{MACHINE_B}" and lost.owner == "nemesis"
+    assert "'memory 1'" in lost.detail and "'memory 2'" not in lost.detail
+    assert not_pulled.kind == f"I6/not-pulled-missing-on-{MACHINE_B}" and not_pulled.owner == "engram"
+    assert "the cloud stores it and the pull did not bring it: laptop-b lacks 'memory 3'" in not_pulled.detail
+    assert undelivered.kind == f"I6/undelivered-missing-on-{MACHINE_B}" and undelivered.owner == "engram"
+    assert "its own machine never delivered it" in undelivered.detail and "'memory 2'" in undelivered.detail
 
 
 def test_the_shrinker_keeps_a_two_machine_historys_quiescence_whole(

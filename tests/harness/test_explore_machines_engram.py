@@ -77,8 +77,8 @@ def test_a_machine_that_never_pulls_is_reported_missing_the_other_machines_memor
     outcome = play(engram_bin, _history(b_pulls=False), autosync=False)
     assert outcome.error == ""
     (violation,) = outcome.violations
-    assert violation.kind == f"I6/missing-on-{MACHINE_B}" and violation.owner == "engram"
-    assert f"{MACHINE_B} lacks 'memory a' (my-app, obs-" in violation.detail
+    assert violation.kind == f"I6/not-pulled-missing-on-{MACHINE_B}" and violation.owner == "engram"
+    assert f"{MACHINE_B} lacks 'memory a' (my-app)" in violation.detail
     assert outcome.violation_step == len(outcome.steps) - 1
 
 
@@ -89,6 +89,38 @@ def test_a_push_the_cloud_acked_without_storing_leaves_machine_a_without_it_the_
     outcome = play(engram_bin, _history(b_push_fault=fault), autosync=False)
     assert outcome.error == ""
     (violation,) = outcome.violations
-    assert violation.kind == "I6/missing-on-a" and violation.owner == "nemesis"
-    assert "a lacks 'memory b' (my-app, obs-" in violation.detail
-    assert "after an ack_without_store fault" in violation.detail
+    assert violation.kind == "I6/lost-in-cloud-missing-on-a" and violation.owner == "nemesis"
+    assert violation.upstream == 264
+    assert (
+        "acked yet not in the cloud after an ack_without_store fault: a lacks 'memory b' (my-app)"
+        in violation.detail
+    )
+
+
+def test_a_local_session_without_directory_blocks_the_pull_of_the_other_machines_memory(
+    engram_bin: Path,
+) -> None:
+    """What explore met on its first two-machine runs (seed 246, shrunk to 8 steps): v1.20's preflight
+    refuses `engram sync --cloud --import --project my-app` too (upgrade_blocked_legacy_mutation_manual)
+    while one local session row has no directory, so machine A never gets the memory machine B delivered."""
+    b_save = {
+        "save": {"in": "app", "title": "memory b", "content": "from b", "via": "cli", "project": "my-app"}
+    }
+    history = [
+        GeneratedStep("enroll", {"enroll": "my-app"}),
+        GeneratedStep(
+            "session", {"session": {"id": "s1", "project": "my-app", "in": "app", "directory": "omit"}}
+        ),
+        GeneratedStep("enroll_b", _on_b({"enroll": "my-app"})),
+        GeneratedStep("save_b", _on_b(b_save)),
+        GeneratedStep("quiesce", _push("my-app")),
+        GeneratedStep("quiesce", _on_b(_push("my-app"), _pull("my-app"))),
+        GeneratedStep("converge", _pull("my-app")),
+    ]
+    outcome = play(engram_bin, history, autosync=False)
+    assert outcome.error == ""
+    (violation,) = outcome.violations
+    assert violation.kind == "I6/not-pulled-missing-on-a" and violation.owner == "engram"
+    assert (
+        "the cloud stores it and the pull did not bring it: a lacks 'memory b' (my-app)" in violation.detail
+    )

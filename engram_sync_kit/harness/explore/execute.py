@@ -379,6 +379,9 @@ def play(
                     observation.settled = generated.operation == "settle"
                 if generated.operation == "converge":
                     observation.machines = _machines(world)
+                    observation.cloud_observations = frozenset(
+                        item.entity_key for item in received.items if item.entity == "observation"
+                    )
                 if triage:
                     observation.before = previous
                     observation.triage_entries = read_triage_entries(world.db_path)[log_before:]

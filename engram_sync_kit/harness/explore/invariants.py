@@ -98,8 +98,10 @@ class Observation:
     #: after a triage step: what the step before it left, and the triage log entries this step wrote
     before: Observation | None = None
     triage_entries: list[dict[str, Any]] = field(default_factory=list)
-    #: after a two-machine history's `converge` step: each machine's memories, by machine name
+    #: after a two-machine history's `converge` step: each machine's memories, by machine name, and the
+    #: sync_ids of the observations the cloud stores
     machines: dict[str, MachineMemories] | None = None
+    cloud_observations: frozenset[str] = frozenset()
 
 
 def _expectation(why: str, check: dict[str, Any]) -> dict[str, Any]:
@@ -412,46 +414,70 @@ def check_i5(observation: Observation) -> list[Violation]:
 
 
 def check_i6(observation: Observation) -> list[Violation]:
+    """One violation per class of gap, read from ground truth: `undelivered` (its own machine's journal
+    row still waits: the push was refused, engram's), `lost-in-cloud` (acked, yet the cloud does not store
+    it: the nemesis's after ack_without_store, else engram's) or `not-pulled` (the cloud stores it and the
+    machine that pulled still lacks it: engram's pull)."""
     machines = observation.machines
     if machines is None or len(machines) < 2:
         return []
     names = sorted(machines)
     shared = sorted(set.intersection(*(set(machines[name].enrolled) for name in names)))
-    gaps: list[tuple[str, str, tuple[str, str, str]]] = []  # (machine lacking it, project, memory)
+    gaps: dict[str, list[tuple[str, str, tuple[str, str, str]]]] = {}  # class -> (lacking, project, memory)
     for project in shared:
         held = {name: machines[name].memories.get(project, frozenset()) for name in names}
-        union = frozenset().union(*held.values())
-        gaps.extend((name, project, memory) for name in names for memory in sorted(union - held[name]))
-    if not gaps:
-        return []
-    shown = ", ".join(
-        f"{name} lacks {title!r} ({project}, {sync_id})" for name, project, (sync_id, title, _) in gaps[:5]
-    )
-    lacking = sorted({name for name, _, _ in gaps})
-    cause = "after an ack_without_store fault" if observation.lossy_nemesis else "with no lossy fault"
+        union: frozenset[tuple[str, str, str]] = frozenset().union(*held.values())
+        for name in names:
+            for memory in sorted(union - held[name]):
+                origins = [other for other in names if memory in held[other]]
+                if memory[0] in observation.cloud_observations:
+                    kind = "not-pulled"
+                elif all(memory[0] in machines[origin].undelivered for origin in origins):
+                    kind = "undelivered"
+                else:
+                    kind = "lost-in-cloud"
+                gaps.setdefault(kind, []).append((name, project, memory))
     return [
-        Violation(
-            "I6",
-            f"after quiescence the machines differ on {len(gaps)} memory(ies) {cause}: {shown}",
-            extra_steps=tuple(_observe_on(name) for name in lacking if name != MACHINE_A),
-            expectations=tuple(
-                _expectation(
-                    "explore I6: after quiescence every machine holds every memory of a project enrolled on all",
-                    {
-                        "local": {
-                            "entity": "observation",
-                            "key": sync_id,
-                            "project": project,
-                            **({} if name == MACHINE_A else {"at": _converged(name)}),
-                        }
-                    },
-                )
-                for name, project, (sync_id, _, _) in gaps[:10]
-            ),
-            nemesis_caused=observation.lossy_nemesis,
-            signature=f"missing-on-{'-and-'.join(lacking)}",
-        )
+        _convergence_violation(kind, found, observation.lossy_nemesis) for kind, found in sorted(gaps.items())
     ]
+
+
+def _convergence_violation(
+    kind: str, gaps: list[tuple[str, str, tuple[str, str, str]]], lossy: bool
+) -> Violation:
+    shown = ", ".join(f"{name} lacks {title!r} ({project})" for name, project, (_, title, _) in gaps[:5])
+    lacking = sorted({name for name, _, _ in gaps})
+    lost = kind == "lost-in-cloud"
+    causes = {
+        "undelivered": "its own machine never delivered it (its journal row still waits unacked)",
+        "not-pulled": "the cloud stores it and the pull did not bring it",
+        "lost-in-cloud": "acked yet not in the cloud "
+        + ("after an ack_without_store fault" if lossy else "with no lossy fault"),
+    }
+    cause = causes[kind]
+    return Violation(
+        "I6",
+        f"after quiescence the machines differ on {len(gaps)} memory(ies), {cause}: {shown}",
+        extra_steps=tuple(_observe_on(name) for name in lacking if name != MACHINE_A),
+        # by title and project: a replay's engram draws new sync_ids, explore's titles are unique
+        expectations=tuple(
+            _expectation(
+                "explore I6: after quiescence every machine holds every memory of a project enrolled on all",
+                {
+                    "local": {
+                        "entity": "observation",
+                        "title": title,
+                        "project": project,
+                        **({} if name == MACHINE_A else {"at": _converged(name)}),
+                    }
+                },
+            )
+            for name, project, (_, title, _) in gaps[:10]
+        ),
+        nemesis_caused=lossy and lost,
+        signature=f"{kind}-missing-on-{'-and-'.join(lacking)}",
+        upstream=SILENT_LOSS_ISSUE if lossy and lost else None,
+    )
 
 
 #: the name explore gives the history's own engram home, next to its `device:` machines
