@@ -15,6 +15,7 @@ from engram_sync_kit.harness.explore.execute import HistoryOutcome, parsed_steps
 from engram_sync_kit.harness.explore.invariants import MACHINE_A, Observation, Violation, check_i6
 from engram_sync_kit.harness.explore.operations import (
     MACHINE_B,
+    MACHINE_OPERATIONS,
     NEMESIS_KINDS,
     OPERATIONS,
     GeneratedStep,
@@ -189,3 +190,12 @@ def test_machines_is_one_or_two_and_bad_input_exits_3() -> None:
         result = CliRunner().invoke(cli, ["explore", "--machines", bad])
         assert result.exit_code == 3, result.output
         assert "--machines" in result.output and "Traceback" not in result.output
+
+
+def test_docs_explore_names_every_machine_operation_the_invariant_and_the_option() -> None:
+    docs = (Path(__file__).parents[2] / "docs" / "explore.md").read_text(encoding="utf-8")
+    for name in [operation.name for operation in MACHINE_OPERATIONS] + ["quiesce", "converge"]:
+        assert f"`{name}`" in docs, name
+    assert "| I6 |" in docs and "`--machines 1|2`" in docs
+    for kind in ("undelivered", "lost-in-cloud", "not-pulled"):
+        assert f"`I6/{kind}-" in docs, kind

@@ -17,7 +17,9 @@ engram's database read-only), never against the canary's own reading of it.
 - I6 (two machines): once the history quiesced (the nemesis quiet, every project enrolled on both machines
   pushed by each and then pulled by each with `engram sync --cloud --import`), every machine holds the same
   live memories (sync_id, title, content) of every project enrolled on both, read from each machine's
-  engram.db. A memory one machine lacks is engram's, or the nemesis's after an `ack_without_store` fault.
+  engram.db. A missing memory's class is read from ground truth: undelivered (its own machine's journal
+  row still waits: engram's), lost-in-cloud (acked, not stored: the nemesis's after `ack_without_store`)
+  or not-pulled (the cloud stores it, the pull did not bring it: engram's).
 
 A violation of I2, I3 or I4 (or I1-reconcile) is a bug of ours; I1, I5 and I6 can be engram's.
 """
