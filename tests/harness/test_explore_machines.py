@@ -199,3 +199,10 @@ def test_docs_explore_names_every_machine_operation_the_invariant_and_the_option
     assert "| I6 |" in docs and "`--machines 1|2`" in docs
     for kind in ("undelivered", "lost-in-cloud", "not-pulled"):
         assert f"`I6/{kind}-" in docs, kind
+
+
+def test_the_reports_coverage_counts_the_machine_operations_and_the_quiescence() -> None:
+    report = explorer.ExploreReport(seed=1, engram="1.20.0", budget=1)
+    operations = report.as_json()["coverage"]["operations"]
+    names = [operation.name for operation in MACHINE_OPERATIONS]
+    assert {*names, "quiesce", "converge", "settle"} <= set(operations)

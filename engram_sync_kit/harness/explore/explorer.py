@@ -108,7 +108,10 @@ class ExploreReport:
             "steps": self.steps,
             "violations": [violation.as_json() for violation in self.violations],
             "coverage": {
-                "operations": {name: self.operations.get(name, 0) for name in (*OPERATION_NAMES, "settle")},
+                "operations": {
+                    name: self.operations.get(name, 0)
+                    for name in (*OPERATION_NAMES, "settle", *sorted(QUIESCENCE))
+                },
                 "states": dict(sorted(self.states.items())),
             },
             "timing": {
