@@ -1,18 +1,31 @@
 """Two real engram v1.20.0 homes through one fake cloud (marker: engram; the chunk path, no 30 s worker
-ticks, a few seconds each): a history that quiesces converges, and I6 reports the planted breaks, a
-quiescence whose machine B never pulls and a push the cloud acks without storing."""
+ticks, a few seconds each): a history that quiesces converges, I6 reports the planted breaks (a
+quiescence whose machine B never pulls, a push the cloud acks without storing) and the pull v1.20
+refuses over a local session without a directory, and `engram-harness explore --machines 2` finds,
+shrinks, writes and replays a lost push of machine B (about 20 s)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from engram_sync_kit.harness.explore.execute import play
-from engram_sync_kit.harness.explore.operations import MACHINE_B, GeneratedStep
+from engram_sync_kit.harness.explore.operations import (
+    MACHINE_B,
+    GeneratedStep,
+    GeneratorSettings,
+    generate_history,
+)
+from engram_sync_kit.harness.loader import load_scenario
 
 pytestmark = pytest.mark.engram
+
+HARNESS = str(Path(sys.executable).parent / "engram-harness")
 
 
 def _push(project: str) -> dict[str, Any]:
@@ -124,3 +137,55 @@ def test_a_local_session_without_directory_blocks_the_pull_of_the_other_machines
     assert (
         "the cloud stores it and the pull did not bring it: a lacks 'memory b' (my-app)" in violation.detail
     )
+
+
+PLANTED_TWO_MACHINE_SEED = 246
+TWO_MACHINES = GeneratorSettings(autosync=False, nemesis=("ack_without_store",), steps=10, machines=2)
+
+
+def test_the_planted_two_machine_seed_still_loses_machine_bs_push() -> None:
+    operations = [step.operation for step in generate_history(PLANTED_TWO_MACHINE_SEED, TWO_MACHINES)]
+    nemesis = operations.index("nemesis")
+    pushes = [name for name in operations[nemesis:] if name in ("sync_manual", "sync_b", "quiesce")]
+    assert pushes[0] == "sync_b" and operations[-1] == "converge", (
+        f"the generator changed and seed {PLANTED_TWO_MACHINE_SEED} no longer loses B's push ({operations}); "
+        "pick a two-machine seed whose first push after ack_without_store is machine B's"
+    )
+
+
+def test_explore_with_two_machines_finds_shrinks_writes_and_replays_the_lost_push(
+    engram_bin: Path, tmp_path: Path
+) -> None:
+    report_path = tmp_path / "explore.json"
+    result = subprocess.run(
+        [
+            HARNESS,
+            "explore",
+            "--engram",
+            str(engram_bin),
+            "--machines",
+            "2",
+            "--no-autosync",
+            "--nemesis",
+            "ack_without_store",
+            "--steps",
+            str(TWO_MACHINES.steps),
+            "--replay",
+            str(PLANTED_TWO_MACHINE_SEED),
+            "--out",
+            str(tmp_path / "out"),
+            "--json",
+            str(report_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    (found,) = json.loads(report_path.read_text(encoding="utf-8"))["violations"]
+    assert found["kind"] == "I6/lost-in-cloud-missing-on-a" and found["owner"] == "nemesis"
+    assert found["replayed"] is True and found["minimized_steps"] < found["steps"]
+    assert "I6 (nemesis's, the class of engram#264) seed 246" in result.stdout
+    scenario = load_scenario(Path(found["scenario"]))
+    assert "device" in [step.name for step in scenario.steps]
