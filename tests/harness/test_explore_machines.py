@@ -206,3 +206,16 @@ def test_the_reports_coverage_counts_the_machine_operations_and_the_quiescence()
     operations = report.as_json()["coverage"]["operations"]
     names = [operation.name for operation in MACHINE_OPERATIONS]
     assert {*names, "quiesce", "converge", "settle"} <= set(operations)
+
+
+def test_i6_tells_a_memory_held_under_another_project_from_a_missing_one() -> None:
+    """Seed 5005 of the first 2-minute run: machine A's own observation has no project (saved over HTTP in
+    a session of my-app), the chunk it pushed carried my-app, so B holds it under my-app and A under ''."""
+    a = MachineMemories(frozenset({"my-app"}), {"": frozenset({ONE})})
+    b = MachineMemories(frozenset({"my-app"}), {"my-app": frozenset({ONE})})
+    (violation,) = check_i6(_machines_observation(a, b, cloud=frozenset({"obs-1"})))
+    assert violation.kind == f"I6/project-differs-missing-on-{MACHINE_A}" and violation.owner == "engram"
+    assert violation.detail.endswith(
+        "the machine holds the same memory (sync_id) under another project: "
+        "a lacks 'memory 1' (my-app; holds it under '')"
+    )

@@ -189,3 +189,25 @@ def test_explore_with_two_machines_finds_shrinks_writes_and_replays_the_lost_pus
     assert "I6 (nemesis's, the class of engram#264) seed 246" in result.stdout
     scenario = load_scenario(Path(found["scenario"]))
     assert "device" in [step.name for step in scenario.steps]
+
+
+def test_a_memory_saved_over_http_converges_under_two_different_projects(engram_bin: Path) -> None:
+    """Seed 5005 of the first 2-minute `--machines 2` run: `POST /observations` with a session of my-app
+    stores the observation with no project on machine A; the chunk A pushes carries it as my-app, so
+    machine B holds it under my-app and A under ''."""
+    history = [
+        GeneratedStep("session", {"session": {"id": "s1", "project": "my-app", "in": "app"}}),
+        GeneratedStep(
+            "save_http", {"save": {"via": "http", "session": "s1", "title": "memory h", "content": "c"}}
+        ),
+        GeneratedStep("enroll", {"enroll": "my-app"}),
+        GeneratedStep("enroll_b", _on_b({"enroll": "my-app"})),
+        GeneratedStep("quiesce", _push("my-app")),
+        GeneratedStep("quiesce", _on_b(_push("my-app"), _pull("my-app"))),
+        GeneratedStep("converge", _pull("my-app")),
+    ]
+    outcome = play(engram_bin, history, autosync=False)
+    assert outcome.error == ""
+    (violation,) = outcome.violations
+    assert violation.kind == "I6/project-differs-missing-on-a" and violation.owner == "engram"
+    assert "a lacks 'memory h' (my-app; holds it under '')" in violation.detail

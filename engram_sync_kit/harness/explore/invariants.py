@@ -19,7 +19,9 @@ engram's database read-only), never against the canary's own reading of it.
   live memories (sync_id, title, content) of every project enrolled on both, read from each machine's
   engram.db. A missing memory's class is read from ground truth: undelivered (its own machine's journal
   row still waits: engram's), lost-in-cloud (acked, not stored: the nemesis's after `ack_without_store`)
-  or not-pulled (the cloud stores it, the pull did not bring it: engram's).
+  or not-pulled (the cloud stores it, the pull did not bring it: engram's); project-differs when the
+  machine holds the same sync_id under another project (engram's: e.g. its own row has no project and
+  the chunk it pushed carried the session's).
 
 A violation of I2, I3 or I4 (or I1-reconcile) is a bug of ours; I1, I5 and I6 can be engram's.
 """
@@ -425,6 +427,10 @@ def check_i6(observation: Observation) -> list[Violation]:
         return []
     names = sorted(machines)
     shared = sorted(set.intersection(*(set(machines[name].enrolled) for name in names)))
+    projects_of = {  # machine -> sync_id -> the project it holds that memory under
+        name: {memory[0]: project for project, held in machines[name].memories.items() for memory in held}
+        for name in names
+    }
     gaps: dict[str, list[tuple[str, str, tuple[str, str, str]]]] = {}  # class -> (lacking, project, memory)
     for project in shared:
         held = {name: machines[name].memories.get(project, frozenset()) for name in names}
@@ -432,7 +438,9 @@ def check_i6(observation: Observation) -> list[Violation]:
         for name in names:
             for memory in sorted(union - held[name]):
                 origins = [other for other in names if memory in held[other]]
-                if memory[0] in observation.cloud_observations:
+                if memory[0] in projects_of[name]:
+                    kind = "project-differs"  # the same memory, held under another project
+                elif memory[0] in observation.cloud_observations:
                     kind = "not-pulled"
                 elif all(memory[0] in machines[origin].undelivered for origin in origins):
                     kind = "undelivered"
@@ -440,19 +448,28 @@ def check_i6(observation: Observation) -> list[Violation]:
                     kind = "lost-in-cloud"
                 gaps.setdefault(kind, []).append((name, project, memory))
     return [
-        _convergence_violation(kind, found, observation.lossy_nemesis) for kind, found in sorted(gaps.items())
+        _convergence_violation(kind, found, observation.lossy_nemesis, projects_of)
+        for kind, found in sorted(gaps.items())
     ]
 
 
 def _convergence_violation(
-    kind: str, gaps: list[tuple[str, str, tuple[str, str, str]]], lossy: bool
+    kind: str,
+    gaps: list[tuple[str, str, tuple[str, str, str]]],
+    lossy: bool,
+    projects_of: dict[str, dict[str, str]],
 ) -> Violation:
-    shown = ", ".join(f"{name} lacks {title!r} ({project})" for name, project, (_, title, _) in gaps[:5])
+    shown = ", ".join(
+        f"{name} lacks {title!r} ({project}"
+        + (f"; holds it under {projects_of[name][sync_id]!r})" if kind == "project-differs" else ")")
+        for name, project, (sync_id, title, _) in gaps[:5]
+    )
     lacking = sorted({name for name, _, _ in gaps})
     lost = kind == "lost-in-cloud"
     causes = {
         "undelivered": "its own machine never delivered it (its journal row still waits unacked)",
         "not-pulled": "the cloud stores it and the pull did not bring it",
+        "project-differs": "the machine holds the same memory (sync_id) under another project",
         "lost-in-cloud": "acked yet not in the cloud "
         + ("after an ack_without_store fault" if lossy else "with no lossy fault"),
     }
