@@ -197,7 +197,7 @@ def test_docs_explore_names_every_machine_operation_the_invariant_and_the_option
     for name in [operation.name for operation in MACHINE_OPERATIONS] + ["quiesce", "converge"]:
         assert f"`{name}`" in docs, name
     assert "| I6 |" in docs and "`--machines 1|2`" in docs
-    for kind in ("undelivered", "lost-in-cloud", "not-pulled"):
+    for kind in ("undelivered", "lost-in-cloud", "not-pulled", "project-differs"):
         assert f"`I6/{kind}-" in docs, kind
 
 
