@@ -148,6 +148,13 @@ def _violation_line(found: FoundViolation) -> str:
     show_default=True,
     help="Histories played side by side (with the worker they mostly wait for its 30 s ticks).",
 )
+@click.option(
+    "--machines",
+    type=click.IntRange(1, 2),
+    default=1,
+    show_default=True,
+    help="Engram homes per history syncing through one cloud; 2 adds machine B, pulls and I6 (convergence).",
+)
 @click.option("--no-shrink", is_flag=True, help="Report violations without shrinking them.")
 def explore_command(
     engram_path: Path | None,
@@ -162,6 +169,7 @@ def explore_command(
     autosync: bool,
     jobs: int,
     parallel: int,
+    machines: int,
     no_shrink: bool,
 ) -> None:
     """Generated histories against the real engram and the fake cloud, invariants checked after every step."""
@@ -175,6 +183,7 @@ def explore_command(
         steps=steps,
         jobs=jobs,
         parallel=parallel,
+        machines=machines,
         replay=replay,
         shrink=not no_shrink,
     )

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engram_sync_kit.canary.db import read_transaction
 from engram_sync_kit.harness import schema as s
-from engram_sync_kit.harness.engram_read import read_with
+from engram_sync_kit.harness.engram_read import read_engram, read_with
 
 SYNC_STATE_COLUMNS = (
     "target_key",
@@ -40,6 +42,59 @@ def sync_state_rows(connection: sqlite3.Connection) -> list[dict[str, Any]]:
         {column: dict(zip(columns, row, strict=True)).get(column) for column in SYNC_STATE_COLUMNS}
         for row in rows
     ]
+
+
+@dataclass(frozen=True)
+class MachineMemories:
+    """One engram home's memories, read-only: its enrolled projects and each project's live observations
+    as (sync_id, title, content), the identity and the text a pull carries between machines."""
+
+    enrolled: frozenset[str]
+    memories: dict[str, frozenset[tuple[str, str, str]]]
+    #: sync_ids of observations whose own journal rows still wait unacked (never delivered by this machine)
+    undelivered: frozenset[str] = frozenset()
+
+
+def machine_memories(connection: sqlite3.Connection) -> MachineMemories:
+    tables = {
+        str(row[0]) for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+    }
+    enrolled = (
+        frozenset(str(row[0]) for row in connection.execute("SELECT project FROM sync_enrolled_projects"))
+        if "sync_enrolled_projects" in tables
+        else frozenset()
+    )
+    memories: dict[str, set[tuple[str, str, str]]] = {}
+    if "observations" in tables:
+        rows = connection.execute(
+            "SELECT COALESCE(project, ''), COALESCE(sync_id, ''), COALESCE(title, ''), COALESCE(content, '') "
+            "FROM observations WHERE deleted_at IS NULL"
+        )
+        for project, sync_id, title, content in rows:
+            memories.setdefault(str(project), set()).add((str(sync_id), str(title), str(content)))
+    undelivered: frozenset[str] = frozenset()
+    if "sync_mutations" in tables:
+        columns = {str(row[1]) for row in connection.execute("PRAGMA table_info(sync_mutations)")}
+        local = " AND source = 'local'" if "source" in columns else ""
+        undelivered = frozenset(
+            str(row[0])
+            for row in connection.execute(
+                f"SELECT entity_key FROM sync_mutations WHERE entity = 'observation' AND acked_at IS NULL{local}"
+            )
+        )
+    return MachineMemories(
+        enrolled, {project: frozenset(rows) for project, rows in memories.items()}, undelivered
+    )
+
+
+def read_machine_memories(db_path: Path) -> MachineMemories:
+    """machine_memories of DB_PATH in one short read-only transaction; EngramReadError when unreadable."""
+    return read_engram(db_path, _in_one_transaction)
+
+
+def _in_one_transaction(connection: sqlite3.Connection) -> MachineMemories:
+    with read_transaction(connection):
+        return machine_memories(connection)
 
 
 def _query(check: s.LocalCheck) -> tuple[str, list[Any]]:

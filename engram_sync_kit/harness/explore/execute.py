@@ -27,6 +27,7 @@ from engram_sync_kit.fake_cloud.errors import FakeCloudError
 from engram_sync_kit.fake_cloud.state import ReceivedMutation
 from engram_sync_kit.harness.engram_env import EngramEnvironment
 from engram_sync_kit.harness.explore.invariants import (
+    MACHINE_A,
     PUSH_PATH,
     Observation,
     Violation,
@@ -46,7 +47,7 @@ from engram_sync_kit.harness.lanes import (
 )
 from engram_sync_kit.harness.lanes import _local_mutations as read_local_mutations_on
 from engram_sync_kit.harness.loader import Step, parse_scenario
-from engram_sync_kit.harness.localdata import sync_state_rows
+from engram_sync_kit.harness.localdata import MachineMemories, read_machine_memories, sync_state_rows
 from engram_sync_kit.harness.results import StepRecord
 from engram_sync_kit.harness.runner import SCENARIO_ERRORS, _make_workspaces, error_detail
 from engram_sync_kit.harness.schema import Header
@@ -376,6 +377,11 @@ def play(
                 if worker_cycle:
                     observation.cycle_push_statuses = _push_statuses(world, journal_before)
                     observation.settled = generated.operation == "settle"
+                if generated.operation == "converge":
+                    observation.machines = _machines(world)
+                    observation.cloud_observations = frozenset(
+                        item.entity_key for item in received.items if item.entity == "observation"
+                    )
                 if triage:
                     observation.before = previous
                     observation.triage_entries = read_triage_entries(world.db_path)[log_before:]
@@ -403,6 +409,13 @@ def play(
     finally:
         player.close(keep=keep)
     return outcome
+
+
+def _machines(world: World) -> dict[str, MachineMemories]:
+    """Every engram home of the history (its own and its `device:` machines), each read read-only (an
+    unreadable one ends the history with its error: a convergence never judged is no pass)."""
+    homes = {MACHINE_A: world.db_path, **{name: device.db_path for name, device in world.devices.items()}}
+    return {name: read_machine_memories(path) for name, path in homes.items()}
 
 
 def _last_journal_id(world: World) -> int:

@@ -21,6 +21,7 @@ from engram_sync_kit.harness.explore.execute import HistoryOutcome, StepOutcome,
 from engram_sync_kit.harness.explore.invariants import INVARIANTS, Violation, whose
 from engram_sync_kit.harness.explore.operations import (
     OPERATION_NAMES,
+    QUIESCENCE,
     GeneratedStep,
     GeneratorSettings,
     generate_history,
@@ -46,11 +47,14 @@ class ExploreSettings:
     steps: int = 12
     jobs: int = 4
     parallel: int = 1  # histories played side by side, each on a world and a fake cloud of its own
+    machines: int = 1  # engram homes per history (2: machine B syncs through the same cloud, I6)
     replay: int | None = None  # play only this history seed
     shrink: bool = True
 
     def generator(self) -> GeneratorSettings:
-        return GeneratorSettings(autosync=self.autosync, nemesis=self.nemesis, steps=self.steps)
+        return GeneratorSettings(
+            autosync=self.autosync, nemesis=self.nemesis, steps=self.steps, machines=self.machines
+        )
 
 
 @dataclass
@@ -104,7 +108,10 @@ class ExploreReport:
             "steps": self.steps,
             "violations": [violation.as_json() for violation in self.violations],
             "coverage": {
-                "operations": {name: self.operations.get(name, 0) for name in (*OPERATION_NAMES, "settle")},
+                "operations": {
+                    name: self.operations.get(name, 0)
+                    for name in (*OPERATION_NAMES, "settle", *sorted(QUIESCENCE))
+                },
                 "states": dict(sorted(self.states.items())),
             },
             "timing": {
@@ -136,17 +143,23 @@ def _minimize(
         return shows(outcome)
 
     # The step after which the violation showed (a sync, the settle) is nearly always needed: shrink the
-    # steps before it, so no replay is spent on a candidate that cannot show it.
-    last = history[-1]
+    # steps before it, so no replay is spent on a candidate that cannot show it. A two-machine history's
+    # quiescence stays whole: a candidate less one of its pushes or pulls never quiesced, and its I6
+    # would be the shrink's own.
+    cut = len(history) - 1
+    if history[cut].operation in QUIESCENCE:
+        while cut > 0 and history[cut - 1].operation in QUIESCENCE:
+            cut -= 1
+    tail = history[cut:]
 
     def with_last(candidate: list[GeneratedStep]) -> bool:
-        return reproduces([*candidate, last])
+        return reproduces([*candidate, *tail])
 
     fewer = drop_groups(
-        history[:-1], lambda step: step.operation, with_last, jobs=settings.jobs, deadline=deadline
+        history[:cut], lambda step: step.operation, with_last, jobs=settings.jobs, deadline=deadline
     )
     prefix = ddmin(fewer, with_last, jobs=settings.jobs, deadline=deadline)
-    minimal = [*prefix, last]
+    minimal = [*prefix, *tail]
     key = tuple(positions[id(step)] for step in minimal)
     return minimal, outcomes.get(key)
 

@@ -14,8 +14,16 @@ engram's database read-only), never against the canary's own reading of it.
   project's rows on the legacy lane are delivered. A refusal caused by engram's own rows (a save without a
   project, a session without a directory) is then engram's liveness bug. Its kind is the first waiting row
   the cloud refuses and the field at fault (`refused-session-directory`), or `nothing-refused`.
+- I6 (two machines): once the history quiesced (the nemesis quiet, every project enrolled on both machines
+  pushed by each and then pulled by each with `engram sync --cloud --import`), every machine holds the same
+  live memories (sync_id, title, content) of every project enrolled on both, read from each machine's
+  engram.db. A missing memory's class is read from ground truth: undelivered (its own machine's journal
+  row still waits: engram's), lost-in-cloud (acked, not stored: the nemesis's after `ack_without_store`)
+  or not-pulled (the cloud stores it, the pull did not bring it: engram's); project-differs when the
+  machine holds the same sync_id under another project (engram's: e.g. its own row has no project and
+  the chunk it pushed carried the session's).
 
-A violation of I2, I3 or I4 (or I1-reconcile) is a bug of ours; I1 and I5 can be engram's.
+A violation of I2, I3 or I4 (or I1-reconcile) is a bug of ours; I1, I5 and I6 can be engram's.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from engram_sync_kit.canary.targets import allowed_targets, normalize_project
 from engram_sync_kit.engram_contract import LEGACY_TARGET
 from engram_sync_kit.engram_contract.upstream_bugs import SILENT_LOSS_ISSUE, issue_for_refusal
 from engram_sync_kit.harness.lanes import LaneTable, LocalMutation
+from engram_sync_kit.harness.localdata import MachineMemories
 from engram_sync_kit.harness.triage_copies import copy_problems, push_refusal, refusal_of
 
 LANE_BLOCKED = "legacy_lane_blocked"
@@ -35,7 +44,15 @@ FOREIGN_CHECKS = ("foreign_sync_target", "foreign_mutation_target")
 PUSH_PATH = "/sync/mutations/push"
 
 #: who a violation points at: engram, the kit's own canary/triage, or the nemesis that was told to lose rows
-OWNERS = {"I1": "engram", "I1-reconcile": "ours", "I2": "ours", "I3": "ours", "I4": "ours", "I5": "engram"}
+OWNERS = {
+    "I1": "engram",
+    "I1-reconcile": "ours",
+    "I2": "ours",
+    "I3": "ours",
+    "I4": "ours",
+    "I5": "engram",
+    "I6": "engram",
+}
 
 
 def whose(owner: str) -> str:
@@ -85,6 +102,10 @@ class Observation:
     #: after a triage step: what the step before it left, and the triage log entries this step wrote
     before: Observation | None = None
     triage_entries: list[dict[str, Any]] = field(default_factory=list)
+    #: after a two-machine history's `converge` step: each machine's memories, by machine name, and the
+    #: sync_ids of the observations the cloud stores
+    machines: dict[str, MachineMemories] | None = None
+    cloud_observations: frozenset[str] = frozenset()
 
 
 def _expectation(why: str, check: dict[str, Any]) -> dict[str, Any]:
@@ -396,8 +417,103 @@ def check_i5(observation: Observation) -> list[Violation]:
     ]
 
 
-CHECKERS = (check_i1, check_i2, check_i3, check_i4, check_i5)
-INVARIANTS = ("I1", "I1-reconcile", "I2", "I3", "I4", "I5")
+def check_i6(observation: Observation) -> list[Violation]:
+    """One violation per class of gap, read from ground truth: `undelivered` (its own machine's journal
+    row still waits: the push was refused, engram's), `lost-in-cloud` (acked, yet the cloud does not store
+    it: the nemesis's after ack_without_store, else engram's) or `not-pulled` (the cloud stores it and the
+    machine that pulled still lacks it: engram's pull)."""
+    machines = observation.machines
+    if machines is None or len(machines) < 2:
+        return []
+    names = sorted(machines)
+    shared = sorted(set.intersection(*(set(machines[name].enrolled) for name in names)))
+    projects_of = {  # machine -> sync_id -> the project it holds that memory under
+        name: {memory[0]: project for project, held in machines[name].memories.items() for memory in held}
+        for name in names
+    }
+    gaps: dict[str, list[tuple[str, str, tuple[str, str, str]]]] = {}  # class -> (lacking, project, memory)
+    for project in shared:
+        held = {name: machines[name].memories.get(project, frozenset()) for name in names}
+        union: frozenset[tuple[str, str, str]] = frozenset().union(*held.values())
+        for name in names:
+            for memory in sorted(union - held[name]):
+                origins = [other for other in names if memory in held[other]]
+                if memory[0] in projects_of[name]:
+                    kind = "project-differs"  # the same memory, held under another project
+                elif memory[0] in observation.cloud_observations:
+                    kind = "not-pulled"
+                elif all(memory[0] in machines[origin].undelivered for origin in origins):
+                    kind = "undelivered"
+                else:
+                    kind = "lost-in-cloud"
+                gaps.setdefault(kind, []).append((name, project, memory))
+    return [
+        _convergence_violation(kind, found, observation.lossy_nemesis, projects_of)
+        for kind, found in sorted(gaps.items())
+    ]
+
+
+def _convergence_violation(
+    kind: str,
+    gaps: list[tuple[str, str, tuple[str, str, str]]],
+    lossy: bool,
+    projects_of: dict[str, dict[str, str]],
+) -> Violation:
+    shown = ", ".join(
+        f"{name} lacks {title!r} ({project}"
+        + (f"; holds it under {projects_of[name][sync_id]!r})" if kind == "project-differs" else ")")
+        for name, project, (sync_id, title, _) in gaps[:5]
+    )
+    lacking = sorted({name for name, _, _ in gaps})
+    lost = kind == "lost-in-cloud"
+    causes = {
+        "undelivered": "its own machine never delivered it (its journal row still waits unacked)",
+        "not-pulled": "the cloud stores it and the pull did not bring it",
+        "project-differs": "the machine holds the same memory (sync_id) under another project",
+        "lost-in-cloud": "acked yet not in the cloud "
+        + ("after an ack_without_store fault" if lossy else "with no lossy fault"),
+    }
+    cause = causes[kind]
+    return Violation(
+        "I6",
+        f"after quiescence the machines differ on {len(gaps)} memory(ies), {cause}: {shown}",
+        extra_steps=tuple(_observe_on(name) for name in lacking if name != MACHINE_A),
+        # by title and project: a replay's engram draws new sync_ids, explore's titles are unique
+        expectations=tuple(
+            _expectation(
+                "explore I6: after quiescence every machine holds every memory of a project enrolled on all",
+                {
+                    "local": {
+                        "entity": "observation",
+                        "title": title,
+                        "project": project,
+                        **({} if name == MACHINE_A else {"at": _converged(name)}),
+                    }
+                },
+            )
+            for name, project, (_, title, _) in gaps[:10]
+        ),
+        nemesis_caused=lossy and lost,
+        signature=f"{kind}-missing-on-{'-and-'.join(lacking)}",
+        upstream=SILENT_LOSS_ISSUE if lossy and lost else None,
+    )
+
+
+#: the name explore gives the history's own engram home, next to its `device:` machines
+MACHINE_A = "a"
+
+
+def _converged(machine: str) -> str:
+    return f"converged-{machine}"
+
+
+def _observe_on(machine: str) -> dict[str, Any]:
+    """An observe point on MACHINE after the history, so a `local` check can read that machine's database."""
+    return {"device": {"name": machine, "steps": [{"observe": _converged(machine)}]}}
+
+
+CHECKERS = (check_i1, check_i2, check_i3, check_i4, check_i5, check_i6)
+INVARIANTS = ("I1", "I1-reconcile", "I2", "I3", "I4", "I5", "I6")
 
 
 def check_all(observation: Observation) -> list[Violation]:

@@ -25,6 +25,8 @@ WORKSPACES: dict[str, dict[str, Any]] = {
 REPO_PROJECTS = {"app": "my-app", "other": "other-repo"}
 PLACES = ("app", "other", "scratch", "home")
 RENAMABLE = ("app", "other", "scratch")
+#: the second engram home of a two-machine history: a `device:` step (its own data dir and HOME, the cloud)
+MACHINE_B = "laptop-b"
 
 #: nemesis kinds, each one fault of the fake cloud's fault API (fake_cloud.faults is the one source)
 NEMESIS_KINDS: dict[str, Callable[[str], list[dict[str, Any]]]] = {
@@ -54,6 +56,7 @@ class Model:
     sessions: list[str] = field(default_factory=list)
     paused: set[str] = field(default_factory=set)
     renamed_keys: list[str] = field(default_factory=list)  # the keys renamed repos give later saves
+    enrolled_b: set[str] = field(default_factory=set)  # machine B's own enrolled set
     counter: int = 0
 
     def next_id(self) -> int:
@@ -73,6 +76,7 @@ class GeneratorSettings:
     autosync: bool
     nemesis: tuple[str, ...]
     steps: int = 12
+    machines: int = 1  # 2: a second engram home (MACHINE_B) syncs through the same cloud
 
     @property
     def push_route(self) -> str:
@@ -211,21 +215,89 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("nemesis", 3, _nemesis),
     Operation("clear_faults", 1, _clear_faults),
 )
+
+
+def _on_b(*steps: RawStep) -> RawStep:
+    return {"device": {"name": MACHINE_B, "steps": list(steps)}}
+
+
+def _push(project: str) -> RawStep:
+    """`engram sync --cloud --project P`: v1.20 exports (pushes) P's pending rows and imports nothing."""
+    return {"run": {"args": ["sync", "--cloud", "--project", project], "exit": None}}
+
+
+def _pull(project: str) -> RawStep:
+    """`engram sync --cloud --import --project P`: v1.20's manual pull, every chunk of P not yet imported."""
+    return {"run": {"args": ["sync", "--cloud", "--import", "--project", project], "exit": None}}
+
+
+def _enroll_b(rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep | None:
+    candidates = sorted(set(REPO_PROJECTS.values()) - model.enrolled_b)
+    if not candidates:
+        return None
+    project = rng.choice(candidates)
+    model.enrolled_b.add(project)
+    return _on_b({"enroll": project})
+
+
+def _save_b(rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep:
+    title, content = _title(model)
+    project = rng.choice(sorted(REPO_PROJECTS.values()))
+    return _on_b(
+        {"save": {"in": "app", "title": title, "content": content, "via": "cli", "project": project}}
+    )
+
+
+def _sync_b(rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep | None:
+    return _on_b(_push(rng.choice(sorted(model.enrolled_b)))) if model.enrolled_b else None
+
+
+def _pull_a(rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep | None:
+    return _pull(rng.choice(sorted(model.enrolled))) if model.enrolled else None
+
+
+def _pull_b(rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep | None:
+    return _on_b(_pull(rng.choice(sorted(model.enrolled_b)))) if model.enrolled_b else None
+
+
+#: drawn only in two-machine histories, so a one-machine seed draws exactly what it drew before
+MACHINE_OPERATIONS: tuple[Operation, ...] = (
+    Operation("enroll_b", 3, _enroll_b),
+    Operation("save_b", 5, _save_b),
+    Operation("sync_b", 3, _sync_b),
+    Operation("pull", 3, _pull_a),
+    Operation("pull_b", 3, _pull_b),
+)
 ENROLL_BOOST = 4
-OPERATION_NAMES = tuple(operation.name for operation in OPERATIONS)
+OPERATION_NAMES = tuple(operation.name for operation in (*OPERATIONS, *MACHINE_OPERATIONS))
 
 
 def settle_steps(settings: GeneratorSettings, model: Model) -> list[tuple[str, RawStep]]:
-    """The end of every history with the worker: the nemesis stops, then two worker cycles (liveness, I5)."""
-    if not settings.autosync:
-        return []
+    """The end of every history with the worker: the nemesis stops, then two worker cycles (liveness, I5).
+    A two-machine history then quiesces (I6): the nemesis stops, every project enrolled on both machines
+    is pushed by each, then pulled by each, the pull on machine A last (`converge`)."""
+    shared = sorted(model.enrolled & model.enrolled_b) if settings.machines > 1 else []
     steps: list[tuple[str, RawStep]] = []
-    if settings.nemesis:
-        steps.append(("clear_faults", {"cloud": {"clear_faults": True}}))
-    for project in sorted(model.paused):
-        steps.append(("pause", {"cloud": {"resume": project}}))
-    steps.append(("settle", {"sync": {"via": "autosync", "cycles": 2, "timeout": 100}}))
+    # In a two-machine history the nemesis's end is part of the quiescence the shrinker keeps whole.
+    clear, resume = ("quiesce", "quiesce") if shared else ("clear_faults", "pause")
+    if settings.nemesis and (settings.autosync or shared):
+        steps.append((clear, {"cloud": {"clear_faults": True}}))
+    if settings.autosync or shared:
+        for project in sorted(model.paused):
+            steps.append((resume, {"cloud": {"resume": project}}))
+    if settings.autosync:
+        steps.append(("settle", {"sync": {"via": "autosync", "cycles": 2, "timeout": 100}}))
+    for project in shared:
+        steps.append(("quiesce", _push(project)))
+        steps.append(("quiesce", _on_b(_push(project), _pull(project))))
+    steps.extend(("quiesce", _pull(project)) for project in shared)
+    if shared:
+        steps[-1] = ("converge", steps[-1][1])
     return steps
+
+
+#: the operations of a two-machine history's quiescence: I6 is judged only after all of them ran
+QUIESCENCE = frozenset({"quiesce", "converge"})
 
 
 @dataclass(frozen=True)
@@ -239,7 +311,9 @@ def generate_history(seed: int, settings: GeneratorSettings) -> list[GeneratedSt
     rng = random.Random(seed)
     model = Model()
     history: list[GeneratedStep] = []
-    operations: Sequence[Operation] = OPERATIONS
+    operations: Sequence[Operation] = (
+        (*OPERATIONS, *MACHINE_OPERATIONS) if settings.machines > 1 else OPERATIONS
+    )
     attempts = 0
     while len(history) < settings.steps and attempts < settings.steps * 20:
         attempts += 1
