@@ -1,0 +1,143 @@
+"""Rows the canary must survive on a real home (issue 35, items 5, 6 and 12): keys and projects whose bytes
+are not UTF-8, BLOBs where engram writes text, and thousands of foreign targets.
+
+The home is made by the real engram v1.20 binary; every odd row is a SIMULATION OF LEGACY DATA (another
+writer or a damaged file; engram itself writes valid UTF-8 text), written straight into engram's tables.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from canary_support import WatchProcess, run_canary
+
+from engram_sync_kit.canary import targets
+from engram_sync_kit.canary.checks import run_check
+from engram_sync_kit.canary.config import CanaryConfig
+from engram_sync_kit.harness.deployment.many_targets import add_foreign_targets
+from engram_sync_kit.harness.engram_env import EngramEnvironment
+
+pytestmark = pytest.mark.engram
+
+# Bytes \xf0-\xff sort above U+FFFD's encoding (\xef\xbf\xbd): the skip-scan must step by the stored bytes.
+BAD_KEY = b"cloud:caf\xff\xf0"
+BAD_PROJECT = b"caf\xfe"
+
+
+def _home(world: EngramEnvironment) -> Path:
+    for args in (["save", "alpha note", "c", "--project", "alpha"], ["cloud", "enroll", "alpha"]):
+        result = world.run(args)
+        assert result.returncode == 0, result.stderr
+    return world.db_path
+
+
+def _legacy(db: Path, *statements: tuple[str, tuple[object, ...]]) -> None:
+    with contextlib.closing(sqlite3.connect(db, isolation_level=None)) as connection:
+        for sql, parameters in statements:
+            connection.execute(sql, parameters)
+
+
+INSERT_ROW = (
+    "INSERT INTO sync_mutations (target_key, entity, entity_key, op, payload, project) "
+    "VALUES (CAST(? AS TEXT), 'session', ?, 'upsert', '{}', CAST(? AS TEXT))"
+)
+
+
+@pytest.fixture
+def undecodable_home(engram_world: EngramEnvironment) -> Path:
+    """SIMULATION OF LEGACY DATA: a foreign target key and a project that are not valid UTF-8."""
+    db = _home(engram_world)
+    _legacy(
+        db,
+        ("INSERT INTO sync_state (target_key) VALUES (CAST(? AS TEXT))", (BAD_KEY,)),
+        (INSERT_ROW, (BAD_KEY, "s-1", b"alpha")),
+        (INSERT_ROW, (b"cloud", "s-2", BAD_PROJECT)),
+    )
+    return db
+
+
+def test_a_key_and_a_project_that_are_not_utf8_end_check_in_time(
+    undecodable_home: Path, tmp_path: Path
+) -> None:
+    """Failed first: the skip-scan stepped past the U+FFFD spelling and found the same row again, forever."""
+    checked = run_canary(
+        ["check", "--db", str(undecodable_home), "--format", "json"], tmp_path / "xdg", timeout=30
+    )
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    document = json.loads(checked.stdout)
+    key = BAD_KEY.decode(errors="replace")
+    (mutation,) = (f for f in document["findings"] if f["check"] == "foreign_mutation_target")
+    assert mutation["target_key"] == key
+    # its row is found by its stored bytes, not missed under the decoded spelling
+    assert mutation["evidence"]["rows"] == 1 and mutation["evidence"]["unacked_rows"] == 1
+    (state,) = (f for f in document["findings"] if f["check"] == "foreign_sync_target")
+    assert state["target_key"] == key and state["evidence"]["unacked_rows"] == 1
+    text = run_canary(["check", "--db", str(undecodable_home)], tmp_path / "xdg", timeout=30)
+    assert text.returncode == 1 and text.stderr == "", text.stderr
+    assert f"[NEW] warning foreign_sync_target: sync target {key} is outside" in text.stdout
+
+
+def test_a_key_that_is_not_utf8_lets_watch_start_and_stop(undecodable_home: Path, tmp_path: Path) -> None:
+    watcher = WatchProcess(["--db", str(undecodable_home)], tmp_path / "xdg")
+    try:
+        watcher.wait_started()
+        assert watcher.stop() == 0
+    finally:
+        watcher.kill()
+    assert not watcher.matching(lambda line: "Traceback" in line), watcher.snapshot()
+
+
+@pytest.mark.parametrize(
+    ("update", "status"),
+    [
+        ("lifecycle = x'00ff01'", 1),
+        ("lifecycle = 'degraded', last_error = x'fffe'", 2),  # the legacy lane blocked: critical
+        ("consecutive_failures = x'01', last_enqueued_seq = x'02'", 1),
+    ],
+    ids=["lifecycle", "last_error", "integers"],
+)
+def test_a_blob_in_sync_state_is_text_in_the_report_not_a_traceback(
+    engram_world: EngramEnvironment, tmp_path: Path, update: str, status: int
+) -> None:
+    """Failed first: `TypeError: Object of type bytes is not JSON serializable` (and int(b'\\x01'))."""
+    db = _home(engram_world)
+    add_foreign_targets(db, 2)  # SIMULATION OF LEGACY DATA
+    _legacy(db, (f"UPDATE sync_state SET {update} WHERE target_key IN ('cloud', 'cloud:phantom-00001')", ()))
+    for output in ("text", "json"):
+        checked = run_canary(["check", "--db", str(db), "--format", output], tmp_path / "xdg", timeout=30)
+        assert checked.returncode == status, checked.stdout + checked.stderr
+        assert checked.stderr == "" and "Traceback" not in checked.stdout
+    document = json.loads(checked.stdout)
+    (phantom,) = (f for f in document["findings"] if f["target_key"] == "cloud:phantom-00001")
+    if "lifecycle = x" in update:
+        assert phantom["evidence"]["lifecycle"] == "\x00\ufffd\x01"
+    if "last_error" in update:
+        (blocked,) = (f for f in document["findings"] if f["check"] == "legacy_lane_blocked")
+        assert blocked["evidence"]["last_error"] == "\ufffd\ufffd"
+    if "consecutive_failures" in update:
+        assert phantom["evidence"]["last_enqueued_seq"] == "\x02"
+
+
+def test_foreign_targets_cost_linear_work(
+    engram_world: EngramEnvironment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Failed first: each foreign target normalized every project again (1,500 targets: 2.25M calls; 10k:
+    100M). Now one pass over the projects; the time goal is bench/canary_scale.py's."""
+    db = _home(engram_world)
+    add_foreign_targets(db, 1500)  # SIMULATION OF LEGACY DATA
+    calls = [0]
+    normalize = targets.normalize_project
+
+    def counted(project: str) -> str:
+        calls[0] += 1
+        return normalize(project)
+
+    monkeypatch.setattr(targets, "normalize_project", counted)
+    monkeypatch.setenv("ENGRAM_CANARY_STATE_DIR", str(tmp_path / "state"))
+    result = run_check(db, CanaryConfig(), None, use_cursor=False)
+    assert result.summary["foreign_sync_targets"] == 1500
+    assert calls[0] <= 3 * 1500, calls[0]
