@@ -118,7 +118,13 @@ def main(against: str | None, rounds: int, sizes: str, cache: Path) -> None:
             root = cache / f"targets-{count}"
             db = make_home(engram, root)
             add_foreign_targets(db, count)
-            sides = {"this_tree": {**env, "ENGRAM_CANARY_STATE_DIR": str(root / "state-this")}}
+            sides = {
+                "this_tree": {
+                    **env,
+                    "PYTHONPATH": str(ROOT),
+                    "ENGRAM_CANARY_STATE_DIR": str(root / "state-this"),
+                }
+            }
             if tree is not None:
                 sides["revision"] = {
                     **env,
