@@ -212,13 +212,16 @@ class Watcher:
         db = self.options.db_path
         EngramDb.open(db).close()  # a missing or foreign file is one line (DatabaseUnavailable), as before
         observer = self._observer()
-        handler = _DatabaseFileHandler(db.name, self.wake_event.set, self.file_replaced)
-        observer.schedule(handler, str(db.parent), recursive=False)
+        # The real file in the real directory: inotify does not follow a symlink (watchdog asks it not
+        # to), so a linked ~/.engram or a linked --db would give no event at all.
+        real = db.resolve()
+        handler = _DatabaseFileHandler(real.name, self.wake_event.set, self.file_replaced)
+        observer.schedule(handler, str(real.parent), recursive=False)
         try:
             observer.start()  # before the first check, so a replace during it is seen
         except OSError as error:
             raise CanaryError(
-                f"cannot watch {db.parent}: {(error.strerror or str(error)).lower()}"
+                f"cannot watch {real.parent}: {(error.strerror or str(error)).lower()}"
             ) from error
         if self.options.exec_command:
             self.hooks = HookRunner(self.options.exec_command, db, self._say_from_thread)

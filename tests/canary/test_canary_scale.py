@@ -10,10 +10,12 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from canary_support import WatchProcess, run_canary
+from canary_support import WatchProcess, run_canary, write_settings
+from test_canary_watch import save
 
 from engram_sync_kit.canary import targets
 from engram_sync_kit.canary.checks import run_check
@@ -26,6 +28,14 @@ pytestmark = pytest.mark.engram
 # Bytes \xf0-\xff sort above U+FFFD's encoding (\xef\xbf\xbd): the skip-scan must step by the stored bytes.
 BAD_KEY = b"cloud:caf\xff\xf0"
 BAD_PROJECT = b"caf\xfe"
+
+
+@pytest.fixture
+def watcher_factory() -> Iterator[list[WatchProcess]]:
+    started: list[WatchProcess] = []
+    yield started
+    for watcher in started:
+        watcher.kill()
 
 
 def _home(world: EngramEnvironment) -> Path:
@@ -141,3 +151,39 @@ def test_foreign_targets_cost_linear_work(
     result = run_check(db, CanaryConfig(), None, use_cursor=False)
     assert result.summary["foreign_sync_targets"] == 1500
     assert calls[0] <= 3 * 1500, calls[0]
+
+
+@pytest.mark.parametrize("linked", ["data-dir", "db-file", "home"])
+def test_watch_sees_commits_through_a_symlinked_path(
+    engram_bin: Path, tmp_path: Path, watcher_factory: list[WatchProcess], linked: str
+) -> None:
+    """Failed first: a watch of a path through a symlink got 0 file events (inotify follows no link), so
+    the alert waited for the full check. The real engram writes its real file; the canary is given the link
+    (a linked data dir as --db, a linked engram.db as --db, or a linked ~/.engram and no --db at all)."""
+    world = EngramEnvironment(binary=engram_bin, root=tmp_path / "world").prepare()
+    real = world.data_dir  # engram is given the real directory; the canary, the link
+    home = tmp_path / "home"
+    home.mkdir()
+    if linked == "home":
+        (home / ".engram").symlink_to(real)
+        db_args: list[str] = []
+    elif linked == "data-dir":
+        (tmp_path / "linked").symlink_to(real)
+        db_args = ["--db", str(tmp_path / "linked" / "engram.db")]
+    else:
+        db_args = ["--db", str(tmp_path / "engram-link.db")]
+    save(world, world.home, "seed")
+    assert world.run(["cloud", "enroll", "seed"]).returncode == 0
+    if linked == "db-file":
+        (tmp_path / "engram-link.db").symlink_to(real / "engram.db")
+    write_settings(tmp_path / "xdg", "watch:\n  full_recheck_seconds: 3600\n")
+    watcher = WatchProcess(db_args, tmp_path / "xdg", HOME=str(home))
+    watcher_factory.append(watcher)
+    watcher.wait_started()
+    save(world, world.home, "scratch")
+    watcher.wait_for(
+        lambda text: "NEW foreign sync target cloud:scratch " in text, timeout=20, what="the alert"
+    )
+    assert watcher.stop() == 0
+    stopped = watcher.snapshot()[-1]
+    assert stopped.startswith("engram-canary: stopped (") and "(0 file events" not in stopped, stopped
