@@ -8,18 +8,24 @@ writer or a damaged file; engram itself writes valid UTF-8 text), written straig
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import sqlite3
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import pytest
 from canary_support import WatchProcess, run_canary, write_settings
 from test_canary_watch import save
 
 from engram_sync_kit.canary import targets
+from engram_sync_kit.canary import watch as watch_module
 from engram_sync_kit.canary.checks import run_check
 from engram_sync_kit.canary.config import CanaryConfig
+from engram_sync_kit.canary.watch import Watcher, WatchOptions
 from engram_sync_kit.harness.deployment.many_targets import add_foreign_targets
 from engram_sync_kit.harness.engram_env import EngramEnvironment
 
@@ -187,3 +193,30 @@ def test_watch_sees_commits_through_a_symlinked_path(
     assert watcher.stop() == 0
     stopped = watcher.snapshot()[-1]
     assert stopped.startswith("engram-canary: stopped (") and "(0 file events" not in stopped, stopped
+
+
+def test_watchs_full_check_is_linear_in_foreign_targets(
+    engram_world: EngramEnvironment, tmp_path: Path
+) -> None:
+    """Failed first: the first full check matched every key against every finding (10k targets: 21 s
+    before `watching`). Counted as lines run in canary/watch.py, which a clock on a shared machine is not."""
+    db = _home(engram_world)
+    add_foreign_targets(db, 1500)  # SIMULATION OF LEGACY DATA
+    watcher = Watcher(WatchOptions(db_path=db, config=CanaryConfig(), baseline=None, stream=io.StringIO()))
+    watch_file = watch_module.__file__
+    lines = [0]
+
+    def trace(frame: FrameType, event: str, arg: object) -> Any:
+        if frame.f_code.co_filename != watch_file:
+            return None
+        if event == "line":
+            lines[0] += 1
+        return trace
+
+    sys.settrace(trace)
+    try:
+        watcher._full_check(initial=True)
+    finally:
+        sys.settrace(None)
+    assert len(watcher.alerted) == 1500
+    assert lines[0] <= 100 * 1500, lines[0]  # about 55 a target; quadratic was 1,500 a target
