@@ -89,7 +89,10 @@ def _measure(db: Path, sides: dict[str, dict[str, str]], rounds: int) -> dict[st
 @click.option("--rounds", default=3, show_default=True, help="Rounds per size up to 10k targets.")
 @click.option("--sizes", default=",".join(map(str, SIZES)), show_default=True, help="Foreign target counts.")
 @click.option("--cache", type=click.Path(path_type=Path), default=ROOT / ".cache" / "bench-canary-scale")
-def main(against: str | None, rounds: int, sizes: str, cache: Path) -> None:
+@click.option(
+    "--results", "results_path", type=click.Path(path_type=Path), default=RESULTS, show_default=True
+)
+def main(against: str | None, rounds: int, sizes: str, cache: Path, results_path: Path) -> None:
     from bench.worktree import checkout
 
     engram = find_engram(DEFAULT_VERSION)
@@ -147,9 +150,12 @@ def main(against: str | None, rounds: int, sizes: str, cache: Path) -> None:
         "load_average_at_start": [round(value, 2) for value in load_at_start],
         "load_average_at_end": [round(value, 2) for value in os.getloadavg()],
     }
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    results["tree"] = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    results_path.write_text(json.dumps(results, indent=2) + "\n")
     click.echo(json.dumps(results, indent=2))
-    click.echo(f"wrote {RESULTS.relative_to(ROOT)}")
+    click.echo(f"wrote {results_path}")
 
 
 if __name__ == "__main__":
