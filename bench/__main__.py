@@ -9,6 +9,7 @@ BENCHMARKS = (
     "fake_cloud",
     "fake_cloud_vs_real",
     "canary",
+    "canary_scale",
     "inbox",
     "deployment",
     "harness",

@@ -27,6 +27,7 @@ from engram_sync_kit.canary.db import (
     EngramDb,
     SyncStateRow,
     describe_read_error,
+    distinct_stored_values,
     last_seq,
 )
 from engram_sync_kit.canary.errors import CanaryError
@@ -91,6 +92,8 @@ class TargetSpace:
     mutation_targets: set[str] = field(default_factory=set)
     last_seq: int = 0
     remotes: RemoteStateKeys = NO_REMOTES
+    # The stored bytes of the mutation targets whose text is not what is stored (not valid UTF-8).
+    stored_keys: dict[str, bytes] = field(default_factory=dict)
 
     def foreign_sync_targets(self) -> list[str]:
         return sorted(key for key in self.sync_state if key not in self.allowed)
@@ -104,18 +107,6 @@ class TargetSpace:
 
 def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def distinct_values(connection: sqlite3.Connection, column: str) -> set[str]:
-    """Distinct values of an indexed sync_mutations column by skip-scan: one index seek per value."""
-    values: set[str] = set()
-    row = connection.execute(f"SELECT min({column}) FROM sync_mutations").fetchone()
-    while row is not None and row[0] is not None:
-        values.add(str(row[0]))
-        row = connection.execute(
-            f"SELECT min({column}) FROM sync_mutations WHERE {column} > ?", (row[0],)
-        ).fetchone()
-    return values
 
 
 def mutation_targets_since(connection: sqlite3.Connection, after_seq: int) -> tuple[set[str], int]:
@@ -137,7 +128,12 @@ def read_target_space(
     incremental view); without it they are read by skip-scan."""
     connection = db.connection
     enrolled = db.enrolled_projects()
-    keys, seq = mutations if mutations is not None else (distinct_values(connection, "target_key"), None)
+    stored: dict[str, bytes] = {}
+    if mutations is None:
+        stored = distinct_stored_values(connection, "target_key")
+        keys, seq = set(stored), None
+    else:
+        keys, seq = mutations
     sync_state = db.sync_state(SYNC_STATE_FIELDS)
     remotes = remote_state_keys(connection)
     # The live remotes' `cloud@<id>` keys are allowed; while cloud.json cannot be read the remotes are
@@ -157,6 +153,7 @@ def read_target_space(
         mutation_targets=set(keys),
         last_seq=last_seq(connection) if seq is None else seq,
         remotes=remotes,
+        stored_keys={key: value for key, value in stored.items() if value != key.encode()},
     )
 
 
@@ -170,7 +167,10 @@ class EvidenceReader:
         self.has_acked = schema.has_column("sync_mutations", "acked_at")
         self.has_project = schema.has_column("sync_mutations", "project")
         self.waiting = waiting_filter(schema)  # v2/v3: a quarantined row is not waiting for delivery
-        self._projects: set[str] | None = None
+        self._projects_by_target: dict[str, list[str]] | None = None
+        # Stored bytes of keys and projects that are not valid UTF-8: their rows are found by these.
+        self.stored_keys: dict[str, bytes] = {}
+        self._stored_projects: dict[str, bytes] = {}
         # project_unacked answers kept from an earlier check of the same unchanged rows (the state dir)
         self.kept = kept or {}
         self.answered: dict[str, dict[str, int]] = {}
@@ -187,23 +187,35 @@ class EvidenceReader:
         if not self.has_acked:
             return None
         row = self.connection.execute(
-            f"SELECT count(*) FROM sync_mutations WHERE target_key = ? AND acked_at IS NULL{self.waiting}",
-            (target_key,),
+            "SELECT count(*) FROM sync_mutations WHERE target_key = CAST(? AS TEXT) AND acked_at IS NULL"
+            + self.waiting,
+            (self._stored_key(target_key),),
         ).fetchone()
         return int(row[0])
 
+    def _stored_key(self, target_key: str) -> bytes:
+        return self.stored_keys.get(target_key) or target_key.encode()
+
     def rows_on_target(self, target_key: str) -> dict[str, Any]:
         row = self.connection.execute(
-            "SELECT count(*), min(seq), max(seq) FROM sync_mutations WHERE target_key = ?", (target_key,)
+            "SELECT count(*), min(seq), max(seq) FROM sync_mutations WHERE target_key = CAST(? AS TEXT)",
+            (self._stored_key(target_key),),
         ).fetchone()
         return {"rows": int(row[0]), "first_seq": row[1], "last_seq": row[2]}
 
     def projects_mapping_to(self, target_key: str) -> list[str]:
         if not self.has_project:
             return []
-        if self._projects is None:
-            self._projects = distinct_values(self.connection, "project")
-        return sorted(p for p in self._projects if p and project_target(p) == target_key)
+        if self._projects_by_target is None:
+            # One pass over the distinct projects, not one per foreign target (10k targets: 100M calls).
+            by_target: dict[str, list[str]] = {}
+            stored = distinct_stored_values(self.connection, "project")
+            for project in sorted(stored):
+                if project:
+                    by_target.setdefault(project_target(project), []).append(project)
+            self._projects_by_target = by_target
+            self._stored_projects = stored
+        return list(self._projects_by_target.get(target_key, ()))
 
     def project_unacked(self, projects: list[str]) -> dict[str, int]:
         """Unacked rows of these projects, per lane (on v1.20 that is the legacy 'cloud' lane)."""
@@ -213,12 +225,12 @@ class EvidenceReader:
         if memo in self.kept:
             self.answered[memo] = dict(self.kept[memo])
             return dict(self.kept[memo])
-        marks = ", ".join("?" for _ in projects)
+        marks = ", ".join("CAST(? AS TEXT)" for _ in projects)
         by_lane: dict[str, int] = {}
         for lane, count in self.connection.execute(
             f"SELECT target_key, count(*) FROM sync_mutations "
             f"WHERE project IN ({marks}) AND acked_at IS NULL{self.waiting} GROUP BY target_key",
-            projects,
+            [self._stored_projects.get(project) or project.encode() for project in projects],
         ):
             by_lane[str(lane)] = int(count)
         self.answered[memo] = dict(by_lane)
@@ -256,6 +268,7 @@ def foreign_target_findings(
 ) -> list[Finding]:
     """Findings for the foreign targets of `space` (restricted to `only` when given)."""
     wanted = set(only) if only is not None else None
+    reader.stored_keys.update(space.stored_keys)
     critical_rows = config.thresholds.critical_unacked_rows
     findings: list[Finding] = []
     for key in space.foreign_sync_targets():

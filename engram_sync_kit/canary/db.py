@@ -141,7 +141,10 @@ class EngramDb:
         columns = ", ".join(["target_key", *present])
         rows: dict[str, SyncStateRow] = {}
         for row in self.connection.execute(f"SELECT {columns} FROM sync_state"):
-            rows[str(row[0])] = SyncStateRow(str(row[0]), dict(zip(present, row[1:], strict=True)))
+            values = [readable(value) for value in row[1:]]
+            rows[str(readable(row[0]))] = SyncStateRow(
+                str(readable(row[0])), dict(zip(present, values, strict=True))
+            )
         return rows
 
     def last_seq(self) -> int:
@@ -149,6 +152,17 @@ class EngramDb:
 
     def data_version(self) -> int:
         return data_version(self.connection)
+
+
+def readable(value: object) -> object:
+    """A column value as a report can carry it: a BLOB where engram writes text or numbers (a damaged
+    file, another writer) reads as lenient text, never bytes that no JSON document can hold."""
+    return LENIENT_TEXT(value) if isinstance(value, bytes) else value
+
+
+def readable_int(value: object) -> int:
+    """An integer column's value; 0 for anything that is not an integer (a BLOB, text, a real)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def open_read_only(path: Path) -> sqlite3.Connection:
@@ -201,6 +215,26 @@ def last_seq(connection: sqlite3.Connection) -> int:
     """The journal's high-water mark (0 for an empty journal)."""
     row = connection.execute("SELECT max(seq) FROM sync_mutations").fetchone()
     return int(row[0]) if row and row[0] is not None else 0
+
+
+def distinct_values(connection: sqlite3.Connection, column: str) -> set[str]:
+    """Distinct values of an indexed sync_mutations column by skip-scan: one index seek per value."""
+    return set(distinct_stored_values(connection, column))
+
+
+def distinct_stored_values(connection: sqlite3.Connection, column: str) -> dict[str, bytes]:
+    """Each distinct value of an indexed sync_mutations column as the canary reads it, with its stored
+    bytes (bind them as `CAST(? AS TEXT)` to find its rows). The skip-scan steps by the stored bytes: a
+    value that is not valid UTF-8 reads back with U+FFFD, which sorts below the bytes \xf0-\xff, so
+    stepping past the decoded value would find the same row again, forever."""
+    values: dict[str, bytes] = {}
+    statement = f"SELECT CAST(min({column}) AS BLOB) FROM sync_mutations"
+    row = connection.execute(statement).fetchone()
+    while row is not None and row[0] is not None:
+        stored = bytes(row[0])
+        values.setdefault(LENIENT_TEXT(stored), stored)
+        row = connection.execute(f"{statement} WHERE {column} > CAST(? AS TEXT)", (stored,)).fetchone()
+    return values
 
 
 def quote_identifier(name: str) -> str:

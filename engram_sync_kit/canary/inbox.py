@@ -340,6 +340,7 @@ class KeySummary:
     resolved_to: str | None = None
     claim_command: str | None = None
     cwd_claim_commands: dict[str, str] = field(default_factory=dict)
+    drop_command: str | None = None  # a key of telemetry only: nothing to claim, its noise to drop
     hint: str | None = None
     missing_cwds: list[str] = field(default_factory=list)
 
@@ -360,6 +361,7 @@ class KeySummary:
             "resolved_to": self.resolved_to,
             "claim_command": self.claim_command,
             "cwd_claim_commands": dict(sorted(self.cwd_claim_commands.items())),
+            "drop_command": self.drop_command,
             "hint": self.hint,
             "missing_cwds": self.missing_cwds,
         }
@@ -593,6 +595,14 @@ def claim_command(
     return shlex.join(parts)
 
 
+def drop_noise_command(key: str, *, db: Path | None = None, config: Path | None = None) -> str:
+    parts = ["engram-canary", *(["--config", str(config)] if config is not None else []), "inbox", "drop"]
+    parts += ["--project", key, "--noise"]
+    if db is not None:
+        parts += ["--db", str(db)]
+    return shlex.join(parts)
+
+
 def summarize(
     snapshot: InboxSnapshot, *, db: Path | None = None, config: Path | None = None
 ) -> list[KeySummary]:
@@ -621,7 +631,7 @@ def _summarize_key(
         summary.cwds = dict(Counter(row.cwd or "(unknown)" for row in rows))
         projects_by_cwd: dict[str, set[str | None]] = {}
         for row in rows:
-            if row.cwd is not None:
+            if row.cwd is not None and not row.is_telemetry:  # a claim moves memories; telemetry has none
                 projects_by_cwd.setdefault(row.cwd, set()).add(row.derivation.project)
         for cwd in sorted(projects_by_cwd):
             projects = projects_by_cwd[cwd]
@@ -633,6 +643,10 @@ def _summarize_key(
                     )
         return summary
     projects = {row.derivation.project for row in rows}
+    if not summary.count:  # telemetry only: a claim would find no memory and fail
+        summary.resolved_to = next(iter(projects)) if len(projects) == 1 else None
+        summary.drop_command = drop_noise_command(key, db=db, config=config)
+        return summary
     if len(projects) == 1:
         (project,) = projects
         summary.resolved_to = project

@@ -8,7 +8,8 @@ computed from. The next check reads only the fingerprint:
 - rows were only appended (every row the cursor counted is still unacked, nothing else moved): only the
   rows after the cursor's high-water seq are read and added;
 - anything else (acks, enrollments, another alias map or key map, a cwd that
-  appeared or vanished, a cursor older than MAX_AGE_SECONDS, another canary version): a full read.
+  appeared or vanished, another file or another row at the high-water mark, as after a restore, a cursor
+  older than MAX_AGE_SECONDS, another canary version): a full read, which is kept (with --full too).
 
 A test compares every path with a full recomputation.
 """
@@ -48,7 +49,8 @@ from engram_sync_kit.canary.schema_support import identify, waiting_filter
 from engram_sync_kit.canary.targets import INBOX_TARGET
 from engram_sync_kit.engram_contract import LEGACY_TARGET
 
-CURSOR_SCHEMA = "engram-canary/inbox-cursor/v2"  # v2: the fingerprint counts waiting rows only
+# v2: the fingerprint counts waiting rows only; v3: it names the file and the row at its high-water mark
+CURSOR_SCHEMA = "engram-canary/inbox-cursor/v3"
 CURSOR_KIND = "inbox-cursor"
 # A bound on what the fingerprint cannot see (a session's directory rewritten in place, a remote added,
 # a session row inserted after rows that name it).
@@ -62,6 +64,10 @@ class CursorMode(Enum):
 
 
 class Fingerprint(BaseModel):
+    # Which file (st_dev, st_ino: a restore by mv is another file) and the row at the high-water mark (a
+    # restore by cp keeps the inode, but another journal has another row there, or none).
+    file: list[int]
+    mark: str
     high_water: int
     unacked: int  # unacked rows of the inbox lanes up to high_water
     enrolled: list[str]
@@ -92,6 +98,23 @@ def _scalar(connection: sqlite3.Connection, sql: str) -> int:
     return int(row[0]) if row and row[0] is not None else 0
 
 
+def _file_identity(db: EngramDb) -> list[int]:
+    try:
+        found = db.path.stat()
+    except OSError:
+        return []
+    return [found.st_dev, found.st_ino]
+
+
+def _mark_digest(connection: sqlite3.Connection, high_water: int) -> str:
+    row = connection.execute(
+        "SELECT target_key, entity, entity_key, op, occurred_at, length(CAST(payload AS BLOB)), "
+        "CAST(substr(CAST(payload AS BLOB), 1, 512) AS BLOB) FROM sync_mutations WHERE seq = ?",
+        (high_water,),
+    ).fetchone()
+    return hashlib.sha256(repr(row).encode()).hexdigest()
+
+
 def _aliases_digest(aliases: AliasMap) -> str:
     text = json.dumps(
         [
@@ -120,6 +143,8 @@ def _fingerprint(
     cwds: dict[str, list[str | None]],
 ) -> Fingerprint:
     return Fingerprint(
+        file=_file_identity(db),
+        mark=_mark_digest(db.connection, snapshot_high_water),
         high_water=snapshot_high_water,
         unacked=_inbox_unacked(db.connection, snapshot_high_water, waiting_filter(db.schema)),
         enrolled=sorted(enrolled),
@@ -263,9 +288,9 @@ def _journal_tripwire_inputs(
                 return inputs, enrolled, unattributed, CursorMode.APPENDED
         snapshot = select_inbox_rows(db, aliases)
         inputs = TripwireInputs.from_rows(snapshot.rows)
-        if use_cursor:
-            cwds = _cwd_facts(_snapshot_cwds(snapshot), GitRepoResolver())
-            _save(path, _cursor(db, snapshot.high_water, enrolled, aliases, cwds, inputs))
+        # A full read (--full too) leaves its answer for the next check.
+        cwds = _cwd_facts(_snapshot_cwds(snapshot), GitRepoResolver())
+        _save(path, _cursor(db, snapshot.high_water, enrolled, aliases, cwds, inputs))
     return inputs, enrolled, unattributed, CursorMode.FULL
 
 

@@ -129,6 +129,8 @@ def _render_keys(summaries: list[KeySummary]) -> str:
             lines.extend(f"    cwd {cwd} no longer exists" for cwd in summary.missing_cwds)
         if summary.claim_command:
             lines.append(f"    claim: {summary.claim_command}")
+        if summary.drop_command:
+            lines.append(f"    drop: {summary.drop_command} (telemetry only: nothing to claim)")
         if summary.hint:
             lines.append(f"    note: {summary.hint}")
     return "\n".join(printable(line) for line in lines)

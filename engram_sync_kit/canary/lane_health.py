@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from engram_sync_kit.canary.config import keep_state, state_file_for
-from engram_sync_kit.canary.db import EngramDb, quote_identifier
+from engram_sync_kit.canary.db import EngramDb, quote_identifier, readable, readable_int
 from engram_sync_kit.canary.findings import Finding
 from engram_sync_kit.canary.inbox import InboxRow
 from engram_sync_kit.canary.lanes import Deriver, Fix, derive_fix, entry_refusal, pending_listed_rows
@@ -110,10 +110,10 @@ def _lane(db: EngramDb, deriver: Deriver, target_key: str) -> LaneHealth:
             f"SELECT {', '.join(columns)} FROM sync_state WHERE target_key = ?", (target_key,)
         ).fetchone()
         if state is not None:
-            values = dict(zip(columns, state, strict=True))
+            values = dict(zip(columns, (readable(value) for value in state), strict=True))
             health.lifecycle = str(values.get("lifecycle") or "") or None
             health.last_error = str(values["last_error"]) if values.get("last_error") else None
-            health.consecutive_failures = int(values.get("consecutive_failures") or 0)
+            health.consecutive_failures = readable_int(values.get("consecutive_failures"))
             health.reason_code = str(values.get("reason_code") or "").strip() or None
     for row in pending_listed_rows(db, target_key):
         health.pending += 1
@@ -251,7 +251,7 @@ def lane_fingerprint(db: EngramDb) -> dict[str, Any]:
     columns = [name for name in _SYNC_STATE_COLUMNS if schema.has_column("sync_state", name)]
     states = (
         [
-            list(row)
+            [f"x'{value.hex()}'" if isinstance(value, bytes) else value for value in row]  # a BLOB, exactly
             for row in connection.execute(f"SELECT {', '.join(columns)} FROM sync_state ORDER BY target_key")
         ]
         if "target_key" in columns

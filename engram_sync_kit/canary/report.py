@@ -128,20 +128,31 @@ def status_line(plugin: str, status: str, headline_text: str, performance: str =
     return f"{first} | {performance}" if performance else first
 
 
+# The text a cron line mails stays bounded as the textfile does: the TEXT_MAX_FINDINGS most urgent
+# findings (the textfile's ranking), then one line saying how many were left out.
+TEXT_MAX_FINDINGS = 20
+
+
 def render_text(result: CheckResult, config: CanaryConfig) -> str:
     lines = [status_line(PLUGIN_NAME, result.status, headline(result), perfdata(result, config))]
-    for finding in sorted(
-        result.findings, key=lambda f: (f.acknowledged, f.check, f.target_key or "", f.key or "")
-    ):
+    severities = counted_severities(result.findings, config.thresholds.critical_new_foreign_targets)
+    shown = sorted(result.findings, key=lambda finding: _urgency(finding, severities))[:TEXT_MAX_FINDINGS]
+    for finding in sorted(shown, key=lambda f: (f.acknowledged, f.check, f.target_key or "", f.key or "")):
         lines.append(f"[{_marker(finding)}] {finding.severity} {finding.check}: {finding.message}")
         if finding.evidence:
             lines.append(f"    {_evidence_text(finding.evidence)}")
         acknowledgement = _acknowledgement_text(finding)
         if acknowledgement:
             lines.append(f"    {acknowledgement}")
+    left_out = len(result.findings) - len(shown)
+    if left_out:
+        lines.append(
+            f"... and {_plural(left_out, 'more finding')} left out, the least urgent "
+            f"(the text lists the {TEXT_MAX_FINDINGS} most urgent; --format json lists every finding)"
+        )
     if result.error is None:
         lines.append(f"allowed targets: {', '.join(result.allowed_targets)}")
-        notes = {str(f.evidence["note"]) for f in result.findings if f.evidence.get("note")}
+        notes = {str(f.evidence["note"]) for f in shown if f.evidence.get("note")}
         lines.extend(f"note: {note}" for note in sorted(notes))
     return "\n".join(printable(line) for line in lines)
 

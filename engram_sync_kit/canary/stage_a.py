@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import posixpath
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from engram_sync_kit.canary.config import keep_state, state_file_for
-from engram_sync_kit.canary.db import EngramDb
+from engram_sync_kit.canary.db import EngramDb, distinct_stored_values
 from engram_sync_kit.canary.findings import Finding
 
 SESSION_SPANS_DIRECTORIES = "session_spans_directories"
@@ -38,7 +38,7 @@ EVIDENCE_DIRECTORIES = 20  # directories listed per finding; the count is always
 _SESSION_UPSERTS = """
 SELECT json_extract(payload, '$.directory'), {project}, seq, occurred_at
   FROM sync_mutations
- WHERE target_key = ? AND entity = 'session' AND entity_key = ?
+ WHERE target_key = CAST(? AS TEXT) AND entity = 'session' AND entity_key = ?
 """
 # Candidates in one pass inside SQLite: sessions with more than one distinct raw directory (journal and
 # sessions table). Raw spellings are at least as distinct as normalized ones, so no session is missed;
@@ -105,16 +105,6 @@ def is_bucket_session(session_id: str) -> bool:
     return session_id == BUCKET_SESSION or session_id.startswith(BUCKET_SESSION + "-")
 
 
-def _targets(connection: sqlite3.Connection) -> Iterator[str]:
-    """Distinct sync_mutations.target_key by skip-scan of the (target_key, ...) index."""
-    row = connection.execute("SELECT min(target_key) FROM sync_mutations").fetchone()
-    while row is not None and row[0] is not None:
-        yield str(row[0])
-        row = connection.execute(
-            "SELECT min(target_key) FROM sync_mutations WHERE target_key > ?", (row[0],)
-        ).fetchone()
-
-
 def _high_seq(connection: sqlite3.Connection) -> int:
     row = connection.execute("SELECT max(seq) FROM sync_mutations").fetchone()
     return int(row[0] or 0)
@@ -137,7 +127,8 @@ def read_session_directories(db: EngramDb, session_ids: Iterable[str]) -> dict[s
     wanted = sorted(set(session_ids))
     project = "project" if schema.has_column("sync_mutations", "project") else "''"
     query = _SESSION_UPSERTS.format(project=project)
-    targets = list(_targets(connection))
+    # Each lane by its stored bytes, so a key that is not valid UTF-8 still finds its rows.
+    targets = list(distinct_stored_values(connection, "target_key").values())
     for session_id in wanted:
         per_session: dict[str, DirectorySeen] = {}
         for target in targets:

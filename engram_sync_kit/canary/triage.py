@@ -653,7 +653,7 @@ def plan_cleanup(db: EngramDb, keep: Sequence[str] = (), aliases: AliasMap | Non
     enrolled = db.enrolled_projects()
     allowed = allowed_targets(enrolled, keep)
     plan = Plan(operation="cleanup-phantoms", enrolled=enrolled)
-    inbox: InboxSnapshot | None = None
+    inbox: dict[str, dict[str, int]] | None = None
     for target_key, lifecycle in connection.execute(
         "SELECT target_key, lifecycle FROM sync_state ORDER BY target_key"
     ).fetchall():
@@ -666,9 +666,10 @@ def plan_cleanup(db: EngramDb, keep: Sequence[str] = (), aliases: AliasMap | Non
                 and schema.has_column("sync_mutations", "project")
                 and schema.has_table("sessions")
             ):
-                inbox = select_inbox_rows(db, aliases or AliasMap())
+                inbox = _selectors_by_target(select_inbox_rows(db, aliases or AliasMap()))
             plan.kept.append(
-                f"{target_key!r} still holds {unacked} unacked rows ({_triage_hint(inbox, str(target_key))})"
+                f"{target_key!r} still holds {unacked} unacked rows "
+                f"({_triage_hint((inbox or {}).get(str(target_key), {}))})"
             )
         elif referencing:
             plan.kept.append(
@@ -679,18 +680,22 @@ def plan_cleanup(db: EngramDb, keep: Sequence[str] = (), aliases: AliasMap | Non
     return plan
 
 
-def _triage_hint(inbox: InboxSnapshot | None, target_key: str) -> str:
+def _selectors_by_target(inbox: InboxSnapshot) -> dict[str, dict[str, int]]:
+    """Per target key, the inbox selectors (key and cwd that `claim`/`drop` select by) of its rows, and
+    how many rows each: one pass over the inbox, not one per kept target."""
+    by_target: dict[str, dict[str, int]] = {}
+    for row in inbox.rows:
+        words = ["--project", row.key]
+        if row.key == UNSORTED and row.cwd is not None:
+            words += ["--cwd", row.cwd]
+        selectors = by_target.setdefault(project_target(row.project), {})
+        selector = shlex.join(words)
+        selectors[selector] = selectors.get(selector, 0) + 1
+    return by_target
+
+
+def _triage_hint(selectors: dict[str, int]) -> str:
     """Where the target's rows really sit in the inbox: the key and cwd that `claim`/`drop` select by."""
-    selectors: dict[str, int] = {}
-    if inbox is not None:
-        for row in inbox.rows:
-            if project_target(row.project) != target_key:
-                continue
-            words = ["--project", row.key]
-            if row.key == UNSORTED and row.cwd is not None:
-                words += ["--cwd", row.cwd]
-            selector = shlex.join(words)
-            selectors[selector] = selectors.get(selector, 0) + 1
     if not selectors:
         return "triage them with inbox claim/drop"
     where = "; ".join(f"{selector} ({count} rows)" for selector, count in sorted(selectors.items()))

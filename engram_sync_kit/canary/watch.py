@@ -212,13 +212,16 @@ class Watcher:
         db = self.options.db_path
         EngramDb.open(db).close()  # a missing or foreign file is one line (DatabaseUnavailable), as before
         observer = self._observer()
-        handler = _DatabaseFileHandler(db.name, self.wake_event.set, self.file_replaced)
-        observer.schedule(handler, str(db.parent), recursive=False)
+        # The real file in the real directory: inotify does not follow a symlink (watchdog asks it not
+        # to), so a linked ~/.engram or a linked --db would give no event at all.
+        real = db.resolve()
+        handler = _DatabaseFileHandler(real.name, self.wake_event.set, self.file_replaced)
+        observer.schedule(handler, str(real.parent), recursive=False)
         try:
             observer.start()  # before the first check, so a replace during it is seen
         except OSError as error:
             raise CanaryError(
-                f"cannot watch {db.parent}: {(error.strerror or str(error)).lower()}"
+                f"cannot watch {real.parent}: {(error.strerror or str(error)).lower()}"
             ) from error
         if self.options.exec_command:
             self.hooks = HookRunner(self.options.exec_command, db, self._say_from_thread)
@@ -376,7 +379,11 @@ class Watcher:
         self.stats.confirmed_changes += 1
         if self.options.verbose:
             self._say(f"engram-canary: commit seen (last seq {self.last_seq}), incremental check")
-        self._reconcile(foreign, findings, space)
+        by_key: dict[str, list[Finding]] = {}
+        for finding in findings:
+            if finding.target_key is not None:
+                by_key.setdefault(finding.target_key, []).append(finding)
+        self._reconcile(foreign, by_key, space)
         self._set_status(self.current_status(), "incremental")
         return True
 
@@ -416,8 +423,11 @@ class Watcher:
         self.last_seq = space.last_seq
         self.mutation_targets = set(space.mutation_targets)
         self.rows_seen = rows_seen(space)
-        foreign_findings = [f for f in result.findings if f.check in FOREIGN_CHECKS and f.new]
-        foreign = {f.target_key for f in foreign_findings if f.target_key is not None}
+        by_key: dict[str, list[Finding]] = {}  # one pass: a scan per key was quadratic in foreign targets
+        for finding in result.findings:
+            if finding.check in FOREIGN_CHECKS and finding.new and finding.target_key is not None:
+                by_key.setdefault(finding.target_key, []).append(finding)
+        foreign = set(by_key)
         self.silenced = set(self.known_targets) - foreign
         previous, self.standing = self.standing, [f for f in result.findings if f.check not in FOREIGN_CHECKS]
         for lane in lane_transitions(previous, self.standing, self.options.db_path):
@@ -425,9 +435,9 @@ class Watcher:
                 Alert(lane.event, lane.target_key, lane.line, Status.CRITICAL if lane.critical else Status.OK)
             )
         self._undecodable_transition(previous, self.standing)
-        self._reconcile(foreign, foreign_findings, space)
+        self._reconcile(foreign, by_key, space)
         for key in foreign:
-            self.alerted[key] = [f for f in foreign_findings if f.target_key == key]
+            self.alerted[key] = by_key[key]
         # Every full check pings (a heartbeat); its status and current_status() are the same policy.
         self.status = result.exit_status
         self._notify_status(self.status, f"{len(foreign)} new foreign targets")
@@ -461,11 +471,7 @@ class Watcher:
 
     # -- alerting --------------------------------------------------------------------------------
 
-    def _reconcile(self, foreign: set[str], findings: list[Finding], space: TargetSpace) -> None:
-        by_key: dict[str, list[Finding]] = {}
-        for finding in findings:
-            if finding.target_key is not None:
-                by_key.setdefault(finding.target_key, []).append(finding)
+    def _reconcile(self, foreign: set[str], by_key: dict[str, list[Finding]], space: TargetSpace) -> None:
         for key in sorted(foreign - set(self.alerted)):
             self._alert_appeared(key, by_key.get(key, []))
         for key in sorted(set(self.alerted) - foreign):

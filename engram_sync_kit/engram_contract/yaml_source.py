@@ -14,6 +14,11 @@ from engram_sync_kit.engram_contract.errors import ContractError
 
 Loc = tuple[str | int, ...]
 TOO_DEEP = "nested too deeply, or an alias that contains itself"
+# Bounds on what one of the kit's YAML files may cost, checked before anything is built from it: the
+# largest shipped scenario is 7 KB, and PyYAML reads about 100 KB a second on a loaded 2-core machine.
+# Aliases are counted as expanded (an alias bomb composes in a few nodes and constructs billions).
+MAX_YAML_BYTES = 128 * 1024
+MAX_YAML_NODES = 100_000
 
 
 class YamlSyntaxError(ContractError):
@@ -51,23 +56,67 @@ def syntax_error(error: yaml.YAMLError) -> YamlSyntaxError:
     return YamlSyntaxError(line, getattr(error, "problem", None) or str(error))
 
 
+def check_size(text: str) -> None:
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_YAML_BYTES:
+        raise YamlSyntaxError(1, f"too large to load: {size} bytes (at most {MAX_YAML_BYTES})")
+
+
+def check_expansion(node: yaml.Node) -> None:
+    """Raise when NODE's tree, every alias expanded, has more than MAX_YAML_NODES nodes (linear time:
+    each shared node is measured once)."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def measure(current: yaml.Node) -> int:
+        key = id(current)
+        if key in sizes:
+            return sizes[key]
+        if key in open_nodes:
+            raise YamlSyntaxError(current.start_mark.line + 1, TOO_DEEP)
+        open_nodes.add(key)
+        total = 1
+        if isinstance(current, yaml.SequenceNode):
+            total += sum(measure(item) for item in current.value)
+        elif isinstance(current, yaml.MappingNode):
+            total += sum(measure(name) + measure(value) for name, value in current.value)
+        open_nodes.discard(key)
+        if total > MAX_YAML_NODES:
+            raise YamlSyntaxError(
+                current.start_mark.line + 1,
+                f"too large to load: its aliases expand to more than {MAX_YAML_NODES} nodes",
+            )
+        sizes[key] = total
+        return total
+
+    try:
+        measure(node)
+    except RecursionError:
+        raise YamlSyntaxError(1, TOO_DEEP) from None
+
+
 def compose_yaml(text: str) -> yaml.Node | None:
     """The node tree of TEXT (for callers that check tags themselves)."""
+    check_size(text)
     try:
         node: yaml.Node | None = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as error:
         raise syntax_error(error) from None
     except RecursionError:
         raise YamlSyntaxError(1, TOO_DEEP) from None
+    if node is not None:
+        check_expansion(node)
     return node
 
 
 def load_yaml(text: str) -> YamlSource:
+    check_size(text)
     loader = yaml.SafeLoader(text)
     duplicates: list[Loc] = []
     try:
         node = loader.get_single_node()
         if node is not None:
+            check_expansion(node)
             # Before constructing: that merges `<<: *anchor` keys into the mapping, and a key written
             # beside the merge (`{<<: *s, title: x}`) is a legal override, not a duplicate.
             _collect_duplicates(node, (), duplicates)

@@ -14,7 +14,13 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from engram_sync_kit.engram_contract.yaml_source import Loc, YamlSource, YamlSyntaxError, load_yaml
+from engram_sync_kit.engram_contract.yaml_source import (
+    MAX_YAML_BYTES,
+    Loc,
+    YamlSource,
+    YamlSyntaxError,
+    load_yaml,
+)
 from engram_sync_kit.harness.errors import ScenarioError
 from engram_sync_kit.harness.schema import (
     CHECK_KEYS,
@@ -32,6 +38,9 @@ from engram_sync_kit.harness.schema import (
 )
 
 SCENARIO_SUFFIX = ".scenario.yaml"
+# The steps one scenario may hold, nested ones counted (the largest shipped scenario has 40): a file of
+# 50,000 steps took a minute to load.
+MAX_SCENARIO_STEPS = 1_000
 
 
 @dataclass(frozen=True)
@@ -148,6 +157,19 @@ def _explain(model: type[BaseModel], loc: Loc, item: Any) -> str:
         return message
     hint = did_you_mean(shown, re.findall(r"'([^']+)'", message)) if kind in ("literal_error", "enum") else ""
     return f"{message} (got {shown!r}){hint}"
+
+
+def _raw_step_count(items: Any) -> int:
+    """The steps of a `steps:` list as written, nested ones included, before any is validated."""
+    if not isinstance(items, list):
+        return 0
+    count = 0
+    for item in items:
+        count += 1
+        body = next(iter(item.values())) if isinstance(item, dict) and len(item) == 1 else None
+        if isinstance(body, dict):
+            count += _raw_step_count(body.get("steps"))
+    return count
 
 
 def _parse_steps(items: Any, loc: Loc, located: _Located) -> tuple[Step, ...]:
@@ -299,7 +321,14 @@ def parse_scenario(text: str, path: Path) -> Scenario:
     header = located.validate(Header, header_data, ())
     if "steps" not in data:
         located.add(("steps",), "missing required key 'steps' (a list of steps)")
-    steps = _parse_steps(data.get("steps", []), ("steps",), located)
+    steps: tuple[Step, ...] = ()
+    if (count := _raw_step_count(data.get("steps"))) > MAX_SCENARIO_STEPS:
+        located.add(
+            ("steps",),
+            f"{count} steps (nested ones counted); a scenario holds at most {MAX_SCENARIO_STEPS}: split it",
+        )
+    else:
+        steps = _parse_steps(data.get("steps", []), ("steps",), located)
 
     expectations: list[ExpectationAt] = []
     raw_expect = data.get("expect", [])
@@ -344,9 +373,18 @@ def parse_scenario(text: str, path: Path) -> Scenario:
 
 def load_scenario(path: Path) -> Scenario:
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as file:
+            raw = file.read(MAX_YAML_BYTES + 1)  # never more than the YAML bound into memory
     except OSError as error:
         raise ScenarioError(f"{path}: cannot read: {error.strerror}") from None
+    if len(raw) > MAX_YAML_BYTES:
+        raise ScenarioError(f"{path}:1: not valid YAML: too large to load: more than {MAX_YAML_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ScenarioError(
+            f"{path}: cannot read: not UTF-8 ({error.reason} at byte {error.start})"
+        ) from None
     return parse_scenario(text, path)
 
 

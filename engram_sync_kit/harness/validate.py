@@ -34,7 +34,7 @@ from typing import Protocol, TypeVar
 
 from engram_sync_kit.canary.checks import read_target_space, run_check
 from engram_sync_kit.canary.config import CanaryConfig
-from engram_sync_kit.canary.db import EngramDb
+from engram_sync_kit.canary.db import EngramDb, readable
 from engram_sync_kit.canary.derive import AliasMap
 from engram_sync_kit.canary.errors import CanaryError
 from engram_sync_kit.canary.inbox import KeySummary, read_inbox, summarize
@@ -341,11 +341,17 @@ class CloudState:
 
 def _sync_state_cloud(db: Path) -> CloudState:
     def read(connection: sqlite3.Connection) -> CloudState:
-        cursor = connection.execute("SELECT * FROM sync_state WHERE target_key = ?", (LEGACY_TARGET,))
-        row = cursor.fetchone()
+        # Named stored columns only: `SELECT *` computes every generated column a crafted file declares.
+        present = {str(row[1]) for row in connection.execute("PRAGMA table_xinfo(sync_state)") if row[6] == 0}
+        columns = [name for name in ("lease_until", "last_error") if name in present]
+        if not columns:
+            return CloudState()
+        row = connection.execute(
+            f"SELECT {', '.join(columns)} FROM sync_state WHERE target_key = ?", (LEGACY_TARGET,)
+        ).fetchone()
         if row is None:
             return CloudState()
-        values = dict(zip((column[0] for column in cursor.description), row, strict=True))
+        values = dict(zip(columns, (readable(value) for value in row), strict=True))
         return CloudState(values.get("lease_until"), str(values.get("last_error") or "") or None)
 
     try:

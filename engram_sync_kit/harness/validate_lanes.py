@@ -10,8 +10,10 @@ is counted from its columns alone in one streamed pass, without its payload.
 from __future__ import annotations
 
 import sqlite3
+from array import array
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from engram_sync_kit.harness.lanes import (
@@ -31,24 +33,27 @@ _MERGED = ("delivered", "stranded", "lost", "duplicated", "delivered_as_current_
 
 @dataclass(frozen=True)
 class AckedSeqs:
-    """The seqs acked when a run starts, one bit per seq (a 1M-row file: 125 KiB, not a 60 MiB set)."""
+    """The seqs acked when a run starts, sorted, 8 bytes each: memory follows the rows, never the seq
+    values (a bitmap sized by the largest seq took 1.1 GB for seq 2^32, and failed for 2^63-1)."""
 
-    bits: bytes = b""
+    seqs: array[int] = field(default_factory=lambda: array("q"))
 
     def __contains__(self, seq: object) -> bool:
-        if not isinstance(seq, int) or seq < 0 or seq >> 3 >= len(self.bits):
+        if not isinstance(seq, int):
             return False
-        return bool(self.bits[seq >> 3] & (1 << (seq & 7)))
+        at = bisect_left(self.seqs, seq)
+        return at < len(self.seqs) and self.seqs[at] == seq
 
     @classmethod
     def read(cls, db: Path) -> AckedSeqs:
         def read(connection: sqlite3.Connection) -> AckedSeqs:
-            high = connection.execute("SELECT ifnull(max(seq), 0) FROM sync_mutations").fetchone()[0]
-            bits = bytearray((int(high) >> 3) + 1)
-            for (seq,) in connection.execute("SELECT seq FROM sync_mutations WHERE acked_at IS NOT NULL"):
-                if int(seq) >= 0:
-                    bits[int(seq) >> 3] |= 1 << (int(seq) & 7)
-            return cls(bytes(bits))
+            seqs = array("q")
+            rows = connection.execute(
+                "SELECT seq FROM sync_mutations WHERE acked_at IS NOT NULL ORDER BY seq"
+            )
+            for (seq,) in rows:
+                seqs.append(int(seq))
+            return cls(seqs)
 
         result: AckedSeqs = read_for_lanes(db, read, cls())
         return result

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import random
 import sqlite3
+import tracemalloc
+from array import array
 from contextlib import closing
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -91,7 +93,7 @@ def test_the_streamed_lane_table_equals_the_in_memory_one(tmp_path: Path, seed: 
             "UPDATE sync_mutations SET acked_at = 'run' WHERE acked_at IS NULL AND seq % 7 = 0"
         )
         connection.commit()
-    acked = AckedSeqs(_bits(before))
+    acked = AckedSeqs(array("q", sorted(before)))
     assert all(seq in acked for seq in before) and not any(
         seq in acked for seq in range(400) if seq not in before
     )
@@ -102,13 +104,6 @@ def test_the_streamed_lane_table_equals_the_in_memory_one(tmp_path: Path, seed: 
     everything = read_local_mutations(db)
     keys = set(refused)
     assert [m.seq for m in local if m.key in keys] == [m.seq for m in everything if m.key in keys]
-
-
-def _bits(seqs: set[int]) -> bytes:
-    bits = bytearray(max(seqs, default=0) // 8 + 1)
-    for seq in seqs:
-        bits[seq >> 3] |= 1 << (seq & 7)
-    return bytes(bits)
 
 
 def test_acked_seqs_read_from_a_database(tmp_path: Path) -> None:
@@ -154,3 +149,29 @@ def test_a_home_with_history_loses_nothing_when_its_acked_row_is_re_enqueued(tmp
     (only,) = table.rows
     assert (only.enqueued, only.acked_before_run, only.delivered, only.lost) == (2, 1, 1, 0)
     assert table.lost_rows == []
+
+
+@pytest.mark.parametrize("largest", [2**32, 2**40, 2**63 - 1], ids=["2^32", "2^40", "2^63-1"])
+def test_acked_seqs_cost_memory_by_rows_not_by_the_largest_seq(tmp_path: Path, largest: int) -> None:
+    """A bitmap sized by the largest seq took 1.1 GB at 2^32 and raised MemoryError at 2^63-1 (issue 35,
+    item 7). SIMULATION OF LEGACY DATA: a hand-made journal with three acked rows, the last at LARGEST."""
+    db = tmp_path / "engram.db"
+    _database(db, random.Random(2))
+    with closing(sqlite3.connect(db)) as connection:
+        connection.executemany(
+            "INSERT INTO sync_mutations VALUES (?, 'cloud', 'a', 'session', 'k', 'upsert', '{}', ?, 'local')",
+            [(largest - 1, None), (largest, "2026-01-01")],
+        )
+        connection.commit()
+        before = {
+            int(r[0]) for r in connection.execute("SELECT seq FROM sync_mutations WHERE acked_at IS NOT NULL")
+        }
+    tracemalloc.start()
+    try:
+        acked = AckedSeqs.read(db)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000, peak
+    assert largest in acked and largest - 1 not in acked and largest + 1 not in acked
+    assert {seq for seq in [*range(0, 500), largest - 1, largest] if seq in acked} == before
