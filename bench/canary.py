@@ -32,7 +32,7 @@ import click
 
 from engram_sync_kit.canary.watch import SHORT_LIVED_SECONDS
 from engram_sync_kit.harness.deployment import DeploymentSpec, generate
-from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram
+from engram_sync_kit.harness.engram.install import DEFAULT_VERSION, find_engram
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "canary.json"
@@ -212,7 +212,7 @@ def core_check_seconds(db: Path) -> dict[str, float]:
     )
     from engram_sync_kit.canary.config import CanaryConfig
     from engram_sync_kit.canary.db import EngramDb
-    from engram_sync_kit.canary.inbox import tripwire_findings
+    from engram_sync_kit.canary.inbox.selection import tripwire_findings
 
     engram = EngramDb.open(db)
     config = CanaryConfig()

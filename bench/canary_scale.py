@@ -29,7 +29,7 @@ import click
 
 from bench.canary import comparable
 from engram_sync_kit.harness.deployment.many_targets import add_foreign_targets, make_home
-from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram
+from engram_sync_kit.harness.engram.install import DEFAULT_VERSION, find_engram
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "canary_scale.json"

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from engram_sync_kit.harness.deployment import DeploymentSpec, canonical_digest, generate
-from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram
+from engram_sync_kit.harness.engram.install import DEFAULT_VERSION, find_engram
 
 RESULTS = Path(__file__).parent / "results" / "deployment.json"
 MILLION = 1_000_000

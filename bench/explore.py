@@ -32,7 +32,7 @@ import click
 
 from bench.fake_cloud import machine, print_rows, save
 from bench.worktree import ROOT, checkout
-from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
+from engram_sync_kit.harness.engram.install import DEFAULT_VERSION, find_engram, install_engram
 from engram_sync_kit.harness.explore.operations import NEMESIS_KINDS, GeneratorSettings, generate_history
 
 RESULTS = Path(__file__).parent / "results" / "explore.json"

@@ -18,7 +18,7 @@ from typing import Any
 from bench.fake_cloud import TOKEN, machine, measure_push_throughput, print_rows, save, server_env
 from engram_sync_kit.fake_cloud.process import FakeCloudProcess
 from engram_sync_kit.fake_cloud.real_server import real_cloud_server, throwaway_postgres
-from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
+from engram_sync_kit.harness.engram.install import DEFAULT_VERSION, find_engram, install_engram
 
 RESULTS = Path(__file__).parent / "results" / "fake_cloud_vs_real.json"
 ROUNDS = 3

@@ -29,12 +29,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from engram_sync_kit.harness.cloud_image import ensure_image
-from engram_sync_kit.harness.cloud_launch import CloudHandle, CloudMode
-from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram
-from engram_sync_kit.harness.loader import Scenario, load_all, parse_scenario
-from engram_sync_kit.harness.results import ScenarioResult, judge
-from engram_sync_kit.harness.runner import run_many, run_scenario
+from engram_sync_kit.harness.cloud.image import ensure_image
+from engram_sync_kit.harness.cloud.launch import CloudHandle, CloudMode
+from engram_sync_kit.harness.engram.install import DEFAULT_VERSION, find_engram
+from engram_sync_kit.harness.scenario.loader import Scenario, load_all, parse_scenario
+from engram_sync_kit.harness.scenario.results import ScenarioResult, judge
+from engram_sync_kit.harness.scenario.runner import run_many, run_scenario
 
 RESULTS = Path(__file__).parent / "results" / "harness.json"
 SUITE = Path(__file__).resolve().parent.parent / "scenarios"

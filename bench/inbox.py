@@ -40,9 +40,9 @@ from bench.canary import build_database
 from bench.worktree import checkout
 from engram_sync_kit.canary.db import EngramDb
 from engram_sync_kit.canary.derive import AliasMap
-from engram_sync_kit.canary.inbox import read_inbox, summarize
+from engram_sync_kit.canary.inbox.selection import read_inbox, summarize
 from engram_sync_kit.canary.lanes import entry_refusal
-from engram_sync_kit.canary.triage import (
+from engram_sync_kit.canary.triage.plan import (
     CleanupPlanner,
     InboxPlanner,
     Plan,
@@ -53,8 +53,8 @@ from engram_sync_kit.canary.triage import (
 )
 from engram_sync_kit.engram_contract.read_only import connect_read_only
 from engram_sync_kit.harness.deployment import DeploymentSpec, generate
-from engram_sync_kit.harness.engram_env import EngramEnvironment
-from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram
+from engram_sync_kit.harness.engram.env import EngramEnvironment
+from engram_sync_kit.harness.engram.install import DEFAULT_VERSION, find_engram
 from engram_sync_kit.harness.polling import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,7 +78,7 @@ CHILD_CLAIM = """
 import dataclasses, sys
 from pathlib import Path
 from engram_sync_kit.canary.derive import AliasMap
-from engram_sync_kit.canary.triage import InboxPlanner, Selection, apply, plan_claim
+from engram_sync_kit.canary.triage.plan import InboxPlanner, Selection, apply, plan_claim
 fields = {field.name for field in dataclasses.fields(Selection)}
 selection = Selection("side-project", **({"memories_only": False} if "memories_only" in fields else {}))
 planner = InboxPlanner(AliasMap(), lambda snapshot: plan_claim(snapshot, selection, "main-proj"))
@@ -275,7 +275,7 @@ def claim_timing(engram: Path, workdir: Path, rows: int, runs: int, old_tree: Pa
             planner_type = PreflightInsideLock if name == "preflight_inside_lock" else InboxPlanner
             planner = planner_type(AliasMap(), lambda s: plan_claim(s, selection, "main-proj"))
             if name == "no_preflight":  # the code before issue 10: every copy accepted unchecked
-                with mock.patch("engram_sync_kit.canary.triage.entry_refusal", lambda *_: None):
+                with mock.patch("engram_sync_kit.canary.triage.plan.entry_refusal", lambda *_: None):
                     variants[name].append(apply(db, planner).lock_held_ms)
             else:
                 variants[name].append(apply(db, planner).lock_held_ms)

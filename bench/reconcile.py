@@ -34,7 +34,7 @@ from engram_sync_kit.fake_cloud.process import FakeCloudProcess
 from engram_sync_kit.fake_cloud.real_server import real_cloud_server, throwaway_postgres
 from engram_sync_kit.fake_cloud.tls_front import tls_front
 from engram_sync_kit.harness.deployment import DeploymentSpec, generate
-from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
+from engram_sync_kit.harness.engram.install import DEFAULT_VERSION, find_engram, install_engram
 
 RESULTS = Path(__file__).parent / "results" / "reconcile.json"
 TOKEN = "bench-reconcile-token"

@@ -52,7 +52,7 @@ def measure(memories: int, rounds: int) -> dict[str, object]:
     from engram_sync_kit.canary.cli import cli
     from engram_sync_kit.canary.db import EngramDb
     from engram_sync_kit.canary.derive import AliasMap
-    from engram_sync_kit.canary.inbox import select_unjournaled_memories
+    from engram_sync_kit.canary.inbox.selection import select_unjournaled_memories
 
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / "engram.db"

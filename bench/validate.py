@@ -28,7 +28,7 @@ import click
 
 from bench.canary import build_database
 from engram_sync_kit.harness.deployment import DeploymentSpec, generate
-from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram
+from engram_sync_kit.harness.engram.install import DEFAULT_VERSION, find_engram
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "validate.json"
@@ -37,8 +37,8 @@ ENGRAM_PHASES = ("doctor_before", "worker", "doctor_after")  # "worker" includes
 CHILD = """
 import json, resource, sys, time
 from pathlib import Path
-from engram_sync_kit.harness.validate import ValidateOptions, validate
-from engram_sync_kit.harness.validate_report import render_html, render_markdown
+from engram_sync_kit.harness.validate.run import ValidateOptions, validate
+from engram_sync_kit.harness.validate.report import render_html, render_markdown
 def peak_kib():
     # VmHWM is this program's own peak: ru_maxrss survives exec, so it would carry the peak of the bench
     # process that forked it (1.4 GiB when that process has just built the 1M-row file).

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from real_parts import missing
 
-from engram_sync_kit.harness.engram_env import EngramEnvironment
-from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram
+from engram_sync_kit.harness.engram.env import EngramEnvironment
+from engram_sync_kit.harness.engram.install import DEFAULT_VERSION, find_engram
 
 # Plugins rather than conftest.py files in subdirectories: mypy names every conftest.py "conftest" and can
 # check only one. The fake cloud's cloud/cloud_server/http fixtures (tests/fake_cloud/cloud_fixtures.py) and

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from engram_sync_kit.harness.engram_env import EngramEnvironment, meaningful_stderr
-from engram_sync_kit.harness.engram_install import parse_release
+from engram_sync_kit.harness.engram.env import EngramEnvironment, meaningful_stderr
+from engram_sync_kit.harness.engram.install import parse_release
 from engram_sync_kit.harness.errors import EngramInstallError
 
 

@@ -96,7 +96,7 @@ def test_every_finding_the_canary_reports_is_explained() -> None:
 
 def _canary_sources() -> str:
     return "\n".join(
-        path.read_text(encoding="utf-8") for path in (REPOSITORY / "engram_sync_kit" / "canary").glob("*.py")
+        path.read_text(encoding="utf-8") for path in (REPOSITORY / "engram_sync_kit" / "canary").rglob("*.py")
     )
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 REPOSITORY = Path(__file__).resolve().parent.parent
 TROUBLESHOOTING = (REPOSITORY / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
 SOURCES = [
-    *sorted((REPOSITORY / "engram_sync_kit" / "canary").glob("*.py")),
+    *sorted((REPOSITORY / "engram_sync_kit" / "canary").rglob("*.py")),
     REPOSITORY / "engram_sync_kit" / "fake_cloud" / "cli.py",
     REPOSITORY / "engram_sync_kit" / "fake_cloud" / "server.py",
     REPOSITORY / "engram_sync_kit" / "harness" / "entry.py",

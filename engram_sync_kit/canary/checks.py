@@ -41,7 +41,7 @@ from engram_sync_kit.canary.findings import (
     apply_acknowledgements,
     overall_status,
 )
-from engram_sync_kit.canary.inbox_cursor import cursor_tripwire_findings
+from engram_sync_kit.canary.inbox.cursor import cursor_tripwire_findings
 from engram_sync_kit.canary.lane_health import kept_lane_findings
 from engram_sync_kit.canary.remotes import NO_REMOTES, RemoteStateKeys, remote_state_keys
 from engram_sync_kit.canary.schema_support import (

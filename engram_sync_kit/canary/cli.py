@@ -50,9 +50,9 @@ from engram_sync_kit.engram_contract.version import __version__
 PROG = "engram-canary"
 # Commands whose modules a one-shot `check` never needs (triage, repair): imported when named or listed.
 LAZY_COMMANDS = {
-    "cleanup-phantoms": ("engram_sync_kit.canary.inbox_cli", "cleanup_phantoms_command"),
-    "inbox": ("engram_sync_kit.canary.inbox_cli", "inbox"),
-    "repair": ("engram_sync_kit.canary.inbox_cli", "repair_command"),
+    "cleanup-phantoms": ("engram_sync_kit.canary.inbox.cli", "cleanup_phantoms_command"),
+    "inbox": ("engram_sync_kit.canary.inbox.cli", "inbox"),
+    "repair": ("engram_sync_kit.canary.inbox.cli", "repair_command"),
 }
 
 

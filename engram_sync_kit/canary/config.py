@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from engram_sync_kit.canary.errors import CanaryError
-from engram_sync_kit.canary.inbox_settings import InboxSettings
+from engram_sync_kit.canary.inbox.settings import InboxSettings
 from engram_sync_kit.engram_contract.files import xdg_config_home
 
 CONFIG_DIR_NAME = "engram-canary"

@@ -27,7 +27,7 @@ from typing import Any
 from engram_sync_kit.canary.config import keep_state, state_file_for
 from engram_sync_kit.canary.db import EngramDb, quote_identifier, readable, readable_int
 from engram_sync_kit.canary.findings import Finding
-from engram_sync_kit.canary.inbox import InboxRow
+from engram_sync_kit.canary.inbox.selection import InboxRow
 from engram_sync_kit.canary.lanes import Deriver, Fix, derive_fix, entry_refusal, pending_listed_rows
 from engram_sync_kit.canary.schema_support import identify, waiting_filter
 from engram_sync_kit.canary.targets import project_target

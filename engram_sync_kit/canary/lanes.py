@@ -15,7 +15,7 @@ from typing import Any
 
 from engram_sync_kit.canary.db import EngramDb
 from engram_sync_kit.canary.derive import CandidateSource, Derivation, Resolution
-from engram_sync_kit.canary.inbox import NO_PROJECT_KEY, InboxRow
+from engram_sync_kit.canary.inbox.selection import NO_PROJECT_KEY, InboxRow
 from engram_sync_kit.canary.schema_support import waiting_filter
 from engram_sync_kit.canary.targets import normalize_project
 from engram_sync_kit.engram_contract import LEGACY_TARGET, PushRefusal, refusal_for_entry

@@ -17,7 +17,7 @@ from engram_sync_kit.canary.checks import FOREIGN_CHECKS, CheckResult
 from engram_sync_kit.canary.config import CanaryConfig
 from engram_sync_kit.canary.errors import CanaryError
 from engram_sync_kit.canary.findings import Finding, Status, counted_severities
-from engram_sync_kit.canary.inbox import UNATTRIBUTED_MUTATIONS
+from engram_sync_kit.canary.inbox.selection import UNATTRIBUTED_MUTATIONS
 from engram_sync_kit.canary.lane_health import LANE_CHECKS
 from engram_sync_kit.canary.text import printable
 

@@ -10,13 +10,13 @@ import click
 from engram_sync_kit.engram_contract import children
 from engram_sync_kit.engram_contract.one_line_cli import OneLineErrorGroup
 from engram_sync_kit.engram_contract.version import __version__
-from engram_sync_kit.harness.cloud_cli import cloud_group
-from engram_sync_kit.harness.deployment_cli import make_deployment
-from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
+from engram_sync_kit.harness.cloud.cli import cloud_group
+from engram_sync_kit.harness.deployment.cli import make_deployment
+from engram_sync_kit.harness.engram.install import DEFAULT_VERSION, find_engram, install_engram
 from engram_sync_kit.harness.errors import HarnessError
-from engram_sync_kit.harness.explore_cli import explore_command
+from engram_sync_kit.harness.explore.cli import explore_command
 from engram_sync_kit.harness.run_cli import run_command, schema_command
-from engram_sync_kit.harness.validate_cli import validate_command
+from engram_sync_kit.harness.validate.cli import validate_command
 
 
 class HarnessGroup(OneLineErrorGroup):

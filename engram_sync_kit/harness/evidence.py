@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from engram_sync_kit.harness.engram_env import meaningful_stderr
+from engram_sync_kit.harness.engram.env import meaningful_stderr
 
 Process = Literal["serve", "mcp", "cli"]
 

@@ -18,7 +18,7 @@ from typing import Any, Protocol, TypeVar
 from engram_sync_kit.canary.triage_log import logged_acks
 from engram_sync_kit.engram_contract import LANE_COUNTS, carries_fields, decoded_payload, payload_digest
 from engram_sync_kit.engram_contract.ledger import Ledger, need_of
-from engram_sync_kit.harness.engram_read import EngramReadError, read_engram, read_with
+from engram_sync_kit.harness.engram.read import EngramReadError, read_engram, read_with
 from engram_sync_kit.harness.errors import HarnessError
 
 MatchKey = tuple[str, str, str, str]

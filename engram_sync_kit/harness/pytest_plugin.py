@@ -26,15 +26,15 @@ import pytest
 from rich.console import Console
 
 from engram_sync_kit.engram_contract import children
-from engram_sync_kit.harness.cloud_image import ensure_image
-from engram_sync_kit.harness.cloud_launch import CloudMode
-from engram_sync_kit.harness.design_conformance import design_outcomes
-from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, cache_root, cached_binary
+from engram_sync_kit.harness.cloud.image import ensure_image
+from engram_sync_kit.harness.cloud.launch import CloudMode
+from engram_sync_kit.harness.design.conformance import design_outcomes
+from engram_sync_kit.harness.engram.install import DEFAULT_VERSION, cache_root, cached_binary
 from engram_sync_kit.harness.errors import ScenarioError
-from engram_sync_kit.harness.loader import SCENARIO_SUFFIX, Scenario, load_scenario
-from engram_sync_kit.harness.report import RunProblem, print_result, write_junit
-from engram_sync_kit.harness.results import ExpectMode, ScenarioResult, unjudged_reason
-from engram_sync_kit.harness.runner import run_scenario
+from engram_sync_kit.harness.scenario.loader import SCENARIO_SUFFIX, Scenario, load_scenario
+from engram_sync_kit.harness.scenario.report import RunProblem, print_result, write_junit
+from engram_sync_kit.harness.scenario.results import ExpectMode, ScenarioResult, unjudged_reason
+from engram_sync_kit.harness.scenario.runner import run_scenario
 from engram_sync_kit.harness.world import VERSION_PATTERN, reported_engram_version
 
 

@@ -12,16 +12,16 @@ import click
 from rich.console import Console
 
 from engram_sync_kit.engram_contract.one_line_cli import refuse_overwriting_inputs
-from engram_sync_kit.harness.cloud_cli import show_progress
-from engram_sync_kit.harness.cloud_image import ensure_image
-from engram_sync_kit.harness.cloud_launch import CloudMode, CloudTarget
-from engram_sync_kit.harness.design_conformance import conformance_table
-from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram, install_engram
+from engram_sync_kit.harness.cloud.cli import show_progress
+from engram_sync_kit.harness.cloud.image import ensure_image
+from engram_sync_kit.harness.cloud.launch import CloudMode, CloudTarget
+from engram_sync_kit.harness.design.conformance import conformance_table
+from engram_sync_kit.harness.engram.install import DEFAULT_VERSION, find_engram, install_engram
 from engram_sync_kit.harness.errors import EngramInstallError, HarnessError
 from engram_sync_kit.harness.keep import KEEP_IN_TEMP
 from engram_sync_kit.harness.library import scenario_library
-from engram_sync_kit.harness.loader import SCENARIO_SUFFIX, Scenario, discover, load_each
-from engram_sync_kit.harness.report import (
+from engram_sync_kit.harness.scenario.loader import SCENARIO_SUFFIX, Scenario, discover, load_each
+from engram_sync_kit.harness.scenario.report import (
     RunProblem,
     matrix_table,
     print_result,
@@ -29,9 +29,9 @@ from engram_sync_kit.harness.report import (
     write_json,
     write_junit,
 )
-from engram_sync_kit.harness.results import ExpectMode, ScenarioResult, StepRecord, unjudged_failure
-from engram_sync_kit.harness.runner import run_many
-from engram_sync_kit.harness.schema import json_schema_text
+from engram_sync_kit.harness.scenario.results import ExpectMode, ScenarioResult, StepRecord, unjudged_failure
+from engram_sync_kit.harness.scenario.runner import run_many
+from engram_sync_kit.harness.scenario.schema import json_schema_text
 from engram_sync_kit.harness.world import VERSION_PATTERN
 
 NO_ENGRAM = (

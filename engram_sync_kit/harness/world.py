@@ -15,16 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engram_sync_kit.harness.cloud_launch import CloudHandle
-from engram_sync_kit.harness.engram_env import EngramEnvironment
-from engram_sync_kit.harness.engram_serve import EngramDaemon
+from engram_sync_kit.harness.cloud.launch import CloudHandle
+from engram_sync_kit.harness.engram.env import EngramEnvironment
+from engram_sync_kit.harness.engram.mcp_client import McpSession
+from engram_sync_kit.harness.engram.serve import EngramDaemon
 from engram_sync_kit.harness.errors import HarnessError, StepFailed
 from engram_sync_kit.harness.evidence import CommandRecord, Evidence, OutputLog, Process
-from engram_sync_kit.harness.mcp_client import McpSession
 from engram_sync_kit.harness.process_env import environment_snapshot
-from engram_sync_kit.harness.step_results import StepResults
+from engram_sync_kit.harness.scenario.step_results import StepResults
 
-# harness/validate.py and harness/explore/ still import these two from here; new code imports each part
+# harness/validate/run.py and harness/explore/ still import these two from here; new code imports each part
 # from its own module.
 __all__ = [
     "CloudHandle",

@@ -19,7 +19,7 @@ from typing import Any
 from fleet_support import Fleet, Webhook
 from inbox_support import canary, engram_ok, save
 
-from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.engram.env import EngramEnvironment
 
 LANE, FOREIGN, LOCKED = "ana", "bo", "cy"
 

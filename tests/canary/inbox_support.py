@@ -15,8 +15,8 @@ from typing import Any
 
 from schema_under_test import db_argument, run_apply
 
-from engram_sync_kit.harness.engram_env import EngramEnvironment, meaningful_stderr
-from engram_sync_kit.harness.engram_serve import EngramDaemon
+from engram_sync_kit.harness.engram.env import EngramEnvironment, meaningful_stderr
+from engram_sync_kit.harness.engram.serve import EngramDaemon
 
 CANARY = Path(sys.executable).parent / "engram-canary"
 

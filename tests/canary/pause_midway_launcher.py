@@ -11,7 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from engram_sync_kit.canary import cli, triage
+from engram_sync_kit.canary import cli
+from engram_sync_kit.canary.triage import plan as triage
 
 PAUSE_LIMIT_SECONDS = 300.0
 

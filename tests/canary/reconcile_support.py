@@ -17,8 +17,8 @@ from pathlib import Path
 from canary_support import CANARY
 from schema_under_test import require_opened
 
-from engram_sync_kit.harness.engram_env import EngramEnvironment, meaningful_stderr
-from engram_sync_kit.harness.engram_serve import EngramDaemon
+from engram_sync_kit.harness.engram.env import EngramEnvironment, meaningful_stderr
+from engram_sync_kit.harness.engram.serve import EngramDaemon
 from engram_sync_kit.harness.polling import eventually
 
 TOKEN = "reconcile-test-token"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engram_sync_kit.canary.backups import SERIES_GAP, prune_backups, series_start
+from engram_sync_kit.canary.triage.backups import SERIES_GAP, prune_backups, series_start
 
 pytestmark = pytest.mark.unit
 START = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)

@@ -20,7 +20,7 @@ from engram_sync_kit.canary.findings import (
     apply_acknowledgements,
     overall_status,
 )
-from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.engram.env import EngramEnvironment
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

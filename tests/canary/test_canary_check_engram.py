@@ -11,7 +11,7 @@ import pytest
 from canary_support import rows_digest, run_canary
 
 from engram_sync_kit.canary.report import TEXTFILE_PREFIX, textfile_name
-from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.engram.env import EngramEnvironment
 
 pytestmark = pytest.mark.engram
 

@@ -12,10 +12,10 @@ from inbox_support import canary, engram_ok
 from engram_sync_kit.canary.db import EngramDb
 from engram_sync_kit.canary.derive import AliasMap
 from engram_sync_kit.canary.findings import Finding
-from engram_sync_kit.canary.inbox import findings_from, tripwire_findings
-from engram_sync_kit.canary.inbox_cursor import CursorMode, tripwire_inputs
-from engram_sync_kit.canary.inbox_settings import InboxSettings
-from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.canary.inbox.cursor import CursorMode, tripwire_inputs
+from engram_sync_kit.canary.inbox.selection import findings_from, tripwire_findings
+from engram_sync_kit.canary.inbox.settings import InboxSettings
+from engram_sync_kit.harness.engram.env import EngramEnvironment
 
 pytestmark = pytest.mark.engram
 SETTINGS = InboxSettings(age_days=0.5, unsorted_growth_rows=1)

@@ -14,8 +14,8 @@ from inbox_support import canary, engram_ok
 
 from engram_sync_kit.canary.db import EngramDb
 from engram_sync_kit.canary.derive import AliasMap
-from engram_sync_kit.canary.inbox_cursor import CursorMode, tripwire_inputs
-from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.canary.inbox.cursor import CursorMode, tripwire_inputs
+from engram_sync_kit.harness.engram.env import EngramEnvironment
 
 pytestmark = pytest.mark.engram
 

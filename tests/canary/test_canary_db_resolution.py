@@ -150,7 +150,7 @@ def test_drop_apply_writes_the_config_files_database_not_engram_data_dir(
     drop goes to the config's A, and B (ENGRAM_DATA_DIR) keeps every byte of its tables."""
     from inbox_support import canary, db_digest, save
 
-    from engram_sync_kit.harness.engram_env import EngramEnvironment
+    from engram_sync_kit.harness.engram.env import EngramEnvironment
 
     named = EngramEnvironment(binary=engram_bin, root=tmp_path / "named").prepare()
     environment = EngramEnvironment(binary=engram_bin, root=tmp_path / "environment").prepare()

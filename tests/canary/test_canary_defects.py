@@ -19,7 +19,7 @@ from engram_sync_kit.canary.checks import CheckResult
 from engram_sync_kit.canary.config import CanaryConfig
 from engram_sync_kit.canary.findings import Finding
 from engram_sync_kit.canary.report import render_text
-from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.engram.env import EngramEnvironment
 
 NOBODY = 65534
 

@@ -19,7 +19,7 @@ import pytest
 from fleet_support import MONITORING, Fleet, Notification, Webhook
 from inbox_support import canary, engram_ok, save
 
-from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.engram.env import EngramEnvironment
 from engram_sync_kit.harness.polling import eventually
 
 pytestmark = pytest.mark.engram

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from inbox_support import canary, engram_ok, engram_serve
 
-from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.engram.env import EngramEnvironment
 
 pytestmark = pytest.mark.engram
 

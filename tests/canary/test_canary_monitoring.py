@@ -14,7 +14,7 @@ from canary_support import run_canary
 from fleet_support import ALERTMANAGER_CONFIG, MONITORING, RULES, alertmanager_tools, prometheus_tools
 
 from engram_sync_kit.canary.report import TEXTFILE_PREFIX, textfile_name
-from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.engram.env import EngramEnvironment
 
 
 def test_promtool_accepts_the_rules_and_their_unit_tests() -> None:

@@ -26,10 +26,10 @@ from engram_sync_kit.canary import watch as watch_module
 from engram_sync_kit.canary.checks import run_check
 from engram_sync_kit.canary.config import CanaryConfig
 from engram_sync_kit.canary.db import EngramDb
-from engram_sync_kit.canary.triage import plan_cleanup
+from engram_sync_kit.canary.triage.plan import plan_cleanup
 from engram_sync_kit.canary.watch import Watcher, WatchOptions
 from engram_sync_kit.harness.deployment.many_targets import add_foreign_targets
-from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.engram.env import EngramEnvironment
 
 pytestmark = pytest.mark.engram
 

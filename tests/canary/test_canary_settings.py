@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from engram_sync_kit.canary.cli import cli
 from engram_sync_kit.canary.config import CanaryConfig, ConfigError, load_config
-from engram_sync_kit.canary.inbox_settings import InboxSettings
+from engram_sync_kit.canary.inbox.settings import InboxSettings
 
 BAD_VALUES = [
     ("inbox:\n  age_days: 0\n", ":2: inbox.age_days: Input should be greater than 0"),

@@ -14,8 +14,8 @@ import pytest
 from inbox_support import by_key, canary, query
 
 from engram_sync_kit.canary.derive import AliasMap, CandidateSource, RowContext, stage_a
-from engram_sync_kit.harness.engram_env import EngramEnvironment
-from engram_sync_kit.harness.mcp_client import McpSession
+from engram_sync_kit.harness.engram.env import EngramEnvironment
+from engram_sync_kit.harness.engram.mcp_client import McpSession
 
 pytestmark = pytest.mark.engram
 

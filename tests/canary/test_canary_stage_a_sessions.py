@@ -13,8 +13,8 @@ import pytest
 from inbox_support import canary, query
 
 from engram_sync_kit.canary.stage_a import SESSION_SPANS_DIRECTORIES, normalize_directory
-from engram_sync_kit.harness.engram_env import EngramEnvironment
-from engram_sync_kit.harness.mcp_client import McpSession
+from engram_sync_kit.harness.engram.env import EngramEnvironment
+from engram_sync_kit.harness.engram.mcp_client import McpSession
 
 pytestmark = pytest.mark.engram
 

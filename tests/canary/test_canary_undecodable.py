@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from canary_support import WatchProcess, run_canary
 
-from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.engram.env import EngramEnvironment
 
 pytestmark = pytest.mark.engram
 

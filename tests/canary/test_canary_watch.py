@@ -18,7 +18,7 @@ from canary_support import CANARY, WatchProcess, canary_env, rows_digest, run_ca
 from engram_schemas.open_as import open_as
 from engram_schemas.per_version import current
 
-from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.engram.env import EngramEnvironment
 from engram_sync_kit.harness.polling import eventually, free_port
 
 pytestmark = pytest.mark.engram

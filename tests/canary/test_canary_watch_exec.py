@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from canary_support import WatchProcess
 
-from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.engram.env import EngramEnvironment
 from engram_sync_kit.harness.polling import eventually
 
 pytestmark = pytest.mark.engram

@@ -24,7 +24,7 @@ import pytest
 from canary_support import WatchProcess
 
 from engram_sync_kit.canary.db_files import lock_holder
-from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.engram.env import EngramEnvironment
 from engram_sync_kit.harness.polling import eventually
 
 pytestmark = pytest.mark.engram

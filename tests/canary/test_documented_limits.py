@@ -11,9 +11,9 @@ import pytest
 from engram_schemas.builder import V120, build
 
 from engram_sync_kit.canary.db import EngramDb
-from engram_sync_kit.canary.inbox import KeyTotals, TripwireInputs, findings_from
-from engram_sync_kit.canary.inbox_settings import InboxSettings
-from engram_sync_kit.canary.triage import RowSelection, TriageError, select_lane_rows
+from engram_sync_kit.canary.inbox.selection import KeyTotals, TripwireInputs, findings_from
+from engram_sync_kit.canary.inbox.settings import InboxSettings
+from engram_sync_kit.canary.triage.plan import RowSelection, TriageError, select_lane_rows
 from engram_sync_kit.engram_contract import LEGACY_TARGET
 
 NOW = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)

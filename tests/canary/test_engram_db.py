@@ -13,12 +13,12 @@ from click.testing import CliRunner
 from inbox_support import engram_ok, query, save
 
 import engram_sync_kit.canary.db
-import engram_sync_kit.canary.triage
+import engram_sync_kit.canary.triage.plan
 from engram_sync_kit.canary.checks import run_check
 from engram_sync_kit.canary.cli import cli
 from engram_sync_kit.canary.config import CanaryConfig
 from engram_sync_kit.canary.db import DatabaseUnavailable, EngramDb, Schema, SyncStateRow
-from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.engram.env import EngramEnvironment
 
 V120_SCHEMA = Path(__file__).parents[1] / "fixtures" / "engram_schemas" / "v1.20.0.sql"
 
@@ -50,7 +50,7 @@ def discoveries(monkeypatch: pytest.MonkeyPatch) -> list[Schema]:
         return schema
 
     monkeypatch.setattr(engram_sync_kit.canary.db, "discover_schema", counting)
-    monkeypatch.setattr(engram_sync_kit.canary.triage, "discover_schema", counting)
+    monkeypatch.setattr(engram_sync_kit.canary.triage.plan, "discover_schema", counting)
     return found
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from engram_sync_kit.canary.aliases import AliasError, load_aliases, parse_aliases, register_alias
 from engram_sync_kit.canary.derive import AliasMap
+from engram_sync_kit.canary.inbox.aliases import AliasError, load_aliases, parse_aliases, register_alias
 
 
 def test_missing_default_file_is_an_empty_map(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,7 +23,7 @@ from inbox_support import (
 )
 
 from engram_sync_kit.fake_cloud.server import FakeCloudConfig, start_fake_cloud
-from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.engram.env import EngramEnvironment
 
 pytestmark = pytest.mark.engram
 
@@ -439,7 +439,7 @@ def test_cleanup_phantoms_deletes_only_empty_foreign_states(inbox_world: InboxWo
 def test_mcp_saves_get_the_designs_keys(engram_world: EngramEnvironment) -> None:
     """engram mcp's own project detection: basename fallback -> unsorted, ENGRAM_PROJECT -> designation,
     git root -> slugged repo name (engram itself recorded 'ana', 'agent-ws', 'lm_studio_model')."""
-    from engram_sync_kit.harness.mcp_client import McpSession
+    from engram_sync_kit.harness.engram.mcp_client import McpSession
 
     world = engram_world
     home = world.home / "ana"

@@ -19,7 +19,7 @@ from inbox_support import (
     save,
 )
 
-from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.engram.env import EngramEnvironment
 from engram_sync_kit.harness.polling import eventually
 
 pytestmark = pytest.mark.engram

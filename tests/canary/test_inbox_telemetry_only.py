@@ -10,7 +10,7 @@ import sqlite3
 import pytest
 from inbox_support import aliases_file, canary, engram_ok, inbox_json
 
-from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.engram.env import EngramEnvironment
 
 pytestmark = pytest.mark.engram
 

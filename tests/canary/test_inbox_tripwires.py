@@ -11,10 +11,10 @@ from inbox_support import canary, engram_serve, save
 
 from engram_sync_kit.canary.db import EngramDb
 from engram_sync_kit.canary.derive import AliasMap
-from engram_sync_kit.canary.inbox import tripwire_findings
-from engram_sync_kit.canary.inbox_settings import InboxSettings
+from engram_sync_kit.canary.inbox.selection import tripwire_findings
+from engram_sync_kit.canary.inbox.settings import InboxSettings
 from engram_sync_kit.canary.report import TEXTFILE_PREFIX, textfile_name
-from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.engram.env import EngramEnvironment
 
 pytestmark = pytest.mark.engram
 

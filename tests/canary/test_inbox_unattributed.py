@@ -8,7 +8,7 @@ import pytest
 from inbox_support import by_key, canary, engram_ok, engram_serve, inbox_json, query, save
 
 from engram_sync_kit.fake_cloud.server import FakeCloudConfig, start_fake_cloud
-from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.engram.env import EngramEnvironment
 
 pytestmark = pytest.mark.engram
 

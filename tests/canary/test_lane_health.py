@@ -19,7 +19,7 @@ from inbox_support import canary, db_digest, engram_ok, query, save
 
 from engram_sync_kit.canary.db import EngramDb
 from engram_sync_kit.canary.report import TEXTFILE_PREFIX, textfile_name
-from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.engram.env import EngramEnvironment
 
 pytestmark = pytest.mark.engram
 

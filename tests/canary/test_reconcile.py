@@ -33,7 +33,7 @@ from reconcile_support import (
 
 from engram_sync_kit.canary.report import RECONCILE_TEXTFILE_PREFIX, textfile_name
 from engram_sync_kit.fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
-from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.engram.env import EngramEnvironment
 
 pytestmark = pytest.mark.engram
 

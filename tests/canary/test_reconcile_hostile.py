@@ -21,8 +21,8 @@ from reconcile_support import TOKEN, Ran, engram, reconcile_here, save_memories
 
 from engram_sync_kit.canary import cloud_client
 from engram_sync_kit.fake_cloud.server import FakeCloudConfig, start_fake_cloud
-from engram_sync_kit.harness.engram_env import EngramEnvironment
-from engram_sync_kit.harness.engram_install import DEFAULT_VERSION, find_engram
+from engram_sync_kit.harness.engram.env import EngramEnvironment
+from engram_sync_kit.harness.engram.install import DEFAULT_VERSION, find_engram
 
 pytestmark = pytest.mark.engram
 

@@ -24,8 +24,8 @@ from inbox_support import canary, engram_ok, engram_serve, save
 
 from engram_sync_kit.canary.cli import cli
 from engram_sync_kit.fake_cloud.server import FakeCloudConfig, start_fake_cloud
-from engram_sync_kit.harness.engram_env import EngramEnvironment
-from engram_sync_kit.harness.mcp_client import McpSession
+from engram_sync_kit.harness.engram.env import EngramEnvironment
+from engram_sync_kit.harness.engram.mcp_client import McpSession
 
 DEEP = 100_000
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from inbox_support import CANARY, canary, canary_env, db_digest, engram_ok, engram_serve, query, save
 
-from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.engram.env import EngramEnvironment
 
 pytestmark = pytest.mark.engram
 

@@ -29,8 +29,7 @@ from inbox_support import engram_ok
 
 from engram_sync_kit.canary.derive import AliasMap
 from engram_sync_kit.canary.errors import CanaryError
-from engram_sync_kit.canary.repair import RepairPlanner
-from engram_sync_kit.canary.triage import (
+from engram_sync_kit.canary.triage.plan import (
     CleanupPlanner,
     InboxPlanner,
     LaneRowsPlanner,
@@ -41,8 +40,9 @@ from engram_sync_kit.canary.triage import (
     plan_claim,
     plan_drop,
 )
+from engram_sync_kit.canary.triage.repair import RepairPlanner
 from engram_sync_kit.engram_contract import payload_digest, refusal_for_entry
-from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.engram.env import EngramEnvironment
 
 pytestmark = pytest.mark.engram
 

@@ -24,7 +24,7 @@ from inbox_support import canary, engram_ok, engram_serve, query, save
 
 from engram_sync_kit.engram_contract import payload_digest
 from engram_sync_kit.fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
-from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.engram.env import EngramEnvironment
 from engram_sync_kit.harness.polling import eventually
 
 pytestmark = pytest.mark.engram

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-import engram_sync_kit.canary.sync_bookkeeping as sync_bookkeeping
-import engram_sync_kit.canary.triage as triage
+import engram_sync_kit.canary.triage.plan as triage
+import engram_sync_kit.canary.triage.sync_bookkeeping as sync_bookkeeping
 from engram_sync_kit.canary.db import EngramDb
 from engram_sync_kit.canary.lanes import lane_row, with_project
-from engram_sync_kit.canary.triage import Copy, Plan, apply
+from engram_sync_kit.canary.triage.plan import Copy, Plan, apply
 
 V120_SCHEMA = Path(__file__).parents[1] / "fixtures" / "engram_schemas" / "v1.20.0.sql"
 ROWS = 3000

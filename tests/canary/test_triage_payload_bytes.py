@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from inbox_support import canary, engram_ok, query
 
-from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.engram.env import EngramEnvironment
 
 pytestmark = pytest.mark.engram
 

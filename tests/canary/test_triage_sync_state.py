@@ -20,7 +20,7 @@ from inbox_support import canary, engram_ok, engram_serve, query, save
 
 from engram_sync_kit.fake_cloud.faults import Fault, FaultAction, Route
 from engram_sync_kit.fake_cloud.server import FakeCloudConfig, start_fake_cloud
-from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.engram.env import EngramEnvironment
 from engram_sync_kit.harness.polling import eventually
 
 pytestmark = pytest.mark.engram

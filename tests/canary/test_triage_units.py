@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engram_sync_kit.canary.db import EngramDb, discover_schema
-from engram_sync_kit.canary.triage import (
+from engram_sync_kit.canary.triage.plan import (
     PhantomTarget,
     Plan,
     TriageError,

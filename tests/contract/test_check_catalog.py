@@ -10,7 +10,7 @@ import pytest
 
 from engram_sync_kit.canary.check_catalog import CHECKS
 from engram_sync_kit.harness.errors import ScenarioError
-from engram_sync_kit.harness.loader import parse_scenario
+from engram_sync_kit.harness.scenario.loader import parse_scenario
 
 ROOT = Path(__file__).parents[2]
 CANARY = ROOT / "engram_sync_kit" / "canary"

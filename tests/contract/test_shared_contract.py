@@ -12,9 +12,9 @@ from engram_sync_kit.engram_contract import LANE_COUNTS, ContractError, enrolled
 from engram_sync_kit.engram_contract.files import atomic_write, xdg_config_home
 from engram_sync_kit.engram_contract.journal_match import field_text, matches, mismatched_fields
 from engram_sync_kit.engram_contract.yaml_source import YamlSyntaxError, load_yaml
-from engram_sync_kit.harness import schema
 from engram_sync_kit.harness.errors import HarnessError
 from engram_sync_kit.harness.lanes import MeasuredLaneRow
+from engram_sync_kit.harness.scenario import schema
 
 
 def test_xdg_config_home_follows_the_variable_and_falls_back_to_dot_config(

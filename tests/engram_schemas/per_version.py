@@ -27,9 +27,9 @@ import pytest
 
 from engram_schemas.builder import FIXTURE_VERSIONS, V120
 from engram_schemas.open_as import open_as
-from engram_sync_kit.harness.engram_env import EngramEnvironment
-from engram_sync_kit.harness.engram_serve import EngramDaemon
-from engram_sync_kit.harness.mcp_client import McpSession
+from engram_sync_kit.harness.engram.env import EngramEnvironment
+from engram_sync_kit.harness.engram.mcp_client import McpSession
+from engram_sync_kit.harness.engram.serve import EngramDaemon
 
 CANARY_TESTS = Path(__file__).resolve().parents[1] / "canary"
 ENGRAM_FIXTURES = {"engram_world", "engram_bin"}

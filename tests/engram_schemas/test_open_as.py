@@ -15,7 +15,7 @@ from engram_schemas.builder import create_database, dump_schema
 from engram_schemas.open_as import open_as
 from engram_sync_kit.canary.db import EngramDb
 from engram_sync_kit.canary.schema_support import V2, V3, LaneModel, identify
-from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.engram.env import EngramEnvironment
 
 pytestmark = pytest.mark.engram
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from engram_schemas.builder import FIXTURE_VERSIONS, V120, create_database, dump_schema, fixture_path
-from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.engram.env import EngramEnvironment
 
 
 def fixture_ddl(version: str) -> str:

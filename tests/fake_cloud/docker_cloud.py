@@ -22,8 +22,8 @@ from fake_cloud_support import TOKEN, CloudUnderTest
 
 from engram_sync_kit.fake_cloud.client import FakeCloudClient
 from engram_sync_kit.fake_cloud.server import FakeCloudConfig
-from engram_sync_kit.harness.cloud_image import ensure_image
-from engram_sync_kit.harness.cloud_launch import CloudHandle
+from engram_sync_kit.harness.cloud.image import ensure_image
+from engram_sync_kit.harness.cloud.launch import CloudHandle
 
 if TYPE_CHECKING:
     from testcontainers.core.container import DockerContainer

@@ -19,7 +19,7 @@ from real_parts import missing
 
 from engram_sync_kit.fake_cloud.real_server import RealCloudError, real_cloud_server, throwaway_postgres
 from engram_sync_kit.fake_cloud.server import FakeCloudConfig, start_fake_cloud
-from engram_sync_kit.harness.engram_env import EngramEnvironment, meaningful_stderr
+from engram_sync_kit.harness.engram.env import EngramEnvironment, meaningful_stderr
 
 # One worker runs the whole table: the real server and its database are started once.
 pytestmark = [pytest.mark.engram, pytest.mark.xdist_group("differential")]

@@ -435,7 +435,7 @@ def test_python_refuses_a_non_loopback_bind_without_a_control_token() -> None:
 def test_the_harness_closing_its_cloud_raises_the_fakes_own_error(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from engram_sync_kit.harness.cloud_launch import CloudHandle
+    from engram_sync_kit.harness.cloud.launch import CloudHandle
 
     def broken(*_: Any) -> Any:
         raise KeyError("planted bug")

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from engram_sync_kit.fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
-from engram_sync_kit.harness.engram_env import EngramEnvironment, meaningful_stderr
-from engram_sync_kit.harness.engram_serve import EngramDaemon
+from engram_sync_kit.harness.engram.env import EngramEnvironment, meaningful_stderr
+from engram_sync_kit.harness.engram.serve import EngramDaemon
 
 pytestmark = pytest.mark.engram
 

@@ -23,7 +23,7 @@ import pytest
 
 from engram_sync_kit.fake_cloud.models import Fault, Route
 from engram_sync_kit.fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
-from engram_sync_kit.harness.engram_env import EngramEnvironment, meaningful_stderr
+from engram_sync_kit.harness.engram.env import EngramEnvironment, meaningful_stderr
 from engram_sync_kit.harness.polling import free_port
 
 pytestmark = pytest.mark.engram

@@ -20,8 +20,8 @@ import pytest
 from real_parts import missing
 
 from engram_sync_kit.fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
-from engram_sync_kit.harness.engram_env import EngramEnvironment, meaningful_stderr
-from engram_sync_kit.harness.engram_install import cached_binary
+from engram_sync_kit.harness.engram.env import EngramEnvironment, meaningful_stderr
+from engram_sync_kit.harness.engram.install import cached_binary
 from engram_sync_kit.harness.polling import free_port
 
 pytestmark = [pytest.mark.engram, pytest.mark.engram_v3]

@@ -321,7 +321,7 @@ def test_python_api_refuses_an_unknown_server_version() -> None:
 
 @pytest.mark.parametrize("mode", ["inprocess", "process"])
 def test_the_harness_cloud_answers_as_v120_for_the_v120_client(mode: str, tmp_path: Path) -> None:
-    from engram_sync_kit.harness.cloud_launch import CloudHandle
+    from engram_sync_kit.harness.cloud.launch import CloudHandle
 
     handle = CloudHandle(mode, TOKEN, ["alpha"], tmp_path / "cloud.log")  # type: ignore[arg-type]
     try:

@@ -8,9 +8,9 @@ from typing import Any, cast
 
 from test_scenario_loader import errors_of
 
-from engram_sync_kit.harness.checks import EVALUATORS, json_at
-from engram_sync_kit.harness.loader import parse_scenario
-from engram_sync_kit.harness.step_results import HttpResult, RunResult, StepResults
+from engram_sync_kit.harness.scenario.checks import EVALUATORS, json_at
+from engram_sync_kit.harness.scenario.loader import parse_scenario
+from engram_sync_kit.harness.scenario.step_results import HttpResult, RunResult, StepResults
 
 STATUS = {"phase": "degraded", "consecutive_failures": 1, "upgrade": {"stage": ""}, "lanes": [{"lost": 4}]}
 

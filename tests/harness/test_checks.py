@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from engram_sync_kit.harness.checks import Observed, evaluate, in_range
 from engram_sync_kit.harness.lanes import LaneTable, MeasuredLaneRow
-from engram_sync_kit.harness.loader import parse_scenario
-from engram_sync_kit.harness.step_results import (
+from engram_sync_kit.harness.scenario.checks import Observed, evaluate, in_range
+from engram_sync_kit.harness.scenario.loader import parse_scenario
+from engram_sync_kit.harness.scenario.step_results import (
     CanaryResult,
     DoctorResult,
     EnrollResult,

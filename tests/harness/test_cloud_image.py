@@ -19,14 +19,14 @@ from typing import Any, ClassVar
 
 import pytest
 
-from engram_sync_kit.harness.cloud_image import (
+from engram_sync_kit.harness.cloud.image import (
     IMAGE_NAME,
     CloudImageError,
     Engine,
     content_digest,
     ensure_image,
 )
-from engram_sync_kit.harness.cloud_launch import CloudHandle
+from engram_sync_kit.harness.cloud.launch import CloudHandle
 from engram_sync_kit.harness.errors import HarnessError
 
 HARNESS = str(Path(sys.executable).parent / "engram-harness")

@@ -24,7 +24,7 @@ from engram_sync_kit.harness.deployment import (
     generate,
     stamp,
 )
-from engram_sync_kit.harness.engram_env import EngramEnvironment, meaningful_stderr
+from engram_sync_kit.harness.engram.env import EngramEnvironment, meaningful_stderr
 
 SEED_7_DIGEST = "e42238bcd7a7cf29bc6ed91900d7f57dc05d841bf9c0b91a6aa177f5c0dc4fcd"
 TIME_TEXT = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}$")

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from engram_sync_kit.harness.design_conformance import conformance, conformance_json
-from engram_sync_kit.harness.design_sections import DESIGN_SECTIONS
+from engram_sync_kit.harness.design.conformance import conformance, conformance_json
+from engram_sync_kit.harness.design.sections import DESIGN_SECTIONS
 from engram_sync_kit.harness.errors import ScenarioError
-from engram_sync_kit.harness.loader import load_all, parse_scenario
-from engram_sync_kit.harness.results import ExpectationResult, ScenarioResult, StepRecord
+from engram_sync_kit.harness.scenario.loader import load_all, parse_scenario
+from engram_sync_kit.harness.scenario.results import ExpectationResult, ScenarioResult, StepRecord
 
 HARNESS = str(Path(sys.executable).parent / "engram-harness")
 LIBRARY = Path(__file__).resolve().parents[2] / "scenarios"
@@ -140,7 +140,7 @@ def test_junit_under_expect_baseline_has_no_design_failures_and_no_empty_suites(
 ) -> None:
     # Before: a green `run --expect baseline --junit` showed every failed design expectation as a <failure>
     # and wrote an empty suite for every section no scenario covers.
-    from engram_sync_kit.harness.report import write_junit
+    from engram_sync_kit.harness.scenario.report import write_junit
 
     scenario = parse_scenario(SCENARIO, tmp_path / "c.scenario.yaml")
     result = ScenarioResult(

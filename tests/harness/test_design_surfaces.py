@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from engram_sync_kit.harness.design_checks import (
+from engram_sync_kit.harness.design.checks import (
     check_cloud_status,
     check_doctor_verdict,
     check_enroll_hint,
@@ -22,7 +22,7 @@ from engram_sync_kit.harness.design_checks import (
     parse_save_warning,
     parse_status_inbox_line,
 )
-from engram_sync_kit.harness.design_schema import (
+from engram_sync_kit.harness.design.schema import (
     CloudStatusCheck,
     DoctorVerdictCheck,
     EnrollHintCheck,
@@ -30,8 +30,8 @@ from engram_sync_kit.harness.design_schema import (
     SaveAnswerCheck,
 )
 from engram_sync_kit.harness.errors import ScenarioError
-from engram_sync_kit.harness.loader import parse_scenario
-from engram_sync_kit.harness.step_results import (
+from engram_sync_kit.harness.scenario.loader import parse_scenario
+from engram_sync_kit.harness.scenario.step_results import (
     CloudStatusResult,
     CommandOutput,
     DoctorResult,

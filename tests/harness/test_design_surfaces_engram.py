@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from engram_sync_kit.harness.loader import load_scenario
-from engram_sync_kit.harness.runner import run_scenario
+from engram_sync_kit.harness.scenario.loader import load_scenario
+from engram_sync_kit.harness.scenario.runner import run_scenario
 
 pytestmark = pytest.mark.engram
 

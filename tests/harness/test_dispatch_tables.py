@@ -4,9 +4,9 @@ and that no step or check kind is left without an entry."""
 
 from __future__ import annotations
 
-from engram_sync_kit.harness.checks import EVALUATORS
-from engram_sync_kit.harness.schema import CHECK_KEYS, EXPECTATION_MODELS, NESTING_STEPS, STEP_MODELS
-from engram_sync_kit.harness.steps import HANDLERS
+from engram_sync_kit.harness.scenario.checks import EVALUATORS
+from engram_sync_kit.harness.scenario.schema import CHECK_KEYS, EXPECTATION_MODELS, NESTING_STEPS, STEP_MODELS
+from engram_sync_kit.harness.scenario.steps import HANDLERS
 
 
 def test_every_step_kind_has_a_handler_for_its_model() -> None:

@@ -14,14 +14,14 @@ import pytest
 
 from engram_sync_kit.engram_contract.read_only import connect_read_only, read_only_uri
 from engram_sync_kit.harness.deployment.digest import canonical_digest
-from engram_sync_kit.harness.design_checks import check_inbox_row
-from engram_sync_kit.harness.design_schema import InboxRowCheck
-from engram_sync_kit.harness.engram_env import EngramEnvironment
-from engram_sync_kit.harness.engram_read import EngramReadError, read_engram, read_with
+from engram_sync_kit.harness.design.checks import check_inbox_row
+from engram_sync_kit.harness.design.schema import InboxRowCheck
+from engram_sync_kit.harness.engram.env import EngramEnvironment
+from engram_sync_kit.harness.engram.read import EngramReadError, read_engram, read_with
 from engram_sync_kit.harness.lanes import read_local_mutations, read_sync_state_targets
-from engram_sync_kit.harness.localdata import read_sync_state_rows
-from engram_sync_kit.harness.runner import copy_database
-from engram_sync_kit.harness.step_results import SaveResult, StepResults
+from engram_sync_kit.harness.scenario.localdata import read_sync_state_rows
+from engram_sync_kit.harness.scenario.runner import copy_database
+from engram_sync_kit.harness.scenario.step_results import SaveResult, StepResults
 
 ENGRAM_CAN_LIVE_THERE = "#1 100%41 ü"
 WITH_A_QUESTION_MARK = "what? #1 100%41 ü"

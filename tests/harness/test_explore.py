@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from engram_sync_kit.fake_cloud.faults import Fault as CloudFault
 from engram_sync_kit.harness.cli import cli
 from engram_sync_kit.harness.explore import explorer
+from engram_sync_kit.harness.explore.cli import _summary
 from engram_sync_kit.harness.explore.execute import HistoryOutcome, StepOutcome, parsed_steps
 from engram_sync_kit.harness.explore.invariants import (
     Observation,
@@ -32,10 +33,9 @@ from engram_sync_kit.harness.explore.scenario_out import (
     with_expected_error,
 )
 from engram_sync_kit.harness.explore.shrink import ddmin, drop_groups
-from engram_sync_kit.harness.explore_cli import _summary
 from engram_sync_kit.harness.lanes import LocalMutation, compute_lanes
-from engram_sync_kit.harness.loader import load_scenario, parse_scenario
-from engram_sync_kit.harness.schema import Fault
+from engram_sync_kit.harness.scenario.loader import load_scenario, parse_scenario
+from engram_sync_kit.harness.scenario.schema import Fault
 
 ALL_NEMESIS = tuple(NEMESIS_KINDS)
 

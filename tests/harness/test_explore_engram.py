@@ -18,7 +18,7 @@ from engram_sync_kit.harness.explore.execute import play
 from engram_sync_kit.harness.explore.explorer import replay_scenario
 from engram_sync_kit.harness.explore.operations import GeneratedStep, GeneratorSettings, generate_history
 from engram_sync_kit.harness.explore.scenario_out import scenario_document, scenario_yaml
-from engram_sync_kit.harness.loader import load_scenario
+from engram_sync_kit.harness.scenario.loader import load_scenario
 
 pytestmark = pytest.mark.engram
 
@@ -328,7 +328,7 @@ def _planted_canary(directory: Path, kind: str) -> Path:
 def test_every_i4_kind_is_caught_and_its_scenario_fails_while_the_bug_holds_and_passes_without_it(
     engram_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
-    from engram_sync_kit.harness import steps
+    from engram_sync_kit.harness.scenario import steps
 
     real_kit_command = steps._kit_command
     planted = _planted_canary(tmp_path, kind)

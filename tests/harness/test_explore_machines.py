@@ -23,7 +23,7 @@ from engram_sync_kit.harness.explore.operations import (
     generate_history,
 )
 from engram_sync_kit.harness.lanes import LaneTable
-from engram_sync_kit.harness.localdata import MachineMemories
+from engram_sync_kit.harness.scenario.localdata import MachineMemories
 
 TWO = GeneratorSettings(autosync=False, nemesis=tuple(NEMESIS_KINDS), steps=20, machines=2)
 PULL_A = {"run": {"args": ["sync", "--cloud", "--import", "--project", "my-app"], "exit": None}}

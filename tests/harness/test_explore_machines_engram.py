@@ -21,7 +21,7 @@ from engram_sync_kit.harness.explore.operations import (
     GeneratorSettings,
     generate_history,
 )
-from engram_sync_kit.harness.loader import load_scenario
+from engram_sync_kit.harness.scenario.loader import load_scenario
 
 pytestmark = pytest.mark.engram
 

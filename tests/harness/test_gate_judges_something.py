@@ -17,8 +17,8 @@ import pytest
 from click.testing import CliRunner
 
 from engram_sync_kit.harness.cli import cli as harness_main
-from engram_sync_kit.harness.loader import parse_scenario
-from engram_sync_kit.harness.results import ExpectationResult, ScenarioResult, unjudged_failure
+from engram_sync_kit.harness.scenario.loader import parse_scenario
+from engram_sync_kit.harness.scenario.results import ExpectationResult, ScenarioResult, unjudged_failure
 
 pytest_plugins = ["pytester"]
 

@@ -8,10 +8,10 @@ import pytest
 
 from engram_sync_kit.harness.errors import ScenarioError
 from engram_sync_kit.harness.lanes import MeasuredLaneRow
-from engram_sync_kit.harness.loader import parse_scenario
-from engram_sync_kit.harness.report import lane_summary
-from engram_sync_kit.harness.runner import declared_labels
-from engram_sync_kit.harness.step_results import RunResult, StepResults
+from engram_sync_kit.harness.scenario.loader import parse_scenario
+from engram_sync_kit.harness.scenario.report import lane_summary
+from engram_sync_kit.harness.scenario.runner import declared_labels
+from engram_sync_kit.harness.scenario.step_results import RunResult, StepResults
 
 pytest_plugins = ["pytester"]
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engram_sync_kit.harness.checks import Observed, evaluate
 from engram_sync_kit.harness.lanes import LaneTable
-from engram_sync_kit.harness.loader import parse_scenario
-from engram_sync_kit.harness.step_results import InboxListResult, StepResults
+from engram_sync_kit.harness.scenario.checks import Observed, evaluate
+from engram_sync_kit.harness.scenario.loader import parse_scenario
+from engram_sync_kit.harness.scenario.step_results import InboxListResult, StepResults
 
 
 def judge(check: str) -> tuple[str, str]:

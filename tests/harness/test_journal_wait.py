@@ -13,12 +13,12 @@ import httpx
 import pytest
 
 from engram_sync_kit.fake_cloud.state import RECEIVED_MATCH_FIELDS
-from engram_sync_kit.harness import steps
-from engram_sync_kit.harness.cloud_launch import CloudHandle
+from engram_sync_kit.harness.cloud.launch import CloudHandle
 from engram_sync_kit.harness.errors import ScenarioError, StepFailed
-from engram_sync_kit.harness.loader import parse_scenario
-from engram_sync_kit.harness.schema import RECEIVED_FIELDS, UntilReceived
-from engram_sync_kit.harness.steps import await_journal, await_received
+from engram_sync_kit.harness.scenario import steps
+from engram_sync_kit.harness.scenario.loader import parse_scenario
+from engram_sync_kit.harness.scenario.schema import RECEIVED_FIELDS, UntilReceived
+from engram_sync_kit.harness.scenario.steps import await_journal, await_received
 
 TOKEN = "harness-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

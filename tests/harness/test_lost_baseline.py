@@ -9,11 +9,11 @@ from typing import Any, cast
 
 from test_scenario_loader import errors_of
 
-from engram_sync_kit.harness.checks import EVALUATORS
 from engram_sync_kit.harness.lanes import LaneTable, MeasuredLaneRow
-from engram_sync_kit.harness.loader import parse_scenario
-from engram_sync_kit.harness.results import ExpectationResult, ScenarioResult
-from engram_sync_kit.harness.runner import _nothing_else_lost
+from engram_sync_kit.harness.scenario.checks import EVALUATORS
+from engram_sync_kit.harness.scenario.loader import parse_scenario
+from engram_sync_kit.harness.scenario.results import ExpectationResult, ScenarioResult
+from engram_sync_kit.harness.scenario.runner import _nothing_else_lost
 
 SCENARIO = """\
 name: lossy

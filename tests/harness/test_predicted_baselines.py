@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from engram_sync_kit.harness.checks import in_range
-from engram_sync_kit.harness.loader import load_scenario
-from engram_sync_kit.harness.schema import ExpectationBase, parse_expectation
+from engram_sync_kit.harness.scenario.checks import in_range
+from engram_sync_kit.harness.scenario.loader import load_scenario
+from engram_sync_kit.harness.scenario.schema import ExpectationBase, parse_expectation
 
 SCENARIOS = sorted(Path(__file__).resolve().parents[2].joinpath("scenarios").glob("*.scenario.yaml"))
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from engram_sync_kit.harness.errors import ScenarioError
-from engram_sync_kit.harness.loader import parse_scenario
-from engram_sync_kit.harness.schema import DeviceStep, HttpStep, LaneRow, SessionStep, SyncStateCheck
+from engram_sync_kit.harness.scenario.loader import parse_scenario
+from engram_sync_kit.harness.scenario.schema import DeviceStep, HttpStep, LaneRow, SessionStep, SyncStateCheck
 
 
 def load(text: str) -> object:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engram_sync_kit.harness.loader import parse_scenario
-from engram_sync_kit.harness.results import ExpectationResult, ScenarioResult, judge
+from engram_sync_kit.harness.scenario.loader import parse_scenario
+from engram_sync_kit.harness.scenario.results import ExpectationResult, ScenarioResult, judge
 
 SCENARIO = """\
 name: verdicts

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from engram_sync_kit.harness.engram_env import EngramEnvironment
-from engram_sync_kit.harness.loader import parse_scenario
-from engram_sync_kit.harness.report import print_result
-from engram_sync_kit.harness.results import ScenarioResult, judge
-from engram_sync_kit.harness.runner import run_scenario
+from engram_sync_kit.harness.engram.env import EngramEnvironment
+from engram_sync_kit.harness.scenario.loader import parse_scenario
+from engram_sync_kit.harness.scenario.report import print_result
+from engram_sync_kit.harness.scenario.results import ScenarioResult, judge
+from engram_sync_kit.harness.scenario.runner import run_scenario
 
 pytestmark = pytest.mark.engram
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from engram_sync_kit.harness.loader import parse_scenario
 from engram_sync_kit.harness.pytest_plugin import _differences
-from engram_sync_kit.harness.results import ExpectationResult, ScenarioResult
+from engram_sync_kit.harness.scenario.loader import parse_scenario
+from engram_sync_kit.harness.scenario.results import ExpectationResult, ScenarioResult
 
 pytest_plugins = ["pytester"]
 

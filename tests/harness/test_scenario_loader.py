@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from engram_sync_kit.harness.errors import ScenarioError
-from engram_sync_kit.harness.loader import load_all, parse_scenario
-from engram_sync_kit.harness.schema import STEP_MODELS, EnrollStep, SaveStep, json_schema
+from engram_sync_kit.harness.scenario.loader import load_all, parse_scenario
+from engram_sync_kit.harness.scenario.schema import STEP_MODELS, EnrollStep, SaveStep, json_schema
 
 REPO = Path(__file__).resolve().parents[2]
 VALID = """\
@@ -180,7 +180,7 @@ def test_every_fault_the_fake_cloud_knows_is_writable_in_a_scenario() -> None:
             fault = {**defaults, "action": action.value, "route": route.value, "project": "my-app"}
             text = f"name: f\nsteps:\n  - cloud: {{faults: [{yaml.safe_dump(fault, default_flow_style=True).strip()}]}}\n"
             (step,) = parse_scenario(text, Path("s.scenario.yaml")).steps
-            from engram_sync_kit.harness.steps import _fault
+            from engram_sync_kit.harness.scenario.steps import _fault
 
             assert Fault.from_dict(_fault(step.body.faults[0])) == Fault.from_dict(fault)  # type: ignore[attr-defined]
     schema_fault = json_schema()["$defs"]["Fault"]

@@ -6,14 +6,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engram_sync_kit.engram_contract.journal_match import matches
-from engram_sync_kit.harness.checks import Observed, evaluate
 from engram_sync_kit.harness.evidence import OutputEntry
 from engram_sync_kit.harness.lanes import LaneTable
-from engram_sync_kit.harness.loader import parse_scenario
-from engram_sync_kit.harness.localdata import local_key
-from engram_sync_kit.harness.results import StepMarks
-from engram_sync_kit.harness.schema import LocalCheck
-from engram_sync_kit.harness.step_results import RunResult, StepResults
+from engram_sync_kit.harness.scenario.checks import Observed, evaluate
+from engram_sync_kit.harness.scenario.loader import parse_scenario
+from engram_sync_kit.harness.scenario.localdata import local_key
+from engram_sync_kit.harness.scenario.results import StepMarks
+from engram_sync_kit.harness.scenario.schema import LocalCheck
+from engram_sync_kit.harness.scenario.step_results import RunResult, StepResults
 
 STEPS = "  - observe: mid\n  - enroll: {project: a, label: first}\n  - enroll: {project: b, label: second}\n"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from engram_sync_kit.harness.errors import StepFailed
-from engram_sync_kit.harness.steps import with_workspace_paths
+from engram_sync_kit.harness.scenario.steps import with_workspace_paths
 
 
 def test_workspace_references_become_absolute_paths_in_keys_and_values() -> None:

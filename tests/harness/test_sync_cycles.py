@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engram_sync_kit.harness import steps
-from engram_sync_kit.harness.steps import BLOCKED_REASON, WorkerSnapshot, _cycle_done
+from engram_sync_kit.harness.scenario import steps
+from engram_sync_kit.harness.scenario.steps import BLOCKED_REASON, WorkerSnapshot, _cycle_done
 
 FAILED_ONCE = WorkerSnapshot(None, 1, "degraded", "transport_failed", "lease-1", journal_id=4)
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from engram_sync_kit.harness.checks import EVALUATORS, Observed, evaluate
 from engram_sync_kit.harness.errors import ScenarioError
 from engram_sync_kit.harness.lanes import LaneTable
-from engram_sync_kit.harness.loader import parse_scenario
-from engram_sync_kit.harness.schema import (
+from engram_sync_kit.harness.scenario.checks import EVALUATORS, Observed, evaluate
+from engram_sync_kit.harness.scenario.loader import parse_scenario
+from engram_sync_kit.harness.scenario.schema import (
     CHECK_KEYS,
     EXPECTATION_MODELS,
     ReceivedCheck,
@@ -21,7 +21,7 @@ from engram_sync_kit.harness.schema import (
     json_schema,
     parse_expectation,
 )
-from engram_sync_kit.harness.step_results import (
+from engram_sync_kit.harness.scenario.step_results import (
     CanaryResult,
     CloudStatusResult,
     CommandOutput,

@@ -19,26 +19,13 @@ import pytest
 from click.testing import CliRunner
 from pydantic import ValidationError
 
-from engram_sync_kit.canary.inbox import KeySummary
-from engram_sync_kit.harness import validate_cli
+from engram_sync_kit.canary.inbox.selection import KeySummary
 from engram_sync_kit.harness.cli import cli
 from engram_sync_kit.harness.errors import HarnessError
 from engram_sync_kit.harness.lanes import LocalMutation
-from engram_sync_kit.harness.validate import (
-    PUSH_PATH,
-    SchemaSnapshot,
-    ValidateError,
-    ValidateOptions,
-    _name_the_testers_file,
-    blocked_proof,
-    parse_plan,
-    refused_projects,
-    refused_rows,
-    schema_diff,
-    suggested_plan,
-)
-from engram_sync_kit.harness.validate_anonymize import anonymized, stable_hash
-from engram_sync_kit.harness.validate_model import (
+from engram_sync_kit.harness.validate import cli as validate_cli
+from engram_sync_kit.harness.validate.anonymize import anonymized, stable_hash
+from engram_sync_kit.harness.validate.model import (
     Blocker,
     CanarySnapshot,
     Effect,
@@ -54,8 +41,21 @@ from engram_sync_kit.harness.validate_model import (
     WhatIf,
     as_report,
 )
-from engram_sync_kit.harness.validate_report import render_html, render_markdown
-from engram_sync_kit.harness.validate_stuck import runnable_commands, stuck_rows
+from engram_sync_kit.harness.validate.report import render_html, render_markdown
+from engram_sync_kit.harness.validate.run import (
+    PUSH_PATH,
+    SchemaSnapshot,
+    ValidateError,
+    ValidateOptions,
+    _name_the_testers_file,
+    blocked_proof,
+    parse_plan,
+    refused_projects,
+    refused_rows,
+    schema_diff,
+    suggested_plan,
+)
+from engram_sync_kit.harness.validate.stuck import runnable_commands, stuck_rows
 
 KEY = b"\x00" * 32
 DATA = Path(__file__).parent / "data" / "validate-report.json"

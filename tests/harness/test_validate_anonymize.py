@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from engram_sync_kit.harness.validate_anonymize import anonymized, stable_hash
-from engram_sync_kit.harness.validate_model import (
+from engram_sync_kit.harness.validate.anonymize import anonymized, stable_hash
+from engram_sync_kit.harness.validate.model import (
     Hide,
     Name,
     ValidateReport,
@@ -21,7 +21,7 @@ from engram_sync_kit.harness.validate_model import (
     rewrite_strings,
     string_fields,
 )
-from engram_sync_kit.harness.validate_report import render_html, render_markdown
+from engram_sync_kit.harness.validate.report import render_html, render_markdown
 
 DATA = Path(__file__).parent / "data" / "validate-report.json"
 KEY = b"\x02" * 32

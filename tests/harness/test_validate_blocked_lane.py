@@ -30,11 +30,11 @@ from click.testing import CliRunner
 
 from engram_sync_kit.fake_cloud.server import FakeCloudConfig, start_fake_cloud
 from engram_sync_kit.harness.cli import cli
-from engram_sync_kit.harness.engram_env import EngramEnvironment, meaningful_stderr
-from engram_sync_kit.harness.engram_serve import EngramDaemon
+from engram_sync_kit.harness.engram.env import EngramEnvironment, meaningful_stderr
+from engram_sync_kit.harness.engram.serve import EngramDaemon
 from engram_sync_kit.harness.polling import eventually
-from engram_sync_kit.harness.runner import copy_database
-from engram_sync_kit.harness.validate_report import one_line
+from engram_sync_kit.harness.scenario.runner import copy_database
+from engram_sync_kit.harness.validate.report import one_line
 
 pytestmark = [pytest.mark.engram, pytest.mark.xdist_group("validate-blocked-lane")]
 
@@ -297,7 +297,7 @@ def test_anonymize_leaks_no_name_path_title_content_or_session_id(
     # the home was still blocked: the hidden names are in the stuck table and lane health, hashed
     assert report["current"]["stuck"] and report["current"]["lane_health"]["lanes"][0]["blocked"]
     # the key maps names back: the same key gives the same hash of the tester's project
-    from engram_sync_kit.harness.validate_anonymize import stable_hash
+    from engram_sync_kit.harness.validate.anonymize import stable_hash
 
     mapped = stable_hash("main-proj", bytes.fromhex(key.read_text().strip()))
     assert mapped in outputs["stdout"]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from engram_sync_kit.harness.deployment.many_targets import add_foreign_targets, make_home
-from engram_sync_kit.harness.validate import _sync_state_cloud, foreign_targets
+from engram_sync_kit.harness.validate.run import _sync_state_cloud, foreign_targets
 
 pytestmark = pytest.mark.engram
 

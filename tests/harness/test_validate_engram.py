@@ -20,11 +20,11 @@ from click.testing import CliRunner
 from engram_sync_kit.canary.derive import AliasMap
 from engram_sync_kit.harness.cli import cli
 from engram_sync_kit.harness.deployment import DeploymentSpec, DeploymentSummary, generate
-from engram_sync_kit.harness.engram_env import EngramEnvironment
-from engram_sync_kit.harness.validate import inbox_snapshot
-from engram_sync_kit.harness.validate_anonymize import anonymized
-from engram_sync_kit.harness.validate_model import as_report
-from engram_sync_kit.harness.validate_report import render_html, render_markdown
+from engram_sync_kit.harness.engram.env import EngramEnvironment
+from engram_sync_kit.harness.validate.anonymize import anonymized
+from engram_sync_kit.harness.validate.model import as_report
+from engram_sync_kit.harness.validate.report import render_html, render_markdown
+from engram_sync_kit.harness.validate.run import inbox_snapshot
 
 pytestmark = [pytest.mark.engram, pytest.mark.xdist_group("validate-scale-1")]
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from engram_sync_kit.harness.validate_anonymize import anonymized
-from engram_sync_kit.harness.validate_model import ValidateReport, as_report
-from engram_sync_kit.harness.validate_report import render_html, render_markdown
+from engram_sync_kit.harness.validate.anonymize import anonymized
+from engram_sync_kit.harness.validate.model import ValidateReport, as_report
+from engram_sync_kit.harness.validate.report import render_html, render_markdown
 
 DATA = Path(__file__).parent / "data"
 KEY = b"\x01" * 32

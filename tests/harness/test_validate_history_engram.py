@@ -18,10 +18,10 @@ from click.testing import CliRunner
 
 from engram_sync_kit.fake_cloud.server import FakeCloudConfig, start_fake_cloud
 from engram_sync_kit.harness.cli import cli
-from engram_sync_kit.harness.engram_env import EngramEnvironment
-from engram_sync_kit.harness.engram_serve import EngramDaemon
+from engram_sync_kit.harness.engram.env import EngramEnvironment
+from engram_sync_kit.harness.engram.mcp_client import McpSession
+from engram_sync_kit.harness.engram.serve import EngramDaemon
 from engram_sync_kit.harness.lanes import read_local_mutations
-from engram_sync_kit.harness.mcp_client import McpSession
 from engram_sync_kit.harness.polling import eventually
 
 pytestmark = [pytest.mark.engram]

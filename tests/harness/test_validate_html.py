@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from real_parts import missing
 
-from engram_sync_kit.harness.validate_model import as_report
-from engram_sync_kit.harness.validate_report import render_html
+from engram_sync_kit.harness.validate.model import as_report
+from engram_sync_kit.harness.validate.report import render_html
 
 DATA = Path(__file__).parent / "data" / "validate-report.json"
 WINDOW = (1280, 900)

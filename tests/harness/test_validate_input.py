@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from engram_sync_kit.harness import validate_cli
 from engram_sync_kit.harness.cli import cli
 from engram_sync_kit.harness.errors import HarnessError
-from engram_sync_kit.harness.validate import ValidateOptions, is_live
+from engram_sync_kit.harness.validate import cli as validate_cli
+from engram_sync_kit.harness.validate.run import ValidateOptions, is_live
 
 pytestmark = pytest.mark.unit
 
@@ -168,7 +168,7 @@ def test_an_empty_wal_left_by_a_reader_is_not_live(tmp_path: Path) -> None:
 
 def test_a_rollback_journal_file_under_an_odd_directory_is_copied_as_it_is(tmp_path: Path) -> None:
     """'#', '?' and '%41' in the tester's path: an unquoted file: URI opened another file, or none."""
-    from engram_sync_kit.harness.validate import copy_original
+    from engram_sync_kit.harness.validate.run import copy_original
 
     home = tmp_path / "notes #1 ?draft 100%41 ü"
     home.mkdir()

@@ -22,7 +22,7 @@ import pytest
 
 from engram_sync_kit.engram_contract import payload_digest
 from engram_sync_kit.harness.lanes import compute_lanes, read_local_mutations
-from engram_sync_kit.harness.validate_lanes import AckedSeqs, measure_lanes
+from engram_sync_kit.harness.validate.lanes import AckedSeqs, measure_lanes
 
 pytestmark = pytest.mark.unit
 

@@ -12,10 +12,10 @@ import pytest
 
 from engram_sync_kit.canary.derive import AliasMap
 from engram_sync_kit.harness.deployment import DeploymentSpec, generate
-from engram_sync_kit.harness.engram_env import EngramEnvironment
-from engram_sync_kit.harness.validate import ValidateOptions, inbox_snapshot, validate
-from engram_sync_kit.harness.validate_model import as_report
-from engram_sync_kit.harness.validate_report import render_markdown
+from engram_sync_kit.harness.engram.env import EngramEnvironment
+from engram_sync_kit.harness.validate.model import as_report
+from engram_sync_kit.harness.validate.report import render_markdown
+from engram_sync_kit.harness.validate.run import ValidateOptions, inbox_snapshot, validate
 
 pytestmark = [pytest.mark.engram, pytest.mark.xdist_group("validate-scale-3")]
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from engram_sync_kit.canary.aliases import AliasError, parse_aliases
 from engram_sync_kit.canary.config import ConfigError, load_config
+from engram_sync_kit.canary.inbox.aliases import AliasError, parse_aliases
 from engram_sync_kit.engram_contract.yaml_source import (
     MAX_YAML_BYTES,
     MAX_YAML_NODES,
@@ -19,7 +19,7 @@ from engram_sync_kit.engram_contract.yaml_source import (
     load_yaml,
 )
 from engram_sync_kit.harness.errors import ScenarioError
-from engram_sync_kit.harness.loader import MAX_SCENARIO_STEPS, load_scenario, parse_scenario
+from engram_sync_kit.harness.scenario.loader import MAX_SCENARIO_STEPS, load_scenario, parse_scenario
 
 pytestmark = pytest.mark.unit
 

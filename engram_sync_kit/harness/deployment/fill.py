@@ -12,7 +12,7 @@ from engram_sync_kit.harness.deployment.history import History
 from engram_sync_kit.harness.deployment.records import stamp
 from engram_sync_kit.harness.deployment.sequencing import MUTATION_COLUMNS, SequencedRows, SyncStateRow
 from engram_sync_kit.harness.deployment.spec import DeploymentError
-from engram_sync_kit.harness.engram_env import EngramEnvironment, meaningful_stderr
+from engram_sync_kit.harness.engram.env import EngramEnvironment, meaningful_stderr
 
 SESSION_COLUMNS = ("id", "project", "directory", "started_at")
 OBSERVATION_COLUMNS = (

@@ -25,7 +25,7 @@ from engram_sync_kit.canary.errors import CanaryError
 from engram_sync_kit.canary.report import render_json
 from engram_sync_kit.fake_cloud.errors import FakeCloudError
 from engram_sync_kit.fake_cloud.state import ReceivedMutation
-from engram_sync_kit.harness.engram_env import EngramEnvironment
+from engram_sync_kit.harness.engram.env import EngramEnvironment
 from engram_sync_kit.harness.explore.invariants import (
     MACHINE_A,
     PUSH_PATH,
@@ -46,12 +46,12 @@ from engram_sync_kit.harness.lanes import (
     triaged_seqs,
 )
 from engram_sync_kit.harness.lanes import _local_mutations as read_local_mutations_on
-from engram_sync_kit.harness.loader import Step, parse_scenario
-from engram_sync_kit.harness.localdata import MachineMemories, read_machine_memories, sync_state_rows
-from engram_sync_kit.harness.results import StepRecord
-from engram_sync_kit.harness.runner import SCENARIO_ERRORS, _make_workspaces, error_detail
-from engram_sync_kit.harness.schema import Header
-from engram_sync_kit.harness.steps import StepRunner, _kit_command
+from engram_sync_kit.harness.scenario.loader import Step, parse_scenario
+from engram_sync_kit.harness.scenario.localdata import MachineMemories, read_machine_memories, sync_state_rows
+from engram_sync_kit.harness.scenario.results import StepRecord
+from engram_sync_kit.harness.scenario.runner import SCENARIO_ERRORS, _make_workspaces, error_detail
+from engram_sync_kit.harness.scenario.schema import Header
+from engram_sync_kit.harness.scenario.steps import StepRunner, _kit_command
 from engram_sync_kit.harness.triage_copies import read_triage_entries
 from engram_sync_kit.harness.world import CloudHandle, World, engram_version
 

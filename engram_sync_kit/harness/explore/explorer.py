@@ -28,8 +28,8 @@ from engram_sync_kit.harness.explore.operations import (
 )
 from engram_sync_kit.harness.explore.scenario_out import scenario_document, scenario_yaml, with_expected_error
 from engram_sync_kit.harness.explore.shrink import ddmin, drop_groups
-from engram_sync_kit.harness.loader import load_scenario
-from engram_sync_kit.harness.runner import run_scenario
+from engram_sync_kit.harness.scenario.loader import load_scenario
+from engram_sync_kit.harness.scenario.runner import run_scenario
 from engram_sync_kit.harness.world import CloudHandle, engram_version
 
 SCHEMA = "engram-harness/explore/v1"

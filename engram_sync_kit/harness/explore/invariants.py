@@ -36,7 +36,7 @@ from engram_sync_kit.canary.targets import allowed_targets, normalize_project
 from engram_sync_kit.engram_contract import LEGACY_TARGET
 from engram_sync_kit.engram_contract.upstream_bugs import SILENT_LOSS_ISSUE, issue_for_refusal
 from engram_sync_kit.harness.lanes import LaneTable, LocalMutation
-from engram_sync_kit.harness.localdata import MachineMemories
+from engram_sync_kit.harness.scenario.localdata import MachineMemories
 from engram_sync_kit.harness.triage_copies import copy_problems, push_refusal, refusal_of
 
 LANE_BLOCKED = "legacy_lane_blocked"
