@@ -44,10 +44,11 @@ CANARY_READERS = (
     "checks",
     "lane_health",
     "lanes",
-    "inbox",
-    "inbox_cursor",
-    "inbox_render",
-    "key_map",
+    "inbox.selection",
+    "inbox.cursor",
+    "inbox.render",
+    "inbox.key_map",
+    "inbox.aliases",
     "stage_a",
     "undecodable",
     "reconcile",
@@ -55,11 +56,11 @@ CANARY_READERS = (
     "watch",
     "report",
 )
-CANARY_WRITERS = frozenset({"triage", "repair", "sync_bookkeeping", "backups"})
+WRITERS_ROOM = "triage"
 
 
 def is_writer(module: str) -> bool:
-    return module in CANARY_WRITERS
+    return module == WRITERS_ROOM or module.startswith(WRITERS_ROOM + ".")
 
 
 def canary_module_path(module: str) -> Path | None:
@@ -101,3 +102,22 @@ def test_canary_read_paths_reach_no_writer(reader: str) -> None:
                 reached[imported] = [*reached[module], imported]
                 todo.append(imported)
     assert {name: " -> ".join(chain) for name, chain in reached.items() if is_writer(name)} == {}
+
+
+# Inside the harness: the rooms that drive engram and the cloud are below the scenario language and its users.
+LOW_ROOMS = ("engram", "cloud")
+HIGH_ROOMS = frozenset({"scenario", "validate", "explore", "design", "deployment"})
+
+
+@pytest.mark.parametrize("room", LOW_ROOMS)
+def test_the_engram_and_cloud_rooms_import_no_higher_harness_room(room: str) -> None:
+    files = sorted((ROOT / "harness" / room).rglob("*.py"))
+    assert files, room
+    wrong: dict[str, list[str]] = {}
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                parts = node.module.removeprefix("engram_sync_kit.").split(".")
+                if parts[0] == "harness" and len(parts) > 1 and parts[1] in HIGH_ROOMS:
+                    wrong.setdefault(str(path.relative_to(ROOT)), []).append(node.module)
+    assert wrong == {}
