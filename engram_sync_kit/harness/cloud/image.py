@@ -35,7 +35,7 @@ from engram_sync_kit.harness.process_env import environment_snapshot
 IMAGE_NAME = "engram-sync-kit/fake-cloud"
 DEFAULT_BASE_IMAGE = "local/debian-python:bookworm"
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 # What the fake cloud in the image is made from, besides the base image. The wheel carries the harness and
 # the canary too, but the container runs only engram-fake-cloud, so their edits do not rebuild it.
 SOURCE_PACKAGES = ("engram_sync_kit/fake_cloud", "engram_sync_kit/engram_contract")

@@ -58,7 +58,7 @@ def cache_root() -> Path:
     override = os.environ.get("ENGRAM_KIT_CACHE")
     if override:
         return Path(override).expanduser().resolve()
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[3]
     if (repo / "pyproject.toml").is_file():
         return repo / ".engram"
     return Path.home() / ".cache" / "engram-sync-kit" / "engram"
