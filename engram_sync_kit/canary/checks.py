@@ -42,6 +42,7 @@ from engram_sync_kit.canary.findings import (
 )
 from engram_sync_kit.canary.inbox_cursor import cursor_tripwire_findings
 from engram_sync_kit.canary.lane_health import kept_lane_findings
+from engram_sync_kit.canary.liveness import liveness_findings
 from engram_sync_kit.canary.remotes import NO_REMOTES, RemoteStateKeys, remote_state_keys
 from engram_sync_kit.canary.schema_support import identify, lane_note, waiting_filter
 from engram_sync_kit.canary.stage_a import stage_a_findings
@@ -412,6 +413,9 @@ def check_snapshot(
         findings.extend(tripwires)
     # Lane health (canary.lane_health) takes its own short read transaction as well, through its state.
     findings.extend(kept_lane_findings(db, use_cursor=use_cursor))
+    # Liveness (canary.liveness) depends on the clock: read on every check, in its own read transaction.
+    alive, summary["sync_liveness"] = liveness_findings(db, config.thresholds.stall_after_seconds)
+    findings.extend(alive)
     # Stage A's assumption (design §4): no session spans two directories. Its own read transaction.
     stage_a, summary["stage_a"] = stage_a_findings(db, use_cursor=use_cursor)
     findings.extend(stage_a)

@@ -33,6 +33,7 @@ from engram_sync_kit.canary.schema_support import identify, waiting_filter
 from engram_sync_kit.canary.targets import project_target
 from engram_sync_kit.engram_contract import LEGACY_TARGET, PushRefusal
 from engram_sync_kit.engram_contract.prompt_preflight import PROMPT_PROVENANCE_BLOCKED
+from engram_sync_kit.engram_contract.worker_liveness import MAX_CONSECUTIVE_FAILURES, RESTART_ADVICE
 
 LEGACY_LANE_BLOCKED = "legacy_lane_blocked"
 PROJECT_LANE_BLOCKED = "project_lane_blocked"
@@ -81,10 +82,10 @@ def read_lane_health(db: EngramDb) -> list[LaneHealth]:
         return []
     enrolled = db.enrolled_projects()
     deriver = Deriver(db, enrolled)
-    return [_lane(db, deriver, target) for target in _live_lanes(db, enrolled)]
+    return [_lane(db, deriver, target) for target in live_lanes(db, enrolled)]
 
 
-def _live_lanes(db: EngramDb, enrolled: frozenset[str]) -> list[str]:
+def live_lanes(db: EngramDb, enrolled: frozenset[str]) -> list[str]:
     lanes = [LEGACY_TARGET]
     # Per-project lanes only where a later engram made them live; on a legacy-only file their rows are
     # undelivered_project_lane's business (v1.20's worker never reads them, so they block nothing).
@@ -209,10 +210,20 @@ def degraded_message(health: LaneHealth) -> str:
             "until its local origin and session owner verify, while the lane's other rows keep delivering; "
             f"retrying does not clear it ({rows} pending)"
         )
+    if health.consecutive_failures >= MAX_CONSECUTIVE_FAILURES:
+        retry = (
+            f"engram does not retry it: after {MAX_CONSECUTIVE_FAILURES} consecutive failures v1.20's worker "
+            f"stops until the process restarts ({health.consecutive_failures} recorded); once the error is "
+            f"fixed, {RESTART_ADVICE}"
+        )
+    else:
+        retry = (
+            "a running worker retries when its backoff ends (v1.20 stops after "
+            f"{MAX_CONSECUTIVE_FAILURES} consecutive failures until it restarts)"
+        )
     return (
         f"lane {health.target_key!r} is degraded with {health.pending} rows pending: the last push failed "
-        f"({health.last_error}); no pending row fails the push contract, so fix what the error names; engram "
-        "retries on its next cycle (v1.20 stops after 10 consecutive failures until it restarts)"
+        f"({health.last_error}); no pending row fails the push contract, so fix what the error names; {retry}"
     )
 
 
@@ -231,7 +242,7 @@ def lane_findings(db: EngramDb) -> list[Finding]:
 
 LANE_STATE_KIND = "lane-health"
 # Bumped whenever a lane finding's shape changes, so a kept answer of an older canary is never reused.
-LANE_STATE_SCHEMA = "engram-canary/lane-health/v3"
+LANE_STATE_SCHEMA = "engram-canary/lane-health/v4"
 # A bound on what the fingerprint cannot see (a sessions or observations row rewritten in place, which
 # can turn an unrepairable blocker into a repairable one).
 LANE_STATE_MAX_AGE_SECONDS = 3600.0
@@ -262,8 +273,7 @@ def lane_fingerprint(db: EngramDb) -> dict[str, Any]:
         "high_water": high[0] if high else None,
         "enrolled": sorted(enrolled),
         "waiting": {
-            lane: int(connection.execute(waiting, (lane,)).fetchone()[0])
-            for lane in _live_lanes(db, enrolled)
+            lane: int(connection.execute(waiting, (lane,)).fetchone()[0]) for lane in live_lanes(db, enrolled)
         },
         "sync_state": states,
         "derived_from": {
