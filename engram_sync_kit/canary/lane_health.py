@@ -235,9 +235,19 @@ def _projects_text(by_project: dict[str, int]) -> str:
 
 def lane_findings(db: EngramDb) -> list[Finding]:
     """The lane-blocked findings of one short read transaction of their own."""
+    return read_lanes(db)[0]
+
+
+def read_lanes(db: EngramDb) -> tuple[list[Finding], dict[str, int]]:
+    """The lane findings and each live lane's rows the worker lists, in one short read transaction."""
     with db.read_transaction():
         healths = read_lane_health(db)
-    return [finding for health in healths if (finding := lane_finding(health, db.path)) is not None]
+    return _answer(healths, db.path)
+
+
+def _answer(healths: list[LaneHealth], db: Path) -> tuple[list[Finding], dict[str, int]]:
+    findings = [finding for health in healths if (finding := lane_finding(health, db)) is not None]
+    return findings, {health.target_key: health.pending for health in healths}
 
 
 LANE_STATE_KIND = "lane-health"
@@ -286,42 +296,50 @@ def lane_fingerprint(db: EngramDb) -> dict[str, Any]:
     return normalized
 
 
-def _kept_findings(path: Path, fingerprint: dict[str, Any]) -> list[Finding] | None:
+def _kept_answer(path: Path, fingerprint: dict[str, Any]) -> tuple[list[Finding], dict[str, int]] | None:
     try:
         kept = json.loads(path.read_text(encoding="utf-8"))
         fresh = time.time() - float(kept["computed_at"]) <= LANE_STATE_MAX_AGE_SECONDS
         if kept["schema"] == LANE_STATE_SCHEMA and fresh and kept["fingerprint"] == fingerprint:
-            return [Finding.model_validate(document) for document in kept["findings"]]
+            findings = [Finding.model_validate(document) for document in kept["findings"]]
+            return findings, {str(lane): int(rows) for lane, rows in kept["listed_rows"].items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass  # pydantic's ValidationError is a ValueError
     return None
 
 
-def _keep_findings(path: Path, fingerprint: dict[str, Any], findings: list[Finding]) -> None:
+def _keep_answer(
+    path: Path, fingerprint: dict[str, Any], findings: list[Finding], listed: dict[str, int]
+) -> None:
     document = {
         "schema": LANE_STATE_SCHEMA,
         "fingerprint": fingerprint,
         "computed_at": time.time(),
         "findings": [finding.model_dump(mode="json") for finding in findings],
+        "listed_rows": listed,
     }
     keep_state(path, json.dumps(document))
 
 
 def kept_lane_findings(db: EngramDb, *, use_cursor: bool = True) -> list[Finding]:
-    """lane_findings through the canary's state dir: equal to a full read, which happens only when the
+    return kept_lanes(db, use_cursor=use_cursor)[0]
+
+
+def kept_lanes(db: EngramDb, *, use_cursor: bool = True) -> tuple[list[Finding], dict[str, int]]:
+    """read_lanes through the canary's state dir: equal to a full read, which happens only when the
     fingerprint moved (rows appended, acked or quarantined, an enrollment, a sync_state change)."""
     if not use_cursor or not db.schema.has_column("sync_mutations", "project"):
-        return lane_findings(db)
+        return read_lanes(db)
     path = state_file_for(db.path, LANE_STATE_KIND)
     with db.read_transaction():
         fingerprint = lane_fingerprint(db)
-        kept = _kept_findings(path, fingerprint)
+        kept = _kept_answer(path, fingerprint)
         if kept is not None:
             return kept
         healths = read_lane_health(db)
-    findings = [finding for health in healths if (finding := lane_finding(health, db.path)) is not None]
-    _keep_findings(path, fingerprint, findings)
-    return findings
+    findings, listed = _answer(healths, db.path)
+    _keep_answer(path, fingerprint, findings, listed)
+    return findings, listed
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ sync: a project is enrolled, or a worker has leased, acked or failed on it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -79,8 +80,9 @@ def _time(value: object) -> datetime | None:
     return parse_engram_time(value) if isinstance(value, str) and value.strip() else None
 
 
-def read_liveness(db: EngramDb) -> list[LaneLiveness]:
-    """Every live lane's liveness facts, in the caller's read transaction (indexed reads only)."""
+def read_liveness(db: EngramDb, listed_rows: Mapping[str, int] | None = None) -> list[LaneLiveness]:
+    """Every live lane's liveness facts, in the caller's read transaction: indexed reads only, and a count
+    of the lane's waiting rows where `listed_rows` (lane health's count of the same rows) lacks it."""
     schema, connection = db.schema, db.connection
     if not schema.has_column("sync_mutations", "project") or not schema.has_column(
         "sync_mutations", "acked_at"
@@ -102,7 +104,9 @@ def read_liveness(db: EngramDb) -> list[LaneLiveness]:
             (target_key,),
         ).fetchone()
         waiting = 0
-        if first is not None:
+        if first is not None and listed_rows is not None and target_key in listed_rows:
+            waiting = listed_rows[target_key]
+        elif first is not None:
             waiting = int(
                 connection.execute(
                     f"SELECT count(*) FROM sync_mutations WHERE target_key = ? AND acked_at IS NULL{listed}",
@@ -285,11 +289,15 @@ def lane_liveness_findings(lane: LaneLiveness, now: datetime, stall_after_second
 
 
 def liveness_findings(
-    db: EngramDb, stall_after_seconds: float, now: datetime | None = None
+    db: EngramDb,
+    stall_after_seconds: float,
+    now: datetime | None = None,
+    *,
+    listed_rows: Mapping[str, int] | None = None,
 ) -> tuple[list[Finding], dict[str, Any]]:
     """The liveness findings and the per-lane facts the textfile plots, in one short read transaction."""
     with db.read_transaction():
-        lanes = read_liveness(db)
+        lanes = read_liveness(db, listed_rows)
     moment = now or datetime.now(UTC)
     findings = [
         finding for lane in lanes for finding in lane_liveness_findings(lane, moment, stall_after_seconds)
