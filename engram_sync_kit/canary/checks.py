@@ -43,6 +43,7 @@ from engram_sync_kit.canary.findings import (
 from engram_sync_kit.canary.inbox_cursor import cursor_tripwire_findings
 from engram_sync_kit.canary.lane_health import kept_lanes
 from engram_sync_kit.canary.liveness import liveness_findings
+from engram_sync_kit.canary.pull_side import pull_side_findings
 from engram_sync_kit.canary.remotes import NO_REMOTES, RemoteStateKeys, remote_state_keys
 from engram_sync_kit.canary.schema_support import identify, lane_note, waiting_filter
 from engram_sync_kit.canary.stage_a import stage_a_findings
@@ -420,6 +421,8 @@ def check_snapshot(
         db, config.thresholds.stall_after_seconds, listed_rows=listed_rows
     )
     findings.extend(alive)
+    pulled, summary["pull_side"] = pull_side_findings(db, config.thresholds.stall_after_seconds)
+    findings.extend(pulled)
     # Stage A's assumption (design §4): no session spans two directories. Its own read transaction.
     stage_a, summary["stage_a"] = stage_a_findings(db, use_cursor=use_cursor)
     findings.extend(stage_a)

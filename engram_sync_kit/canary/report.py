@@ -331,7 +331,13 @@ def write_textfile(result: CheckResult, directory: Path, config: CanaryConfig | 
         )
         not_itemized.labels(db, "findings").set(len(ranked) - len(itemized))
         not_itemized.labels(db, "inbox_keys").set(max(0, len(fullest) - TEXTFILE_MAX_ITEMIZED))
-        _liveness_gauges(registry, db, summary.get("sync_liveness") or {}, thresholds.stall_after_seconds)
+        _liveness_gauges(
+            registry,
+            db,
+            summary.get("sync_liveness") or {},
+            thresholds.stall_after_seconds,
+            summary.get("pull_side") or {},
+        )
         counts: dict[tuple[str, str, str], int] = {}
         for finding in result.findings:
             labels = (finding.check, finding.severity, str(finding.acknowledged).lower())
@@ -348,7 +354,11 @@ def write_textfile(result: CheckResult, directory: Path, config: CanaryConfig | 
 
 
 def _liveness_gauges(
-    registry: CollectorRegistry, db: str, liveness: dict[str, Any], stall_after_seconds: float
+    registry: CollectorRegistry,
+    db: str,
+    liveness: dict[str, Any],
+    stall_after_seconds: float,
+    pull_side: dict[str, Any],
 ) -> None:
     """Per lane: what canary.liveness reads, so a dashboard shows a stall growing before it is one."""
     from prometheus_client import Gauge  # only --textfile-dir needs it (~20 ms of start-up)
@@ -376,6 +386,16 @@ def _liveness_gauges(
             value = facts.get(key)
             if isinstance(value, int | float) and not isinstance(value, bool):
                 gauge.labels(db, lane).set(value)
+    pulled = Gauge(
+        "engram_canary_pull_rows_not_applied",
+        "Pulled rows engram has not applied (sync_apply_deferred): status dead (never retried) or deferred",
+        ["db", "status"],
+        registry=registry,
+    )
+    for status in ("dead", "deferred"):
+        count = pull_side.get(f"{status}_rows")
+        if isinstance(count, int):
+            pulled.labels(db, status).set(count)
     lease = Gauge(
         "engram_canary_worker_lease_held",
         "1 while a worker holds the lane's lease (engram serve or engram mcp cycles), else 0",

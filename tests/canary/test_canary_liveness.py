@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from inbox_support import canary, engram_ok, engram_serve, query, save
 
@@ -311,3 +312,108 @@ def test_the_real_worker_gives_up_and_check_says_so(enrolled: EngramEnvironment)
             server.post("/sessions", {"id": "s-after", "project": "main-proj", "directory": str(world.home)})
             time.sleep(35)  # a debounce and a full 30 s poll tick
             assert lane_state(world)["consecutive_failures"] == MAX_CONSECUTIVE_FAILURES
+
+
+def relation_from_another_machine(cloud: Any, sync_id: str) -> None:
+    """Another device pushes a relation between two memories this machine never had (its own token)."""
+    payload = {
+        "sync_id": sync_id,
+        "source_id": "obs-only-on-the-other-machine-1",
+        "target_id": "obs-only-on-the-other-machine-2",
+        "relation": "supersedes",
+        "judgment_status": "confirmed",
+        "marked_by_actor": "other-machine",
+        "marked_by_kind": "human",
+    }
+    entry = {
+        "project": "main-proj",
+        "entity": "relation",
+        "entity_key": sync_id,
+        "op": "upsert",
+        "payload": payload,
+    }
+    response = httpx.post(
+        f"{cloud.base_url}/sync/mutations/push",
+        json={"entries": [entry]},
+        headers={"Authorization": f"Bearer {TOKEN}"},
+        timeout=30,
+        trust_env=False,
+    )
+    assert response.status_code == 200, response.text
+
+
+def deferred_status(world: EngramEnvironment, sync_id: str) -> tuple[str, int] | None:
+    rows = query(
+        world.db_path, "SELECT apply_status, retry_count FROM sync_apply_deferred WHERE sync_id = ?", sync_id
+    )
+    return (str(rows[0][0]), int(rows[0][1])) if rows else None
+
+
+def test_a_pulled_row_engram_discards_on_apply_is_a_finding(enrolled: EngramEnvironment) -> None:
+    """The pull side on the real worker: a relation whose memories never arrive is deferred, retried on
+    each pull and dead after the fifth try (store.go @ba9e46c, ReplayDeferred); check names it. The
+    finding on v2/v3 files: test_a_dead_pulled_row_is_a_finding_on_every_schema."""
+    world = enrolled
+    config = FakeCloudConfig(token=TOKEN, allowed_projects=("main-proj",), server_version="v1.20")
+    with start_fake_cloud(config) as cloud:
+        relation_from_another_machine(cloud, "rel-never-applies")
+        env = {
+            "ENGRAM_CLOUD_AUTOSYNC": "1",
+            "ENGRAM_CLOUD_TOKEN": TOKEN,
+            "ENGRAM_CLOUD_SERVER": cloud.base_url,
+        }
+        with engram_serve(world, **env):
+            eventually(
+                lambda: deferred_status(world, "rel-never-applies"),
+                timeout=75,
+                what="the worker's pull to defer the relation",
+                error=AssertionError,
+            )
+            status, document = checked(world)
+            assert "pulled_rows_not_applied" not in by_check(document)  # deferred and young: engram retries
+            assert document["summary"]["pull_side"]["deferred_rows"] == 1
+            # engram serve's HTTP writes do not wake the worker (only its 30 s poll does): five more pulls.
+            eventually(
+                lambda: True if deferred_status(world, "rel-never-applies") == ("dead", 5) else None,
+                timeout=6 * 30 + 60,
+                interval=1.0,
+                what="five replays of the deferred relation",
+                error=AssertionError,
+            )
+            assert deferred_status(world, "rel-never-applies") == ("dead", 5)
+        status, document = checked(world)
+    assert status == 1
+    finding = by_check(document)["pulled_rows_not_applied"]
+    assert (finding["severity"], finding["size"]) == ("warning", 1)
+    assert finding["message"] == (
+        "1 pulled rows were discarded on apply (sync_apply_deferred 'dead': a payload engram cannot decode, or a "
+        "relation whose memories did not arrive in 5 tries); engram never retries them, so they are in the "
+        "cloud and not on this machine"
+    )
+    assert finding["evidence"]["dead"][0]["sync_id"] == "rel-never-applies"
+    assert document["summary"]["pull_side"]["dead_rows"] == 1
+
+
+def test_a_dead_pulled_row_is_a_finding_on_every_schema(enrolled: EngramEnvironment) -> None:
+    """SIMULATION OF LEGACY DATA: the dead row the real worker writes (previous test), and a deferred one
+    older than the stall threshold, written straight into sync_apply_deferred."""
+    world, db = enrolled, enrolled.db_path
+    simulate(
+        db,
+        "INSERT INTO sync_apply_deferred (sync_id, entity, payload, apply_status, retry_count, last_error, "
+        "first_seen_at) VALUES ('rel-dead', 'relation', '{}', 'dead', 5, 'relation FK precondition not met', "
+        "datetime('now', '-2 days'))",
+    )
+    status, document = checked(world)
+    assert status == 1 and by_check(document)["pulled_rows_not_applied"]["size"] == 1
+    simulate(
+        db,
+        "INSERT INTO sync_apply_deferred (sync_id, entity, payload, apply_status, retry_count, first_seen_at) "
+        "VALUES ('rel-waits', 'relation', '{}', 'deferred', 2, datetime('now', '-3601 seconds'))",
+    )
+    finding = by_check(checked(world)[1])["pulled_rows_not_applied"]
+    assert finding["size"] == 2
+    assert finding["message"].endswith(
+        "; 1 pulled rows wait 'deferred', the oldest for 60m (retried on every pull, 'dead' after 5 tries): "
+        "their memories have not arrived, or nothing pulls"
+    )
