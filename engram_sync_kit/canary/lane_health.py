@@ -29,7 +29,7 @@ from engram_sync_kit.canary.db import EngramDb, quote_identifier
 from engram_sync_kit.canary.findings import Finding
 from engram_sync_kit.canary.inbox import InboxRow
 from engram_sync_kit.canary.lanes import Deriver, Fix, derive_fix, entry_refusal, pending_listed_rows
-from engram_sync_kit.canary.schema_support import identify, waiting_filter
+from engram_sync_kit.canary.schema_support import identify, waiting_filter, worker_gives_up
 from engram_sync_kit.canary.targets import project_target
 from engram_sync_kit.engram_contract import LEGACY_TARGET, PushRefusal
 from engram_sync_kit.engram_contract.prompt_preflight import PROMPT_PROVENANCE_BLOCKED
@@ -66,6 +66,7 @@ class LaneHealth:
     blockers: list[Blocker] = field(default_factory=list)
     held_back: Counter[str] = field(default_factory=Counter)
     first_pending_seq: int | None = None
+    worker_gives_up: bool = True
 
     @property
     def degraded(self) -> bool:
@@ -82,7 +83,11 @@ def read_lane_health(db: EngramDb) -> list[LaneHealth]:
         return []
     enrolled = db.enrolled_projects()
     deriver = Deriver(db, enrolled)
-    return [_lane(db, deriver, target) for target in live_lanes(db, enrolled)]
+    gives_up = worker_gives_up(identify(db))
+    healths = [_lane(db, deriver, target) for target in live_lanes(db, enrolled)]
+    for health in healths:
+        health.worker_gives_up = gives_up
+    return healths
 
 
 def live_lanes(db: EngramDb, enrolled: frozenset[str]) -> list[str]:
@@ -210,7 +215,7 @@ def degraded_message(health: LaneHealth) -> str:
             "until its local origin and session owner verify, while the lane's other rows keep delivering; "
             f"retrying does not clear it ({rows} pending)"
         )
-    if health.consecutive_failures >= MAX_CONSECUTIVE_FAILURES:
+    if health.consecutive_failures >= MAX_CONSECUTIVE_FAILURES and health.worker_gives_up:
         retry = (
             f"engram does not retry it: after {MAX_CONSECUTIVE_FAILURES} consecutive failures v1.20's worker "
             f"stops until the process restarts ({health.consecutive_failures} recorded); once the error is "
@@ -220,6 +225,9 @@ def degraded_message(health: LaneHealth) -> str:
         retry = (
             "a running worker retries when its backoff ends (v1.20 stops after "
             f"{MAX_CONSECUTIVE_FAILURES} consecutive failures until it restarts)"
+            if health.worker_gives_up
+            else "a running worker retries when its backoff ends, at most 5 minutes apart (predicted from "
+            "source: v2/v3 keep retrying past 10 failures)"
         )
     return (
         f"lane {health.target_key!r} is degraded with {health.pending} rows pending: the last push failed "

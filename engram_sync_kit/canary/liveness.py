@@ -24,7 +24,7 @@ from engram_sync_kit.canary.db import EngramDb
 from engram_sync_kit.canary.findings import Finding
 from engram_sync_kit.canary.inbox import parse_engram_time
 from engram_sync_kit.canary.lane_health import live_lanes
-from engram_sync_kit.canary.schema_support import waiting_filter
+from engram_sync_kit.canary.schema_support import identify, waiting_filter, worker_gives_up
 from engram_sync_kit.engram_contract import LEGACY_TARGET
 from engram_sync_kit.engram_contract.worker_liveness import (
     MAX_CONSECUTIVE_FAILURES,
@@ -89,6 +89,7 @@ def read_liveness(db: EngramDb, listed_rows: Mapping[str, int] | None = None) ->
     ):
         return []
     enrolled = db.enrolled_projects()
+    gives_up = worker_gives_up(identify(db))
     columns = [name for name in _STATE_COLUMNS if schema.has_column("sync_state", name)]
     lanes = []
     for target_key in live_lanes(db, enrolled):
@@ -130,6 +131,7 @@ def read_liveness(db: EngramDb, listed_rows: Mapping[str, int] | None = None) ->
             backoff_until=_time(values.get("backoff_until")),
             lease_owner=str(values.get("lease_owner") or "") or None,
             lease_until=_time(values.get("lease_until")),
+            gives_up=gives_up,
         )
         last_ack_at = _time(last_ack[0] if last_ack else None)
         takes_part = (

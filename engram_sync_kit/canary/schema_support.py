@@ -137,6 +137,12 @@ def lane_note(kind: DatabaseKind) -> str:
     return f"engram {kind.version}: lanes not known to the canary; {_UNACKED_NOTE}"
 
 
+def worker_gives_up(kind: DatabaseKind) -> bool:
+    """v1.20's worker stops for good at 10 consecutive failures; v2/v3's retries after each backoff
+    (predicted from source, engram_contract.worker_liveness)."""
+    return kind.version not in _SOURCE_COMMIT and not kind.version.startswith("newer than v3")
+
+
 def waiting_filter(schema: Schema, alias: str = "") -> str:
     """SQL that keeps only rows engram's worker would still send: v2/v3 retire a row (quarantined,
     superseded) by setting its disposition, and the transport reads pending rows only (index

@@ -11,11 +11,17 @@ MaxConsecutiveFailures = 10 every later cycle returns before the lease and write
 process restarts (a new Manager starts at 0). A clean stop releases the lease (ReleaseSyncLease:
 lease_owner NULL); a killed process leaves it to lapse.
 
+The newest stored v2 and v3 workers (internal/cloud/autosync/manager.go, index file ids 71019478362 and
+70742347905, commits not named; *predicted* from source) keep the defaults (10, 30 s, 60 s lease, 1 s to
+5 min backoff) but no longer give up: "At the failure ceiling, remain in backoff only until the current
+deadline expires" (cycle), so they retry every backoff, at most 5 minutes apart, until they succeed.
+
 So a live worker never leaves a degraded lane's backoff_until far in the past: within a poll tick of its
 end the worker either heals the lane (backoff cleared) or fails again (a new backoff_until). The stored
 consecutive_failures is at least the running worker's own count (both reset together on success, and a
 restart resets only the one in memory), so >= 10 with the backoff long over is a worker that gave up or
-no worker at all. Both are fixed the same way: restart it.
+no worker at all. Both are fixed the same way: restart it. On v2/v3 the same record is no worker at
+all (its worker would have retried).
 """
 
 from __future__ import annotations
@@ -57,6 +63,8 @@ class WorkerRecord:
     backoff_until: datetime | None
     lease_owner: str | None
     lease_until: datetime | None
+    #: v1.20's worker gives up at MAX_CONSECUTIVE_FAILURES; v2/v3's retries on (predicted from source).
+    gives_up: bool = True
 
     def presence(self, now: datetime) -> WorkerPresence:
         if not (self.lease_owner or "").strip():
@@ -78,12 +86,12 @@ class WorkerRecord:
 
     def gave_up(self, now: datetime) -> bool:
         """Past the worker's give-up point: 10 failures, and nothing retried after the last backoff."""
-        return self.consecutive_failures >= MAX_CONSECUTIVE_FAILURES and self.nothing_retried(now)
+        return self.past_give_up_point and self.nothing_retried(now)
+
+    @property
+    def past_give_up_point(self) -> bool:
+        return self.gives_up and self.consecutive_failures >= MAX_CONSECUTIVE_FAILURES
 
     def stopped_while_degraded(self, now: datetime) -> bool:
-        """Degraded below the give-up point, the backoff long over, and no cycle since."""
-        return (
-            self.lifecycle == "degraded"
-            and self.consecutive_failures < MAX_CONSECUTIVE_FAILURES
-            and self.nothing_retried(now)
-        )
+        """Degraded short of a give-up, the backoff long over, and no cycle since."""
+        return self.lifecycle == "degraded" and not self.past_give_up_point and self.nothing_retried(now)

@@ -25,6 +25,8 @@ from typing import Any
 
 import httpx
 import pytest
+from engram_schemas.builder import V120
+from engram_schemas.per_version import current
 from inbox_support import canary, engram_ok, engram_serve, query, save
 
 from engram_sync_kit.engram_contract.worker_liveness import MAX_CONSECUTIVE_FAILURES, RETRY_GRACE_SECONDS
@@ -140,9 +142,19 @@ def test_a_worker_past_its_give_up_point_says_so_and_how_to_restart_it(enrolled:
     status, document = checked(world)
     assert status == 2
     found = by_check(document)
-    assert sorted(found) == ["legacy_lane_blocked", "worker_gave_up"]
     blocked = found["legacy_lane_blocked"]["message"]
     assert "retries on its next cycle" not in blocked
+    if current() != V120:
+        # v2/v3 (predicted from source): the worker retries past 10 failures, so the same record is no
+        # worker at all, and the lane's finding promises a retry only from a running worker.
+        assert sorted(found) == ["degraded_backoff_expired", "legacy_lane_blocked"]
+        assert blocked.endswith(
+            "a running worker retries when its backoff ends, at most 5 minutes apart (predicted from source: "
+            "v2/v3 keep retrying past 10 failures)"
+        )
+        assert found["degraded_backoff_expired"]["evidence"]["worker"] == "lease lapsed"
+        return
+    assert sorted(found) == ["legacy_lane_blocked", "worker_gave_up"]
     assert blocked.endswith(
         "engram does not retry it: after 10 consecutive failures v1.20's worker stops until the process "
         "restarts (10 recorded); once the error is fixed, stop engram serve and start it again "

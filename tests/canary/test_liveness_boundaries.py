@@ -159,3 +159,11 @@ def test_what_the_lease_says_of_the_worker(
 )
 def test_durations_are_rounded_down_at_each_unit(seconds: float, text: str) -> None:
     assert duration_text(seconds) == text
+
+
+def test_a_worker_that_retries_past_ten_failures_never_gives_up() -> None:
+    """v2/v3 (predicted from source): at 10 failures the worker only waits out its backoff."""
+    record = WorkerRecord(
+        "degraded", MAX_CONSECUTIVE_FAILURES + 3, ago(RETRY_GRACE_SECONDS + 1), None, None, False
+    )
+    assert checks(lane(oldest=60, record=record)) == [BACKOFF_EXPIRED]
