@@ -218,6 +218,14 @@ def _evidence(lane: LaneLiveness, now: datetime, stall_after_seconds: float) -> 
     }
 
 
+_ERROR_CHARS = 300
+
+
+def _bounded(text: str) -> str:
+    """engram's last_error in one finding line: the first 300 characters (the evidence keeps it all)."""
+    return text if len(text) <= _ERROR_CHARS else text[: _ERROR_CHARS - 1] + "\u2026"
+
+
 def _rows(count: int) -> str:
     return "1 row" if count == 1 else f"{count} rows"
 
@@ -228,7 +236,7 @@ def lane_liveness_findings(lane: LaneLiveness, now: datetime, stall_after_second
     record = lane.record
     evidence = _evidence(lane, now, stall_after_seconds)
     findings: list[Finding] = []
-    error = f"; last error: {lane.last_error}" if lane.last_error else ""
+    error = f"; last error: {_bounded(lane.last_error)}" if lane.last_error else ""
     if record.gave_up(now):
         over = record.backoff_over_for(now) or 0.0
         findings.append(

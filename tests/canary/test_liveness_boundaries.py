@@ -5,6 +5,7 @@ engram_contract.worker_liveness."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -167,3 +168,44 @@ def test_a_worker_that_retries_past_ten_failures_never_gives_up() -> None:
         "degraded", MAX_CONSECUTIVE_FAILURES + 3, ago(RETRY_GRACE_SECONDS + 1), None, None, False
     )
     assert checks(lane(oldest=60, record=record)) == [BACKOFF_EXPIRED]
+
+
+def test_a_huge_last_error_stays_a_bounded_line() -> None:
+    record = degraded(MAX_CONSECUTIVE_FAILURES, RETRY_GRACE_SECONDS + 1)
+    liveness = lane(oldest=60, record=record)
+    huge = LaneLiveness(**{**liveness.__dict__, "last_error": "\u00e9\n" * 500_000})
+    [finding] = lane_liveness_findings(huge, NOW, HOUR)
+    assert len(finding.message) < 1000 and finding.message.count("\u2026") == 1
+
+
+@pytest.mark.parametrize(
+    "value", [None, "", "not a time", "2026-13-45 99:99:99", 12345, b"\xff\xfe", "\u00e9t\u00e9"]
+)
+def test_an_unreadable_engram_time_is_no_time(value: object) -> None:
+    from engram_sync_kit.canary.liveness import _time
+
+    assert _time(value) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "count"), [(None, 0), ("x", 0), ("3.5", 0), (b"7", 0), (4, 4), ("12", 12), ("-1", -1)]
+)
+def test_an_unreadable_failure_count_is_zero(value: object, count: int) -> None:
+    from engram_sync_kit.canary.liveness import _int
+
+    assert _int(value) == count
+
+
+def test_a_bad_threshold_in_the_config_is_one_line(tmp_path: Path) -> None:
+    from engram_sync_kit.canary.config import ConfigError, load_config
+
+    for text, problem in (
+        ("thresholds:\n  stall_after_seconds: abc\n", "valid number"),
+        ("thresholds:\n  stall_after_seconds: 0\n", "greater than or equal to 1"),
+        ("thresholds:\n  stall_after_seconds: 1e308\n", "less than or equal to 2592000"),
+    ):
+        config = tmp_path / "config.yaml"
+        config.write_text(text)
+        with pytest.raises(ConfigError) as error:
+            load_config(config)
+        assert problem in str(error.value) and "\n" not in str(error.value)
