@@ -84,10 +84,7 @@ def read_lane_health(db: EngramDb) -> list[LaneHealth]:
     enrolled = db.enrolled_projects()
     deriver = Deriver(db, enrolled)
     gives_up = worker_gives_up(identify(db))
-    healths = [_lane(db, deriver, target) for target in live_lanes(db, enrolled)]
-    for health in healths:
-        health.worker_gives_up = gives_up
-    return healths
+    return [_lane(db, deriver, target, gives_up) for target in live_lanes(db, enrolled)]
 
 
 def live_lanes(db: EngramDb, enrolled: frozenset[str]) -> list[str]:
@@ -103,8 +100,8 @@ def live_lanes(db: EngramDb, enrolled: frozenset[str]) -> list[str]:
     return lanes
 
 
-def _lane(db: EngramDb, deriver: Deriver, target_key: str) -> LaneHealth:
-    health = LaneHealth(target_key)
+def _lane(db: EngramDb, deriver: Deriver, target_key: str, gives_up: bool) -> LaneHealth:
+    health = LaneHealth(target_key, worker_gives_up=gives_up)
     connection, schema = db.connection, db.schema
     columns = [
         name

@@ -360,7 +360,8 @@ def _liveness_gauges(
     stall_after_seconds: float,
     pull_side: dict[str, Any],
 ) -> None:
-    """Per lane: what canary.liveness reads, so a dashboard shows a stall growing before it is one."""
+    """Per lane: what canary.liveness reads (a dashboard shows a stall growing before it is one), and the
+    pull side's rows engram has not applied."""
     from prometheus_client import Gauge  # only --textfile-dir needs it (~20 ms of start-up)
 
     lanes: dict[str, dict[str, Any]] = liveness.get("lanes") or {}
