@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from engram_sync_kit.canary.db import EngramDb
@@ -322,3 +323,34 @@ def liveness_findings(
         if lane.takes_part
     }
     return findings, {"stall_after_seconds": stall_after_seconds, "lanes": facts}
+
+
+@dataclass(frozen=True)
+class LivenessTransition:
+    event: str  # "appeared" | "gone"
+    target_key: str
+    line: str
+    severity: str  # "critical" | "warning" | "ok"
+
+
+def liveness_transitions(before: list[Finding], after: list[Finding], db: Path) -> list[LivenessTransition]:
+    """What `watch` says when a liveness finding appears or clears between two full checks."""
+    was = {(f.check, f.target_key or ""): f for f in before if f.check in LIVENESS_CHECKS}
+    now = {(f.check, f.target_key or ""): f for f in after if f.check in LIVENESS_CHECKS}
+    transitions = [
+        LivenessTransition(
+            "appeared",
+            lane,
+            f"engram-canary {finding.severity.upper()}: {check} {finding.message} db={db}",
+            finding.severity,
+        )
+        for (check, lane), finding in sorted(now.items())
+        if (check, lane) not in was
+    ]
+    transitions += [
+        LivenessTransition(
+            "gone", lane, f"engram-canary OK: {check} on lane {lane!r} has cleared db={db}", "ok"
+        )
+        for check, lane in sorted(set(was) - set(now))
+    ]
+    return transitions

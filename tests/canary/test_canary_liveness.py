@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 import pytest
+from canary_support import WatchProcess
 from engram_schemas.builder import V120
 from engram_schemas.per_version import current
 from inbox_support import canary, engram_ok, engram_serve, query, save
@@ -429,3 +430,33 @@ def test_a_dead_pulled_row_is_a_finding_on_every_schema(enrolled: EngramEnvironm
         "; 1 pulled rows wait 'deferred', the oldest for 60m (retried on every pull, 'dead' after 5 tries): "
         "their memories have not arrived, or nothing pulls"
     )
+
+
+def test_watch_says_when_sync_stalls_and_when_it_moves_again(
+    enrolled: EngramEnvironment, tmp_path: Path
+) -> None:
+    """watch's full re-check reads liveness too: the stall is said once, and its clearing once."""
+    world, db = enrolled, enrolled.db_path
+    config_home = tmp_path / "config"
+    (config_home / "engram-canary").mkdir(parents=True)
+    (config_home / "engram-canary" / "config.yaml").write_text(
+        "thresholds:\n  stall_after_seconds: 600\nwatch:\n  full_recheck_seconds: 0.5\n  poll: true\n"
+    )
+    watcher = WatchProcess(["--db", str(db)], config_home, HOME=str(world.home))
+    try:
+        watcher.wait_started()
+        simulate(db, "UPDATE sync_mutations SET occurred_at = datetime('now', '-601 seconds')")
+        watcher.wait_for(
+            lambda line: line.startswith(
+                "engram-canary CRITICAL: sync_stalled sync on lane 'cloud' has stalled"
+            ),
+            what="watch to report the stall",
+        )
+        simulate(db, "UPDATE sync_mutations SET occurred_at = datetime('now')")
+        watcher.wait_for(
+            lambda line: line == f"engram-canary OK: sync_stalled on lane 'cloud' has cleared db={db}",
+            what="watch to report the stall cleared",
+        )
+        assert len(watcher.matching(lambda line: "CRITICAL: sync_stalled" in line)) == 1
+    finally:
+        watcher.stop()

@@ -209,3 +209,17 @@ def test_a_bad_threshold_in_the_config_is_one_line(tmp_path: Path) -> None:
         with pytest.raises(ConfigError) as error:
             load_config(config)
         assert problem in str(error.value) and "\n" not in str(error.value)
+
+
+def test_watch_says_when_a_liveness_finding_appears_and_when_it_clears() -> None:
+    from engram_sync_kit.canary.liveness import liveness_transitions
+
+    stalled = lane_liveness_findings(lane(oldest=2 * HOUR), NOW, HOUR)
+    db = Path("/home/me/.engram/engram.db")
+    [appeared] = liveness_transitions([], stalled, db)
+    assert (appeared.event, appeared.target_key, appeared.severity) == ("appeared", "cloud", "critical")
+    assert appeared.line.startswith("engram-canary CRITICAL: sync_stalled sync on lane 'cloud' has stalled")
+    assert appeared.line.endswith(f" db={db}")
+    assert liveness_transitions(stalled, stalled, db) == []
+    [gone] = liveness_transitions(stalled, [], db)
+    assert gone.line == f"engram-canary OK: sync_stalled on lane 'cloud' has cleared db={db}"
