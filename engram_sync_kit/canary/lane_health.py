@@ -243,16 +243,26 @@ def lane_findings(db: EngramDb) -> list[Finding]:
     return read_lanes(db)[0]
 
 
-def read_lanes(db: EngramDb) -> tuple[list[Finding], dict[str, int]]:
+@dataclass(frozen=True)
+class ListedRows:
+    """The rows a lane's worker lists: how many, and the first in seq order (None while none waits)."""
+
+    count: int
+    first_seq: int | None
+
+
+def read_lanes(db: EngramDb) -> tuple[list[Finding], dict[str, ListedRows]]:
     """The lane findings and each live lane's rows the worker lists, in one short read transaction."""
     with db.read_transaction():
         healths = read_lane_health(db)
     return _answer(healths, db.path)
 
 
-def _answer(healths: list[LaneHealth], db: Path) -> tuple[list[Finding], dict[str, int]]:
+def _answer(healths: list[LaneHealth], db: Path) -> tuple[list[Finding], dict[str, ListedRows]]:
     findings = [finding for health in healths if (finding := lane_finding(health, db)) is not None]
-    return findings, {health.target_key: health.pending for health in healths}
+    return findings, {
+        health.target_key: ListedRows(health.pending, health.first_pending_seq) for health in healths
+    }
 
 
 LANE_STATE_KIND = "lane-health"
@@ -301,27 +311,33 @@ def lane_fingerprint(db: EngramDb) -> dict[str, Any]:
     return normalized
 
 
-def _kept_answer(path: Path, fingerprint: dict[str, Any]) -> tuple[list[Finding], dict[str, int]] | None:
+def _kept_answer(
+    path: Path, fingerprint: dict[str, Any]
+) -> tuple[list[Finding], dict[str, ListedRows]] | None:
     try:
         kept = json.loads(path.read_text(encoding="utf-8"))
         fresh = time.time() - float(kept["computed_at"]) <= LANE_STATE_MAX_AGE_SECONDS
         if kept["schema"] == LANE_STATE_SCHEMA and fresh and kept["fingerprint"] == fingerprint:
             findings = [Finding.model_validate(document) for document in kept["findings"]]
-            return findings, {str(lane): int(rows) for lane, rows in kept["listed_rows"].items()}
+            listed = {
+                str(lane): ListedRows(int(count), None if first is None else int(first))
+                for lane, (count, first) in kept["listed_rows"].items()
+            }
+            return findings, listed
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass  # pydantic's ValidationError is a ValueError
     return None
 
 
 def _keep_answer(
-    path: Path, fingerprint: dict[str, Any], findings: list[Finding], listed: dict[str, int]
+    path: Path, fingerprint: dict[str, Any], findings: list[Finding], listed: dict[str, ListedRows]
 ) -> None:
     document = {
         "schema": LANE_STATE_SCHEMA,
         "fingerprint": fingerprint,
         "computed_at": time.time(),
         "findings": [finding.model_dump(mode="json") for finding in findings],
-        "listed_rows": listed,
+        "listed_rows": {lane: [rows.count, rows.first_seq] for lane, rows in listed.items()},
     }
     keep_state(path, json.dumps(document))
 
@@ -330,7 +346,7 @@ def kept_lane_findings(db: EngramDb, *, use_cursor: bool = True) -> list[Finding
     return kept_lanes(db, use_cursor=use_cursor)[0]
 
 
-def kept_lanes(db: EngramDb, *, use_cursor: bool = True) -> tuple[list[Finding], dict[str, int]]:
+def kept_lanes(db: EngramDb, *, use_cursor: bool = True) -> tuple[list[Finding], dict[str, ListedRows]]:
     """read_lanes through the canary's state dir: equal to a full read, which happens only when the
     fingerprint moved (rows appended, acked or quarantined, an enrollment, a sync_state change)."""
     if not use_cursor or not db.schema.has_column("sync_mutations", "project"):

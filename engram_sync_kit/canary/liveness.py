@@ -15,6 +15,7 @@ sync: a project is enrolled, or a worker has leased, acked or failed on it.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -24,7 +25,7 @@ from typing import Any
 from engram_sync_kit.canary.db import EngramDb
 from engram_sync_kit.canary.findings import Finding
 from engram_sync_kit.canary.inbox import parse_engram_time
-from engram_sync_kit.canary.lane_health import live_lanes
+from engram_sync_kit.canary.lane_health import ListedRows, live_lanes
 from engram_sync_kit.canary.schema_support import identify, waiting_filter, worker_gives_up
 from engram_sync_kit.engram_contract import LEGACY_TARGET
 from engram_sync_kit.engram_contract.worker_liveness import (
@@ -81,9 +82,10 @@ def _time(value: object) -> datetime | None:
     return parse_engram_time(value) if isinstance(value, str) and value.strip() else None
 
 
-def read_liveness(db: EngramDb, listed_rows: Mapping[str, int] | None = None) -> list[LaneLiveness]:
-    """Every live lane's liveness facts, in the caller's read transaction: indexed reads only, and a count
-    of the lane's waiting rows where `listed_rows` (lane health's count of the same rows) lacks it."""
+def read_liveness(db: EngramDb, listed_rows: Mapping[str, ListedRows] | None = None) -> list[LaneLiveness]:
+    """Every live lane's liveness facts, in the caller's read transaction. `listed_rows` is lane health's
+    reading of the same rows (kept in the state dir): with it every read here is a key lookup; without
+    it the lane's waiting rows are scanned (a tenth of a second per 100k)."""
     schema, connection = db.schema, db.connection
     if not schema.has_column("sync_mutations", "project") or not schema.has_column(
         "sync_mutations", "acked_at"
@@ -98,23 +100,18 @@ def read_liveness(db: EngramDb, listed_rows: Mapping[str, int] | None = None) ->
         if target_key == LEGACY_TARGET:
             listed = " AND " + worker_lists(enrollment_table=schema.has_table("sync_enrolled_projects"))
         listed += waiting_filter(schema)
-        # idx_sync_mutations_pending (target_key, acked_at, seq): engram stamps occurred_at when it
-        # enqueues, so the first waiting row in seq order is the oldest.
-        first = connection.execute(
-            "SELECT occurred_at FROM sync_mutations WHERE target_key = ? AND acked_at IS NULL"
-            f"{listed} ORDER BY seq LIMIT 1",
-            (target_key,),
-        ).fetchone()
-        waiting = 0
-        if first is not None and listed_rows is not None and target_key in listed_rows:
-            waiting = listed_rows[target_key]
-        elif first is not None:
-            waiting = int(
-                connection.execute(
-                    f"SELECT count(*) FROM sync_mutations WHERE target_key = ? AND acked_at IS NULL{listed}",
-                    (target_key,),
-                ).fetchone()[0]
-            )
+        known = listed_rows.get(target_key) if listed_rows is not None else None
+        if known is None:
+            known = _scan_listed(connection, target_key, listed)
+        # engram stamps occurred_at when it enqueues, so the first waiting row in seq order is the oldest.
+        first = (
+            connection.execute(
+                "SELECT occurred_at FROM sync_mutations WHERE seq = ?", (known.first_seq,)
+            ).fetchone()
+            if known.first_seq is not None
+            else None
+        )
+        waiting = known.count if first is not None else 0
         last_ack = connection.execute(
             "SELECT max(acked_at) FROM sync_mutations WHERE target_key = ? AND acked_at IS NOT NULL",
             (target_key,),
@@ -154,6 +151,15 @@ def read_liveness(db: EngramDb, listed_rows: Mapping[str, int] | None = None) ->
             )
         )
     return lanes
+
+
+def _scan_listed(connection: sqlite3.Connection, target_key: str, listed: str) -> ListedRows:
+    """The lane's waiting rows the worker lists, on idx_sync_mutations_pending (target_key, acked_at, seq)."""
+    count, first = connection.execute(
+        f"SELECT count(*), min(seq) FROM sync_mutations WHERE target_key = ? AND acked_at IS NULL{listed}",
+        (target_key,),
+    ).fetchone()
+    return ListedRows(int(count), None if first is None else int(first))
 
 
 def _int(value: object) -> int:
@@ -304,7 +310,7 @@ def liveness_findings(
     stall_after_seconds: float,
     now: datetime | None = None,
     *,
-    listed_rows: Mapping[str, int] | None = None,
+    listed_rows: Mapping[str, ListedRows] | None = None,
 ) -> tuple[list[Finding], dict[str, Any]]:
     """The liveness findings and the per-lane facts the textfile plots, in one short read transaction."""
     with db.read_transaction():
