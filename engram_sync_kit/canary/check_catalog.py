@@ -19,4 +19,8 @@ CHECKS: Final[dict[str, str]] = {
     "unattributed_mutations": "unacked memories on the legacy lane with an empty project",
     "session_spans_directories": "one engram session wrote from several directories",
     "undecodable_payload": "journal rows whose payload is not valid UTF-8",
+    "sync_stalled": "rows the worker sends waited past the stall threshold with no ack on their lane",
+    "worker_gave_up": "engram v1.20's worker stopped retrying after 10 consecutive failures",
+    "degraded_backoff_expired": "a failing lane's backoff ran out and no worker retried it",
+    "pulled_rows_not_applied": "pulled rows engram discarded on apply, or keeps deferring past the threshold",
 }

@@ -42,7 +42,9 @@ from engram_sync_kit.canary.findings import (
     overall_status,
 )
 from engram_sync_kit.canary.inbox.cursor import cursor_tripwire_findings
-from engram_sync_kit.canary.lane_health import kept_lane_findings
+from engram_sync_kit.canary.lane_health import kept_lanes
+from engram_sync_kit.canary.liveness import liveness_findings
+from engram_sync_kit.canary.pull_side import pull_side_findings
 from engram_sync_kit.canary.remotes import NO_REMOTES, RemoteStateKeys, remote_state_keys
 from engram_sync_kit.canary.schema_support import (
     allows_unknown_remote_keys,
@@ -441,7 +443,16 @@ def check_snapshot(
         tripwires, summary["inbox_keys"] = cursor_tripwire_findings(db, config, use_cursor=use_cursor)
         findings.extend(tripwires)
     # Lane health (canary.lane_health) takes its own short read transaction as well, through its state.
-    findings.extend(kept_lane_findings(db, use_cursor=use_cursor))
+    lanes, listed_rows = kept_lanes(db, use_cursor=use_cursor)
+    findings.extend(lanes)
+    # Liveness (canary.liveness) depends on the clock: read on every check, in its own read transaction;
+    # the rows each lane lists come with lane health's answer (counting them costs ~0.1 s per 100k).
+    alive, summary["sync_liveness"] = liveness_findings(
+        db, config.thresholds.stall_after_seconds, listed_rows=listed_rows
+    )
+    findings.extend(alive)
+    pulled, summary["pull_side"] = pull_side_findings(db, config.thresholds.stall_after_seconds)
+    findings.extend(pulled)
     # Stage A's assumption (design §4): no session spans two directories. Its own read transaction.
     stage_a, summary["stage_a"] = stage_a_findings(db, use_cursor=use_cursor)
     findings.extend(stage_a)

@@ -37,6 +37,12 @@ class Thresholds(BaseModel):
     critical_unacked_rows: int = Field(
         default=100, ge=1, description="a foreign target holding this many unacked rows is critical"
     )
+    stall_after_seconds: float = Field(
+        default=3600.0,
+        ge=1,
+        le=30 * 86_400,
+        description="sync_stalled: rows the worker sends waited longer than this with no ack in as long",
+    )
 
 
 class WatchSettings(BaseModel):

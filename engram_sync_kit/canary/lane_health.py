@@ -29,10 +29,11 @@ from engram_sync_kit.canary.db import EngramDb, quote_identifier, readable, read
 from engram_sync_kit.canary.findings import Finding
 from engram_sync_kit.canary.inbox.selection import InboxRow
 from engram_sync_kit.canary.lanes import Deriver, Fix, derive_fix, entry_refusal, pending_listed_rows
-from engram_sync_kit.canary.schema_support import identify, waiting_filter
+from engram_sync_kit.canary.schema_support import identify, waiting_filter, worker_gives_up
 from engram_sync_kit.canary.targets import project_target
 from engram_sync_kit.engram_contract import LEGACY_TARGET, PushRefusal
 from engram_sync_kit.engram_contract.prompt_preflight import PROMPT_PROVENANCE_BLOCKED
+from engram_sync_kit.engram_contract.worker_liveness import MAX_CONSECUTIVE_FAILURES, RESTART_ADVICE
 
 LEGACY_LANE_BLOCKED = "legacy_lane_blocked"
 PROJECT_LANE_BLOCKED = "project_lane_blocked"
@@ -65,6 +66,7 @@ class LaneHealth:
     blockers: list[Blocker] = field(default_factory=list)
     held_back: Counter[str] = field(default_factory=Counter)
     first_pending_seq: int | None = None
+    worker_gives_up: bool = True
 
     @property
     def degraded(self) -> bool:
@@ -81,10 +83,11 @@ def read_lane_health(db: EngramDb) -> list[LaneHealth]:
         return []
     enrolled = db.enrolled_projects()
     deriver = Deriver(db, enrolled)
-    return [_lane(db, deriver, target) for target in _live_lanes(db, enrolled)]
+    gives_up = worker_gives_up(identify(db))
+    return [_lane(db, deriver, target, gives_up) for target in live_lanes(db, enrolled)]
 
 
-def _live_lanes(db: EngramDb, enrolled: frozenset[str]) -> list[str]:
+def live_lanes(db: EngramDb, enrolled: frozenset[str]) -> list[str]:
     lanes = [LEGACY_TARGET]
     # Per-project lanes only where a later engram made them live; on a legacy-only file their rows are
     # undelivered_project_lane's business (v1.20's worker never reads them, so they block nothing).
@@ -97,8 +100,8 @@ def _live_lanes(db: EngramDb, enrolled: frozenset[str]) -> list[str]:
     return lanes
 
 
-def _lane(db: EngramDb, deriver: Deriver, target_key: str) -> LaneHealth:
-    health = LaneHealth(target_key)
+def _lane(db: EngramDb, deriver: Deriver, target_key: str, gives_up: bool) -> LaneHealth:
+    health = LaneHealth(target_key, worker_gives_up=gives_up)
     connection, schema = db.connection, db.schema
     columns = [
         name
@@ -209,10 +212,23 @@ def degraded_message(health: LaneHealth) -> str:
             "until its local origin and session owner verify, while the lane's other rows keep delivering; "
             f"retrying does not clear it ({rows} pending)"
         )
+    if health.consecutive_failures >= MAX_CONSECUTIVE_FAILURES and health.worker_gives_up:
+        retry = (
+            f"engram does not retry it: after {MAX_CONSECUTIVE_FAILURES} consecutive failures v1.20's worker "
+            f"stops until the process restarts ({health.consecutive_failures} recorded); once the error is "
+            f"fixed, {RESTART_ADVICE}"
+        )
+    else:
+        retry = (
+            "a running worker retries when its backoff ends (v1.20 stops after "
+            f"{MAX_CONSECUTIVE_FAILURES} consecutive failures until it restarts)"
+            if health.worker_gives_up
+            else "a running worker retries when its backoff ends, at most 5 minutes apart (predicted from "
+            "source: v2/v3 keep retrying past 10 failures)"
+        )
     return (
         f"lane {health.target_key!r} is degraded with {health.pending} rows pending: the last push failed "
-        f"({health.last_error}); no pending row fails the push contract, so fix what the error names; engram "
-        "retries on its next cycle (v1.20 stops after 10 consecutive failures until it restarts)"
+        f"({health.last_error}); no pending row fails the push contract, so fix what the error names; {retry}"
     )
 
 
@@ -224,14 +240,34 @@ def _projects_text(by_project: dict[str, int]) -> str:
 
 def lane_findings(db: EngramDb) -> list[Finding]:
     """The lane-blocked findings of one short read transaction of their own."""
+    return read_lanes(db)[0]
+
+
+@dataclass(frozen=True)
+class ListedRows:
+    """The rows a lane's worker lists: how many, and the first in seq order (None while none waits)."""
+
+    count: int
+    first_seq: int | None
+
+
+def read_lanes(db: EngramDb) -> tuple[list[Finding], dict[str, ListedRows]]:
+    """The lane findings and each live lane's rows the worker lists, in one short read transaction."""
     with db.read_transaction():
         healths = read_lane_health(db)
-    return [finding for health in healths if (finding := lane_finding(health, db.path)) is not None]
+    return _answer(healths, db.path)
+
+
+def _answer(healths: list[LaneHealth], db: Path) -> tuple[list[Finding], dict[str, ListedRows]]:
+    findings = [finding for health in healths if (finding := lane_finding(health, db)) is not None]
+    return findings, {
+        health.target_key: ListedRows(health.pending, health.first_pending_seq) for health in healths
+    }
 
 
 LANE_STATE_KIND = "lane-health"
 # Bumped whenever a lane finding's shape changes, so a kept answer of an older canary is never reused.
-LANE_STATE_SCHEMA = "engram-canary/lane-health/v3"
+LANE_STATE_SCHEMA = "engram-canary/lane-health/v4"
 # A bound on what the fingerprint cannot see (a sessions or observations row rewritten in place, which
 # can turn an unrepairable blocker into a repairable one).
 LANE_STATE_MAX_AGE_SECONDS = 3600.0
@@ -262,8 +298,7 @@ def lane_fingerprint(db: EngramDb) -> dict[str, Any]:
         "high_water": high[0] if high else None,
         "enrolled": sorted(enrolled),
         "waiting": {
-            lane: int(connection.execute(waiting, (lane,)).fetchone()[0])
-            for lane in _live_lanes(db, enrolled)
+            lane: int(connection.execute(waiting, (lane,)).fetchone()[0]) for lane in live_lanes(db, enrolled)
         },
         "sync_state": states,
         "derived_from": {
@@ -276,42 +311,56 @@ def lane_fingerprint(db: EngramDb) -> dict[str, Any]:
     return normalized
 
 
-def _kept_findings(path: Path, fingerprint: dict[str, Any]) -> list[Finding] | None:
+def _kept_answer(
+    path: Path, fingerprint: dict[str, Any]
+) -> tuple[list[Finding], dict[str, ListedRows]] | None:
     try:
         kept = json.loads(path.read_text(encoding="utf-8"))
         fresh = time.time() - float(kept["computed_at"]) <= LANE_STATE_MAX_AGE_SECONDS
         if kept["schema"] == LANE_STATE_SCHEMA and fresh and kept["fingerprint"] == fingerprint:
-            return [Finding.model_validate(document) for document in kept["findings"]]
+            findings = [Finding.model_validate(document) for document in kept["findings"]]
+            listed = {
+                str(lane): ListedRows(int(count), None if first is None else int(first))
+                for lane, (count, first) in kept["listed_rows"].items()
+            }
+            return findings, listed
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass  # pydantic's ValidationError is a ValueError
     return None
 
 
-def _keep_findings(path: Path, fingerprint: dict[str, Any], findings: list[Finding]) -> None:
+def _keep_answer(
+    path: Path, fingerprint: dict[str, Any], findings: list[Finding], listed: dict[str, ListedRows]
+) -> None:
     document = {
         "schema": LANE_STATE_SCHEMA,
         "fingerprint": fingerprint,
         "computed_at": time.time(),
         "findings": [finding.model_dump(mode="json") for finding in findings],
+        "listed_rows": {lane: [rows.count, rows.first_seq] for lane, rows in listed.items()},
     }
     keep_state(path, json.dumps(document))
 
 
 def kept_lane_findings(db: EngramDb, *, use_cursor: bool = True) -> list[Finding]:
-    """lane_findings through the canary's state dir: equal to a full read, which happens only when the
+    return kept_lanes(db, use_cursor=use_cursor)[0]
+
+
+def kept_lanes(db: EngramDb, *, use_cursor: bool = True) -> tuple[list[Finding], dict[str, ListedRows]]:
+    """read_lanes through the canary's state dir: equal to a full read, which happens only when the
     fingerprint moved (rows appended, acked or quarantined, an enrollment, a sync_state change)."""
     if not use_cursor or not db.schema.has_column("sync_mutations", "project"):
-        return lane_findings(db)
+        return read_lanes(db)
     path = state_file_for(db.path, LANE_STATE_KIND)
     with db.read_transaction():
         fingerprint = lane_fingerprint(db)
-        kept = _kept_findings(path, fingerprint)
+        kept = _kept_answer(path, fingerprint)
         if kept is not None:
             return kept
         healths = read_lane_health(db)
-    findings = [finding for health in healths if (finding := lane_finding(health, db.path)) is not None]
-    _keep_findings(path, fingerprint, findings)
-    return findings
+    findings, listed = _answer(healths, db.path)
+    _keep_answer(path, fingerprint, findings, listed)
+    return findings, listed
 
 
 @dataclass(frozen=True)

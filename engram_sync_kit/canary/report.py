@@ -19,7 +19,9 @@ from engram_sync_kit.canary.errors import CanaryError
 from engram_sync_kit.canary.findings import Finding, Status, counted_severities
 from engram_sync_kit.canary.inbox.selection import UNATTRIBUTED_MUTATIONS
 from engram_sync_kit.canary.lane_health import LANE_CHECKS
+from engram_sync_kit.canary.liveness import LIVENESS_CHECKS
 from engram_sync_kit.canary.text import printable
+from engram_sync_kit.engram_contract.worker_liveness import WorkerPresence
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -296,7 +298,7 @@ def write_textfile(
         for finding in itemized:
             if not finding.new:
                 continue
-            lane = (finding.target_key or "") if finding.check in LANE_CHECKS else ""
+            lane = (finding.target_key or "") if finding.check in LANE_CHECKS | LIVENESS_CHECKS else ""
             info.labels(
                 db,
                 finding_id(db, finding),
@@ -375,6 +377,13 @@ def write_textfile(
         )
         not_itemized.labels(db, "findings").set(len(ranked) - len(itemized))
         not_itemized.labels(db, "inbox_keys").set(max(0, len(fullest) - TEXTFILE_MAX_ITEMIZED))
+        _liveness_gauges(
+            registry,
+            db,
+            summary.get("sync_liveness") or {},
+            thresholds.stall_after_seconds,
+            summary.get("pull_side") or {},
+        )
         counts: dict[tuple[str, str, str], int] = {}
         for finding in result.findings:
             labels = (finding.check, finding.severity, str(finding.acknowledged).lower())
@@ -388,6 +397,60 @@ def write_textfile(
         for (check, severity, acknowledged), count in counts.items():
             by_check.labels(db, check, severity, acknowledged).set(count)
     return _write_textfile(registry, directory, TEXTFILE_PREFIX, db)
+
+
+def _liveness_gauges(
+    registry: CollectorRegistry,
+    db: str,
+    liveness: dict[str, Any],
+    stall_after_seconds: float,
+    pull_side: dict[str, Any],
+) -> None:
+    """Per lane: what canary.liveness reads (a dashboard shows a stall growing before it is one), and the
+    pull side's rows engram has not applied."""
+    from prometheus_client import Gauge  # only --textfile-dir needs it (~20 ms of start-up)
+
+    lanes: dict[str, dict[str, Any]] = liveness.get("lanes") or {}
+    Gauge(
+        "engram_canary_sync_stall_threshold_seconds",
+        "thresholds.stall_after_seconds: sync_stalled past this wait with no ack in as long",
+        ["db"],
+        registry=registry,
+    ).labels(db).set(float(liveness.get("stall_after_seconds", stall_after_seconds)))
+    series = (
+        ("sync_waiting_rows", "waiting_rows", "Rows engram's worker sends that wait on the lane"),
+        ("sync_oldest_waiting_seconds", "oldest_waiting_seconds", "Age of the oldest row the worker sends"),
+        ("sync_seconds_since_last_ack", "seconds_since_last_ack", "Seconds since the lane's last ack"),
+        (
+            "worker_consecutive_failures",
+            "consecutive_failures",
+            "sync_state.consecutive_failures (v1.20 gives up at 10)",
+        ),
+    )
+    for name, key, help_text in series:
+        gauge = Gauge(f"engram_canary_{name}", help_text, ["db", "lane"], registry=registry)
+        for lane, facts in sorted(lanes.items()):
+            value = facts.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                gauge.labels(db, lane).set(value)
+    pulled = Gauge(
+        "engram_canary_pull_rows_not_applied",
+        "Pulled rows engram has not applied (sync_apply_deferred): status dead (never retried) or deferred",
+        ["db", "status"],
+        registry=registry,
+    )
+    for status in ("dead", "deferred"):
+        count = pull_side.get(f"{status}_rows")
+        if isinstance(count, int):
+            pulled.labels(db, status).set(count)
+    lease = Gauge(
+        "engram_canary_worker_lease_held",
+        "1 while a worker holds the lane's lease (engram serve or engram mcp cycles), else 0",
+        ["db", "lane"],
+        registry=registry,
+    )
+    for lane, facts in sorted(lanes.items()):
+        lease.labels(db, lane).set(1 if facts.get("worker") == WorkerPresence.HOLDS_LEASE else 0)
 
 
 def _require_directory(directory: Path) -> None:

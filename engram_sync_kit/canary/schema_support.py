@@ -166,6 +166,14 @@ def allows_unknown_remote_keys(kind: DatabaseKind) -> bool:
     return kind.generation.remote_state_keys is not False
 
 
+def worker_gives_up(kind: DatabaseKind) -> bool:
+    """v1.20's worker stops for good at 10 consecutive failures (internal/cloud/autosync/manager.go
+    @ba9e46c); the newest stored v2 and v3 workers retry after each backoff (predicted from source,
+    engram_contract.worker_liveness). A later v1.x is not known either way: read as retrying, so a stuck
+    lane there says its backoff ran out, never OK."""
+    return kind.version == V120
+
+
 def waiting_filter(schema: Schema, alias: str = "") -> str:
     """SQL that keeps only rows engram's worker would still send: v2/v3 retire a row (quarantined,
     superseded) by setting its disposition, and the transport reads pending rows only (index

@@ -55,6 +55,7 @@ from engram_sync_kit.canary.db_files import (
 from engram_sync_kit.canary.errors import CanaryError
 from engram_sync_kit.canary.findings import Finding, Status, overall_status
 from engram_sync_kit.canary.lane_health import lane_transitions
+from engram_sync_kit.canary.liveness import liveness_transitions
 from engram_sync_kit.canary.notify import Alert, HookRunner, Pinger
 from engram_sync_kit.canary.text import printable
 from engram_sync_kit.canary.undecodable import UNDECODABLE_PAYLOAD
@@ -434,6 +435,9 @@ class Watcher:
             self._emit(
                 Alert(lane.event, lane.target_key, lane.line, Status.CRITICAL if lane.critical else Status.OK)
             )
+        for change in liveness_transitions(previous, self.standing, self.options.db_path):
+            status = {"critical": Status.CRITICAL, "warning": Status.WARNING}.get(change.severity, Status.OK)
+            self._emit(Alert(change.event, change.target_key, change.line, status))
         self._undecodable_transition(previous, self.standing)
         self._reconcile(foreign, by_key, space)
         for key in foreign:

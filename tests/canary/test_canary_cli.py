@@ -94,7 +94,7 @@ def test_config_error_is_unknown_with_file_and_line(tmp_path: Path) -> None:
     assert result.returncode == 3
     assert result.stdout == (
         f"ENGRAM-CANARY UNKNOWN - {config}:3: unknown key 'thresholds.critical_new_foreign_target' "
-        "(allowed: critical_new_foreign_targets, critical_unacked_rows)\n"
+        "(allowed: critical_new_foreign_targets, critical_unacked_rows, stall_after_seconds)\n"
     )
 
 

@@ -48,6 +48,14 @@ V120_ONLY: dict[str, str] = {
     "test_triage_invariant::test_the_model_sees_a_blocked_lane": (
         "shows the invariant's model has teeth through a triage write (drop-unattributed --apply), v1.20 only"
     ),
+    "test_canary_liveness::test_the_real_worker_gives_up_and_check_says_so": (
+        "time: ten real failures and engram's own backoffs (about 13 minutes); the finding on a v2/v3 file is "
+        "pinned per version by test_a_worker_past_its_give_up_point_says_so_and_how_to_restart_it"
+    ),
+    "test_canary_liveness::test_a_pulled_row_engram_discards_on_apply_is_a_finding": (
+        "time: six 30 s pull ticks of v1.20's own worker; the finding on v2/v3 files is pinned by "
+        "test_a_dead_pulled_row_is_a_finding_on_every_schema"
+    ),
     # Left on v1.20 for the time budget (each costs ~10 s per version for little the other runs lack):
     "test_canary_fleet::test_three_machines_page_once_per_problem_naming_the_machine_the_finding_and_the_fix": (
         "time: three homes, real Prometheus, Alertmanager and node_exporters; the textfile they read is pinned "
