@@ -21,8 +21,8 @@ from engram_schemas.builder import ENROLLED, PHANTOM_TARGET, STRAY, V2, V2_RC12,
 from engram_sync_kit.canary.cli import cli
 from engram_sync_kit.canary.config import CanaryConfig
 from engram_sync_kit.canary.db import EngramDb
-from engram_sync_kit.canary.inbox.cursor import cursor_tripwire_findings
 from engram_sync_kit.canary.inbox import cursor as inbox_cursor
+from engram_sync_kit.canary.inbox.cursor import cursor_tripwire_findings
 from engram_sync_kit.canary.inbox.selection import select_unjournaled_memories, tripwire_findings
 
 DOCTOR_REPAIR = "engram doctor repair --check sync_target_closed_space"

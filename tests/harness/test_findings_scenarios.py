@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from engram_sync_kit.harness.loader import load_scenario
+from engram_sync_kit.harness.scenario.loader import load_scenario
 
 FINDINGS = Path(__file__).resolve().parents[2] / "docs" / "findings"
 SCENARIOS = sorted(FINDINGS.glob("*.scenario.yaml"))

@@ -23,6 +23,7 @@ from engram_sync_kit.canary.inbox.selection import KeySummary
 from engram_sync_kit.harness.cli import cli
 from engram_sync_kit.harness.errors import HarnessError
 from engram_sync_kit.harness.lanes import LocalMutation
+from engram_sync_kit.harness.validate import cli as validate_cli
 from engram_sync_kit.harness.validate.anonymize import anonymized, stable_hash
 from engram_sync_kit.harness.validate.model import (
     Blocker,
@@ -54,7 +55,6 @@ from engram_sync_kit.harness.validate.run import (
     schema_diff,
     suggested_plan,
 )
-from engram_sync_kit.harness.validate import cli as validate_cli
 from engram_sync_kit.harness.validate.stuck import runnable_commands, stuck_rows
 
 KEY = b"\x00" * 32

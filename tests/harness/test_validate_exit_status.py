@@ -10,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from engram_sync_kit.harness.cli import cli
+from engram_sync_kit.harness.validate import cli as validate_cli
 from engram_sync_kit.harness.validate.model import ValidateReport, as_report
 from engram_sync_kit.harness.validate.run import ValidateOptions
-from engram_sync_kit.harness.validate import cli as validate_cli
 
 SAMPLE = Path(__file__).parent / "data" / "validate-report.json"
 

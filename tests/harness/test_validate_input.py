@@ -19,8 +19,8 @@ from click.testing import CliRunner
 
 from engram_sync_kit.harness.cli import cli
 from engram_sync_kit.harness.errors import HarnessError
-from engram_sync_kit.harness.validate.run import ValidateOptions, is_live
 from engram_sync_kit.harness.validate import cli as validate_cli
+from engram_sync_kit.harness.validate.run import ValidateOptions, is_live
 
 pytestmark = pytest.mark.unit
 

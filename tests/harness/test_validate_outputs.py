@@ -24,8 +24,8 @@ from engram_sync_kit.engram_contract.files import database_file_written_by
 from engram_sync_kit.engram_contract.one_line_cli import USAGE_EXIT
 from engram_sync_kit.harness.cli import cli
 from engram_sync_kit.harness.errors import HarnessError
-from engram_sync_kit.harness.validate.run import ValidateOptions, validate
 from engram_sync_kit.harness.validate import cli as validate_cli
+from engram_sync_kit.harness.validate.run import ValidateOptions, validate
 
 pytestmark = pytest.mark.unit
 
