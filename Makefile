@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 ENGRAM_VERSION ?= v1.20.0
 
-.PHONY: demo test test-v3 venv engram lint typecheck bench mutation explore clean
+.PHONY: demo test test-v3 test-nightly test-generations venv engram lint typecheck bench mutation explore clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,14 @@ test: venv
 
 test-v3: venv
 	ENGRAM_KIT_TIER=v3 bash scripts/test.sh
+
+# The tests longer than make test's budget (a worker giving up after engram's own backoffs, ~17 min).
+test-nightly: venv
+	ENGRAM_KIT_TIER=nightly bash scripts/test.sh
+
+# The real-binary canary tests on all five schema generations (make test plays v1.20, rc.12+ and v3).
+test-generations: venv
+	ENGRAM_KIT_ALL_GENERATIONS=1 bash scripts/test.sh
 
 demo: engram
 	bash scripts/demo.sh

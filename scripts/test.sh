@@ -12,7 +12,10 @@ BIN=.venv/bin
 ENGRAM_BIN_V1=$("$BIN/engram-harness" engram install v1.20.0)
 export ENGRAM_BIN_V1
 # The engram_v3 tier has its own target (make test-v3): the module proxy here refuses v2/v3 tags.
-tier_filter=(-m "not engram_v3")
+tier_filter=(-m "not engram_v3 and not nightly")
+if [ "${ENGRAM_KIT_TIER:-}" = nightly ]; then
+  tier_filter=(-m "nightly and not engram_v3")
+fi
 if [ "${ENGRAM_KIT_TIER:-}" = v3 ]; then
   ENGRAM_BIN_V3=$("$BIN/engram-harness" engram install "${ENGRAM_V3_VERSION:-v3.2.1}")
   export ENGRAM_BIN_V3

@@ -172,7 +172,8 @@ def test_a_worker_past_its_give_up_point_says_so_and_how_to_restart_it(enrolled:
     prom = world.root / "prom"
     prom.mkdir()
     assert canary(world, "check", "--textfile-dir", str(prom)).returncode == 2
-    textfile = (prom / "engram_canary.prom").read_text()
+    (written,) = prom.glob("engram_canary_*.prom")  # one textfile per database (issue 36)
+    textfile = written.read_text()
     assert f'engram_canary_worker_consecutive_failures{{db="{db}",lane="cloud"}} 10.0' in textfile
     assert any(
         line.startswith("engram_canary_finding_info{")
@@ -291,6 +292,7 @@ def test_a_degraded_lane_whose_backoff_ran_out_with_no_worker_says_nothing_retri
             assert (status, document["findings"]) == (0, [])
 
 
+@pytest.mark.nightly  # about 17 minutes of engram's own backoffs: make test-nightly
 def test_the_real_worker_gives_up_and_check_says_so(enrolled: EngramEnvironment) -> None:
     """Ten real failures (engram's own backoffs, about 8 minutes), then the last 5-minute backoff skipped on a
     copy; engram serve still runs, so its lease is the one a worker that gave up leaves behind."""
@@ -362,6 +364,7 @@ def deferred_status(world: EngramEnvironment, sync_id: str) -> tuple[str, int] |
     return (str(rows[0][0]), int(rows[0][1])) if rows else None
 
 
+@pytest.mark.nightly  # six 30 s pull ticks of engram's own worker, about 3 minutes: make test-nightly
 def test_a_pulled_row_engram_discards_on_apply_is_a_finding(enrolled: EngramEnvironment) -> None:
     """The pull side on the real worker: a relation whose memories never arrive is deferred, retried on
     each pull and dead after the fifth try (store.go @ba9e46c, ReplayDeferred); check names it. The

@@ -19,19 +19,24 @@ Tests that stay on v1.20.0 are listed with their reason in V120_ONLY, the one pl
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from engram_schemas.builder import FIXTURE_VERSIONS, V120
+from engram_schemas.builder import FIXTURE_VERSIONS, V2_RC12, V3, V120
 from engram_schemas.open_as import open_as
 from engram_sync_kit.harness.engram.env import EngramEnvironment
 from engram_sync_kit.harness.engram.mcp_client import McpSession
 from engram_sync_kit.harness.engram.serve import EngramDaemon
 
 CANARY_TESTS = Path(__file__).resolve().parents[1] / "canary"
+# make test plays the real-binary canary tests on v1.20.0, rc.12+ and v3 (the 15-minute budget: today's
+# engram and the generation that changed journaling); `make test-generations` plays all five. The schema
+# and fixture tests of every generation run in both.
+PLAYED_VERSIONS = FIXTURE_VERSIONS if os.environ.get("ENGRAM_KIT_ALL_GENERATIONS") else (V120, V2_RC12, V3)
 ENGRAM_FIXTURES = {"engram_world", "engram_bin"}
 # test module::name -> why it runs on v1.20.0 only.
 V120_ONLY: dict[str, str] = {
@@ -105,7 +110,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if metafunc.definition.path.parent != CANARY_TESTS or not ENGRAM_FIXTURES & set(metafunc.fixturenames):
         return
     key = f"{metafunc.module.__name__}::{metafunc.function.__name__}"
-    versions = [V120] if key in V120_ONLY or key in VERSIONS_INSIDE else list(FIXTURE_VERSIONS)
+    versions = [V120] if key in V120_ONLY or key in VERSIONS_INSIDE else list(PLAYED_VERSIONS)
     metafunc.parametrize("engram_schema", versions, indirect=True)
 
 

@@ -161,8 +161,7 @@ def test_pytest_stops_the_scenarios_children_on_sigterm(tmp_path: Path, engram_b
         "no:cacheprovider",
         "--basetemp",
         str(tmp_path / "tmp" / "basetemp"),
-        "--scenario-engram",
-        str(engram_bin),
+        f"--scenario-engram={engram_bin}",
         str(SCENARIO),
         program=Path(sys.executable),
     )

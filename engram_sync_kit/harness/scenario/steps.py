@@ -7,7 +7,8 @@ What each step really does (v1.20.0, read in cmd/engram, internal/mcp, internal/
   the directory's basename). This is the only real path that derives cwd keys; `engram save` does not.
 - save via cli: `engram save T C [--project P]` in the workspace. Without --project v1.20 journals project ''
   under session 'manual-save' (no cwd detection); with it, session 'manual-save-P'.
-- save via http: POST /observations to `engram serve` (session required; project defaults to the session's).
+- save via http: POST /observations to `engram serve` (session required). Without `project` v1.20 stores
+  the observation with no project, though its session has one (docs/findings/http-save-converges-under-two-projects.md).
 - session: POST /sessions {id, project, directory} (http, project required) or mcp mem_session_start
   (project derived from the cwd); directory is the workspace's path unless the step says otherwise
   (`omit` leaves the key out). prompt: POST /prompts or mcp mem_save_prompt.
