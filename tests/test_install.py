@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from test_readme import first_check_output
 
 from engram_sync_kit.engram_contract.version import __version__
@@ -209,7 +210,11 @@ HARNESS_EXTRA = [Requirement(text) for text in PROJECT["optional-dependencies"][
 
 def same_requirements(tokens: list[str]) -> bool:
     """The tokens name the [harness] extra's requirements exactly (specifier order aside)."""
-    return sorted(map(str, map(Requirement, tokens))) == sorted(map(str, HARNESS_EXTRA))
+
+    def named(requirement: Requirement) -> tuple[str, str]:
+        return canonicalize_name(requirement.name), str(requirement.specifier)
+
+    return sorted(named(Requirement(token)) for token in tokens) == sorted(map(named, HARNESS_EXTRA))
 
 
 def _follow_the_hint(env: dict[str, str], cwd: Path) -> str:
