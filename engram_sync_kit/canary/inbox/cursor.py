@@ -20,7 +20,7 @@ import hashlib
 import json
 import sqlite3
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
@@ -167,7 +167,7 @@ def _save(path: Path, cursor: Cursor) -> None:
 
 def _inputs_to_json(inputs: TripwireInputs) -> dict[str, Any]:
     return {
-        "keys": {key: asdict(totals) for key, totals in inputs.keys.items()},
+        "keys": {key: totals.as_json() for key, totals in inputs.keys.items()},
         "unsorted_memories": inputs.unsorted_memories,
     }
 

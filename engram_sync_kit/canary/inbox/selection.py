@@ -693,6 +693,16 @@ class KeyTotals:
         self.oldest_memory = _earliest(self.oldest_memory, other.oldest_memory)
         self.projects = _sorted_projects({*self.projects, *other.projects})
 
+    def as_json(self) -> dict[str, Any]:
+        # dataclasses.asdict deep-copies field by field: 0.4 s of a check at 10k keys.
+        return {
+            "count": self.count,
+            "telemetry": self.telemetry,
+            "oldest": self.oldest,
+            "oldest_memory": self.oldest_memory,
+            "projects": list(self.projects),
+        }
+
 
 @dataclass
 class TripwireInputs:
