@@ -75,8 +75,8 @@ export TESTCONTAINERS_CONNECTION_MODE=docker_host
 export TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1
 # The scenario library plays twice, side by side: process clouds, and docker clouds (items named
 # scenario[docker], held to the process run's baseline results; they skip, or fail under CI, without an image).
-# Three workers on two cores: most of the slow tests wait for engram's 30 s worker ticks, not the CPU.
+# Four workers on two cores: most of the slow tests wait for engram's 30 s worker ticks, not the CPU.
 # --scenario-engram-installed: the scenario items play the v1.20.0 installed above (the plugin never falls
 # back to that cache unless asked, so a gate that forgot ENGRAM_BIN cannot test an old release).
-"$BIN/pytest" -n 3 --dist loadgroup --durations=20 --scenario-cloud process,docker --scenario-engram-installed \
+"$BIN/pytest" -n 4 --dist loadgroup --durations=20 --scenario-cloud process,docker --scenario-engram-installed \
   "${tier_filter[@]}" "$@"

@@ -12,7 +12,7 @@ import functools
 import json
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -159,11 +159,29 @@ def read_target_space(
     )
 
 
+# Past this many foreign targets' project counts, one scan of the unacked rows answers the rest.
+PROJECT_QUERIES_BEFORE_ONE_SCAN = 32
+
+
 class EvidenceReader:
     """Unacked-row counts for foreign targets, computed lazily and cached within one snapshot."""
 
-    def __init__(self, db: EngramDb, kept: dict[str, dict[str, int]] | None = None) -> None:
+    def __init__(
+        self,
+        db: EngramDb,
+        kept: dict[str, dict[str, int]] | None = None,
+        *,
+        journal_targets: Set[str] | None = None,
+        stored_keys: Mapping[str, bytes] | None = None,
+    ) -> None:
+        """`journal_targets`: every target key the journal holds in this snapshot (the target space's);
+        a key outside it has no rows, and is answered without a query. `stored_keys`: the space's."""
         self.db = db
+        self.journal_targets = journal_targets
+        self._unacked: dict[str, int] = {}
+        # project_unacked for many projects at once reads the unacked rows once, by stored project bytes
+        self._unacked_by_stored_project: dict[bytes, dict[str, int]] | None = None
+        self._project_queries = 0
         self.connection = db.connection
         schema = db.schema
         self.has_acked = schema.has_column("sync_mutations", "acked_at")
@@ -171,7 +189,7 @@ class EvidenceReader:
         self.waiting = waiting_filter(schema)  # v2/v3: a quarantined row is not waiting for delivery
         self._projects_by_target: dict[str, list[str]] | None = None
         # Stored bytes of keys and projects that are not valid UTF-8: their rows are found by these.
-        self.stored_keys: dict[str, bytes] = {}
+        self.stored_keys: dict[str, bytes] = dict(stored_keys or {})
         self._stored_projects: dict[str, bytes] = {}
         # project_unacked answers kept from an earlier check of the same unchanged rows (the state dir)
         self.kept = kept or {}
@@ -188,12 +206,17 @@ class EvidenceReader:
     def unacked_on_target(self, target_key: str) -> int | None:
         if not self.has_acked:
             return None
+        if target_key in self._unacked:
+            return self._unacked[target_key]
+        if self.journal_targets is not None and target_key not in self.journal_targets:
+            return 0
         row = self.connection.execute(
             "SELECT count(*) FROM sync_mutations WHERE target_key = CAST(? AS TEXT) AND acked_at IS NULL"
             + self.waiting,
             (self._stored_key(target_key),),
         ).fetchone()
-        return int(row[0])
+        self._unacked[target_key] = int(row[0])
+        return self._unacked[target_key]
 
     def _stored_key(self, target_key: str) -> bytes:
         return self.stored_keys.get(target_key) or target_key.encode()
@@ -227,16 +250,39 @@ class EvidenceReader:
         if memo in self.kept:
             self.answered[memo] = dict(self.kept[memo])
             return dict(self.kept[memo])
-        marks = ", ".join("CAST(? AS TEXT)" for _ in projects)
+        stored = {self._stored_projects.get(project) or project.encode() for project in projects}
         by_lane: dict[str, int] = {}
-        for lane, count in self.connection.execute(
-            f"SELECT target_key, count(*) FROM sync_mutations "
-            f"WHERE project IN ({marks}) AND acked_at IS NULL{self.waiting} GROUP BY target_key",
-            [self._stored_projects.get(project) or project.encode() for project in projects],
-        ):
-            by_lane[str(lane)] = int(count)
+        self._project_queries += 1
+        if self._project_queries > PROJECT_QUERIES_BEFORE_ONE_SCAN:
+            self.read_unacked_by_project()
+        if self._unacked_by_stored_project is not None:
+            for project in stored:
+                for lane, count in self._unacked_by_stored_project.get(project, {}).items():
+                    by_lane[lane] = by_lane.get(lane, 0) + count
+        else:
+            marks = ", ".join("CAST(? AS TEXT)" for _ in stored)
+            for lane, count in self.connection.execute(
+                f"SELECT target_key, count(*) FROM sync_mutations "
+                f"WHERE project IN ({marks}) AND acked_at IS NULL{self.waiting} GROUP BY target_key",
+                sorted(stored),
+            ):
+                by_lane[str(lane)] = by_lane.get(str(lane), 0) + int(count)
         self.answered[memo] = dict(by_lane)
         return by_lane
+
+    def read_unacked_by_project(self) -> None:
+        """Read every unacked row's (project, lane) once, so project_unacked asks no more queries: one
+        scan instead of one indexed query per foreign target (10k targets: 10k queries)."""
+        if not self.has_acked or not self.has_project or self._unacked_by_stored_project is not None:
+            return
+        by_project: dict[bytes, dict[str, int]] = {}
+        for project, lane, count in self.connection.execute(
+            "SELECT CAST(project AS BLOB), target_key, count(*) FROM sync_mutations "
+            f"WHERE typeof(project) = 'text' AND acked_at IS NULL{self.waiting} GROUP BY project, target_key"
+        ):
+            lanes = by_project.setdefault(bytes(project), {})
+            lanes[str(lane)] = lanes.get(str(lane), 0) + int(count)
+        self._unacked_by_stored_project = by_project
 
     def sync_target_evidence(self, row: SyncStateRow) -> dict[str, Any]:
         projects = self.projects_mapping_to(row.target_key)
@@ -422,7 +468,7 @@ def check_snapshot(
     db_path = db.path
     with db.read_transaction():
         space = read_target_space(db, config.allowed_targets)
-        reader = EvidenceReader(db)
+        reader = EvidenceReader(db, journal_targets=space.mutation_targets, stored_keys=space.stored_keys)
         unacked = unacked_by_target(space, reader)
         # The per-project counts of foreign targets read every row of those projects; while no row was
         # added or acked (same last seq, same unacked count per target) the last check's answers hold.

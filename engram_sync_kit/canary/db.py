@@ -25,6 +25,8 @@ BUSY_TIMEOUT_MS = 5000
 # inbox offers to triage, read the bytes (CAST(... AS BLOB)) and decode them themselves.
 LENIENT_TEXT = functools.partial(str, encoding="utf-8", errors="replace")
 REQUIRED_TABLES = ("sync_state", "sync_mutations")
+# distinct_stored_values: index lookups, one per value, up to this many values; then one ordered scan.
+SKIP_SCAN_STEPS = 64
 
 
 class DatabaseUnavailable(CanaryError):
@@ -222,18 +224,41 @@ def distinct_values(connection: sqlite3.Connection, column: str) -> set[str]:
     return set(distinct_stored_values(connection, column))
 
 
-def distinct_stored_values(connection: sqlite3.Connection, column: str) -> dict[str, bytes]:
+def distinct_stored_values(
+    connection: sqlite3.Connection, column: str, *, skip_steps: int = SKIP_SCAN_STEPS
+) -> dict[str, bytes]:
     """Each distinct value of an indexed sync_mutations column as the canary reads it, with its stored
-    bytes (bind them as `CAST(? AS TEXT)` to find its rows). The skip-scan steps by the stored bytes: a
-    value that is not valid UTF-8 reads back with U+FFFD, which sorts below the bytes \xf0-\xff, so
-    stepping past the decoded value would find the same row again, forever."""
+    bytes (bind them as `CAST(? AS TEXT)` to find its rows).
+
+    Text values by skip-scan, which steps by the stored bytes: a value that is not valid UTF-8 reads back
+    with U+FFFD, which sorts below the bytes \xf0-\xff, so stepping past the decoded value would find the
+    same row again, forever. Past `skip_steps` values, one ordered scan of the index finds the rest (10k
+    values: 10k queries otherwise). Values of another type (a BLOB or a number another writer left) sort
+    apart from text and are read in one pass each: stepping over them by a text bound never ends."""
     values: dict[str, bytes] = {}
-    statement = f"SELECT CAST(min({column}) AS BLOB) FROM sync_mutations"
+    text_only = f"typeof({column}) = 'text'"
+    statement = f"SELECT CAST(min({column}) AS BLOB) FROM sync_mutations WHERE {text_only}"
     row = connection.execute(statement).fetchone()
+    steps = 0
     while row is not None and row[0] is not None:
         stored = bytes(row[0])
         values.setdefault(LENIENT_TEXT(stored), stored)
-        row = connection.execute(f"{statement} WHERE {column} > CAST(? AS TEXT)", (stored,)).fetchone()
+        steps += 1
+        if steps >= skip_steps:
+            for (rest,) in connection.execute(
+                f"SELECT CAST({column} AS BLOB) FROM sync_mutations "
+                f"WHERE {column} > CAST(? AS TEXT) AND {text_only} GROUP BY {column} ORDER BY {column}",
+                (stored,),
+            ):
+                values.setdefault(LENIENT_TEXT(bytes(rest)), bytes(rest))
+            break
+        row = connection.execute(f"{statement} AND {column} > CAST(? AS TEXT)", (stored,)).fetchone()
+    # Numbers sort below every text, BLOBs above: each range is read once, by the index.
+    for bound in (f"{column} < ''", f"{column} >= x''"):
+        for (other,) in connection.execute(
+            f"SELECT DISTINCT CAST({column} AS BLOB) FROM sync_mutations WHERE {bound}"
+        ):
+            values.setdefault(LENIENT_TEXT(bytes(other)), bytes(other))
     return values
 
 

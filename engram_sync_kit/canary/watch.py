@@ -128,6 +128,10 @@ class WatchStats:
     alerts: int = 0
 
 
+def gone(path: Path) -> str:
+    return f"{path}: no such file or directory; engram's database is gone"
+
+
 class FileState(Enum):
     UNCHANGED = "unchanged"  # nobody wrote since the last look (a reader's events, the canary's own)
     WRITTEN = "written"
@@ -345,7 +349,9 @@ class Watcher:
     def _read_failed(self, error: Exception) -> None:
         if self._abandoning():
             return  # a replace or a stop: the loop reads the new file or ends
-        if isinstance(error, sqlite3.Error):
+        if not self.options.db_path.exists():
+            why = gone(self.options.db_path)  # it went between the look and the open
+        elif isinstance(error, sqlite3.Error):
             why = describe_read_error(self.options.db_path, error, "read failed")
         else:
             why = str(error)
@@ -394,7 +400,7 @@ class Watcher:
             state = state or self._file_state()
             if state is FileState.GONE:
                 self.fingerprint = None
-                why = f"{path}: no such file or directory; engram's database is gone"
+                why = gone(path)
                 self._say(f"engram-canary: UNKNOWN - {why}", ERROR)
                 self._notify_status(Status.UNKNOWN, why)
                 return

@@ -19,6 +19,7 @@ import functools
 import json
 import sqlite3
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from canary_support import WatchProcess
 from engram_schemas.builder import V120
 from engram_schemas.per_version import current
 from inbox_support import canary, engram_ok, engram_serve, query, save
+from schema_under_test import copies_opened_as_v2_v3
 
 from engram_sync_kit.engram_contract.worker_liveness import MAX_CONSECUTIVE_FAILURES, RETRY_GRACE_SECONDS
 from engram_sync_kit.fake_cloud.faults import Fault, FaultAction, Route
@@ -236,6 +238,8 @@ def failing_worker_cycles(world: EngramEnvironment, server: Any, count: int) -> 
 def test_a_degraded_lane_whose_backoff_ran_out_with_no_worker_says_nothing_retries(
     enrolled: EngramEnvironment,
 ) -> None:
+    """One real degraded lane (v1.20's own worker, two failed cycles and a restart, ~90 s), read as is and
+    through copies opened as every later generation (per_version.VERSIONS_INSIDE)."""
     world = enrolled
     config = FakeCloudConfig(token=TOKEN, allowed_projects=("main-proj",), server_version="v1.20")
     with start_fake_cloud(config) as cloud:
@@ -258,26 +262,13 @@ def test_a_degraded_lane_whose_backoff_ran_out_with_no_worker_says_nothing_retri
 
         at_grace = copy_of(world, "at-grace.db")
         move_backoff(at_grace, RETRY_GRACE_SECONDS - 20)  # a live worker could still be retrying
-        assert not set(by_check(checked(world, "--db", str(at_grace))[1])) & set(LIVENESS)
-
         past = copy_of(world, "past-grace.db")
         move_backoff(past, RETRY_GRACE_SECONDS + 20)
-        status, document = checked(world, "--db", str(past))
-        assert status == 2  # the lane's degraded finding stays critical
-        expired = by_check(document)["degraded_backoff_expired"]
-        assert expired["severity"] == "warning"
-        assert expired["evidence"]["worker"] == "no worker"
-        assert expired["message"].startswith(
-            f"lane 'cloud' is degraded ({stopped['consecutive_failures']} consecutive failures; last error: "
-        )
-        assert (
-            "with no retry since (a running worker retries within 120s): no worker holds the lease"
-            in (expired["message"])
-        )
-        assert (
-            "a running worker retries when its backoff ends"
-            in (by_check(document)["legacy_lane_blocked"]["message"])
-        )
+        says_nothing_retries(world, at_grace, past, stopped)
+        grace_copies = dict(copies_opened_as_v2_v3(at_grace, world.root / "at-grace"))
+        for version, past_copy in copies_opened_as_v2_v3(past, world.root / "past-grace"):
+            with assertion_for(version):
+                says_nothing_retries(world, grace_copies[version], past_copy, stopped)
 
         # Restarted against a cloud that answers again: the worker delivers and check is OK.
         cloud.client.clear_faults()
@@ -290,6 +281,36 @@ def test_a_degraded_lane_whose_backoff_ran_out_with_no_worker_says_nothing_retri
             )
             status, document = checked(world)
             assert (status, document["findings"]) == (0, [])
+
+
+def says_nothing_retries(
+    world: EngramEnvironment, at_grace: Path, past: Path, stopped: dict[str, Any]
+) -> None:
+    assert not set(by_check(checked(world, "--db", str(at_grace))[1])) & set(LIVENESS)
+    status, document = checked(world, "--db", str(past))
+    assert status == 2  # the lane's degraded finding stays critical
+    expired = by_check(document)["degraded_backoff_expired"]
+    assert expired["severity"] == "warning"
+    assert expired["evidence"]["worker"] == "no worker"
+    assert expired["message"].startswith(
+        f"lane 'cloud' is degraded ({stopped['consecutive_failures']} consecutive failures; last error: "
+    )
+    assert (
+        "with no retry since (a running worker retries within 120s): no worker holds the lease"
+        in (expired["message"])
+    )
+    assert (
+        "a running worker retries when its backoff ends"
+        in (by_check(document)["legacy_lane_blocked"]["message"])
+    )
+
+
+@contextlib.contextmanager
+def assertion_for(version: str) -> Iterator[None]:
+    try:
+        yield
+    except AssertionError as error:
+        raise AssertionError(f"on the copy opened as {version}: {error}") from error
 
 
 @pytest.mark.nightly  # about 17 minutes of engram's own backoffs: make test-nightly

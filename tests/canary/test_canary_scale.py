@@ -92,11 +92,35 @@ def test_a_key_and_a_project_that_are_not_utf8_end_check_in_time(
     assert mutation["target_key"] == key
     # its row is found by its stored bytes, not missed under the decoded spelling
     assert mutation["evidence"]["rows"] == 1 and mutation["evidence"]["unacked_rows"] == 1
+    # the summary counts it by its stored bytes too (it said 0 before the space's bytes reached the reader)
+    assert document["summary"]["unacked_rows_by_target"][key] == 1
     (state,) = (f for f in document["findings"] if f["check"] == "foreign_sync_target")
     assert state["target_key"] == key and state["evidence"]["unacked_rows"] == 1
     text = run_canary(["check", "--db", str(undecodable_home)], tmp_path / "xdg", timeout=30)
     assert text.returncode == 1 and text.stderr == "", text.stderr
     assert f"[NEW] warning foreign_sync_target: sync target {key} is outside" in text.stdout
+
+
+def test_a_blob_key_and_project_in_the_journal_end_check_in_time(
+    engram_world: EngramEnvironment, tmp_path: Path
+) -> None:
+    """Failed first: a BLOB sorts above every text, so the skip-scan's `> CAST(? AS TEXT)` found the same
+    BLOB again, forever (check, watch and validate hung). SIMULATION OF LEGACY DATA: another writer's BLOBs."""
+    db = _home(engram_world)
+    _legacy(
+        db,
+        (
+            "INSERT INTO sync_mutations (target_key, entity, entity_key, op, payload, project) "
+            "VALUES (?, 'session', 's-blob', 'upsert', '{}', ?)",
+            (b"cloud:blob-writer", b"blob-writer"),
+        ),
+    )
+    checked = run_canary(["check", "--db", str(db), "--format", "json"], tmp_path / "xdg", timeout=30)
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    document = json.loads(checked.stdout)
+    (mutation,) = (f for f in document["findings"] if f["check"] == "foreign_mutation_target")
+    assert mutation["target_key"] == "cloud:blob-writer"
+    assert checked.stderr == ""
 
 
 def test_a_key_that_is_not_utf8_lets_watch_start_and_stop(undecodable_home: Path, tmp_path: Path) -> None:

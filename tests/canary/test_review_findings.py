@@ -9,6 +9,7 @@ say so where they happen.
 
 from __future__ import annotations
 
+import io
 import json
 import sqlite3
 import subprocess
@@ -504,6 +505,29 @@ def test_watch_says_unknown_when_the_database_goes_away_and_reads_its_replacemen
         )
     finally:
         assert watcher.stop() == 0
+
+
+@pytest.mark.parametrize("check", ["full", "incremental"])
+def test_a_database_that_vanishes_between_the_look_and_the_open_is_gone(
+    home: Path, tmp_path: Path, check: str
+) -> None:
+    """Failed first (a CI flake of the test above): the file was there when the watcher looked and gone when
+    it opened it, and the line said "pass --db or set ENGRAM_DATA_DIR" instead of "the database is gone"."""
+    from engram_sync_kit.canary.config import CanaryConfig
+    from engram_sync_kit.canary.watch import FileState, Watcher, WatchOptions
+
+    db = db_of(home)
+    stream = io.StringIO()
+    watcher = Watcher(WatchOptions(db_path=db, config=CanaryConfig(), baseline=None, stream=stream))
+    watcher._full_check(initial=True)
+    db.unlink()
+    if check == "full":
+        watcher._full_check(initial=False, state=FileState.WRITTEN)  # what it saw a moment before
+    else:
+        assert not watcher._incremental_check()
+    assert stream.getvalue().splitlines()[-1] == (
+        f"engram-canary: UNKNOWN - {db}: no such file or directory; engram's database is gone"
+    )
 
 
 # --- a relative --cwd is the directory the shell is in, as engram records it ------------------------------

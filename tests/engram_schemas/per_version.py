@@ -66,6 +66,14 @@ V120_ONLY: dict[str, str] = {
         "time: three homes, real Prometheus, Alertmanager and node_exporters; the textfile they read is pinned "
         "per version by test_textfile_gauges_per_inbox_key_and_per_finding_with_acknowledged_labels"
     ),
+    "test_canary_fleet::test_a_dead_exporter_and_an_unknown_check_hold_the_page_open_and_page_why": (
+        "time: two homes, real Prometheus, Alertmanager and node_exporters (~35 s per version); what holds a "
+        "page open is the alert rules' own, and the textfile they read is pinned per version as above"
+    ),
+    "test_triage_lane_e2e::test_triage_clears_a_blocked_lane_and_never_inserts_what_the_cloud_refuses": (
+        "time: a real blocked lane (~35 s per version) whose triage --apply v2/v3 refuse with nothing written "
+        "(the refusal is pinned per version by test_schema_versions and by the other --apply tests here)"
+    ),
     "test_triage_defects::test_drop_refuses_bad_selections_in_one_line": (
         "time: six homes per version for argument errors, five of which are refused before the database is read"
     ),
@@ -103,6 +111,9 @@ VERSIONS_INSIDE: dict[str, str] = {
         "a real cloud on Postgres and a full autosync cycle (~45 s)"
     ),
     "test_reconcile_engram::test_ack_without_store_is_found_exactly": "a full autosync cycle (~35 s)",
+    "test_canary_liveness::test_a_degraded_lane_whose_backoff_ran_out_with_no_worker_says_nothing_retries": (
+        "two failed cycles of v1.20's own worker and a restart (~90 s)"
+    ),
 }
 
 

@@ -9,6 +9,7 @@ canary.key_map; the text of `inbox list` and `show` is canary.inbox_render.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -376,6 +377,7 @@ def require_inbox_schema(schema: Schema) -> None:
         raise InboxUnsupported("no sessions table: not an engram memory database")
 
 
+@functools.lru_cache(maxsize=4096)  # engram's times have whole seconds: many rows share one
 def parse_engram_time(text: str) -> datetime | None:
     """engram writes datetime('now') (UTC, 'YYYY-MM-DD HH:MM:SS'); ISO strings are accepted too."""
     try:
@@ -423,6 +425,7 @@ def select_inbox_rows(
     sql = _INBOX_ROWS_SQL.format(inbox=inbox, waiting=waiting_filter(schema, "m."))
     rows: list[InboxRow] = []
     undecodable: list[int] = []
+    derived: dict[tuple[bool, str | None, str | None], tuple[Derivation, bool]] = {}
     for (
         seq,
         entity,
@@ -447,7 +450,12 @@ def select_inbox_rows(
         directory = (
             normalize_cwd(str(sdirectory)) if isinstance(sdirectory, str) and sdirectory.strip() else None
         )
-        context = resolver.context(sid is not None, sproject, directory, aliases)
+        # Rows share few session shapes: derive once per shape (the resolver keys its answers the same way).
+        shape = (sid is not None, sproject if isinstance(sproject, str) else None, directory)
+        if shape not in derived:
+            context = resolver.context(sid is not None, sproject, directory, aliases)
+            derived[shape] = (derive(context, aliases, enrolled), context.cwd_missing)
+        derivation, cwd_missing = derived[shape]
         rows.append(
             InboxRow(
                 seq=int(seq),
@@ -458,8 +466,8 @@ def select_inbox_rows(
                 project=str(project),
                 occurred_at=str(occurred_at),
                 cwd=directory,
-                derivation=derive(context, aliases, enrolled),
-                cwd_missing=context.cwd_missing,
+                derivation=derivation,
+                cwd_missing=cwd_missing,
             )
         )
     if memory is not None and resolver.learned:
