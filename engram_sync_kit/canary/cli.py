@@ -440,7 +440,8 @@ def reconcile_command(
     # httpx and the cloud client load only for reconcile, not on every cron-run check.
     from engram_sync_kit.canary.reconcile import run_reconcile_command
 
-    db_path = resolve_db(db, CanaryConfig())
+    config = CanaryConfig()
+    db_path = resolve_db(db, config)
     config_error: str | None = None
     try:
         config, _ = effective_config(config_file)
@@ -457,6 +458,7 @@ def reconcile_command(
         textfile_dir,
         timeout,
         config_error,
+        config.thresholds.stall_after_seconds,
     )
     click.echo(text)
     sys.exit(status)

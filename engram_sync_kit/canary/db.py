@@ -142,10 +142,10 @@ class EngramDb:
         present = [name for name in fields if self.schema.has_column("sync_state", name)]
         columns = ", ".join(["target_key", *present])
         rows: dict[str, SyncStateRow] = {}
-        for row in self.connection.execute(f"SELECT {columns} FROM sync_state"):
-            values = [readable(value) for value in row[1:]]
-            rows[str(readable(row[0]))] = SyncStateRow(
-                str(readable(row[0])), dict(zip(present, values, strict=True))
+        for key, *values in self.connection.execute(f"SELECT {columns} FROM sync_state"):
+            target_key = str(readable(key))
+            rows[target_key] = SyncStateRow(
+                target_key, {name: readable(value) for name, value in zip(present, values, strict=True)}
             )
         return rows
 

@@ -15,6 +15,10 @@ cloud holds by (entity, entity_key, op, payload digest), with the harness lanes'
   log records, so never meant for the cloud;
 - cloud_only: cloud rows of entities this journal never wrote (other devices), for information.
 
+The pull side (upstream #693, a receiver falling behind): the cloud rows of other devices above the
+worker's pull cursor (engram_contract.pull_apply). When the oldest of them has waited in the cloud longer
+than `thresholds.stall_after_seconds`, the status is WARNING: this machine is not receiving.
+
 The typed result is canary.reconcile_result's; canary.report renders it (text, JSON, Prometheus).
 """
 
@@ -46,6 +50,7 @@ from engram_sync_kit.canary.reconcile_result import (
     LOST_EVIDENCE_LIMIT,
     LaneReport,
     LostRow,
+    PullSide,
     ReconcileResult,
 )
 from engram_sync_kit.canary.report import (
@@ -56,8 +61,9 @@ from engram_sync_kit.canary.report import (
 )
 from engram_sync_kit.canary.targets import normalize_project
 from engram_sync_kit.canary.triage_log import logged_acks
-from engram_sync_kit.engram_contract import carries_fields, decoded_payload, payload_digest
+from engram_sync_kit.engram_contract import LEGACY_TARGET, carries_fields, decoded_payload, payload_digest
 from engram_sync_kit.engram_contract.ledger import Ledger, Need
+from engram_sync_kit.engram_contract.pull_apply import PULL_CURSOR_COLUMN, not_pulled_yet
 
 # How far the cloud's clock may lag the local one, and how far a row may wait between its local write and
 # its arrival in the cloud, for --since: the cloud side is read from (since - this).
@@ -139,6 +145,7 @@ class Journal:
     written_keys: set[str]
     enrolled: frozenset[str]
     acked_before_window: int = 0
+    pull_cursor: int | None = None  # the legacy lane's last_pulled_seq; None: no such row or column
 
 
 def read_journal(db: EngramDb, acked_since: datetime | None) -> Journal:
@@ -205,7 +212,16 @@ def _journal(db: EngramDb, acked_since: datetime | None, triaged: dict[int, date
             tally["acked"] += 1
             key = (shared.setdefault(entity, entity), entity_key, shared.setdefault(op, op), _digest(payload))
             rows.append(LocalRow(int(seq), lane, proj, key, shared.setdefault(acked_at, acked_at)))
-    return Journal(rows, dict(tallies), written, enrolled, acked_before)
+    return Journal(rows, dict(tallies), written, enrolled, acked_before, _pull_cursor(db))
+
+
+def _pull_cursor(db: EngramDb) -> int | None:
+    if not db.schema.has_column("sync_state", PULL_CURSOR_COLUMN):
+        return None
+    row = db.connection.execute(
+        f"SELECT {PULL_CURSOR_COLUMN} FROM sync_state WHERE target_key = ?", (LEGACY_TARGET,)
+    ).fetchone()
+    return row[0] if row is not None and isinstance(row[0], int) and not isinstance(row[0], bool) else None
 
 
 def _acked_by_triage(seq: int, acked_at: str, triaged: dict[int, datetime]) -> bool:
@@ -331,6 +347,51 @@ class Matcher:
         return sorted(missing, key=lambda r: r.seq)
 
 
+@dataclass
+class PullLag:
+    """The cloud rows above the worker's pull cursor, as the cloud's pull streams past."""
+
+    cursor: int
+    written_keys: set[str]
+    newest_seq: int | None = None
+    not_pulled: int = 0
+    own_not_pulled: int = 0
+    oldest: datetime | None = None
+
+    def saw(self, mutation: CloudMutation) -> None:
+        self.newest_seq = max(self.newest_seq or 0, mutation.seq)
+        if not not_pulled_yet(mutation.seq, self.cursor):
+            return
+        if mutation.entity_key in self.written_keys:
+            self.own_not_pulled += 1
+            return
+        self.not_pulled += 1
+        stored = _cloud_time(mutation.occurred_at)
+        if stored is not None and (self.oldest is None or stored < self.oldest):
+            self.oldest = stored
+
+    def side(self, behind_after_seconds: float, now: datetime) -> PullSide:
+        waited = None if self.oldest is None else max(0, int((now - self.oldest).total_seconds()))
+        return PullSide(
+            lane=LEGACY_TARGET,
+            last_pulled_seq=self.cursor,
+            cloud_newest_seq=self.newest_seq,
+            not_pulled=self.not_pulled,
+            own_not_pulled=self.own_not_pulled,
+            oldest_not_pulled_seconds=waited,
+            behind_after_seconds=behind_after_seconds,
+            behind=self.not_pulled > 0 and waited is not None and waited > behind_after_seconds,
+        )
+
+
+def _cloud_time(text: str) -> datetime | None:
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
 # ----- the run -----
 
 
@@ -340,6 +401,7 @@ class ReconcileOptions:
     settings: CloudSettings
     since: datetime | None = None
     timeout: float = DEFAULT_TIMEOUT_SECONDS  # the whole cloud read, from the start of the run
+    behind_after_seconds: float = 3600.0  # the config's thresholds.stall_after_seconds
 
 
 def reconcile(options: ReconcileOptions) -> ReconcileResult:
@@ -353,23 +415,33 @@ def reconcile(options: ReconcileOptions) -> ReconcileResult:
         with EngramDb.open(options.db_path) as db:
             journal = read_journal(db, options.since)
             with CloudReader(options.settings, options.timeout, started) as cloud:
-                matcher, since_seq, chunks_read = _read_cloud(cloud, journal, options.since)
+                matcher, lag, since_seq, chunks_read = _read_cloud(cloud, journal, options.since)
                 requests = cloud.requests
             missing = matcher.settle(read_payloads(db, [row.seq for row in matcher.remaining()]))
     except CanaryError as error:
         return unknown(options.db_path, str(error), url)
     return _result(
-        options, journal, matcher, missing, since_seq, chunks_read, requests, time.monotonic() - started
+        options, journal, matcher, lag, missing, since_seq, chunks_read, requests, time.monotonic() - started
     )
 
 
-def _read_cloud(cloud: CloudReader, journal: Journal, since: datetime | None) -> tuple[Matcher, int, int]:
+def _read_cloud(
+    cloud: CloudReader, journal: Journal, since: datetime | None
+) -> tuple[Matcher, PullLag | None, int, int]:
     matcher = Matcher(journal)
+    lag = None if journal.pull_cursor is None else PullLag(journal.pull_cursor, journal.written_keys)
     cutoff = None if since is None else since - SKEW_ALLOWANCE
     since_seq = 0 if cutoff is None or not matcher.waiting else cloud.start_seq_for(cutoff)
-    if matcher.waiting or since is None:
-        for mutation in cloud.pull_from(since_seq):
-            matcher.pulled(mutation)
+    matching = bool(matcher.waiting) or since is None
+    if matching or lag is not None:
+        # One pass from the lower of the two starts; the matcher sees only the window's rows.
+        starts = ([since_seq] if matching else []) + ([lag.cursor] if lag is not None else [])
+        start = min(starts)
+        for mutation in cloud.pull_from(start):
+            if matching and mutation.seq > since_seq:
+                matcher.pulled(mutation)
+            if lag is not None:
+                lag.saw(mutation)
     chunks_read = 0
     for project in _chunk_projects(journal, matcher):
         for entry in cloud.manifest(project):
@@ -381,7 +453,7 @@ def _read_cloud(cloud: CloudReader, journal: Journal, since: datetime | None) ->
                 break
             matcher.chunk(cloud.chunk(project, entry.chunk_id))
             chunks_read += 1
-    return matcher, since_seq, chunks_read
+    return matcher, lag, since_seq, chunks_read
 
 
 def _chunk_projects(journal: Journal, matcher: Matcher) -> list[str]:
@@ -402,6 +474,7 @@ def _result(
     options: ReconcileOptions,
     journal: Journal,
     matcher: Matcher,
+    lag: PullLag | None,
     missing: list[LocalRow],
     since_seq: int,
     chunks_read: int,
@@ -456,8 +529,10 @@ def _result(
         )
         for row in missing[:LOST_EVIDENCE_LIMIT]
     ]
+    pull = None if lag is None else lag.side(options.behind_after_seconds, datetime.now(UTC))
+    status = Status.CRITICAL if lost else Status.WARNING if pull is not None and pull.behind else Status.OK
     return ReconcileResult(
-        status=(Status.CRITICAL if lost else Status.OK).label,
+        status=status.label,
         db=str(options.db_path),
         cloud_url=options.settings.url,
         checked_at=now_iso(),
@@ -468,6 +543,7 @@ def _result(
         lost=evidence,
         cloud_only=dict(sorted(matcher.cloud_only.items())),
         summary=summary,
+        pull=pull,
     )
 
 
@@ -484,6 +560,7 @@ def run_reconcile_command(
     textfile_dir: Path | None,
     timeout: float,
     config_error: str | None = None,
+    behind_after_seconds: float = 3600.0,
 ) -> tuple[str, int]:
     """What the CLI prints and its exit status; every problem becomes an UNKNOWN result, never a traceback."""
 
@@ -495,7 +572,7 @@ def run_reconcile_command(
         settings = resolve_settings(
             db_path.expanduser().parent, url=cloud_url, token_file=token_file, ca_file=ca_file
         )
-        result = reconcile(ReconcileOptions(db_path, settings, since, timeout))
+        result = reconcile(ReconcileOptions(db_path, settings, since, timeout, behind_after_seconds))
     except CanaryError as error:
         result = unknown(db_path, str(error), settings.url if settings else None)
     if textfile_dir is not None:

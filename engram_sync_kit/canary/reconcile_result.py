@@ -38,6 +38,25 @@ class LostRow(BaseModel):
     acked_at: str | None
 
 
+class PullSide(BaseModel):
+    """How far this machine's worker has pulled what the cloud holds for it (upstream #693)."""
+
+    lane: str
+    last_pulled_seq: int
+    cloud_newest_seq: int | None = Field(
+        description="the newest seq the cloud's pull answered this token; null: none above where the read began"
+    )
+    not_pulled: int = Field(description="cloud rows of other devices above the cursor")
+    own_not_pulled: int = Field(
+        description="this device's own pushes above the cursor (pulled back, harmless)"
+    )
+    oldest_not_pulled_seconds: int | None = Field(
+        description="how long the oldest of not_pulled has been in the cloud (its occurred_at, the cloud's stamp)"
+    )
+    behind_after_seconds: float
+    behind: bool = Field(description="not_pulled > 0 and the oldest waited longer than behind_after_seconds")
+
+
 class ReconcileResult(BaseModel):
     """The stable JSON document of `engram-canary reconcile --format json` (schema engram-canary/reconcile/v1)."""
 
@@ -51,6 +70,7 @@ class ReconcileResult(BaseModel):
     lost: list[LostRow] = Field(default_factory=list, description=f"first {LOST_EVIDENCE_LIMIT} lost rows")
     cloud_only: dict[str, int] = Field(default_factory=dict, description="per cloud project")
     summary: dict[str, Any] = Field(default_factory=dict)
+    pull: PullSide | None = Field(default=None, description="null: this file has no pull cursor to read")
     error: str | None = None
 
     model_config = {"populate_by_name": True}

@@ -19,14 +19,14 @@ from engram_sync_kit.canary.errors import CanaryError
 from engram_sync_kit.canary.findings import Finding, Status, counted_severities
 from engram_sync_kit.canary.inbox.selection import UNATTRIBUTED_MUTATIONS
 from engram_sync_kit.canary.lane_health import LANE_CHECKS
-from engram_sync_kit.canary.liveness import LIVENESS_CHECKS
+from engram_sync_kit.canary.liveness import LIVENESS_CHECKS, duration_text
 from engram_sync_kit.canary.text import printable
 from engram_sync_kit.engram_contract.worker_liveness import WorkerPresence
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-    from engram_sync_kit.canary.reconcile_result import ReconcileResult
+    from engram_sync_kit.canary.reconcile_result import PullSide, ReconcileResult
 
 PLUGIN_NAME = "ENGRAM-CANARY"
 RECONCILE_PLUGIN_NAME = "ENGRAM-CANARY-RECONCILE"
@@ -509,7 +509,33 @@ def reconcile_headline(result: ReconcileResult) -> str:
     window = f" since {result.since}" if result.since else ""
     if s["lost"]:
         return f"{s['lost']} of {s['acked']} acked rows{window} are not in the cloud {result.cloud_url}"
-    return f"all {s['acked']} acked rows{window} are in the cloud {result.cloud_url}"
+    delivered = f"all {s['acked']} acked rows{window} are in the cloud {result.cloud_url}"
+    if result.pull is not None and result.pull.behind:
+        return f"{pull_behind_text(result.pull)}; {delivered}"
+    return delivered
+
+
+def pull_behind_text(pull: PullSide) -> str:
+    return (
+        f"this machine has not pulled {pull.not_pulled} cloud rows of other devices, the oldest stored "
+        f"{duration_text(pull.oldest_not_pulled_seconds or 0)} ago (lane {pull.lane} pulled up to seq "
+        f"{pull.last_pulled_seq}, the cloud holds up to {pull.cloud_newest_seq}): its worker is not pulling"
+    )
+
+
+def pull_line(pull: PullSide) -> str:
+    newest = (
+        "nothing above it" if pull.cloud_newest_seq is None else f"the cloud's newest {pull.cloud_newest_seq}"
+    )
+    waited = (
+        ""
+        if pull.oldest_not_pulled_seconds is None
+        else f", the oldest {duration_text(pull.oldest_not_pulled_seconds)} old"
+    )
+    return (
+        f"pull: lane {pull.lane} pulled up to seq {pull.last_pulled_seq}, {newest}; not pulled yet: "
+        f"{pull.not_pulled} rows of other devices{waited}, {pull.own_not_pulled} of this device's own"
+    )
 
 
 def render_reconcile_text(result: ReconcileResult) -> str:
@@ -550,6 +576,8 @@ def render_reconcile_text(result: ReconcileResult) -> str:
         f"cloud-only rows (other devices) {s['cloud_only']}; read {s['cloud_rows_read']} cloud rows and "
         f"{s['chunks_read']} chunks in {s['cloud_requests']} requests"
     )
+    if result.pull is not None:
+        lines.append(("[BEHIND] " if result.pull.behind else "") + pull_line(result.pull))
     return "\n".join(printable(line) for line in lines)
 
 
@@ -560,7 +588,10 @@ def reconcile_registry(result: ReconcileResult) -> CollectorRegistry:
     registry = CollectorRegistry()
     db = result.db
     Gauge(
-        "engram_canary_reconcile_status", "0 OK, 2 CRITICAL (rows lost), 3 UNKNOWN", ["db"], registry=registry
+        "engram_canary_reconcile_status",
+        "0 OK, 1 WARNING (the pull is behind), 2 CRITICAL (rows lost), 3 UNKNOWN",
+        ["db"],
+        registry=registry,
     ).labels(db).set(int(result.exit_status))
     Gauge(
         "engram_canary_reconcile_last_run_timestamp_seconds", "When reconcile ran", ["db"], registry=registry
@@ -588,6 +619,25 @@ def reconcile_registry(result: ReconcileResult) -> CollectorRegistry:
         )
         for project, count in result.cloud_only.items():
             cloud_only.labels(db, project).set(count)
+        if result.pull is not None:
+            Gauge(
+                "engram_canary_reconcile_pull_behind",
+                "1: cloud rows of other devices waited past thresholds.stall_after_seconds unpulled",
+                ["db", "lane"],
+                registry=registry,
+            ).labels(db, result.pull.lane).set(int(result.pull.behind))
+            Gauge(
+                "engram_canary_reconcile_not_pulled_rows",
+                "Cloud rows of other devices above this machine's pull cursor",
+                ["db", "lane"],
+                registry=registry,
+            ).labels(db, result.pull.lane).set(result.pull.not_pulled)
+            Gauge(
+                "engram_canary_reconcile_oldest_not_pulled_seconds",
+                "How long the oldest of them has been in the cloud (0: none)",
+                ["db", "lane"],
+                registry=registry,
+            ).labels(db, result.pull.lane).set(result.pull.oldest_not_pulled_seconds or 0)
     return registry
 
 

@@ -16,6 +16,7 @@ SESSION_REFERENCING_ENTITIES: Final = frozenset({"observation", "prompt"})
 LANE_COUNTS: Final = ("enqueued", "acked", "delivered", "stranded", "lost", "duplicated")
 
 
+@lru_cache(maxsize=1 << 16)  # a check asks for the same few names once per row and per target
 def normalize_project(project: str) -> str:
     """engram's NormalizeProject (v1.20): trim, lowercase, collapse repeated '-' and repeated '_'.
 

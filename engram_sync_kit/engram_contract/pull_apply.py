@@ -19,6 +19,19 @@ from __future__ import annotations
 
 from typing import Final
 
+#: The worker's pull cursor, in sync_state. v1.20.0's autosync Manager.pull (manager.go @ba9e46c) asks the
+#: cloud for every mutation with seq above last_pulled_seq of the legacy lane, own pushes included, and
+#: ApplyPulledMutation moves the cursor to each applied row's seq; the cloud stamps each row's occurred_at
+#: when it stores it (cloud_mutations DEFAULT NOW(), cloudstore.go @ba9e46c). v2's PullMutations
+#: (internal/cloud/autosync/pull.go @261e80cd) keeps the same cursor rule (predicted from source).
+PULL_CURSOR_COLUMN: Final = "last_pulled_seq"
+
+
+def not_pulled_yet(cloud_seq: int, cursor: int) -> bool:
+    """A cloud mutation the worker has not pulled: its seq is above the lane's pull cursor."""
+    return cloud_seq > cursor
+
+
 DEFERRED: Final = "deferred"
 DEAD: Final = "dead"
 #: store.go @ba9e46c, ReplayDeferred: the try that fails this many times makes a deferred row dead.

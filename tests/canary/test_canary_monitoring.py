@@ -23,7 +23,7 @@ def test_promtool_accepts_the_rules_and_their_unit_tests() -> None:
         [promtool, "check", "rules", str(RULES)], capture_output=True, text=True, check=False
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 11 rules found" in checked.stdout
+    assert "SUCCESS: 12 rules found" in checked.stdout
     tested = subprocess.run(
         [promtool, "test", "rules", "engram-canary.rules.test.yml"],
         cwd=MONITORING / "tests",

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from engram_sync_kit.canary.checks import CheckResult
 from engram_sync_kit.canary.config import CanaryConfig
 from engram_sync_kit.canary.findings import Acknowledgement, Finding
-from engram_sync_kit.canary.reconcile_result import LaneReport, ReconcileResult
+from engram_sync_kit.canary.reconcile_result import LaneReport, PullSide, ReconcileResult
 from engram_sync_kit.canary.report import (
     RECONCILE_TEXTFILE_PREFIX,
     TEXTFILE_MAX_ITEMIZED,
@@ -195,6 +195,16 @@ def emitted_metrics(tmp_path: Path) -> set[str]:
         checked_at="2026-12-01T10:00:00Z",
         lanes=[LaneReport(lane="cloud", project="alpha", enrolled=True, acked=6, lost=6)],
         cloud_only={"beta": 1},
+        pull=PullSide(
+            lane="cloud",
+            last_pulled_seq=3,
+            cloud_newest_seq=9,
+            not_pulled=4,
+            own_not_pulled=2,
+            oldest_not_pulled_seconds=7200,
+            behind_after_seconds=3600,
+            behind=True,
+        ),
     )
     for name in ("check", "unknown", "reconcile"):
         (tmp_path / name).mkdir()

@@ -61,6 +61,11 @@ V120_ONLY: dict[str, str] = {
         "time: six 30 s pull ticks of v1.20's own worker; the finding on v2/v3 files is pinned by "
         "test_a_dead_pulled_row_is_a_finding_on_every_schema"
     ),
+    "test_reconcile_pull_behind::"
+    "test_rows_of_another_device_that_this_machine_never_pulled_warn_then_clear_after_its_worker_pulls": (
+        "time: a 30 s pull tick of v1.20's own worker; the warning on v2/v3 files is pinned per version by "
+        "test_the_pull_side_is_read_with_a_since_window_that_needs_no_pull"
+    ),
     # Left on v1.20 for the time budget (each costs ~10 s per version for little the other runs lack):
     "test_canary_fleet::test_three_machines_page_once_per_problem_naming_the_machine_the_finding_and_the_fix": (
         "time: three homes, real Prometheus, Alertmanager and node_exporters; the textfile they read is pinned "

@@ -296,7 +296,7 @@ def _origin_repo_name(root: Path) -> str | None:
     return normalize_project(parts[-1]) if parts else None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a frozen init costs 3 µs a row, 60 ms of a 20k-row inbox
 class InboxRow:
     seq: int
     entity: str
@@ -722,19 +722,24 @@ class TripwireInputs:
     @classmethod
     def from_rows(cls, rows: Iterable[InboxRow]) -> TripwireInputs:
         inputs = cls()
+        keys = inputs.keys
         projects: dict[str, set[str | None]] = {}
         for row in rows:
-            totals = inputs.keys.setdefault(row.key, KeyTotals())
+            key = row.derivation.inbox_key
+            totals = keys.get(key)
+            if totals is None:
+                totals = keys[key] = KeyTotals()
+                projects[key] = set()
             moment = parse_engram_time(row.occurred_at)
             epoch = moment.timestamp() if moment is not None else None
             totals.oldest = _earliest(totals.oldest, epoch)
-            projects.setdefault(row.key, set()).add(row.derivation.project)
+            projects[key].add(row.derivation.project)
             if row.is_telemetry:
                 totals.telemetry += 1
                 continue
             totals.count += 1
             totals.oldest_memory = _earliest(totals.oldest_memory, epoch)
-            if row.key == UNSORTED:
+            if key == UNSORTED:
                 inputs.unsorted_memories.append((epoch, row.cwd or "(unknown)"))
         for key, found in projects.items():
             inputs.keys[key].projects = _sorted_projects(found)
@@ -747,8 +752,11 @@ class TripwireInputs:
 
 
 def _earliest(first: float | None, second: float | None) -> float | None:
-    known = [moment for moment in (first, second) if moment is not None]
-    return min(known) if known else None
+    if first is None:
+        return second
+    if second is None:
+        return first
+    return min(first, second)
 
 
 def _sorted_projects(projects: Iterable[str | None]) -> list[str | None]:
