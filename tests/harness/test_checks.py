@@ -22,7 +22,16 @@ from engram_sync_kit.harness.scenario.step_results import (
     ("version", "spec", "holds"),
     [
         ("1.20.0", ">=1.20.0,<2.0.0", True),
-        ("2.0.0-rc.6", ">=1.20.0,<2.0.0", True),
+        # PEP 440's exclusive '<': a pre-release of 2.0.0 is not below 2.0.0 (v1.20's baselines judged
+        # rc.12, whose predicted baselines contradict them)
+        ("2.0.0-rc.6", ">=1.20.0,<2.0.0", False),
+        ("2.0.0-rc.12", ">=1.20.0,<2.0.0", False),
+        ("1.99.9", ">=1.20.0,<2.0.0", True),
+        ("2.0.0-rc.11", ">=2.0.0-rc.11,<2.0.0-rc.12", True),
+        ("2.0.0-rc.12", ">=2.0.0-rc.11,<2.0.0-rc.12", False),
+        ("3.7.2", ">=2.0.0-rc.12,<4.0.0", True),
+        ("4.0.0-rc.1", ">=2.0.0-rc.12,<4.0.0", False),
+        ("2.0.0-rc.1", "<=2.0.0", True),
         ("2.0.0", ">=1.20.0,<2.0.0", False),
         ("2.0.0-rc.10", ">2.0.0-rc.9", True),
         ("v1.19.0", ">=1.20.0", False),

@@ -8,7 +8,7 @@ import pytest
 
 from engram_sync_kit.harness.scenario.checks import in_range
 from engram_sync_kit.harness.scenario.loader import load_scenario
-from engram_sync_kit.harness.scenario.schema import ExpectationBase, parse_expectation
+from engram_sync_kit.harness.scenario.schema import ExpectationBase, SyncStep, parse_expectation
 
 SCENARIOS = sorted(Path(__file__).resolve().parents[2].joinpath("scenarios").glob("*.scenario.yaml"))
 
@@ -80,3 +80,39 @@ def test_rc11_mints_the_unenrolled_key_and_rc12_on_never_does(scenario: str, key
         later = sync_state_predictions(scenario, version)
         assert any(key in check.get("excludes", []) for check in later), (version, later)
         assert not any(key in check.get("includes", []) for check in later), (version, later)
+
+
+def lanes_predictions(scenario: str, version: str) -> list[list[dict[str, object]]]:
+    path = next(p for p in SCENARIOS if p.name == scenario)
+    found = []
+    for at in load_scenario(path).expectations:
+        expectation = at.expectation
+        check = getattr(expectation, "lanes", None)
+        if (
+            expectation.tag == "baseline"
+            and check is not None
+            and in_range(version, expectation.engram or "")
+        ):
+            found.append([row.model_dump(exclude_none=True) for row in check.rows])
+    return found
+
+
+def test_from_rc12_enroll_backfills_what_v120_had_journaled_at_each_save() -> None:
+    """v1.20 journals each save's session upsert and memory (4 rows, delivered once enrolled); from rc.12 the
+    saves journal nothing and enroll backfills the project's one session and two memories (store.go
+    @d4397781, backfillProjectSyncMutationsTx). The sync step waits for what both can reach."""
+    later_app = {"lane": "cloud", "project": "later-app", "stranded": 0, "duplicated": 0}
+    assert lanes_predictions("enroll-while-rows-wait.scenario.yaml", "1.20.0") == [
+        [{**later_app, "enqueued": 4, "acked": 4, "delivered": 4}]
+    ]
+    for version in ("2.0.0-rc.12", "2.2.2", "3.7.2"):
+        assert lanes_predictions("enroll-while-rows-wait.scenario.yaml", version) == [
+            [{**later_app, "enqueued": 3, "acked": 3, "delivered": 3}]
+        ], version
+    path = next(p for p in SCENARIOS if p.name == "enroll-while-rows-wait.scenario.yaml")
+    [received] = [
+        step.body.until.received
+        for step in load_scenario(path).steps
+        if isinstance(step.body, SyncStep) and step.body.until is not None
+    ]
+    assert received == 3

@@ -51,18 +51,22 @@ def version_key(version: str) -> tuple[int, int, int, int, tuple[Any, ...]]:
 
 
 def in_range(version: str, spec: str) -> bool:
-    """Whether VERSION satisfies a range like '>=1.20.0,<2.0.0'."""
+    """Whether VERSION satisfies a range like '>=1.20.0,<2.0.0'.
+
+    As in PEP 440, '<2.0.0' leaves out 2.0.0's own pre-releases: v1.20's baselines must not judge
+    v2.0.0-rc.12, whose predicted baselines say otherwise ('<2.0.0-rc.12' still means what it says)."""
     have = version_key(version)
     for part in spec.split(","):
         op, wanted = re.match(r"^\s*(>=|<=|==|!=|>|<)\s*(.+?)\s*$", part).groups()  # type: ignore[union-attr]
         other = version_key(wanted)
+        prerelease_of_final = other[3] == 1 and have[3] == 0 and have[:3] == other[:3]
         ok = {
             ">=": have >= other,
             "<=": have <= other,
             "==": have == other,
             "!=": have != other,
             ">": have > other,
-            "<": have < other,
+            "<": have < other and not prerelease_of_final,
         }[op]
         if not ok:
             return False
