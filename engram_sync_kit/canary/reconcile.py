@@ -63,7 +63,7 @@ from engram_sync_kit.canary.targets import normalize_project
 from engram_sync_kit.canary.triage_log import logged_acks
 from engram_sync_kit.engram_contract import LEGACY_TARGET, carries_fields, decoded_payload, payload_digest
 from engram_sync_kit.engram_contract.ledger import Ledger, Need
-from engram_sync_kit.engram_contract.pull_apply import PULL_CURSOR_COLUMN, not_pulled_yet
+from engram_sync_kit.engram_contract.pull_apply import APPLIED_ENTITY_ROWS, PULL_CURSOR_COLUMN, not_pulled_yet
 
 # How far the cloud's clock may lag the local one, and how far a row may wait between its local write and
 # its arrival in the cloud, for --since: the cloud side is read from (since - this).
@@ -349,13 +349,16 @@ class Matcher:
 
 @dataclass
 class PullLag:
-    """The cloud rows above the worker's pull cursor, as the cloud's pull streams past."""
+    """The cloud rows above the worker's pull cursor, as the cloud's pull streams past; `settle` then
+    leaves out those this machine already holds (received by a chunk import)."""
 
     cursor: int
     written_keys: set[str]
     newest_seq: int | None = None
-    not_pulled: int = 0
     own_not_pulled: int = 0
+    # another device's rows above the cursor, by (entity, entity key): the oldest cloud time of each
+    candidates: dict[tuple[str, str], datetime | None] = field(default_factory=dict)
+    not_pulled: int = 0
     oldest: datetime | None = None
 
     def saw(self, mutation: CloudMutation) -> None:
@@ -365,10 +368,19 @@ class PullLag:
         if mutation.entity_key in self.written_keys:
             self.own_not_pulled += 1
             return
-        self.not_pulled += 1
+        key = (mutation.entity, mutation.entity_key)
         stored = _cloud_time(mutation.occurred_at)
-        if stored is not None and (self.oldest is None or stored < self.oldest):
-            self.oldest = stored
+        if key not in self.candidates:
+            self.candidates[key] = stored
+        elif stored is not None:
+            known = self.candidates[key]
+            self.candidates[key] = stored if known is None else min(known, stored)
+
+    def settle(self, held: set[tuple[str, str]]) -> None:
+        waiting = [moment for key, moment in self.candidates.items() if key not in held]
+        self.not_pulled = len(waiting)
+        known = [moment for moment in waiting if moment is not None]
+        self.oldest = min(known) if known else None
 
     def side(self, behind_after_seconds: float, now: datetime) -> PullSide:
         waited = None if self.oldest is None else max(0, int((now - self.oldest).total_seconds()))
@@ -378,10 +390,34 @@ class PullLag:
             cloud_newest_seq=self.newest_seq,
             not_pulled=self.not_pulled,
             own_not_pulled=self.own_not_pulled,
+            held_already=len(self.candidates) - self.not_pulled,
             oldest_not_pulled_seconds=waited,
             behind_after_seconds=behind_after_seconds,
             behind=self.not_pulled > 0 and waited is not None and waited > behind_after_seconds,
         )
+
+
+def held_entities(db: EngramDb, keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+    """Which of these (entity, entity key) this machine holds, in one short read transaction."""
+    held: set[tuple[str, str]] = set()
+    by_entity: dict[str, list[str]] = defaultdict(list)
+    for entity, key in keys:
+        by_entity[entity].append(key)
+    with db.read_transaction() as connection:
+        for entity, entity_keys in by_entity.items():
+            table, column = APPLIED_ENTITY_ROWS.get(entity, ("", ""))
+            if not table or not db.schema.has_column(table, column):
+                continue
+            for start in range(0, len(entity_keys), 500):
+                part = entity_keys[start : start + 500]
+                marks = ",".join("?" * len(part))
+                held.update(
+                    (entity, str(key))
+                    for (key,) in connection.execute(
+                        f"SELECT {column} FROM {table} WHERE {column} IN ({marks})", part
+                    )
+                )
+    return held
 
 
 def _cloud_time(text: str) -> datetime | None:
@@ -418,6 +454,8 @@ def reconcile(options: ReconcileOptions) -> ReconcileResult:
                 matcher, lag, since_seq, chunks_read = _read_cloud(cloud, journal, options.since)
                 requests = cloud.requests
             missing = matcher.settle(read_payloads(db, [row.seq for row in matcher.remaining()]))
+            if lag is not None:
+                lag.settle(held_entities(db, list(lag.candidates)))
     except CanaryError as error:
         return unknown(options.db_path, str(error), url)
     return _result(

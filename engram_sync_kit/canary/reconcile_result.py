@@ -46,9 +46,15 @@ class PullSide(BaseModel):
     cloud_newest_seq: int | None = Field(
         description="the newest seq the cloud's pull answered this token; null: none above where the read began"
     )
-    not_pulled: int = Field(description="cloud rows of other devices above the cursor")
+    not_pulled: int = Field(
+        description="entities of other devices with rows above the cursor that this machine lacks (one per entity key)"
+    )
     own_not_pulled: int = Field(
         description="this device's own pushes above the cursor (pulled back, harmless)"
+    )
+    held_already: int = Field(
+        default=0,
+        description="rows of other devices above the cursor that this machine holds (a chunk import)",
     )
     oldest_not_pulled_seconds: int | None = Field(
         description="how long the oldest of not_pulled has been in the cloud (its occurred_at, the cloud's stamp)"

@@ -532,9 +532,10 @@ def pull_line(pull: PullSide) -> str:
         if pull.oldest_not_pulled_seconds is None
         else f", the oldest {duration_text(pull.oldest_not_pulled_seconds)} old"
     )
+    held = f", {pull.held_already} already here (a chunk import)" if pull.held_already else ""
     return (
         f"pull: lane {pull.lane} pulled up to seq {pull.last_pulled_seq}, {newest}; not pulled yet: "
-        f"{pull.not_pulled} rows of other devices{waited}, {pull.own_not_pulled} of this device's own"
+        f"{pull.not_pulled} rows of other devices{waited}, {pull.own_not_pulled} of this device's own{held}"
     )
 
 

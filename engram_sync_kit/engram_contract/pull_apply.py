@@ -32,6 +32,18 @@ def not_pulled_yet(cloud_seq: int, cursor: int) -> bool:
     return cloud_seq > cursor
 
 
+#: Where an applied row of each entity lives on this machine, by its entity key (applyPulledMutationTx and
+#: the chunk import write the same tables, store.go @ba9e46c). `engram sync --cloud --import` moves the
+#: cursor of `cloud:<project>`, not the worker's (ApplyPulledChunk, chunkTrackingTargetKey in
+#: internal/sync/sync.go @ba9e46c), so a row above the cursor may already be here.
+APPLIED_ENTITY_ROWS: Final = {
+    "session": ("sessions", "id"),
+    "observation": ("observations", "sync_id"),
+    "prompt": ("user_prompts", "sync_id"),
+    "relation": ("memory_relations", "sync_id"),
+}
+
+
 DEFERRED: Final = "deferred"
 DEAD: Final = "dead"
 #: store.go @ba9e46c, ReplayDeferred: the try that fails this many times makes a deferred row dead.

@@ -158,6 +158,7 @@ def test_behind_only_past_the_threshold(waited: int, behind: bool) -> None:
         (4, "later", 5),
     ):
         lag.saw(mutation(seq, key, now - timedelta(seconds=age)))
+    lag.settle(held=set())
 
     side = lag.side(600, now)
 
@@ -169,6 +170,7 @@ def test_own_rows_alone_never_make_it_behind() -> None:
     now = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
     lag = PullLag(cursor=0, written_keys={"mine"})
     lag.saw(mutation(1, "mine", now - timedelta(days=30)))
+    lag.settle(held=set())
 
     side = lag.side(1, now)
 
@@ -184,7 +186,48 @@ def test_a_cloud_time_that_does_not_parse_is_not_an_age() -> None:
     now = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
     lag = PullLag(cursor=0, written_keys=set())
     lag.saw(CloudMutation(1, "alpha", "observation", "theirs", "upsert", {}, "yesterday"))
+    lag.settle(held=set())
 
     side = lag.side(1, now)
 
     assert (side.not_pulled, side.oldest_not_pulled_seconds, side.behind) == (1, None, False)
+
+
+def test_a_row_this_machine_already_holds_is_not_behind_and_one_entity_counts_once() -> None:
+    now = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+    lag = PullLag(cursor=0, written_keys=set())
+    lag.saw(mutation(1, "imported", now - timedelta(days=3)))
+    lag.saw(mutation(2, "edited twice", now - timedelta(seconds=900)))
+    lag.saw(mutation(3, "edited twice", now - timedelta(seconds=30)))
+    lag.settle(held={("observation", "imported")})
+
+    side = lag.side(600, now)
+
+    assert (side.not_pulled, side.held_already, side.oldest_not_pulled_seconds, side.behind) == (
+        1,
+        1,
+        900,
+        True,
+    )
+
+
+def test_rows_this_machine_imported_by_chunk_are_not_behind(two_machines: TwoMachines) -> None:
+    """`engram sync --cloud --import` stores B's memories on A and moves the cursor of cloud:alpha, not the
+    worker's: A holds them, so nothing is behind although the worker's cursor is still 0."""
+    a = two_machines.a
+    engram(a, "sync", "--cloud", "--import", "--project", "alpha", env=two_machines.env)
+    assert pull_cursor(a.db_path) == 0
+    threshold(a.db_path, 1)
+    time.sleep(2.1)
+
+    ran = run_reconcile(a.db_path, two_machines.env, "--format", "json")
+
+    document = json.loads(ran.stdout)
+    assert (ran.returncode, document["status"]) == (0, "ok"), ran.stdout
+    pull = document["pull"]
+    assert (pull["last_pulled_seq"], pull["not_pulled"], pull["held_already"], pull["behind"]) == (
+        0,
+        0,
+        2,
+        False,
+    )
