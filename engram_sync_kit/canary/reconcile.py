@@ -354,6 +354,7 @@ class PullLag:
 
     cursor: int
     written_keys: set[str]
+    floor: int = 0  # rows at or below it are not looked at (the --since window's start)
     newest_seq: int | None = None
     own_not_pulled: int = 0
     # another device's rows above the cursor, by (entity, entity key): the oldest cloud time of each
@@ -361,9 +362,13 @@ class PullLag:
     not_pulled: int = 0
     oldest: datetime | None = None
 
+    @property
+    def start(self) -> int:
+        return max(self.cursor, self.floor)
+
     def saw(self, mutation: CloudMutation) -> None:
         self.newest_seq = max(self.newest_seq or 0, mutation.seq)
-        if not not_pulled_yet(mutation.seq, self.cursor):
+        if mutation.seq <= self.floor or not not_pulled_yet(mutation.seq, self.cursor):
             return
         if mutation.entity_key in self.written_keys:
             self.own_not_pulled += 1
@@ -467,13 +472,18 @@ def _read_cloud(
     cloud: CloudReader, journal: Journal, since: datetime | None
 ) -> tuple[Matcher, PullLag | None, int, int]:
     matcher = Matcher(journal)
-    lag = None if journal.pull_cursor is None else PullLag(journal.pull_cursor, journal.written_keys)
     cutoff = None if since is None else since - SKEW_ALLOWANCE
     since_seq = 0 if cutoff is None or not matcher.waiting else cloud.start_seq_for(cutoff)
     matching = bool(matcher.waiting) or since is None
+    lag = None
+    if journal.pull_cursor is not None:
+        # With --since the pull side looks at the window's rows only: a routine run stays cheap on a
+        # machine that never pulls, and the run of the day they arrived saw the older ones.
+        window_seq = since_seq if matching or cutoff is None else cloud.start_seq_for(cutoff)
+        lag = PullLag(journal.pull_cursor, journal.written_keys, floor=window_seq)
     if matching or lag is not None:
         # One pass from the lower of the two starts; the matcher sees only the window's rows.
-        starts = ([since_seq] if matching else []) + ([lag.cursor] if lag is not None else [])
+        starts = ([since_seq] if matching else []) + ([lag.start] if lag is not None else [])
         start = min(starts)
         for mutation in cloud.pull_from(start):
             if matching and mutation.seq > since_seq:

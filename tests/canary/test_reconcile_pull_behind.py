@@ -231,3 +231,16 @@ def test_rows_this_machine_imported_by_chunk_are_not_behind(two_machines: TwoMac
         2,
         False,
     )
+
+
+@pytest.mark.parametrize(("floor", "counted"), [(0, 2), (1, 1), (2, 0)])
+def test_with_since_only_the_windows_rows_are_looked_at(floor: int, counted: int) -> None:
+    now = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+    lag = PullLag(cursor=0, written_keys=set(), floor=floor)
+    lag.saw(mutation(1, "before the window", now - timedelta(days=3)))
+    lag.saw(mutation(2, "in the window", now - timedelta(seconds=900)))
+    lag.settle(held=set())
+
+    side = lag.side(600, now)
+
+    assert (lag.start, side.not_pulled, side.cloud_newest_seq) == (floor, counted, 2)
