@@ -10,6 +10,7 @@ or oversize request costs the fake nothing.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import time
 import zlib
@@ -17,16 +18,18 @@ from collections import deque
 from collections.abc import Coroutine
 from typing import Any
 
-from engram_sync_kit.engram_contract import payload_digest
+from engram_sync_kit.engram_contract import envelope, payload_digest
 from engram_sync_kit.engram_contract.errors import ContractError
 from engram_sync_kit.engram_contract.gojson import go_loads
+from engram_sync_kit.engram_contract.push_rules import too_large_reason
 from engram_sync_kit.fake_cloud import control, protocol, provenance, routes
 from engram_sync_kit.fake_cloud.faults import Fault, FaultAction
 from engram_sync_kit.fake_cloud.httpserver import DROP, Drop, Request, RequestHead, Response, warn
-from engram_sync_kit.fake_cloud.state import FakeCloudState, JournalItem, Transport
+from engram_sync_kit.fake_cloud.state import FakeCloudState, JournalItem, Transport, go_quote
 from engram_sync_kit.fake_cloud.wire import (
     NOT_FOUND,
     Reply,
+    actionable,
     go_quote_char,
     json_response,
     method_not_allowed,
@@ -121,7 +124,7 @@ class FakeCloudApp:
             if head.method not in route.methods:
                 await self.record(head, self.state.new_request_id(), self.state.epoch, "other", 405)
                 return method_not_allowed(route.methods)
-            refused = self._refused(head, route)
+            refused = self._refused(head, route) or self._unsupported_media(head, route)
             if (
                 refused is None
                 and route.push
@@ -151,6 +154,18 @@ class FakeCloudApp:
         except Exception as error:
             self.record_error(f"{request.method} {request.path}", error)
             return _internal_error(error)
+
+    def _unsupported_media(self, request: Request | RequestHead, route: routes.SyncRoute) -> Reply | None:
+        """v3 refuses a chunk push whose Content-Type it cannot read before it reads the body (415)."""
+        if route is not routes.CHUNK_PUSH or self.state.server_version != "v3":
+            return None
+        try:
+            envelope.names_envelope(request.headers.get("content-type", ""))
+        except ValueError as error:
+            return actionable(
+                415, "repairable", "upgrade_repairable_payload_invalid", f"unsupported push payload: {error}"
+            )
+        return None
 
     def _refused(self, request: Request | RequestHead, route: routes.SyncRoute) -> Reply | None:
         if not route.needs_token:
@@ -243,6 +258,8 @@ class FakeCloudApp:
             reply = protocol.read_chunk(
                 self.state, project, routes.last_segment(request.raw_path or request.path)
             )
+            if self.state.server_version == "v3" and reply.status == 200 and isinstance(reply.body, bytes):
+                reply = _v3_chunk_answer(reply.body, request.headers.get("accept", ""))
         return await self._finish(request, request_id, epoch, route.transport, reply, items, fault)
 
     async def _finish(
@@ -345,8 +362,65 @@ class FakeCloudApp:
             items = _mutation_items(body)
         return await self._finish(request, request_id, epoch, "mutation", reply, items, fault)
 
+    def _read_v3_chunk_push(self, request: Request) -> tuple[Any, str | None, str | None]:
+        """(value, 400 reason, 413 reason) as v3's handlePushChunk reads a body: gunzipped by the envelope
+        Content-Type or gzip's magic (never Content-Encoding), then json.Unmarshal of all of it."""
+        limit = self.state.max_push_bytes
+        if request.body_too_large or len(request.body) > limit:
+            return None, None, too_large_reason(limit)
+        if request.body_error is not None:
+            return None, request.body_error, None
+        body = request.body
+        compressed = envelope.names_envelope(request.headers.get("content-type", ""))
+        if compressed or body[:2] == envelope.GZIP_MAGIC:
+            if body[:2] != envelope.GZIP_MAGIC or len(body) < 10:
+                return None, "open compressed payload: gzip: invalid header", None
+            inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+            try:
+                data = inflater.decompress(body, limit + 1)
+            except zlib.error:
+                return None, "decode compressed payload: gzip: invalid header", None
+            if len(data) > limit:
+                return None, None, f"decoded push payload too large (max {limit} bytes)"
+            if not inflater.eof:
+                return None, "decode compressed payload: unexpected EOF", None
+            if inflater.unused_data:
+                return None, "decode compressed payload: gzip: invalid header", None  # a next member
+            body = data
+        text = body.decode("utf-8", "replace").strip(" \t\r\n")
+        if not text:
+            return None, "unexpected end of JSON input", None
+        try:
+            return go_loads(text), None, None
+        except ContractError as error:
+            return None, str(error), None
+        except json.JSONDecodeError as error:
+            if error.msg == "Extra data":
+                after = text[error.pos :].encode()[0]
+                return None, f"invalid character {go_quote_char(after)} after top-level value", None
+            if error.pos >= len(text) or error.msg.startswith("Unterminated string"):
+                return None, "unexpected end of JSON input", None
+            if error.pos == 0 and error.msg == "Expecting value":
+                return (
+                    None,
+                    f"invalid character {go_quote_char(text.encode()[0])} looking for beginning of value",
+                    None,
+                )
+            return None, f"invalid character at offset {error.pos}: {error.msg}", None
+
     async def _chunk_push(self, request: Request, request_id: str, epoch: int) -> Response | Drop:
-        body, problem, over = self._read_json(request)
+        if self.state.server_version == "v3":
+            unsupported = self._unsupported_media(request, routes.CHUNK_PUSH)
+            if unsupported is not None:
+                await self.record(request, request_id, epoch, "chunk", unsupported.status)
+                return render(unsupported)
+            body, problem, over_reason = self._read_v3_chunk_push(request)
+            if problem is not None:
+                problem = f"{problem} (content-type: {go_quote(request.headers.get('content-type', ''))})"
+            over = over_reason is not None
+        else:
+            body, problem, over = self._read_json(request)
+            over_reason = None
         project = ""
         if isinstance(body, dict) and isinstance(body.get("project"), str):
             project = body["project"].strip()
@@ -359,6 +433,8 @@ class FakeCloudApp:
             return early
         if over:
             reply = too_large(self.state.max_push_bytes)
+            if over_reason is not None:
+                reply = actionable(413, "repairable", "upgrade_repairable_payload_too_large", over_reason)
         elif problem:
             reply = payload_invalid(f"invalid push payload: {problem}")
         else:
@@ -371,6 +447,14 @@ class FakeCloudApp:
             )
             items = parsed_items or items
         return await self._finish(request, request_id, epoch, "chunk", reply, items, fault)
+
+
+def _v3_chunk_answer(chunk: bytes, accept: str) -> Reply:
+    """handlePullChunk @d4397781: never cached, varies by Accept, the envelope when it is asked for."""
+    headers = (("cache-control", "no-store"), ("vary", "Accept"))
+    if envelope.accepts_envelope(accept) and len(chunk) <= envelope.MAX_DECODED_BYTES:
+        return Reply(200, gzip.compress(chunk, mtime=0), headers, envelope.CONTENT_TYPE)
+    return Reply(200, chunk, headers)
 
 
 def _internal_error(error: BaseException) -> Response:

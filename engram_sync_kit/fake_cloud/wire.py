@@ -20,6 +20,8 @@ TEXT = "text/plain; charset=utf-8"
 class Reply:
     status: int
     body: Any  # dict or list: JSON; str: text/plain like Go's http.Error; bytes: raw JSON
+    headers: tuple[tuple[str, str], ...] = ()
+    content_type: str = "application/json"  # of a bytes body
 
 
 def actionable(status: int, error_class: str, code: str, message: str) -> Reply:
@@ -105,7 +107,7 @@ def text_response(status: int, text: str, headers: list[tuple[str, str]] | None 
 
 def render(reply: Reply) -> Response:
     if isinstance(reply.body, bytes):
-        return Response(reply.status, reply.body, "application/json")
+        return Response(reply.status, reply.body, reply.content_type, list(reply.headers))
     if isinstance(reply.body, str):
         return text_response(reply.status, reply.body)
     return json_response(reply.status, reply.body)
