@@ -24,12 +24,13 @@ The typed result is canary.reconcile_result's; canary.report renders it (text, J
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import sqlite3
 import time
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -347,20 +348,31 @@ class Matcher:
         return sorted(missing, key=lambda r: r.seq)
 
 
+# Rows of other devices looked up on this machine at a time, and the most distinct keys kept: past it the
+# rows are counted without telling one entity from another (a machine that never pulled a huge cloud).
+HELD_LOOKUP_BATCH = 500
+NOT_PULLED_KEYS_LIMIT = 100_000
+
+EntityRef = tuple[str, str]
+
+
 @dataclass
 class PullLag:
-    """The cloud rows above the worker's pull cursor, as the cloud's pull streams past; `settle` then
-    leaves out those this machine already holds (received by a chunk import)."""
+    """The cloud rows above the worker's pull cursor, as the cloud's pull streams past. Another device's
+    rows are looked up here in batches (`holds`): one this machine already holds (a chunk import) is not
+    behind. Memory stays bounded by NOT_PULLED_KEYS_LIMIT whatever the cloud sends."""
 
     cursor: int
     written_keys: set[str]
+    holds: Callable[[Sequence[EntityRef]], set[EntityRef]]
     floor: int = 0  # rows at or below it are not looked at (the --since window's start)
     newest_seq: int | None = None
     own_not_pulled: int = 0
-    # another device's rows above the cursor, by (entity, entity key): the oldest cloud time of each
-    candidates: dict[tuple[str, str], datetime | None] = field(default_factory=dict)
-    not_pulled: int = 0
-    oldest: datetime | None = None
+    held_already: int = 0
+    pending: dict[EntityRef, datetime | None] = field(default_factory=dict)
+    missing: dict[EntityRef, datetime | None] = field(default_factory=dict)
+    missing_past_limit: int = 0  # rows, not entities
+    oldest_past_limit: datetime | None = None
 
     @property
     def start(self) -> int:
@@ -375,36 +387,56 @@ class PullLag:
             return
         key = (mutation.entity, mutation.entity_key)
         stored = _cloud_time(mutation.occurred_at)
-        if key not in self.candidates:
-            self.candidates[key] = stored
-        elif stored is not None:
-            known = self.candidates[key]
-            self.candidates[key] = stored if known is None else min(known, stored)
+        if key in self.missing:
+            self.missing[key] = _earlier(self.missing[key], stored)
+            return
+        self.pending[key] = _earlier(self.pending[key], stored) if key in self.pending else stored
+        if len(self.pending) >= HELD_LOOKUP_BATCH:
+            self.settle()
 
-    def settle(self, held: set[tuple[str, str]]) -> None:
-        waiting = [moment for key, moment in self.candidates.items() if key not in held]
-        self.not_pulled = len(waiting)
-        known = [moment for moment in waiting if moment is not None]
-        self.oldest = min(known) if known else None
+    def settle(self) -> None:
+        """Look the pending rows up on this machine; call once more after the last row."""
+        if not self.pending:
+            return
+        held = self.holds(list(self.pending))
+        for key, stored in self.pending.items():
+            if key in held:
+                self.held_already += 1
+            elif key in self.missing or len(self.missing) < NOT_PULLED_KEYS_LIMIT:
+                self.missing[key] = _earlier(self.missing.get(key), stored)
+            else:
+                self.missing_past_limit += 1
+                self.oldest_past_limit = _earlier(self.oldest_past_limit, stored)
+        self.pending = {}
 
     def side(self, behind_after_seconds: float, now: datetime) -> PullSide:
-        waited = None if self.oldest is None else max(0, int((now - self.oldest).total_seconds()))
+        oldest = self.oldest_past_limit
+        for stored in self.missing.values():
+            oldest = _earlier(oldest, stored)
+        waited = None if oldest is None else max(0, int((now - oldest).total_seconds()))
+        not_pulled = len(self.missing) + self.missing_past_limit
         return PullSide(
             lane=LEGACY_TARGET,
             last_pulled_seq=self.cursor,
             cloud_newest_seq=self.newest_seq,
-            not_pulled=self.not_pulled,
+            not_pulled=not_pulled,
             own_not_pulled=self.own_not_pulled,
-            held_already=len(self.candidates) - self.not_pulled,
+            held_already=self.held_already,
             oldest_not_pulled_seconds=waited,
             behind_after_seconds=behind_after_seconds,
-            behind=self.not_pulled > 0 and waited is not None and waited > behind_after_seconds,
+            behind=not_pulled > 0 and waited is not None and waited > behind_after_seconds,
         )
 
 
-def held_entities(db: EngramDb, keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+def _earlier(first: datetime | None, second: datetime | None) -> datetime | None:
+    if first is None:
+        return second
+    return first if second is None else min(first, second)
+
+
+def held_entities(db: EngramDb, keys: Sequence[EntityRef]) -> set[EntityRef]:
     """Which of these (entity, entity key) this machine holds, in one short read transaction."""
-    held: set[tuple[str, str]] = set()
+    held: set[EntityRef] = set()
     by_entity: dict[str, list[str]] = defaultdict(list)
     for entity, key in keys:
         by_entity[entity].append(key)
@@ -413,8 +445,8 @@ def held_entities(db: EngramDb, keys: Sequence[tuple[str, str]]) -> set[tuple[st
             table, column = APPLIED_ENTITY_ROWS.get(entity, ("", ""))
             if not table or not db.schema.has_column(table, column):
                 continue
-            for start in range(0, len(entity_keys), 500):
-                part = entity_keys[start : start + 500]
+            for start in range(0, len(entity_keys), HELD_LOOKUP_BATCH):
+                part = entity_keys[start : start + HELD_LOOKUP_BATCH]
                 marks = ",".join("?" * len(part))
                 held.update(
                     (entity, str(key))
@@ -456,11 +488,11 @@ def reconcile(options: ReconcileOptions) -> ReconcileResult:
         with EngramDb.open(options.db_path) as db:
             journal = read_journal(db, options.since)
             with CloudReader(options.settings, options.timeout, started) as cloud:
-                matcher, lag, since_seq, chunks_read = _read_cloud(cloud, journal, options.since)
+                matcher, lag, since_seq, chunks_read = _read_cloud(
+                    cloud, journal, options.since, functools.partial(held_entities, db)
+                )
                 requests = cloud.requests
             missing = matcher.settle(read_payloads(db, [row.seq for row in matcher.remaining()]))
-            if lag is not None:
-                lag.settle(held_entities(db, list(lag.candidates)))
     except CanaryError as error:
         return unknown(options.db_path, str(error), url)
     return _result(
@@ -469,7 +501,10 @@ def reconcile(options: ReconcileOptions) -> ReconcileResult:
 
 
 def _read_cloud(
-    cloud: CloudReader, journal: Journal, since: datetime | None
+    cloud: CloudReader,
+    journal: Journal,
+    since: datetime | None,
+    holds: Callable[[Sequence[EntityRef]], set[EntityRef]],
 ) -> tuple[Matcher, PullLag | None, int, int]:
     matcher = Matcher(journal)
     cutoff = None if since is None else since - SKEW_ALLOWANCE
@@ -480,7 +515,7 @@ def _read_cloud(
         # With --since the pull side looks at the window's rows only: a routine run stays cheap on a
         # machine that never pulls, and the run of the day they arrived saw the older ones.
         window_seq = since_seq if matching or cutoff is None else cloud.start_seq_for(cutoff)
-        lag = PullLag(journal.pull_cursor, journal.written_keys, floor=window_seq)
+        lag = PullLag(journal.pull_cursor, journal.written_keys, holds, floor=window_seq)
     if matching or lag is not None:
         # One pass from the lower of the two starts; the matcher sees only the window's rows.
         starts = ([since_seq] if matching else []) + ([lag.start] if lag is not None else [])
@@ -490,6 +525,8 @@ def _read_cloud(
                 matcher.pulled(mutation)
             if lag is not None:
                 lag.saw(mutation)
+        if lag is not None:
+            lag.settle()
     chunks_read = 0
     for project in _chunk_projects(journal, matcher):
         for entry in cloud.manifest(project):

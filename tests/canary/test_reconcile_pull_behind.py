@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from reconcile_support import TOKEN, engram, run_reconcile, save_memories
 
+from engram_sync_kit.canary import reconcile as reconcile_module
 from engram_sync_kit.canary.cloud_client import CloudMutation
 from engram_sync_kit.canary.reconcile import PullLag
 from engram_sync_kit.fake_cloud.server import FakeCloudConfig, RunningFakeCloud, start_fake_cloud
@@ -143,6 +144,18 @@ def test_the_pull_side_is_read_with_a_since_window_that_needs_no_pull(two_machin
     assert document["summary"]["lost"] == 0
 
 
+def holding(*keys: tuple[str, str]) -> Callable[[Sequence[tuple[str, str]]], set[tuple[str, str]]]:
+    """What this machine holds, as reconcile's lookup answers it; every lookup is recorded."""
+
+    def holds(asked: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        lookups.append(list(asked))
+        return {key for key in asked if key in keys}
+
+    lookups: list[list[tuple[str, str]]] = []
+    holds.lookups = lookups  # type: ignore[attr-defined]
+    return holds
+
+
 def mutation(seq: int, key: str, stored: datetime) -> CloudMutation:
     return CloudMutation(seq, "alpha", "observation", key, "upsert", {}, stored.isoformat())
 
@@ -150,7 +163,7 @@ def mutation(seq: int, key: str, stored: datetime) -> CloudMutation:
 @pytest.mark.parametrize(("waited", "behind"), [(599, False), (600, False), (601, True)])
 def test_behind_only_past_the_threshold(waited: int, behind: bool) -> None:
     now = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
-    lag = PullLag(cursor=1, written_keys={"mine"})
+    lag = PullLag(cursor=1, written_keys={"mine"}, holds=holding())
     for seq, key, age in (
         (1, "theirs-pulled", 9999),
         (2, "mine", 9999),
@@ -158,7 +171,7 @@ def test_behind_only_past_the_threshold(waited: int, behind: bool) -> None:
         (4, "later", 5),
     ):
         lag.saw(mutation(seq, key, now - timedelta(seconds=age)))
-    lag.settle(held=set())
+    lag.settle()
 
     side = lag.side(600, now)
 
@@ -168,9 +181,9 @@ def test_behind_only_past_the_threshold(waited: int, behind: bool) -> None:
 
 def test_own_rows_alone_never_make_it_behind() -> None:
     now = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
-    lag = PullLag(cursor=0, written_keys={"mine"})
+    lag = PullLag(cursor=0, written_keys={"mine"}, holds=holding())
     lag.saw(mutation(1, "mine", now - timedelta(days=30)))
-    lag.settle(held=set())
+    lag.settle()
 
     side = lag.side(1, now)
 
@@ -184,9 +197,9 @@ def test_own_rows_alone_never_make_it_behind() -> None:
 
 def test_a_cloud_time_that_does_not_parse_is_not_an_age() -> None:
     now = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
-    lag = PullLag(cursor=0, written_keys=set())
+    lag = PullLag(cursor=0, written_keys=set(), holds=holding())
     lag.saw(CloudMutation(1, "alpha", "observation", "theirs", "upsert", {}, "yesterday"))
-    lag.settle(held=set())
+    lag.settle()
 
     side = lag.side(1, now)
 
@@ -195,11 +208,11 @@ def test_a_cloud_time_that_does_not_parse_is_not_an_age() -> None:
 
 def test_a_row_this_machine_already_holds_is_not_behind_and_one_entity_counts_once() -> None:
     now = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
-    lag = PullLag(cursor=0, written_keys=set())
+    lag = PullLag(cursor=0, written_keys=set(), holds=holding(("observation", "imported")))
     lag.saw(mutation(1, "imported", now - timedelta(days=3)))
     lag.saw(mutation(2, "edited twice", now - timedelta(seconds=900)))
     lag.saw(mutation(3, "edited twice", now - timedelta(seconds=30)))
-    lag.settle(held={("observation", "imported")})
+    lag.settle()
 
     side = lag.side(600, now)
 
@@ -236,11 +249,35 @@ def test_rows_this_machine_imported_by_chunk_are_not_behind(two_machines: TwoMac
 @pytest.mark.parametrize(("floor", "counted"), [(0, 2), (1, 1), (2, 0)])
 def test_with_since_only_the_windows_rows_are_looked_at(floor: int, counted: int) -> None:
     now = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
-    lag = PullLag(cursor=0, written_keys=set(), floor=floor)
+    lag = PullLag(cursor=0, written_keys=set(), holds=holding(), floor=floor)
     lag.saw(mutation(1, "before the window", now - timedelta(days=3)))
     lag.saw(mutation(2, "in the window", now - timedelta(seconds=900)))
-    lag.settle(held=set())
+    lag.settle()
 
     side = lag.side(600, now)
 
     assert (lag.start, side.not_pulled, side.cloud_newest_seq) == (floor, counted, 2)
+
+
+def test_memory_stays_bounded_past_the_key_limit_and_lookups_come_in_batches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(reconcile_module, "NOT_PULLED_KEYS_LIMIT", 3)
+    monkeypatch.setattr(reconcile_module, "HELD_LOOKUP_BATCH", 2)
+    now = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+    holds = holding(("observation", "k1"))
+    lag = PullLag(cursor=0, written_keys=set(), holds=holds)
+    for seq in range(1, 8):  # k1 is held; k2..k4 fill the limit; k5..k7 are counted by row
+        lag.saw(mutation(seq, f"k{seq}", now - timedelta(seconds=100 * seq)))
+    lag.settle()
+
+    side = lag.side(60, now)
+
+    assert (side.held_already, side.not_pulled, side.oldest_not_pulled_seconds, side.behind) == (
+        1,
+        6,
+        700,
+        True,
+    )
+    assert len(lag.missing) == 3
+    assert [len(batch) for batch in holds.lookups] == [2, 2, 2, 1]  # type: ignore[attr-defined]
