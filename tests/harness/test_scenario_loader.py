@@ -154,7 +154,9 @@ def test_sync_manual_needs_a_project() -> None:
 def test_every_shipped_scenario_loads_and_matches_the_exported_json_schema() -> None:
     schema = json_schema()
     jsonschema.Draft202012Validator.check_schema(schema)
-    validator = jsonschema.Draft202012Validator(schema)  # once: jsonschema.validate checks the schema per call
+    validator = jsonschema.Draft202012Validator(
+        schema
+    )  # once: jsonschema.validate checks the schema per call
     scenarios = load_all([REPO / "scenarios"])
     assert len(scenarios) >= 3
     for scenario in scenarios:
