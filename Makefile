@@ -36,7 +36,7 @@ test-v3: venv
 test-nightly: venv
 	ENGRAM_KIT_TIER=nightly bash scripts/test.sh
 
-# The real-binary canary tests on all five schema generations (make test plays v1.20, rc.12+ and v3).
+# The real-binary canary tests on all five schema generations (make test plays v1.20 and v3).
 test-generations: venv
 	ENGRAM_KIT_ALL_GENERATIONS=1 bash scripts/test.sh
 
