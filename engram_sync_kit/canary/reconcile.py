@@ -459,7 +459,7 @@ def held_entities(db: EngramDb, keys: Sequence[EntityRef]) -> set[EntityRef]:
 
 def _cloud_time(text: str) -> datetime | None:
     try:
-        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         return None
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
@@ -548,11 +548,8 @@ def _chunk_projects(journal: Journal, matcher: Matcher) -> list[str]:
 
 
 def _older(created_at: str, cutoff: datetime) -> bool:
-    try:
-        moment = datetime.fromisoformat(created_at.replace("Z", "+00:00"))
-    except ValueError:
-        return False
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)) < cutoff
+    moment = _cloud_time(created_at)
+    return moment is not None and moment < cutoff
 
 
 def _result(

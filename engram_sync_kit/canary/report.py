@@ -621,24 +621,27 @@ def reconcile_registry(result: ReconcileResult) -> CollectorRegistry:
         for project, count in result.cloud_only.items():
             cloud_only.labels(db, project).set(count)
         if result.pull is not None:
-            Gauge(
-                "engram_canary_reconcile_pull_behind",
-                "1: cloud rows of other devices waited past thresholds.stall_after_seconds unpulled",
-                ["db", "lane"],
-                registry=registry,
-            ).labels(db, result.pull.lane).set(int(result.pull.behind))
-            Gauge(
-                "engram_canary_reconcile_not_pulled_rows",
-                "Cloud rows of other devices above this machine's pull cursor",
-                ["db", "lane"],
-                registry=registry,
-            ).labels(db, result.pull.lane).set(result.pull.not_pulled)
-            Gauge(
-                "engram_canary_reconcile_oldest_not_pulled_seconds",
-                "How long the oldest of them has been in the cloud (0: none)",
-                ["db", "lane"],
-                registry=registry,
-            ).labels(db, result.pull.lane).set(result.pull.oldest_not_pulled_seconds or 0)
+            pull = result.pull
+            for name, help_text, value in (
+                (
+                    "pull_behind",
+                    "1: cloud rows of other devices waited past thresholds.stall_after_seconds unpulled",
+                    int(pull.behind),
+                ),
+                (
+                    "not_pulled_rows",
+                    "Cloud rows of other devices above this machine's pull cursor",
+                    pull.not_pulled,
+                ),
+                (
+                    "oldest_not_pulled_seconds",
+                    "How long the oldest of them has been in the cloud (0: none)",
+                    pull.oldest_not_pulled_seconds or 0,
+                ),
+            ):
+                Gauge(f"engram_canary_reconcile_{name}", help_text, ["db", "lane"], registry=registry).labels(
+                    db, pull.lane
+                ).set(value)
     return registry
 
 

@@ -329,12 +329,7 @@ class FakeCloudApp:
         except ContractError as error:
             return None, str(error), False
         except json.JSONDecodeError as error:
-            if error.pos >= len(stripped) or error.msg.startswith("Unterminated string"):
-                return None, "unexpected EOF", False  # Go's wording when the input ends inside a value
-            if error.pos == 0 and error.msg == "Expecting value":
-                first = body.lstrip(b" \t\r\n")[0]  # Go names the byte, not what it decodes to
-                return None, f"invalid character {go_quote_char(first)} looking for beginning of value", False
-            return None, f"invalid character at offset {error.pos}: {error.msg}", False
+            return None, _go_syntax_error(error, stripped, body, "unexpected EOF"), False
         return value, None, False
 
     async def _mutation_push(self, request: Request, request_id: str, epoch: int) -> Response | Drop:
@@ -398,15 +393,7 @@ class FakeCloudApp:
             if error.msg == "Extra data":
                 after = text[error.pos :].encode()[0]
                 return None, f"invalid character {go_quote_char(after)} after top-level value", None
-            if error.pos >= len(text) or error.msg.startswith("Unterminated string"):
-                return None, "unexpected end of JSON input", None
-            if error.pos == 0 and error.msg == "Expecting value":
-                return (
-                    None,
-                    f"invalid character {go_quote_char(text.encode()[0])} looking for beginning of value",
-                    None,
-                )
-            return None, f"invalid character at offset {error.pos}: {error.msg}", None
+            return None, _go_syntax_error(error, text, body, "unexpected end of JSON input"), None
 
     async def _chunk_push(self, request: Request, request_id: str, epoch: int) -> Response | Drop:
         if self.state.server_version == "v3":
@@ -459,6 +446,17 @@ def _v3_chunk_answer(chunk: bytes, accept: str) -> Reply:
 
 def _internal_error(error: BaseException) -> Response:
     return text_response(500, f"fake cloud internal error: {type(error).__name__} (see GET /_fake/errors)")
+
+
+def _go_syntax_error(error: json.JSONDecodeError, text: str, body: bytes, end_of_input: str) -> str:
+    """Go's words for a JSON syntax error in TEXT (BODY's stripped decoding); END_OF_INPUT when the input
+    ends inside a value (json.Decoder says "unexpected EOF", json.Unmarshal "unexpected end of JSON input")."""
+    if error.pos >= len(text) or error.msg.startswith("Unterminated string"):
+        return end_of_input
+    if error.pos == 0 and error.msg == "Expecting value":
+        first = body.lstrip(b" \t\r\n")[0]  # Go names the byte, not what it decodes to
+        return f"invalid character {go_quote_char(first)} looking for beginning of value"
+    return f"invalid character at offset {error.pos}: {error.msg}"
 
 
 def _decode_first_value(text: str) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,19 +49,27 @@ def test_only_a_baseline_can_be_predicted() -> None:
         )
 
 
-def sync_state_predictions(scenario: str, version: str) -> list[dict[str, list[str]]]:
-    path = next(p for p in SCENARIOS if p.name == scenario)
+def checks_in_range(scenario: str, version: str, kind: str) -> list[tuple[ExpectationBase, Any]]:
+    """The scenario's expectations whose range holds VERSION (a design one has none), with their check of
+    KIND."""
     found = []
-    for at in load_scenario(path).expectations:
-        expectation = at.expectation
-        check = getattr(expectation, "sync_state_targets", None)
-        if (
-            expectation.predicted is not None
-            and check is not None
-            and in_range(version, expectation.engram or "")
-        ):
-            found.append(check.model_dump(exclude_none=True))
+    for at in load_scenario(scenario_path(scenario)).expectations:
+        check = getattr(at.expectation, kind, None)
+        if check is not None and at.expectation.engram and in_range(version, at.expectation.engram):
+            found.append((at.expectation, check))
     return found
+
+
+def scenario_path(scenario: str) -> Path:
+    return next(p for p in SCENARIOS if p.name == scenario)
+
+
+def sync_state_predictions(scenario: str, version: str) -> list[dict[str, list[str]]]:
+    return [
+        check.model_dump(exclude_none=True)
+        for expectation, check in checks_in_range(scenario, version, "sync_state_targets")
+        if expectation.predicted is not None
+    ]
 
 
 @pytest.mark.parametrize(
@@ -83,18 +92,11 @@ def test_rc11_mints_the_unenrolled_key_and_rc12_on_never_does(scenario: str, key
 
 
 def lanes_predictions(scenario: str, version: str) -> list[list[dict[str, object]]]:
-    path = next(p for p in SCENARIOS if p.name == scenario)
-    found = []
-    for at in load_scenario(path).expectations:
-        expectation = at.expectation
-        check = getattr(expectation, "lanes", None)
-        if (
-            expectation.tag == "baseline"
-            and check is not None
-            and in_range(version, expectation.engram or "")
-        ):
-            found.append([row.model_dump(exclude_none=True) for row in check.rows])
-    return found
+    return [
+        [row.model_dump(exclude_none=True) for row in check.rows]
+        for expectation, check in checks_in_range(scenario, version, "lanes")
+        if expectation.tag == "baseline"
+    ]
 
 
 def test_from_rc12_enroll_backfills_what_v120_had_journaled_at_each_save() -> None:
@@ -109,10 +111,9 @@ def test_from_rc12_enroll_backfills_what_v120_had_journaled_at_each_save() -> No
         assert lanes_predictions("enroll-while-rows-wait.scenario.yaml", version) == [
             [{**later_app, "enqueued": 3, "acked": 3, "delivered": 3}]
         ], version
-    path = next(p for p in SCENARIOS if p.name == "enroll-while-rows-wait.scenario.yaml")
     [received] = [
         step.body.until.received
-        for step in load_scenario(path).steps
+        for step in load_scenario(scenario_path("enroll-while-rows-wait.scenario.yaml")).steps
         if isinstance(step.body, SyncStep) and step.body.until is not None
     ]
     assert received == 3
