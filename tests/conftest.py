@@ -23,7 +23,7 @@ from engram_sync_kit.harness.engram.install import DEFAULT_VERSION, find_engram
 # Plugins rather than conftest.py files in subdirectories: mypy names every conftest.py "conftest" and can
 # check only one. The fake cloud's cloud/cloud_server/http fixtures (tests/fake_cloud/cloud_fixtures.py) and
 # the canary tests' runs per engram schema (tests/engram_schemas/per_version.py).
-pytest_plugins = ["cloud_fixtures", "engram_schemas.per_version"]
+pytest_plugins = ["cloud_fixtures", "engram_schemas.per_version", "scheduling"]
 
 TIERS = ("unit", "engram", "docker")
 
