@@ -89,11 +89,13 @@ CHUNK_NUL_ESCAPE_REASON: Final = (
 _ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|.)", re.DOTALL)
 
 # Predicted from source (docs/fake-cloud.md, "Mutation push under v2 and v3"): the later of the two v2
-# push handlers in the index canonicalizes every
-# entry before its insert, filling placeholders into sparse legacy upserts, and answers what it still
-# cannot canonicalize with 400 "invalid mutation payload" (v3's handler is not stored; v3 is assumed to
-# keep v2's rule). v1.20 has no such step: its batch insert fails with 500.
+# push handlers in the index, and v3's (mutations.go, module /v3, in the fork wahh-22/engram @9c52018c),
+# canonicalize every entry before its insert, filling placeholders into sparse legacy upserts, and answer
+# what they still cannot canonicalize with 400 "invalid mutation payload". v1.20 has no such step: its
+# batch insert fails with 500.
 CANONICALIZING_SERVER_VERSIONS: Final = ("v2", "v3")
+# v3 lists, first of all, an entry whose payload as sent is not UTF-8 (utf8.Valid on the raw JSON).
+UTF8_CHECKING_SERVER_VERSIONS: Final = ("v3",)
 INVALID_MUTATION_REASON: Final = "invalid mutation payload"
 LEGACY_ENTITIES: Final = (SESSION, OBSERVATION, PROMPT)
 
@@ -105,6 +107,19 @@ class PushRefusal:
     status: int  # the HTTP status the real v1.20 server answers (400, 413, 500, ...)
     reason: str  # the server's error text, e.g. "mutation entries must specify a project"
     field: str | None  # the payload field at fault when there is one (e.g. "directory"), else None
+
+
+def payload_is_refused_utf8(raw_payload: bytes | None, server_version: str) -> bool:
+    """Whether the push handler of ``server_version`` lists an entry (field "payload") because its
+    payload, as sent, is not UTF-8. v3 checks the raw bytes before anything else; an absent payload is
+    valid, and an escape such as \\ud800 is ASCII, so it passes."""
+    if server_version not in UTF8_CHECKING_SERVER_VERSIONS or raw_payload is None:
+        return False
+    try:
+        raw_payload.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
 
 
 def too_large_reason(limit: int) -> str:

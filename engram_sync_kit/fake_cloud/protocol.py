@@ -87,7 +87,8 @@ def push_mutations(
         if entry["project"].strip() in state.paused:
             return paused_reply(entry["project"].strip(), primary), items
     if state.server_version in push_rules.CANONICALIZING_SERVER_VERSIONS:
-        refused = _canonicalize_entries(parsed)
+        raw = raw_payloads(raw_body) if raw_body is not None else None
+        refused = _canonicalize_entries(parsed, raw or [], state.server_version)
         if refused is not None:
             return refused, items
     invalid = []
@@ -349,11 +350,18 @@ def _accepted(seqs: list[int], primary: str) -> dict[str, Any]:
     return {"accepted_seqs": seqs, "project": primary, "project_path": "", "project_source": "request_body"}
 
 
-def _canonicalize_entries(entries: list[dict[str, Any]]) -> Reply | None:
+def _canonicalize_entries(
+    entries: list[dict[str, Any]], raw: Sequence[bytes | None], version: str
+) -> Reply | None:
     """v2/v3 (predicted from source): every entry canonicalized before the insert, in place (the stored
-    payload is the canonical one); the whole batch refused with 400 if any entry cannot be."""
+    payload is the canonical one); the whole batch refused with 400 if any entry cannot be. ``raw``: each
+    entry's payload as sent (v3 first refuses one that is not UTF-8)."""
     invalid = []
     for index, entry in enumerate(entries):
+        sent = raw[index] if index < len(raw) else None
+        if push_rules.payload_is_refused_utf8(sent, version):
+            invalid.append({"entity": entry["entity"].strip(), "field": "payload", "index": index})
+            continue
         try:
             payload, text = push_rules.canonical_entry(
                 project=entry["project"],

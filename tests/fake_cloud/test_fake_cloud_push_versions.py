@@ -3,7 +3,8 @@
 v1.20 is observed (and pinned against the real server by test_differential.py); the v2/v3 answers are
 predicted from engram's v2 source (docs/fake-cloud.md, "Server versions"): the v2 handler fills
 placeholders into sparse legacy upserts and answers what it still cannot canonicalize with 400
-"invalid mutation payload"; v3 is assumed to keep that rule (its handler is not in the index).
+"invalid mutation payload"; v3 keeps that rule (its handler, module /v3, read in the fork
+wahh-22/engram @9c52018c; its own difference is pinned in test_fake_cloud_v3_mutations.py).
 """
 
 from __future__ import annotations
