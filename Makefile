@@ -56,7 +56,7 @@ EXPLORE_SEED ?= $(shell date +%s)
 EXPLORE_PARALLEL ?= 6
 explore: engram
 	$(BIN)/engram-harness explore --seed $(EXPLORE_SEED) --budget 1800 --parallel $(EXPLORE_PARALLEL) \
-		--nemesis storm503,latency,auth401,reset,ack_without_store --out explore-out --json explore-out/report.json
+		--nemesis storm503,latency,auth401,reset,ack_without_store,hang,truncated,slow_body,error500,dup_pull --out explore-out --json explore-out/report.json
 
 clean:
 	rm -rf $(VENV) .cache dist mutants

@@ -16,6 +16,7 @@ import time
 import zlib
 from collections import deque
 from collections.abc import Coroutine
+from dataclasses import replace
 from typing import Any
 
 from engram_sync_kit.engram_contract import envelope, payload_digest
@@ -23,7 +24,7 @@ from engram_sync_kit.engram_contract.errors import ContractError
 from engram_sync_kit.engram_contract.gojson import go_loads
 from engram_sync_kit.engram_contract.push_rules import too_large_reason
 from engram_sync_kit.fake_cloud import control, protocol, provenance, routes
-from engram_sync_kit.fake_cloud.faults import Fault, FaultAction
+from engram_sync_kit.fake_cloud.faults import Fault, FaultAction, request_host
 from engram_sync_kit.fake_cloud.httpserver import DROP, Drop, Request, RequestHead, Response, warn
 from engram_sync_kit.fake_cloud.state import FakeCloudState, JournalItem, Transport, go_quote
 from engram_sync_kit.fake_cloud.wire import (
@@ -220,7 +221,8 @@ class FakeCloudApp:
     ) -> tuple[Fault | None, Response | Drop | None]:
         """Apply a scheduled fault; returns the fault and, when it ends the request, what to answer."""
         assert route.fault_route is not None
-        fault = self.state.take_fault(route.fault_route, projects)
+        host = request_host(request.headers.get("host", ""))
+        fault = self.state.take_fault(route.fault_route, projects, host)
         if fault is None:
             return None, None
         if fault.action is FaultAction.LATENCY:
@@ -283,8 +285,17 @@ class FakeCloudApp:
             and "accepted_seqs" in reply.body
         ):
             reply = Reply(200, {**reply.body, "accepted_seqs": reply.body["accepted_seqs"][: fault.keep]})
-        await self.record(request, request_id, epoch, transport, reply.status, items)
-        return render(reply)
+        if fault is not None and fault.action is FaultAction.DUPLICATE_ROWS and reply.status == 200:
+            reply = _rows_twice(reply)
+        cut = fault is not None and fault.action is FaultAction.TRUNCATE_BODY
+        # A cut answer is journaled as 0, as a reset one is: whatever was stored, the client got no answer.
+        await self.record(request, request_id, epoch, transport, 0 if cut else reply.status, items)
+        response = render(reply)
+        if cut:
+            return replace(response, truncate_at=len(response.body) // 2)
+        if fault is not None and fault.action is FaultAction.SLOW_BODY:
+            return replace(response, trickle_seconds=fault.seconds)
+        return response
 
     def _decoded_body(self, request: Request) -> tuple[bytes | None, str | None]:
         """The body, gunzipped when it is gzip (by header or by its 1f8b magic), or why it is unusable."""
@@ -486,6 +497,23 @@ def _valid_prefix(body: bytes) -> bool:
     """Whether a cut stream's text is (the start of) JSON rather than garbage."""
     text = body.decode("utf-8", "replace").strip()
     return not text or text[0] in '{["-0123456789tfn'
+
+
+def _rows_twice(reply: Reply) -> Reply:
+    """A pull answer with every row listed twice: a page's mutations, the manifest's chunks, a chunk's
+    sessions, observations, prompts and mutations (its bytes are JSON)."""
+    body: Any = reply.body
+    if isinstance(body, bytes):
+        try:
+            body = go_loads(body.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, ContractError):
+            return reply
+        twice = _rows_twice(Reply(reply.status, body, reply.headers, reply.content_type))
+        return replace(twice, body=json.dumps(twice.body, separators=(",", ":")).encode())
+    if not isinstance(body, dict):
+        return reply
+    doubled = {key: value * 2 if isinstance(value, list) else value for key, value in body.items()}
+    return replace(reply, body=doubled)
 
 
 def _stores(fault: Fault | None) -> bool:

@@ -29,7 +29,11 @@ class FaultAction(str, Enum):
     LATENCY = "latency"
     RESET_AFTER_READ = "reset_after_read"
     SHORT_ACCEPTED = "short_accepted"
-    HANG = "hang"
+    HANG = "hang"  # no answer for `seconds`, then the connection dropped: a client's timeout, not a status
+    TRUNCATE_BODY = "truncate_body"  # the usual answer's head, half its body, then the connection closed
+    SLOW_BODY = "slow_body"  # the usual answer, its body trickled over `seconds`
+    # On a pull route: every row of a 200 answer twice (a pull page, the manifest's chunks, a chunk's rows).
+    DUPLICATE_ROWS = "duplicate_rows"
     # Answer 200 exactly as normal, journal it, store nothing: the silent loss of engram #264/#298.
     ACK_WITHOUT_STORE = "ack_without_store"
 
@@ -50,12 +54,13 @@ class Fault:
     latency_ms: int = 200
     keep: int = 0
     seconds: float = 5.0
+    host: str | None = None  # only requests whose Host header names this host: one machine partitioned
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], where: str = "fault") -> Fault:
         if not isinstance(raw, Mapping):
             raise InvalidControlRequest(f"{where}: expected an object, got {type(raw).__name__}")
-        known = {"route", "action", "project", "times", "status", "latency_ms", "keep", "seconds"}
+        known = {"route", "action", "project", "times", "status", "latency_ms", "keep", "seconds", "host"}
         unknown = sorted(set(raw) - known)
         if unknown:
             raise InvalidControlRequest(f"{where}: unknown field(s) {unknown}; allowed: {sorted(known)}")
@@ -64,7 +69,10 @@ class Fault:
         project = raw.get("project")
         if project is not None and not isinstance(project, str):
             raise InvalidControlRequest(f"{where}.project: expected a string or null")
-        fault = cls(route=route, action=action, project=project)
+        host = raw.get("host")
+        if host is not None and (not isinstance(host, str) or not host.strip()):
+            raise InvalidControlRequest(f"{where}.host: expected a host name or null")
+        fault = cls(route=route, action=action, project=project, host=host.strip().lower() if host else None)
         for name, low, high in (("times", 1, 1_000_000), ("status", 200, 599), ("latency_ms", 0, 600_000)):
             if name in raw:
                 setattr(fault, name, _int_in(raw[name], low, high, f"{where}.{name}"))
@@ -89,10 +97,20 @@ class Fault:
         out["route"], out["action"] = self.route.value, self.action.value
         return out
 
-    def matches(self, route: Route, projects: Sequence[str]) -> bool:
+    def matches(self, route: Route, projects: Sequence[str], host: str = "") -> bool:
         if self.route not in (Route.ANY, route):
             return False
+        if self.host is not None and self.host != host:
+            return False
         return self.project is None or self.project in projects
+
+
+def request_host(header: str) -> str:
+    """The host name of a Host header, without its port, lowercased ("[::1]:80" -> "::1")."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1 : header.find("]")] if "]" in header else header
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
 
 
 def _member(kind: type[E], value: Any, where: str) -> E:

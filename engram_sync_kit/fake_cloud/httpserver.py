@@ -48,6 +48,7 @@ LINGER_SECONDS = 0.5  # Go's rstAvoidanceDelay
 # Connections need no token, so their number is capped: past it a connection is refused at once (plain
 # http: a 503 and close; TLS: closed before the handshake), never queued. Go's server has no cap.
 MAX_CONNECTIONS = 1024
+TRICKLE_PIECE = 64  # a slow answer's body goes out this many bytes at a time
 # asyncio reads TLS through a 256 KiB buffer per connection (sslproto.SSLProtocol.max_size), 280 KB an
 # idle connection in all. A TLS record holds at most 16 KiB of plaintext, so 16 KiB loses no read.
 TLS_READ_SIZE = 16 * 1024
@@ -79,6 +80,8 @@ class Response:
     body: bytes = b""
     content_type: str = "application/json"
     headers: list[tuple[str, str]] = field(default_factory=list)
+    truncate_at: int | None = None  # send this much of the body, then close: a truncated answer
+    trickle_seconds: float = 0.0  # spread the body over this long: a slow answer
 
 
 @dataclass
@@ -425,6 +428,9 @@ class HttpServer:
             # The body was not read to its end, so this connection cannot carry another request:
             # say so, or a pooling client reuses it and meets the close.
             result = replace(result, headers=[*result.headers, ("connection", "close")])
+        if result.truncate_at is not None and request.method != "HEAD":
+            await self._send_truncated(conn, writer, result)
+            return False
         await self._send(conn, writer, result, head=request.method == "HEAD")
         if conn.our_state is h11.MUST_CLOSE or conn.their_state is not h11.DONE:
             await _linger(reader, writer)
@@ -442,11 +448,41 @@ class HttpServer:
         ]
         reason = REASONS.get(response.status, b"")
         data = conn.send(h11.Response(status_code=response.status, headers=headers, reason=reason)) or b""
-        if not head and response.body:
+        if not head and response.body and response.trickle_seconds > 0:
+            writer.write(data)
+            data = b""
+            pieces = [
+                response.body[i : i + TRICKLE_PIECE] for i in range(0, len(response.body), TRICKLE_PIECE)
+            ]
+            pause = response.trickle_seconds / len(pieces)
+            for piece in pieces:
+                await asyncio.sleep(pause)
+                writer.write(conn.send(h11.Data(data=piece)) or b"")
+                await writer.drain()
+        elif not head and response.body:
             data += conn.send(h11.Data(data=response.body)) or b""
         data += conn.send(h11.EndOfMessage()) or b""
         writer.write(data)
         await writer.drain()
+
+    async def _send_truncated(
+        self, conn: h11.Connection, writer: asyncio.StreamWriter, response: Response
+    ) -> None:
+        """The head with the whole body's Content-Length, part of the body, then a close (FIN, not a reset,
+        so the client reads what was sent and meets the end: Go's "unexpected EOF")."""
+        headers = [
+            *([("content-type", response.content_type)] if response.content_type else []),
+            ("content-length", str(len(response.body))),
+            *response.headers,
+        ]
+        reason = REASONS.get(response.status, b"")
+        data = conn.send(h11.Response(status_code=response.status, headers=headers, reason=reason)) or b""
+        writer.write(data + response.body[: response.truncate_at])
+        with contextlib.suppress(ConnectionError, ssl.SSLError):
+            await writer.drain()
+            if writer.can_write_eof():
+                writer.write_eof()
+        writer.close()
 
 
 def _buffered(conn: h11.Connection) -> int:

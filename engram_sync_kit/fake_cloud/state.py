@@ -390,10 +390,10 @@ class FakeCloudState:
     def add_faults(self, faults: Iterable[Fault]) -> None:
         self.faults.extend(faults)
 
-    def take_fault(self, route: Route, projects: Sequence[str]) -> Fault | None:
+    def take_fault(self, route: Route, projects: Sequence[str], host: str = "") -> Fault | None:
         """The first scheduled fault matching this request, consumed once."""
         for fault in self.faults:
-            if fault.matches(route, projects):
+            if fault.matches(route, projects, host):
                 fault.times -= 1
                 if fault.times <= 0:
                     self.faults.remove(fault)

@@ -126,7 +126,7 @@ class World:
             device = World(
                 env=env,
                 cloud=self.cloud,
-                engram_env=dict(self.engram_env),
+                engram_env=device_cloud_env(self.engram_env),
                 version=self.version,
                 workspace_root=self.workspace_root,
                 workspaces=self.workspaces,
@@ -191,6 +191,21 @@ class World:
             self.daemon.close()
         self.collect_logs()
         self._mcp.clear()
+
+
+#: the host name a `device:` machine reaches a loopback cloud by, so a fault can partition it alone
+DEVICE_CLOUD_HOST = "localhost"
+
+
+def device_cloud_env(engram_env: dict[str, str]) -> dict[str, str]:
+    """Another device's environment: the same cloud, addressed as localhost where the scenario's own
+    engram addresses it as 127.0.0.1 (its Host header then tells the two apart: a fault's `host`)."""
+    env = dict(engram_env)
+    server = env.get("ENGRAM_CLOUD_SERVER", "")
+    for scheme in ("https://", "http://"):
+        if server.startswith(f"{scheme}127.0.0.1:"):
+            env["ENGRAM_CLOUD_SERVER"] = f"{scheme}{DEVICE_CLOUD_HOST}:" + server[len(scheme) + 10 :]
+    return env
 
 
 def reported_engram_version(binary: Path) -> str:

@@ -67,8 +67,8 @@ def test_histories_with_the_worker_end_by_settling_the_nemesis_and_two_cycles() 
 
 def test_the_nemesis_is_the_fake_clouds_fault_api_and_the_scenario_format_accepts_it() -> None:
     for kind, make in NEMESIS_KINDS.items():
-        for route in ("mutations_push", "chunk_push"):
-            for raw in make(route):
+        for autosync in (True, False):
+            for raw in make(GeneratorSettings(autosync=autosync, nemesis=(kind,))):
                 CloudFault.from_dict(raw, where=kind)  # the fake's own validation
                 Fault.model_validate(raw)
 

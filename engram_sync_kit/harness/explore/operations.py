@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engram_sync_kit.fake_cloud.faults import FaultAction
+from engram_sync_kit.harness.world import DEVICE_CLOUD_HOST
 
 RawStep = dict[str, Any]
 
@@ -27,25 +28,6 @@ PLACES = ("app", "other", "scratch", "home")
 RENAMABLE = ("app", "other", "scratch")
 #: the second engram home of a two-machine history: a `device:` step (its own data dir and HOME, the cloud)
 MACHINE_B = "laptop-b"
-
-#: nemesis kinds, each one fault of the fake cloud's fault API (fake_cloud.faults is the one source)
-NEMESIS_KINDS: dict[str, Callable[[str], list[dict[str, Any]]]] = {
-    "storm503": lambda route: [
-        {"route": route, "times": 3, "action": FaultAction.STATUS.value, "status": 503}
-    ],
-    "latency": lambda route: [
-        {"route": route, "times": 2, "action": FaultAction.LATENCY.value, "latency_ms": 1500}
-    ],
-    "auth401": lambda route: [
-        {"route": route, "times": 2, "action": FaultAction.STATUS.value, "status": 401}
-    ],
-    "reset": lambda route: [{"route": route, "times": 1, "action": FaultAction.RESET_AFTER_READ.value}],
-    "ack_without_store": lambda route: [
-        {"route": route, "times": 1, "action": FaultAction.ACK_WITHOUT_STORE.value}
-    ],
-}
-#: fault actions whose push answers 200 yet stores nothing: lost rows after them are the nemesis's
-LOSSY_ACTIONS = frozenset({FaultAction.ACK_WITHOUT_STORE.value})
 
 
 @dataclass
@@ -81,6 +63,58 @@ class GeneratorSettings:
     @property
     def push_route(self) -> str:
         return "mutations_push" if self.autosync else "chunk_push"
+
+    @property
+    def pull_route(self) -> str:
+        return "mutations_pull" if self.autosync else "chunk_pull"
+
+
+#: nemesis kinds, each one fault of the fake cloud's fault API (fake_cloud.faults is the one source), on the
+#: history's push route unless named otherwise
+NEMESIS_KINDS: dict[str, Callable[[GeneratorSettings], list[dict[str, Any]]]] = {
+    "storm503": lambda s: [
+        {"route": s.push_route, "times": 3, "action": FaultAction.STATUS.value, "status": 503}
+    ],
+    "latency": lambda s: [
+        {"route": s.push_route, "times": 2, "action": FaultAction.LATENCY.value, "latency_ms": 1500}
+    ],
+    "auth401": lambda s: [
+        {"route": s.push_route, "times": 2, "action": FaultAction.STATUS.value, "status": 401}
+    ],
+    "reset": lambda s: [{"route": s.push_route, "times": 1, "action": FaultAction.RESET_AFTER_READ.value}],
+    "ack_without_store": lambda s: [
+        {"route": s.push_route, "times": 1, "action": FaultAction.ACK_WITHOUT_STORE.value}
+    ],
+    # no answer past engram's 30 s client timeout (remote/transport.go's http.Client), then a drop
+    "hang": lambda s: [{"route": s.push_route, "times": 1, "action": FaultAction.HANG.value, "seconds": 35}],
+    # half the answer, then a close: a push stored whose answer never arrives whole (v1.20's chunk push
+    # reads only a 200's status), and a pull cut short
+    "truncated": lambda s: [
+        {"route": route, "times": 1, "action": FaultAction.TRUNCATE_BODY.value}
+        for route in (s.push_route, s.pull_route)
+    ],
+    "slow_body": lambda s: [
+        {"route": s.push_route, "times": 2, "action": FaultAction.SLOW_BODY.value, "seconds": 3}
+    ],
+    # a 500 carrying the fault's JSON error body (not a bare status)
+    "error500": lambda s: [
+        {"route": s.push_route, "times": 2, "action": FaultAction.STATUS.value, "status": 500}
+    ],
+    # a pull answered with every row twice: the worker's page, or the manifest's chunks and a chunk's rows
+    "dup_pull": lambda s: [{"route": s.pull_route, "times": 3, "action": FaultAction.DUPLICATE_ROWS.value}],
+    # machine B alone cut off: its every request dropped unanswered until the faults are cleared
+    "partition_b": lambda s: [
+        {
+            "route": "any",
+            "times": 1000,
+            "action": FaultAction.HANG.value,
+            "seconds": 0,
+            "host": DEVICE_CLOUD_HOST,
+        }
+    ],
+}
+#: fault actions whose push answers 200 yet stores nothing: lost rows after them are the nemesis's
+LOSSY_ACTIONS = frozenset({FaultAction.ACK_WITHOUT_STORE.value})
 
 
 def _title(model: Model) -> tuple[str, str]:
@@ -192,7 +226,7 @@ def _nemesis(rng: random.Random, _model: Model, settings: GeneratorSettings) -> 
     if not settings.nemesis:
         return None
     kind = rng.choice(settings.nemesis)
-    return {"cloud": {"faults": NEMESIS_KINDS[kind](settings.push_route)}}
+    return {"cloud": {"faults": NEMESIS_KINDS[kind](settings)}}
 
 
 def _clear_faults(_rng: random.Random, _model: Model, settings: GeneratorSettings) -> RawStep | None:

@@ -280,6 +280,7 @@ class Fault(Strict):
     latency_ms: int = 200
     keep: int = 0
     seconds: float = 5
+    host: str | None = None
 
     @model_validator(mode="after")
     def _as_the_fake_would_take_it(self) -> Fault:
