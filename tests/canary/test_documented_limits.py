@@ -30,6 +30,7 @@ def age_findings(waited_seconds: float, settings: InboxSettings) -> list[str]:
 @pytest.mark.parametrize("age_days", [7.0, 0.5])
 def test_the_inbox_age_warning_starts_just_past_its_threshold(age_days: float) -> None:
     settings = InboxSettings(age_days=age_days)
+    assert age_findings(age_days * DAY - 1, settings) == []
     assert age_findings(age_days * DAY, settings) == []
     (message,) = age_findings(age_days * DAY + 1, settings)
     assert message.startswith(f"inbox key 'side-project' has waited {age_days:.1f} days (> {age_days:g}): 2 ")
