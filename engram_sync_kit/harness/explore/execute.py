@@ -32,6 +32,7 @@ from engram_sync_kit.harness.explore.invariants import (
     Observation,
     Violation,
     check_all,
+    cloud_memories,
     lost_rows,
     reached_states,
 )
@@ -157,7 +158,7 @@ class ReceivedSoFar:
         self.items: list[ReceivedMutation] = []
 
     def after(self, raw: dict[str, Any]) -> list[ReceivedMutation]:
-        if self.autosync or "sync" in raw or "run" in raw:
+        if self.autosync or "sync" in raw or "run" in raw or "device" in raw:  # a device step may push
             since = self.items[-1].seq if self.items else 0
             self.items.extend(self.world.cloud.client.received(since_seq=since))
         return self.items
@@ -325,6 +326,7 @@ def _observe(
         sync_state=sync_state,
         lossy_nemesis=lossy,
         enrolled=enrolled,
+        cloud_memories=cloud_memories(received),
     )
     if lost_rows(observation):
         lost = frozenset(row.seq for row in lost_rows(observation))

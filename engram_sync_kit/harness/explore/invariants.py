@@ -23,7 +23,12 @@ engram's database read-only), never against the canary's own reading of it.
   machine holds the same sync_id under another project (engram's: e.g. its own row has no project and
   the chunk it pushed carried the session's).
 
-A violation of I2, I3 or I4 (or I1-reconcile) is a bug of ours; I1, I5 and I6 can be engram's.
+- I7 (no duplicate delivery): the cloud never stores one memory (a project and explore's unique title) under
+  two sync_ids, checked after every step; after quiescence no machine holds one memory twice (two live
+  rows with one title and two sync_ids, or two rows with one sync_id) in a project enrolled on all.
+  engram's: a client that minted a second id for a memory, or a pull that inserted a row twice.
+
+A violation of I2, I3 or I4 (or I1-reconcile) is a bug of ours; I1, I5, I6 and I7 can be engram's.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ OWNERS = {
     "I4": "ours",
     "I5": "engram",
     "I6": "engram",
+    "I7": "engram",
 }
 
 
@@ -106,6 +112,8 @@ class Observation:
     #: sync_ids of the observations the cloud stores
     machines: dict[str, MachineMemories] | None = None
     cloud_observations: frozenset[str] = frozenset()
+    #: (project, title) -> the sync_ids the cloud stores observation upserts of that memory under
+    cloud_memories: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
 
 
 def _expectation(why: str, check: dict[str, Any]) -> dict[str, Any]:
@@ -512,8 +520,81 @@ def _observe_on(machine: str) -> dict[str, Any]:
     return {"device": {"name": machine, "steps": [{"observe": _converged(machine)}]}}
 
 
-CHECKERS = (check_i1, check_i2, check_i3, check_i4, check_i5, check_i6)
-INVARIANTS = ("I1", "I1-reconcile", "I2", "I3", "I4", "I5", "I6")
+def check_i7(observation: Observation) -> list[Violation]:
+    """One memory delivered twice: stored by the cloud under two sync_ids, or held twice by a machine."""
+    violations = []
+    twice = sorted((key, ids) for key, ids in observation.cloud_memories.items() if len(ids) > 1)
+    if twice:
+        shown = ", ".join(
+            f"{title!r} ({project}: {len(ids)} sync_ids)" for (project, title), ids in twice[:5]
+        )
+        violations.append(
+            Violation(
+                "I7",
+                f"the cloud stores {len(twice)} memory(ies) under more than one sync_id: {shown}",
+                signature="cloud-stores-twice",
+            )
+        )
+    machines = observation.machines
+    if not machines:
+        return violations
+    shared = set.intersection(*(set(memories.enrolled) for memories in machines.values()))
+    held_twice: list[tuple[str, str, str]] = []  # (machine, project, title)
+    for name, memories in sorted(machines.items()):
+        for project in sorted(shared):
+            ids_by_title: dict[str, set[str]] = {}
+            for sync_id, title, _ in memories.memories.get(project, frozenset()):
+                ids_by_title.setdefault(title, set()).add(sync_id)
+            held_twice.extend(
+                (name, project, title)
+                for title, ids in sorted(ids_by_title.items())
+                if len(ids) > 1 or ids & memories.repeated
+            )
+    if held_twice:
+        lacking = sorted({name for name, _, _ in held_twice})
+        shown = ", ".join(
+            f"{name} holds {title!r} ({project}) twice" for name, project, title in held_twice[:5]
+        )
+        violations.append(
+            Violation(
+                "I7",
+                f"after quiescence {len(held_twice)} memory(ies) are held twice: {shown}",
+                expectations=tuple(
+                    _expectation(
+                        "explore I7: no machine holds one memory twice",
+                        {
+                            "local": {
+                                "entity": "observation",
+                                "title": title,
+                                "project": project,
+                                "count": 1,
+                                **({} if name == MACHINE_A else {"at": _converged(name)}),
+                            }
+                        },
+                    )
+                    for name, project, title in held_twice[:10]
+                ),
+                extra_steps=tuple(_observe_on(name) for name in lacking if name != MACHINE_A),
+                signature=f"held-twice-on-{'-and-'.join(lacking)}",
+            )
+        )
+    return violations
+
+
+def cloud_memories(received: Iterable[Any]) -> dict[tuple[str, str], frozenset[str]]:
+    """(project, title) -> sync_ids of the observation upserts the cloud stores (ReceivedMutation rows)."""
+    found: dict[tuple[str, str], set[str]] = {}
+    for item in received:
+        if item.entity != "observation" or item.op != "upsert" or not isinstance(item.payload, dict):
+            continue
+        title = item.payload.get("title")
+        if isinstance(title, str) and title:
+            found.setdefault((item.project, title), set()).add(item.entity_key)
+    return {key: frozenset(ids) for key, ids in found.items()}
+
+
+CHECKERS = (check_i1, check_i2, check_i3, check_i4, check_i5, check_i6, check_i7)
+INVARIANTS = ("I1", "I1-reconcile", "I2", "I3", "I4", "I5", "I6", "I7")
 
 
 def check_all(observation: Observation) -> list[Violation]:

@@ -53,6 +53,8 @@ class MachineMemories:
     memories: dict[str, frozenset[tuple[str, str, str]]]
     #: sync_ids of observations whose own journal rows still wait unacked (never delivered by this machine)
     undelivered: frozenset[str] = frozenset()
+    #: sync_ids that more than one live observation row carries (one memory held twice)
+    repeated: frozenset[str] = frozenset()
 
 
 def machine_memories(connection: sqlite3.Connection) -> MachineMemories:
@@ -65,6 +67,8 @@ def machine_memories(connection: sqlite3.Connection) -> MachineMemories:
         else frozenset()
     )
     memories: dict[str, set[tuple[str, str, str]]] = {}
+    seen: set[str] = set()
+    twice: set[str] = set()
     if "observations" in tables:
         rows = connection.execute(
             "SELECT COALESCE(project, ''), COALESCE(sync_id, ''), COALESCE(title, ''), COALESCE(content, '') "
@@ -72,6 +76,7 @@ def machine_memories(connection: sqlite3.Connection) -> MachineMemories:
         )
         for project, sync_id, title, content in rows:
             memories.setdefault(str(project), set()).add((str(sync_id), str(title), str(content)))
+            (twice if sync_id and sync_id in seen else seen).add(str(sync_id))
     undelivered: frozenset[str] = frozenset()
     if "sync_mutations" in tables:
         columns = {str(row[1]) for row in connection.execute("PRAGMA table_info(sync_mutations)")}
@@ -83,7 +88,10 @@ def machine_memories(connection: sqlite3.Connection) -> MachineMemories:
             )
         )
     return MachineMemories(
-        enrolled, {project: frozenset(rows) for project, rows in memories.items()}, undelivered
+        enrolled,
+        {project: frozenset(rows) for project, rows in memories.items()},
+        undelivered,
+        frozenset(twice),
     )
 
 
