@@ -253,7 +253,10 @@ class EvidenceReader:
         stored = {self._stored_projects.get(project) or project.encode() for project in projects}
         by_lane: dict[str, int] = {}
         self._project_queries += 1
-        if self._project_queries > PROJECT_QUERIES_BEFORE_ONE_SCAN:
+        if (
+            self._unacked_by_stored_project is None
+            and self._project_queries > PROJECT_QUERIES_BEFORE_ONE_SCAN
+        ):
             self.read_unacked_by_project()
         if self._unacked_by_stored_project is not None:
             for project in stored:

@@ -326,12 +326,13 @@ def cursor_tripwire_findings(
         aliases = replace(aliases, recorded=load_key_map(config.key_map.expanduser()))
     moment = now or datetime.now(UTC)
     inputs, enrolled, unattributed, _ = tripwire_inputs(db, aliases, use_cursor=use_cursor, now=moment)
+    at = moment.timestamp()
     keys = {
         key: {
             "memories": totals.count,
             "telemetry": totals.telemetry,
             "oldest_memory_age_days": (
-                round(max(0.0, (moment.timestamp() - totals.oldest_memory) / 86400), 3)
+                round(max(0.0, (at - totals.oldest_memory) / 86400), 3)
                 if totals.oldest_memory is not None
                 else None
             ),
