@@ -42,6 +42,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from engram_sync_kit.engram_contract import go_strings
 from engram_sync_kit.engram_contract.errors import ContractError
 from engram_sync_kit.engram_contract.gojson import go_json, go_kind, go_loads, replace_surrogates
 
@@ -96,6 +97,11 @@ _ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|.)", re.DOTALL)
 CANONICALIZING_SERVER_VERSIONS: Final = ("v2", "v3")
 # v3 lists, first of all, an entry whose payload as sent is not UTF-8 (utf8.Valid on the raw JSON).
 UTF8_CHECKING_SERVER_VERSIONS: Final = ("v3",)
+# v3 answers a failed insert without the store's own text: an entry Postgres refuses is named
+# (cloudstore.MutationBatchEntryError), anything else is "insert mutations failed" (mutations.go and
+# cloudstore.go, module /v3, fork wahh-22/engram @9c52018c).
+NAMING_INSERT_FAILURE_SERVER_VERSIONS: Final = ("v3",)
+INSERT_FAILED_REASON: Final = "insert mutations failed"
 INVALID_MUTATION_REASON: Final = "invalid mutation payload"
 LEGACY_ENTITIES: Final = (SESSION, OBSERVATION, PROMPT)
 
@@ -120,6 +126,14 @@ def payload_is_refused_utf8(raw_payload: bytes | None, server_version: str) -> b
     except UnicodeDecodeError:
         return True
     return False
+
+
+def entry_insert_failure_reason(batch_index: int, entity: str, entity_key: str) -> str:
+    """v3's 500 text for the entry whose INSERT failed (each name quoted to 64 runes, %.64q)."""
+    return (
+        f"insert mutations: batch_index={batch_index} entity={go_strings.quote(entity.strip(), 64)} "
+        f"entity_key={go_strings.quote(entity_key.strip(), 64)}"
+    )
 
 
 def too_large_reason(limit: int) -> str:

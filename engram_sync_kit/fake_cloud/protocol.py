@@ -422,7 +422,7 @@ def _materialize_refusal(entries: Sequence[Mapping[str, Any]]) -> Reply | None:
 
 def _insert_refusal(entries: Sequence[Mapping[str, Any]], raw_body: bytes, version: str) -> Reply | None:
     """v1.20's 500 for the first entry, in batch order, whose INSERT Postgres refuses: each payload is
-    judged on the bytes sent (v2/v3, predicted: a known entity's canonical text)."""
+    judged on the bytes sent (v2/v3, predicted: a known entity's canonical text; v3 names the entry)."""
     raw = raw_payloads(raw_body) or []
     for index, entry in enumerate(entries):
         sent = raw[index] if index < len(raw) else None
@@ -438,8 +438,12 @@ def _insert_refusal(entries: Sequence[Mapping[str, Any]], raw_body: bytes, versi
             op=entry["op"].strip(),
             payload=sent,
         )
-        if refusal is not None:
-            return Reply(refusal.status, f"insert mutations: cloudstore: {refusal.reason}")
+        if refusal is None:
+            continue
+        if version in push_rules.NAMING_INSERT_FAILURE_SERVER_VERSIONS:
+            reason = push_rules.entry_insert_failure_reason(index, entry["entity"], entry["entity_key"])
+            return Reply(refusal.status, reason)
+        return Reply(refusal.status, f"insert mutations: cloudstore: {refusal.reason}")
     return None
 
 

@@ -87,3 +87,37 @@ def test_every_refused_entry_is_listed_in_batch_order(cloud: RunningFakeCloud, h
 def test_the_rule(raw: bytes | None, refused: bool) -> None:
     assert payload_is_refused_utf8(raw, "v3") is refused
     assert payload_is_refused_utf8(raw, "v2") is False
+
+
+SESSION = b'{"project":"alpha","entity":"session","entity_key":"s-1","op":"upsert","payload":{"id":"s-1","directory":"/d"}}'
+NUL_TITLE = (
+    b'{"project":"alpha","entity":"observation","entity_key":"o-1","op":"upsert","payload":{"sync_id":"o-1",'
+    b'"session_id":"s-1","type":"note","title":"t\\u0000x","content":"c","scope":"project"}}'
+)
+V2_NUL = "insert mutations: cloudstore: insert mutation: ERROR: unsupported Unicode escape sequence (SQLSTATE 22P05)"
+
+
+def test_an_entry_postgres_refuses(cloud: RunningFakeCloud, http: httpx.Client) -> None:
+    response = http.post(PUSH, content=b'{"entries":[' + SESSION + b"," + NUL_TITLE + b"]}")
+    assert response.status_code == 500
+    if cloud.config.server_version == "v3":
+        # v3 names the entry, never the store's own text (MutationBatchEntryError, cloudstore.go @9c52018c).
+        assert response.text == 'insert mutations: batch_index=1 entity="observation" entity_key="o-1"\n'
+    else:
+        assert response.text == V2_NUL + "\n"
+    assert pulled(http) == []
+
+
+def test_the_named_entry_is_quoted_to_64_characters(cloud: RunningFakeCloud, http: httpx.Client) -> None:
+    key = "k\u00e9\t" + "x" * 70
+    entry = (
+        '{"project":"alpha","entity":"widget","entity_key":"' + key.replace("\t", "\\t") + '","op":"upsert",'
+        '"payload":{"a":"\\u0000"}}'
+    )
+    response = http.post(PUSH, content=('{"entries":[' + entry + "]}").encode())
+    assert response.status_code == 500
+    if cloud.config.server_version == "v3":
+        quoted = '"k\u00e9\\t' + "x" * 61 + '"'
+        assert response.text == f'insert mutations: batch_index=0 entity="widget" entity_key={quoted}\n'
+    else:
+        assert response.text == V2_NUL + "\n"
