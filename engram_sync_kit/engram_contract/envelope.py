@@ -9,6 +9,9 @@ established) and its use in internal/cloud/cloudserver/cloudserver.go @d4397781 
   Content-Encoding is never read; the decoded body may not pass the push limit (ErrPayloadTooLarge);
 - a chunk read answers the envelope when Accept names it (AcceptsCompressedEnvelope) and the chunk is at
   most DefaultMaxDecodedBytes, and always sets Cache-Control: no-store and Vary: Accept (handlePullChunk).
+
+The chunk manifest (GET /sync/pull) says version 2 on v3: ReadManifest in cloudstore.go, module /v3, read
+in the fork wahh-22/engram @9c52018c (upstream's index stores no /v3 cloudstore.go); v1.20 says 1.
 """
 
 from __future__ import annotations
@@ -21,6 +24,13 @@ CONTENT_TYPE: Final = f"{MEDIA_TYPE}; version={VERSION}"
 MAX_DECODED_BYTES: Final = 8 * 1024 * 1024
 UNSUPPORTED_VERSION: Final = "unsupported compressed envelope version"
 GZIP_MAGIC: Final = b"\x1f\x8b"
+MANIFEST_VERSIONS: Final = {"v3": 2}
+
+
+def manifest_version(server_version: str) -> int:
+    """The `version` of the chunk manifest a server of `server_version` answers."""
+    return MANIFEST_VERSIONS.get(server_version, 1)
+
 
 # RFC 2045 token characters, as Go's mime package checks them (isTokenChar).
 _TSPECIALS = frozenset('()<>@,;:\\"/[]?=')

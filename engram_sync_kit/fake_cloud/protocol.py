@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from engram_sync_kit.engram_contract import ENTITIES, SESSION_REFERENCING_ENTITIES, payload_digest, push_rules
+from engram_sync_kit.engram_contract.envelope import manifest_version
 from engram_sync_kit.engram_contract.errors import ContractError
 from engram_sync_kit.engram_contract.gojson import go_kind
 from engram_sync_kit.fake_cloud import chunkcodec
@@ -271,7 +272,7 @@ def manifest(state: FakeCloudState, project: str | None) -> Reply:
         }
         for chunk in state.chunks.get(normalized, {}).values()
     ]
-    return Reply(200, {"chunks": chunks, "version": 1})
+    return Reply(200, {"chunks": chunks, "version": manifest_version(state.server_version)})
 
 
 def read_chunk(state: FakeCloudState, project: str | None, chunk_id: str) -> Reply:
