@@ -20,7 +20,16 @@ def carries_fields(state: Any, local: Any, *, ignoring: frozenset[str] = frozens
     (more fields are fine); `ignoring` names fields a cloud may rewrite, such as a normalized project."""
     if not isinstance(state, dict) or not isinstance(local, dict):
         return False
-    return all(state.get(name) == value for name, value in local.items() if name not in ignoring)
+    # A field the state lacks held Go's zero value when the exporter's omitempty dropped it: v1.20's chunk
+    # carries a delete without the journal row's `revision_count: 0` and `duplicate_count: 0`.
+    return all(
+        state.get(name) == value if name in state else value in GO_ZEROS
+        for name, value in local.items()
+        if name not in ignoring
+    )
+
+
+GO_ZEROS: tuple[Any, ...] = (0, "", None)
 
 
 def payload_digest(payload: Any) -> str:

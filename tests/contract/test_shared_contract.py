@@ -103,6 +103,10 @@ def test_a_current_state_delivers_a_row_when_it_carries_every_field_but_the_igno
     assert not carries_fields(state, local)
     assert carries_fields(state, local, ignoring=frozenset({"project"}))
     assert not carries_fields({"id": "o1", "title": "other", "project": "My-App"}, local)
+    # omitempty: a chunk's delete lacks the journal row's zero counters, and still carries it
+    deleted = {"sync_id": "o1", "deleted": True, "revision_count": 0, "duplicate_count": 0}
+    assert carries_fields({"sync_id": "o1", "deleted": True}, deleted)
+    assert not carries_fields({"sync_id": "o1", "deleted": True}, {**deleted, "revision_count": 2})
     assert not carries_fields("o1", local)
     assert not carries_fields(state, "o1")
 

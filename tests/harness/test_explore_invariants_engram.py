@@ -88,3 +88,29 @@ def test_two_machines_saving_different_memories_deliver_each_once(engram_bin: Pa
     ]
     outcome = play(engram_bin, history, autosync=False)
     assert outcome.error == "" and outcome.violations == []
+
+
+def _deleted_on_a(*, b_pulls_after: bool) -> list[GeneratedStep]:
+    return [
+        GeneratedStep("enroll", {"enroll": "my-app"}),
+        GeneratedStep("save_cli", _save("memory 1", "one")),
+        GeneratedStep("enroll_b", _on_b({"enroll": "my-app"})),
+        GeneratedStep("sync_manual", _sync()),
+        GeneratedStep("pull_b", _on_b(_sync("--import"))),
+        GeneratedStep("delete", {"delete": "memory 1"}),
+        GeneratedStep("quiesce", _sync()),
+        # the planted break: machine B's last pull replaced by a push, so A's delete never reaches it
+        GeneratedStep("quiesce", _on_b(_sync(), _sync("--import") if b_pulls_after else _sync())),
+        GeneratedStep("converge", _sync("--import")),
+    ]
+
+
+def test_a_deleted_memory_still_live_on_the_other_machine_is_reported(engram_bin: Path) -> None:
+    outcome = play(engram_bin, _deleted_on_a(b_pulls_after=False), autosync=False)
+    assert outcome.error == ""
+    (violation,) = outcome.violations
+    # B never got the delete; A, which deleted it, may hold it live again too (docs/explore.md, I8)
+    assert violation.invariant == "I8" and violation.owner == "engram"
+    assert violation.kind.startswith("I8/") and violation.kind.endswith(MACHINE_B)
+    assert f"{MACHINE_B} holds 'memory 1' (my-app) live, deleted on a" in violation.detail
+    assert outcome.violation_step == len(outcome.steps) - 1

@@ -139,7 +139,7 @@ def test_a_local_session_without_directory_blocks_the_pull_of_the_other_machines
     )
 
 
-PLANTED_TWO_MACHINE_SEED = 246
+PLANTED_TWO_MACHINE_SEED = 119
 TWO_MACHINES = GeneratorSettings(autosync=False, nemesis=("ack_without_store",), steps=10, machines=2)
 
 
@@ -186,7 +186,7 @@ def test_explore_with_two_machines_finds_shrinks_writes_and_replays_the_lost_pus
     (found,) = json.loads(report_path.read_text(encoding="utf-8"))["violations"]
     assert found["kind"] == "I6/lost-in-cloud-missing-on-a" and found["owner"] == "nemesis"
     assert found["replayed"] is True and found["minimized_steps"] < found["steps"]
-    assert "I6 (nemesis's, the class of engram#264) seed 246" in result.stdout
+    assert f"I6 (nemesis's, the class of engram#264) seed {PLANTED_TWO_MACHINE_SEED}" in result.stdout
     scenario = load_scenario(Path(found["scenario"]))
     assert "device" in [step.name for step in scenario.steps]
 

@@ -193,7 +193,7 @@ def test_every_fault_the_fake_cloud_knows_is_writable_in_a_scenario() -> None:
 def test_a_misspelt_name_gets_a_did_you_mean() -> None:
     assert errors_of("name: x\nsteps:\n  - cloud: {faults: [{action: ack_without_stor}]}\n") == [
         "s.scenario.yaml:3: steps.0.cloud.faults.0.action: Input should be 'status', 'latency', "
-        "'reset_after_read', 'short_accepted', 'hang' or 'ack_without_store' (got 'ack_without_stor') "
+        "'reset_after_read', 'short_accepted', 'hang', 'truncate_body', 'slow_body', 'duplicate_rows' or 'ack_without_store' (got 'ack_without_stor') "
         "(did you mean 'ack_without_store'?)"
     ]
     assert errors_of("name: x\nstepz: []\nsteps: []\n")[0] == (

@@ -23,6 +23,9 @@ engram's database read-only), never against the canary's own reading of it.
   machine holds the same sync_id under another project (engram's: e.g. its own row has no project and
   the chunk it pushed carried the session's).
 
+- I8 (no resurrection): after quiescence no machine holds live a memory (sync_id) that a machine of the
+  history deleted (soft: deleted_at set) in a project enrolled on all. engram's: the delete never reached
+  that machine, or a pull brought the memory back to the one that deleted it.
 - I7 (no duplicate delivery): the cloud never stores one memory (a project and explore's unique title) under
   two sync_ids, checked after every step; after quiescence no machine holds one memory twice (two live
   rows with one title and two sync_ids, or two rows with one sync_id) in a project enrolled on all.
@@ -58,6 +61,7 @@ OWNERS = {
     "I5": "engram",
     "I6": "engram",
     "I7": "engram",
+    "I8": "engram",
 }
 
 
@@ -443,8 +447,11 @@ def check_i6(observation: Observation) -> list[Violation]:
     for project in shared:
         held = {name: machines[name].memories.get(project, frozenset()) for name in names}
         union: frozenset[tuple[str, str, str]] = frozenset().union(*held.values())
+        deleted = frozenset().union(*(machines[name].deleted for name in names))
         for name in names:
             for memory in sorted(union - held[name]):
+                if memory[0] in deleted:
+                    continue  # a deleted memory is I8's to judge
                 origins = [other for other in names if memory in held[other]]
                 if memory[0] in projects_of[name]:
                     kind = "project-differs"  # the same memory, held under another project
@@ -581,6 +588,54 @@ def check_i7(observation: Observation) -> list[Violation]:
     return violations
 
 
+def check_i8(observation: Observation) -> list[Violation]:
+    machines = observation.machines
+    if not machines or len(machines) < 2:
+        return []
+    shared = set.intersection(*(set(memories.enrolled) for memories in machines.values()))
+    found: list[tuple[str, str, str, list[str]]] = []  # (machine holding it live, project, title, deleters)
+    found_ids: list[tuple[str, str]] = []
+    for name, memories in sorted(machines.items()):
+        for project in sorted(shared):
+            for sync_id, title, _ in sorted(memories.memories.get(project, frozenset())):
+                deleters = [other for other in sorted(machines) if sync_id in machines[other].deleted]
+                if deleters:
+                    found.append((name, project, title, deleters))
+                    found_ids.append((name, sync_id))
+    if not found:
+        return []
+    holders = sorted({name for name, _, _, _ in found})
+    # resurrected: live again on a machine that deleted it itself (a pull brought it back)
+    resurrected = any(sync_id in machines[name].deleted_here for name, sync_id in found_ids)
+    shown = ", ".join(
+        f"{name} holds {title!r} ({project}) live, deleted on {' and '.join(deleters)}"
+        for name, project, title, deleters in found[:5]
+    )
+    return [
+        Violation(
+            "I8",
+            f"after quiescence {len(found)} deleted memory(ies) are live: {shown}",
+            expectations=tuple(
+                _expectation(
+                    "explore I8: a deleted memory stays deleted on every machine",
+                    {
+                        "local": {
+                            "entity": "observation",
+                            "title": title,
+                            "project": project,
+                            "present": False,
+                            **({} if name == MACHINE_A else {"at": _converged(name)}),
+                        }
+                    },
+                )
+                for name, project, title, _ in found[:10]
+            ),
+            extra_steps=tuple(_observe_on(name) for name in holders if name != MACHINE_A),
+            signature=f"{'resurrected' if resurrected else 'delete-not-pulled'}-live-on-{'-and-'.join(holders)}",
+        )
+    ]
+
+
 def cloud_memories(received: Iterable[Any]) -> dict[tuple[str, str], frozenset[str]]:
     """(project, title) -> sync_ids of the observation upserts the cloud stores (ReceivedMutation rows)."""
     found: dict[tuple[str, str], set[str]] = {}
@@ -593,8 +648,8 @@ def cloud_memories(received: Iterable[Any]) -> dict[tuple[str, str], frozenset[s
     return {key: frozenset(ids) for key, ids in found.items()}
 
 
-CHECKERS = (check_i1, check_i2, check_i3, check_i4, check_i5, check_i6, check_i7)
-INVARIANTS = ("I1", "I1-reconcile", "I2", "I3", "I4", "I5", "I6", "I7")
+CHECKERS = (check_i1, check_i2, check_i3, check_i4, check_i5, check_i6, check_i7, check_i8)
+INVARIANTS = ("I1", "I1-reconcile", "I2", "I3", "I4", "I5", "I6", "I7", "I8")
 
 
 def check_all(observation: Observation) -> list[Violation]:

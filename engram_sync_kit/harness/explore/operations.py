@@ -39,6 +39,8 @@ class Model:
     paused: set[str] = field(default_factory=set)
     renamed_keys: list[str] = field(default_factory=list)  # the keys renamed repos give later saves
     enrolled_b: set[str] = field(default_factory=set)  # machine B's own enrolled set
+    saved: list[str] = field(default_factory=list)  # titles saved on machine A, then on B
+    saved_b: list[str] = field(default_factory=list)
     counter: int = 0
 
     def next_id(self) -> int:
@@ -124,11 +126,13 @@ def _title(model: Model) -> tuple[str, str]:
 
 def _save_mcp(rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep:
     title, content = _title(model)
+    model.saved.append(title)
     return {"save": {"in": rng.choice(PLACES), "title": title, "content": content}}
 
 
 def _save_cli(rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep:
     title, content = _title(model)
+    model.saved.append(title)
     body: dict[str, Any] = {"in": rng.choice(PLACES), "title": title, "content": content, "via": "cli"}
     project = rng.choice([None, "my-app", "other-repo"])  # None: engram save without --project (project "")
     if project is not None:
@@ -140,6 +144,7 @@ def _save_http(rng: random.Random, model: Model, _: GeneratorSettings) -> RawSte
     if not model.sessions:
         return None
     title, content = _title(model)
+    model.saved.append(title)
     return {
         "save": {"via": "http", "session": rng.choice(model.sessions), "title": title, "content": content}
     }
@@ -276,6 +281,7 @@ def _enroll_b(rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep
 
 def _save_b(rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep:
     title, content = _title(model)
+    model.saved_b.append(title)
     project = rng.choice(sorted(REPO_PROJECTS.values()))
     return _on_b(
         {"save": {"in": "app", "title": title, "content": content, "via": "cli", "project": project}}
@@ -294,6 +300,15 @@ def _pull_b(rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep |
     return _on_b(_pull(rng.choice(sorted(model.enrolled_b)))) if model.enrolled_b else None
 
 
+def _delete_a(rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep | None:
+    """`engram delete <id>` of a memory this machine saved (I8 judges it after quiescence)."""
+    return {"delete": rng.choice(model.saved)} if model.saved else None
+
+
+def _delete_b(rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep | None:
+    return _on_b({"delete": rng.choice(model.saved_b)}) if model.saved_b else None
+
+
 #: drawn only in two-machine histories, so a one-machine seed draws exactly what it drew before
 MACHINE_OPERATIONS: tuple[Operation, ...] = (
     Operation("enroll_b", 3, _enroll_b),
@@ -301,6 +316,8 @@ MACHINE_OPERATIONS: tuple[Operation, ...] = (
     Operation("sync_b", 3, _sync_b),
     Operation("pull", 3, _pull_a),
     Operation("pull_b", 3, _pull_b),
+    Operation("delete", 2, _delete_a),
+    Operation("delete_b", 2, _delete_b),
 )
 ENROLL_BOOST = 4
 OPERATION_NAMES = tuple(operation.name for operation in (*OPERATIONS, *MACHINE_OPERATIONS))

@@ -55,6 +55,10 @@ class MachineMemories:
     undelivered: frozenset[str] = frozenset()
     #: sync_ids that more than one live observation row carries (one memory held twice)
     repeated: frozenset[str] = frozenset()
+    #: sync_ids of observations this machine holds soft-deleted (deleted_at set) or deleted itself (a local
+    #: delete in its journal, whatever a later pull did to the row)
+    deleted: frozenset[str] = frozenset()
+    deleted_here: frozenset[str] = frozenset()
 
 
 def machine_memories(connection: sqlite3.Connection) -> MachineMemories:
@@ -78,6 +82,17 @@ def machine_memories(connection: sqlite3.Connection) -> MachineMemories:
             memories.setdefault(str(project), set()).add((str(sync_id), str(title), str(content)))
             (twice if sync_id and sync_id in seen else seen).add(str(sync_id))
     undelivered: frozenset[str] = frozenset()
+    deleted_here: frozenset[str] = frozenset()
+    deleted = (
+        frozenset(
+            str(row[0])
+            for row in connection.execute(
+                "SELECT sync_id FROM observations WHERE deleted_at IS NOT NULL AND sync_id IS NOT NULL"
+            )
+        )
+        if "observations" in tables
+        else frozenset()
+    )
     if "sync_mutations" in tables:
         columns = {str(row[1]) for row in connection.execute("PRAGMA table_info(sync_mutations)")}
         local = " AND source = 'local'" if "source" in columns else ""
@@ -87,11 +102,19 @@ def machine_memories(connection: sqlite3.Connection) -> MachineMemories:
                 f"SELECT entity_key FROM sync_mutations WHERE entity = 'observation' AND acked_at IS NULL{local}"
             )
         )
+        deleted_here = frozenset(
+            str(row[0])
+            for row in connection.execute(
+                f"SELECT entity_key FROM sync_mutations WHERE entity = 'observation' AND op = 'delete'{local}"
+            )
+        )
     return MachineMemories(
         enrolled,
         {project: frozenset(rows) for project, rows in memories.items()},
         undelivered,
         frozenset(twice),
+        deleted | deleted_here,
+        deleted_here,
     )
 
 

@@ -269,6 +269,14 @@ class ReviseStep(StepBase):
     title: str | None = None
 
 
+class DeleteStep(StepBase, Shorthand):
+    """Delete a memory with `engram delete <id>`: the live observation of this device with that title."""
+
+    shorthand: ClassVar[str] = "title"
+    title: str
+    hard: bool = Field(False, description="`--hard`: remove the row instead of setting deleted_at.")
+
+
 class Fault(Strict):
     """A fake-cloud fault: its routes, actions and value rules are fake_cloud's own (one source)."""
 
@@ -566,6 +574,7 @@ STEP_MODELS: dict[str, type[BaseModel]] = {
     "relate": RelateStep,
     "reenqueue": ReenqueueStep,
     "revise": ReviseStep,
+    "delete": DeleteStep,
     "cloud": CloudStep,
     "sync": SyncStep,
     "daemon": DaemonStep,

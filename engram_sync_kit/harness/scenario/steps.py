@@ -342,6 +342,18 @@ def do_revise(world: World, step: s.ReviseStep) -> None:
     world.observations[step.of] = _observation_row(world, saved.id)
 
 
+def do_delete(world: World, step: s.DeleteStep) -> None:
+    row = _read_one(
+        world,
+        "SELECT id FROM observations WHERE title = ? AND deleted_at IS NULL ORDER BY id LIMIT 1",
+        (step.title,),
+    )
+    if row is None:
+        raise StepFailed(f"no live observation titled {step.title!r} to delete")
+    result = world.run(["delete", str(row[0]), *(["--hard"] if step.hard else [])])
+    _check(result, f"engram delete {row[0]}")
+
+
 def do_cloud(world: World, step: s.CloudStep) -> None:
     client = world.cloud.client
     if step.allowlist is not None:
@@ -816,6 +828,7 @@ HANDLERS: dict[str, StepKind] = {
     "relate": step_kind(s.RelateStep, do_relate),
     "reenqueue": step_kind(s.ReenqueueStep, do_reenqueue),
     "revise": step_kind(s.ReviseStep, do_revise),
+    "delete": step_kind(s.DeleteStep, do_delete),
     "cloud": step_kind(s.CloudStep, do_cloud),
     "sync": step_kind(s.SyncStep, do_sync),
     "daemon": step_kind(s.DaemonStep, do_daemon),
