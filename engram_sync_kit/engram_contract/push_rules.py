@@ -42,8 +42,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from engram_sync_kit.engram_contract import go_strings
 from engram_sync_kit.engram_contract.errors import ContractError
+from engram_sync_kit.engram_contract.go_strings import quote as go_quote
 from engram_sync_kit.engram_contract.gojson import go_json, go_kind, go_loads, replace_surrogates
 
 SESSION: Final = "session"
@@ -131,8 +131,8 @@ def payload_is_refused_utf8(raw_payload: bytes | None, server_version: str) -> b
 def entry_insert_failure_reason(batch_index: int, entity: str, entity_key: str) -> str:
     """v3's 500 text for the entry whose INSERT failed (each name quoted to 64 runes, %.64q)."""
     return (
-        f"insert mutations: batch_index={batch_index} entity={go_strings.quote(entity.strip(), 64)} "
-        f"entity_key={go_strings.quote(entity_key.strip(), 64)}"
+        f"insert mutations: batch_index={batch_index} entity={go_quote(entity.strip(), 64)} "
+        f"entity_key={go_quote(entity_key.strip(), 64)}"
     )
 
 
