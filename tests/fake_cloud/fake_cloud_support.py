@@ -58,3 +58,23 @@ STARTERS: dict[str, Callable[[Path], AbstractContextManager[CloudUnderTest]]] = 
     "subprocess": start_subprocess,
 }
 CLOUD_MODES = ["inprocess", "subprocess"]
+
+
+def push_observation(http: httpx.Client, project: str = "p", key: str = "o1") -> httpx.Response:
+    """One observation upsert on the mutation push route."""
+    payload = {
+        "sync_id": key,
+        "session_id": "s1",
+        "type": "t",
+        "title": "x",
+        "content": "c",
+        "scope": "project",
+    }
+    entry = {
+        "project": project,
+        "entity": "observation",
+        "entity_key": key,
+        "op": "upsert",
+        "payload": payload,
+    }
+    return http.post("/sync/mutations/push", json={"entries": [entry]})

@@ -9,32 +9,10 @@ from typing import Any
 import httpx
 import pytest
 from fake_cloud_support import AUTH, CloudUnderTest
+from fake_cloud_support import push_observation as push
 
 from engram_sync_kit.fake_cloud.client import FakeCloudControlError, FakeCloudWaitTimeout
 from engram_sync_kit.fake_cloud.models import Fault, FaultAction, Route
-
-
-def push(http: httpx.Client, project: str = "p", key: str = "o1") -> httpx.Response:
-    payload = {
-        "sync_id": key,
-        "session_id": "s1",
-        "type": "t",
-        "title": "x",
-        "content": "c",
-        "scope": "project",
-    }
-    body = {
-        "entries": [
-            {
-                "project": project,
-                "entity": "observation",
-                "entity_key": key,
-                "op": "upsert",
-                "payload": payload,
-            }
-        ]
-    }
-    return http.post("/sync/mutations/push", json=body)
 
 
 def test_ready_and_reset_clear_every_kind_of_state(cloud: CloudUnderTest, http: httpx.Client) -> None:

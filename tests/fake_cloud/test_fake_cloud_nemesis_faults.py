@@ -8,23 +8,14 @@ import time
 
 import httpx
 import pytest
-from fake_cloud_support import AUTH, CloudUnderTest
+from fake_cloud_support import AUTH, CloudUnderTest, push_observation
 
 from engram_sync_kit.fake_cloud.client import FakeCloudControlError
 from engram_sync_kit.fake_cloud.faults import Fault, InvalidControlRequest, request_host
 
 
 def _push(http: httpx.Client, key: str = "o1") -> httpx.Response:
-    payload = {
-        "sync_id": key,
-        "session_id": "s1",
-        "type": "t",
-        "title": "x",
-        "content": "c",
-        "scope": "project",
-    }
-    entry = {"project": "p", "entity": "observation", "entity_key": key, "op": "upsert", "payload": payload}
-    return http.post("/sync/mutations/push", json={"entries": [entry]})
+    return push_observation(http, key=key)
 
 
 def test_a_truncated_answer_is_cut_after_the_push_was_stored(
