@@ -1,0 +1,1 @@
+"""Boundaries of canary.checks' rules that `make mutation` found unpinned."""

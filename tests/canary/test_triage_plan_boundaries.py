@@ -1,0 +1,1 @@
+"""Boundaries of canary.triage.plan's rules that `make mutation` found unpinned."""
