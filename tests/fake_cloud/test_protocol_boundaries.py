@@ -1,17 +1,26 @@
-"""The protocol's numeric edges, each pinned on both sides (a mutation run left them unguarded)."""
+"""The protocol's edges, each pinned on both sides (a mutation run left them unguarded): the numeric
+limits, and the chunk routes' refusals and what an accepted chunk leaves in the store."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import pytest
+
+from engram_sync_kit.engram_contract import payload_digest
 from engram_sync_kit.fake_cloud.protocol import (
     DEFAULT_PULL_LIMIT,
     MAX_MUTATION_BATCH,
+    manifest,
     pull_mutations,
+    push_chunk,
     push_mutations,
+    read_chunk,
 )
 from engram_sync_kit.fake_cloud.routes import CHUNK_READ, MANIFEST, match
 from engram_sync_kit.fake_cloud.state import FakeCloudState, ServerVersion
+from engram_sync_kit.fake_cloud.wire import FORBIDDEN, NO_PRINCIPAL, PROJECT_REQUIRED, Reply, paused_reply
 
 
 def sessions(count: int, project: str = "p") -> dict[str, Any]:
@@ -80,3 +89,326 @@ def test_a_chunk_is_read_from_exactly_one_segment_after_sync_pull() -> None:
         assert [match(path, version) for path in ("/sync/pull/", "/sync/pull/a/b", "/sync/pull/a/")] == [
             None
         ] * 3
+
+
+# --- the chunk routes, called in-process (the bodies are the real v1.20 server's, as
+# tests/fake_cloud/test_fake_cloud_contract.py and the raw differential hold them over HTTP)
+
+CHUNK_STRUCT = (
+    'struct { ChunkID string "json:\\"chunk_id\\""; CreatedBy string "json:\\"created_by\\""; '
+    'ClientCreatedAt string "json:\\"client_created_at\\""; Project string "json:\\"project\\""; '
+    'Data json.RawMessage "json:\\"data\\"" }'
+)
+REPAIRABLE = {"error_class": "repairable", "error_code": "upgrade_repairable_payload_invalid"}
+PROJECT_IS_REQUIRED = {
+    "error_class": "blocked",
+    "error_code": "upgrade_blocked_project_required",
+    "error": "project is required",
+}
+
+
+def session_row(session_id: str = "s1") -> dict[str, Any]:
+    return {"id": session_id, "project": "x", "directory": "/work", "started_at": "2026-01-01 00:00:00"}
+
+
+def observation_row(sync_id: str = "o1", session_id: str = "s1") -> dict[str, Any]:
+    return {
+        "sync_id": sync_id,
+        "session_id": session_id,
+        "type": "manual",
+        "title": "a title",
+        "content": "some content",
+        "project": "x",
+        "scope": "project",
+    }
+
+
+def chunk_mutation(entity: str, key: str, payload: dict[str, Any], op: str = "upsert") -> dict[str, Any]:
+    return {"entity": entity, "entity_key": key, "op": op, "payload": json.dumps(payload)}
+
+
+RELATION = {
+    "sync_id": "r1",
+    "source_id": "o9",
+    "target_id": "o9",
+    "relation": "supports",
+    "judgment_status": "pending",
+    "marked_by_actor": "a",
+    "marked_by_kind": "human",
+}
+OBSERVATION_9 = {k: v for k, v in observation_row("o9", "s9").items() if k != "project"}
+
+
+def invalid(message: str) -> tuple[int, dict[str, str]]:
+    return 400, {**REPAIRABLE, "error": message}
+
+
+@pytest.mark.parametrize(
+    ("body", "reply"),
+    [
+        (
+            [],
+            invalid(
+                f"invalid push payload: json: cannot unmarshal array into Go value of type {CHUNK_STRUCT}"
+            ),
+        ),
+        *[
+            (
+                {name: value, "project": "p", "data": {}},
+                invalid(
+                    f"invalid push payload: json: cannot unmarshal {kind} into Go struct field .{name} of type string"
+                ),
+            )
+            for name, value, kind in [
+                ("chunk_id", 1, "number"),
+                ("created_by", True, "bool"),
+                ("client_created_at", [], "array"),
+            ]
+        ],
+        (
+            {"project": 7, "data": {}},
+            invalid(
+                "invalid push payload: json: cannot unmarshal number into Go struct field .project of type string"
+            ),
+        ),
+        ({"project": "p"}, invalid("data is required")),
+        ({"data": {}}, (400, PROJECT_IS_REQUIRED)),
+        ({"project": "  ", "data": {}}, (400, PROJECT_IS_REQUIRED)),
+        (
+            {"project": "p", "data": {"observations": [observation_row()]}},
+            invalid('invalid push payload: observations[0] references missing session_id "s1"'),
+        ),
+        (
+            {
+                "project": "p",
+                "data": {
+                    "sessions": [session_row()],
+                    "prompts": [{"sync_id": "u1", "session_id": "s2", "content": "x"}],
+                },
+            },
+            invalid('invalid push payload: prompts[0] references missing session_id "s2"'),
+        ),
+        (
+            {"project": "p", "data": {"sessions": [{"id": "s1"}]}},
+            invalid("invalid push payload: sessions[0].directory is required"),
+        ),
+        (
+            {"project": "p", "data": {"sessions": [{**session_row(), "started_at": 5}]}},
+            invalid(
+                "invalid push payload: chunk schema: json: cannot unmarshal number into Go struct field "
+                "Session.sessions.started_at of type string"
+            ),
+        ),
+        (
+            {"project": "p", "data": {"mutations": [chunk_mutation("observation", "o9", OBSERVATION_9)]}},
+            invalid('invalid push payload: mutations[0] references missing session_id "s9"'),
+        ),
+        (
+            {
+                "project": "p",
+                "data": {
+                    "mutations": [chunk_mutation("observation", "o9", {**OBSERVATION_9, "session_id": ""})]
+                },
+            },
+            invalid(
+                "invalid push payload: mutations[0]: observation payload session_id is required for upsert"
+            ),
+        ),
+        *[
+            (
+                {"project": "p", "data": {"sessions": [session_row()]}, "client_created_at": when},
+                invalid("client_created_at must be RFC3339"),
+            )
+            for when in (
+                "yesterday",
+                "2026-01-02T03:04:05",
+                "2026-01-02 03:04:05Z",
+                "2026-01-02T03:04:05+0100",
+            )
+        ],
+    ],
+)
+def test_a_chunk_push_is_refused_with_the_servers_body(body: Any, reply: tuple[int, Any]) -> None:
+    state = FakeCloudState(token=None, server_version="v1.20")
+    answer, _ = push_chunk(state, body, None)
+    assert (answer.status, answer.body) == reply
+    assert (state.chunks, state.mutations, state.received) == ({}, [], [])
+
+
+def stored(state: FakeCloudState) -> dict[str, Any]:
+    return {
+        "chunks": {
+            project: [
+                (
+                    c.chunk_id,
+                    c.created_by,
+                    c.created_at,
+                    json.loads(c.payload),
+                    c.sessions,
+                    c.memories,
+                    c.prompts,
+                )
+                for c in chunks.values()
+            ]
+            for project, chunks in state.chunks.items()
+        },
+        "log": [
+            (m.seq, m.project, m.entity, m.entity_key, m.op, json.loads(m.payload)) for m in state.mutations
+        ],
+        "received": [
+            (r.transport, r.project, r.entity, r.entity_key, r.op, r.payload, r.payload_digest)
+            for r in state.received
+        ],
+    }
+
+
+def test_an_accepted_chunk_is_stored_for_the_query_project_logged_and_journaled() -> None:
+    state = FakeCloudState(token=None, server_version="v1.20")
+    data = {"sessions": [session_row()], "observations": [observation_row()]}
+    body = {"data": data, "created_by": " alice ", "client_created_at": "2026-01-02T03:04:05+01:00"}
+    reply, items = push_chunk(state, body, " Q ")
+    chunk_id = reply.body["chunk_id"]
+    assert reply == Reply(200, {"chunk_id": chunk_id, "status": "ok"})
+    session = {**session_row(), "project": "q"}
+    observation = {**observation_row(), "project": "q"}
+    assert [(i.project, i.entity, i.entity_key, i.op) for i in items] == [
+        ("q", "session", "s1", "upsert"),
+        ("q", "observation", "o1", "upsert"),
+    ]
+    assert stored(state) == {
+        "chunks": {
+            "q": [
+                (
+                    chunk_id,
+                    "alice",
+                    "2026-01-02T02:04:05Z",
+                    {"sessions": [session], "observations": [observation]},
+                    1,
+                    1,
+                    0,
+                )
+            ]
+        },
+        "log": [
+            (1, "q", "session", "s1", "upsert", session),
+            (2, "q", "observation", "o1", "upsert", observation),
+        ],
+        "received": [
+            ("chunk", "q", "session", "s1", "upsert", session_row(), payload_digest(session_row())),
+            (
+                "chunk",
+                "q",
+                "observation",
+                "o1",
+                "upsert",
+                observation_row(),
+                payload_digest(observation_row()),
+            ),
+        ],
+    }
+    # The log keeps the payload's own key order (not sorted), as the server's jsonb text does.
+    assert list(json.loads(state.mutations[0].payload)) == list(session)
+    assert read_chunk(state, "q", f" {chunk_id} ") == Reply(200, state.chunks["q"][chunk_id].payload)
+    again, _ = push_chunk(state, {"project": "q", "data": data}, None)
+    assert (again, len(state.chunks["q"]), len(state.mutations)) == (reply, 1, 2)
+
+
+def test_a_chunk_of_mutations_logs_only_its_relations_and_journals_every_entry() -> None:
+    state = FakeCloudState(token=None, server_version="v1.20")
+    mutations = [
+        chunk_mutation("session", "s9", {"id": "s9", "directory": "/w"}),
+        chunk_mutation("observation", "o9", OBSERVATION_9),
+        chunk_mutation("relation", "r1", RELATION),
+    ]
+    reply, items = push_chunk(state, {"project": "p", "data": {"mutations": mutations}}, "ignored")
+    assert reply.status == 200
+    relation = {**RELATION, "project": "p"}
+    assert stored(state)["log"] == [(1, "p", "relation", "r1", "upsert", relation)]
+    assert [(i.project, i.entity, i.entity_key, i.op) for i in items] == [
+        ("p", "session", "s9", "upsert"),
+        ("p", "observation", "o9", "upsert"),
+        ("p", "relation", "r1", "upsert"),
+    ]
+    assert [
+        (r.transport, r.project, r.entity, r.entity_key, r.op, r.payload, r.payload_digest)
+        for r in state.received
+    ] == [
+        (
+            "chunk",
+            "p",
+            "session",
+            "s9",
+            "upsert",
+            {"id": "s9", "directory": "/w"},
+            payload_digest({"id": "s9", "directory": "/w"}),
+        ),
+        ("chunk", "p", "observation", "o9", "upsert", OBSERVATION_9, payload_digest(OBSERVATION_9)),
+        ("chunk", "p", "relation", "r1", "upsert", RELATION, payload_digest(RELATION)),
+    ]
+    (chunk,) = state.chunks["p"].values()
+    assert (chunk.sessions, chunk.memories, chunk.prompts, chunk.created_by) == (0, 0, 0, "")
+
+
+def test_a_chunk_push_stores_nothing_when_told_not_to_or_when_denied_or_paused() -> None:
+    data = {"sessions": [session_row()]}
+    quiet = FakeCloudState(token=None, server_version="v1.20")
+    reply, items = push_chunk(quiet, {"project": "p", "data": data}, None, store=False)
+    assert (reply.status, sorted(reply.body), [i.project for i in items]) == (
+        200,
+        ["chunk_id", "status"],
+        ["p"],
+    )
+    assert stored(quiet) == {"chunks": {}, "log": [], "received": []}
+    paused = FakeCloudState(token=None, server_version="v1.20")
+    paused.set_paused("p", True)
+    assert push_chunk(paused, {"project": "P", "data": data}, None)[0] == paused_reply("p", "p")
+    fenced = FakeCloudState(token=None, allowed_projects=["q"], server_version="v1.20")
+    assert push_chunk(fenced, {"project": "p", "data": data}, None)[0] == FORBIDDEN
+    anonymous = FakeCloudState(token=None, principal_required=True, server_version="v1.20")
+    assert push_chunk(anonymous, {"project": "p", "data": data}, None)[0] == NO_PRINCIPAL
+    for state in (paused, fenced, anonymous):
+        assert stored(state) == {"chunks": {}, "log": [], "received": []}
+
+
+def test_a_chunk_holding_nul_is_refused_unless_the_body_cannot_hold_one() -> None:
+    data = {"sessions": [{"id": "s1", "directory": "/w\u0000"}]}
+    state = FakeCloudState(token=None, server_version="v1.20")
+    reply, _ = push_chunk(state, {"project": "p", "data": data}, None)
+    assert reply == Reply(
+        500,
+        {
+            "error_class": "blocked",
+            "error_code": "upgrade_blocked_internal",
+            "error": "write chunk: cloudstore: write chunk: ERROR: unsupported Unicode escape sequence (SQLSTATE 22P05)",
+        },
+    )
+    assert state.chunks == {}
+    assert push_chunk(state, {"project": "p", "data": data}, None, may_hold_nul=False)[0].status == 200
+
+
+def test_a_chunk_id_that_names_different_bytes_is_a_409_conflict() -> None:
+    state = FakeCloudState(token=None, server_version="v1.20")
+    data = {"sessions": [session_row()]}
+    chunk_id = push_chunk(FakeCloudState(token=None), {"project": "p", "data": data}, None)[0].body[
+        "chunk_id"
+    ]
+    state.store_chunk("p", chunk_id, "", "", b'{"sessions":[]}', {"sessions": []})
+    reply, _ = push_chunk(state, {"project": "p", "data": data}, None)
+    assert reply == Reply(
+        409,
+        {
+            "error_class": "repairable",
+            "error_code": "upgrade_repairable_chunk_conflict",
+            "error": f'write chunk: cloudstore: chunk id conflict: existing chunk "{chunk_id}" has different payload',
+        },
+    )
+
+
+def test_reading_a_chunk_needs_a_project_an_allowed_scope_and_an_id() -> None:
+    state = FakeCloudState(token=None, allowed_projects=["p"], server_version="v1.20")
+    assert read_chunk(state, None, "abc") == PROJECT_REQUIRED
+    assert read_chunk(state, "q", "abc") == FORBIDDEN
+    assert read_chunk(state, "p", "  ") == Reply(400, "chunkID is required")
+    assert read_chunk(state, "p", "abc") == Reply(404, 'read chunk: cloudstore: chunk not found: "abc"')
+    assert manifest(state, None) == PROJECT_REQUIRED
+    assert manifest(state, "q") == FORBIDDEN
