@@ -412,3 +412,259 @@ def test_reading_a_chunk_needs_a_project_an_allowed_scope_and_an_id() -> None:
     assert read_chunk(state, "p", "abc") == Reply(404, 'read chunk: cloudstore: chunk not found: "abc"')
     assert manifest(state, None) == PROJECT_REQUIRED
     assert manifest(state, "q") == FORBIDDEN
+
+
+# --- the mutation routes' bodies (v1.20's handler order: decode, size, empty, project, scope, pause,
+# relation fields, the insert's materialization)
+
+
+def entry(entity: str, key: str, payload: Any, project: str = "p", op: str = "upsert") -> dict[str, Any]:
+    return {"project": project, "entity": entity, "entity_key": key, "op": op, "payload": payload}
+
+
+SESSION_1 = {"id": "s1", "directory": "/w", "started_at": "2026-01-01 00:00:00"}
+OBSERVATION_1 = {k: v for k, v in observation_row().items() if k != "project"}
+RELATION_AB = {**RELATION, "source_id": "a", "target_id": "b"}
+EMPTY_BATCH = {
+    "error_class": "repairable",
+    "error_code": "empty_batch",
+    "error": "mutation batch must contain at least one entry",
+}
+
+
+@pytest.mark.parametrize(
+    ("body", "reply"),
+    [
+        (None, (400, EMPTY_BATCH)),
+        ({"entries": None}, (400, EMPTY_BATCH)),
+        ({"entries": []}, (400, EMPTY_BATCH)),
+        (
+            [],
+            (
+                400,
+                "invalid request body: json: cannot unmarshal array into Go value of type "
+                "cloudserver.mutationPushEnvelope",
+            ),
+        ),
+        (
+            {"entries": {}},
+            (
+                400,
+                "invalid request body: json: cannot unmarshal object into Go struct field "
+                "mutationPushEnvelope.entries of type []cloudstore.MutationEntry",
+            ),
+        ),
+        (
+            {"entries": [None, 5]},
+            (
+                400,
+                "invalid request body: json: cannot unmarshal number into Go struct field "
+                "mutationPushEnvelope.entries of type cloudstore.MutationEntry",
+            ),
+        ),
+        (
+            {"entries": [{"project": "p", "op": []}]},
+            (
+                400,
+                "invalid request body: json: cannot unmarshal array into Go struct field "
+                "MutationEntry.entries.op of type string",
+            ),
+        ),
+        (
+            {"entries": [entry("session", "s1", SESSION_1, project=" ")]},
+            (
+                400,
+                {
+                    "error_class": "invalid_request",
+                    "error_code": "empty_project",
+                    "error": "mutation entries must specify a project",
+                },
+            ),
+        ),
+        (
+            {"entries": [entry("session", "s1", SESSION_1), entry("relation", "r1", {"sync_id": "r1"})]},
+            (
+                400,
+                {
+                    "error": "invalid relation payload",
+                    "invalid": [{"entity": "relation", "field": "source_id", "index": 1}],
+                    "reason_code": "validation_error",
+                },
+            ),
+        ),
+        (
+            {"entries": [entry("session", "s1", [1])]},
+            (
+                500,
+                'insert mutations: cloudstore: materialize mutation batch session "s1": json: cannot unmarshal '
+                "array into Go value of type store.Session",
+            ),
+        ),
+        (
+            {"entries": [entry("memo", "m1", {}), entry("observation", "o1", {"sync_id": "o1"})]},
+            (
+                500,
+                "insert mutations: cloudstore: canonicalize materialized mutation batch chunk: mutations[0]: "
+                "observation payload session_id is required for upsert",
+            ),
+        ),
+    ],
+)
+def test_a_mutation_push_is_refused_with_the_servers_body(body: Any, reply: tuple[int, Any]) -> None:
+    state = FakeCloudState(token=None, server_version="v1.20")
+    answer, _ = push_mutations(state, body)
+    assert (answer.status, answer.body) == reply
+    assert stored(state) == {"chunks": {}, "log": [], "received": []}
+
+
+def test_a_mutation_push_stops_at_the_first_denied_or_paused_project() -> None:
+    batch = {"entries": [entry("session", "s1", SESSION_1), entry("session", "s1", SESSION_1, project=" q ")]}
+    fenced = FakeCloudState(token=None, allowed_projects=["p"], server_version="v1.20")
+    assert push_mutations(fenced, batch)[0] == FORBIDDEN
+    paused = FakeCloudState(token=None, server_version="v1.20")
+    paused.set_paused("q", True)
+    assert push_mutations(paused, batch)[0] == paused_reply("q", "p")
+    assert stored(fenced) == stored(paused) == {"chunks": {}, "log": [], "received": []}
+
+
+def test_an_accepted_mutation_push_logs_every_entry_and_stores_a_chunk_per_project() -> None:
+    state = FakeCloudState(token=None, server_version="v1.20")
+    reply, items = push_mutations(
+        state,
+        {
+            "entries": [
+                entry("session", " s1 ", SESSION_1, project=" p "),
+                entry("observation", "o1", OBSERVATION_1, op=" upsert "),
+                entry("observation", "o2", {"sync_id": "o2"}, op="delete"),
+                entry("memo", "m1", {"a": 1}),
+                entry("relation", "r1", RELATION_AB, project="q"),
+            ]
+        },
+    )
+    assert reply == Reply(
+        200,
+        {
+            "accepted_seqs": [1, 2, 3, 4, 5],
+            "project": "p",
+            "project_path": "",
+            "project_source": "request_body",
+        },
+    )
+    assert [(i.project, i.entity, i.entity_key, i.op) for i in items] == [
+        (" p ", "session", " s1 ", "upsert"),
+        ("p", "observation", "o1", " upsert "),
+        ("p", "observation", "o2", "delete"),
+        ("p", "memo", "m1", "upsert"),
+        ("q", "relation", "r1", "upsert"),
+    ]
+    logged = [
+        ("p", "session", "s1", "upsert", SESSION_1),
+        ("p", "observation", "o1", "upsert", OBSERVATION_1),
+        ("p", "observation", "o2", "delete", {"sync_id": "o2"}),
+        ("p", "memo", "m1", "upsert", {"a": 1}),
+        ("q", "relation", "r1", "upsert", RELATION_AB),
+    ]
+    now = stored(state)
+    assert now["log"] == [(seq, *row) for seq, row in enumerate(logged, start=1)]
+    assert now["received"] == [("mutation", *row, payload_digest(row[-1])) for row in logged]
+    assert list(json.loads(state.mutations[0].payload)) == ["id", "directory", "started_at"]
+
+    def materialized(project: str, entity: str, key: str, op: str, payload: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "entity": entity,
+            "entity_key": key,
+            "occurred_at": "",
+            "op": op,
+            "payload": payload,
+            "project": project,
+            "seq": 0,
+            "source": "",
+            "target_key": "",
+        }
+
+    chunks = {
+        project: [
+            (chunk_id, created_by, counts, document) for chunk_id, created_by, _, document, *counts in rows
+        ]
+        for project, rows in now["chunks"].items()
+    }
+    for rows in chunks.values():
+        for _, _, _, document in rows:
+            for mutation in document["mutations"]:
+                mutation["payload"] = json.loads(mutation["payload"])
+    session, observation = {**SESSION_1, "project": "p"}, {**observation_row(), "project": "p"}
+    blank = {"session_id": "", "type": "", "title": "", "content": "", "project": "p", "scope": ""}
+    ((p_id, *p_rest),) = chunks["p"]
+    ((q_id, *q_rest),) = chunks["q"]
+    assert p_rest == [
+        "mutation-push",
+        [1, 1, 0],
+        {
+            "mutations": [
+                materialized("p", "session", "s1", "upsert", session),
+                materialized("p", "observation", "o1", "upsert", observation),
+                materialized("p", "observation", "o2", "delete", {"sync_id": "o2", **blank}),
+            ],
+            "observations": [observation],
+            "prompts": [],
+            "sessions": [session],
+        },
+    ]
+    assert q_rest == [
+        "mutation-push",
+        [0, 0, 0],
+        {
+            "mutations": [materialized("q", "relation", "r1", "upsert", {**RELATION_AB, "project": "q"})],
+            "observations": [],
+            "prompts": [],
+            "sessions": [],
+        },
+    ]
+
+
+def test_an_unstored_mutation_push_answers_the_seqs_the_next_push_gets() -> None:
+    state = FakeCloudState(token=None, server_version="v1.20")
+    assert push_mutations(state, sessions(2))[0].body["accepted_seqs"] == [1, 2]
+    quiet, _ = push_mutations(state, sessions(3), store=False)
+    assert quiet.body == {
+        "accepted_seqs": [3, 4, 5],
+        "project": "p",
+        "project_path": "",
+        "project_source": "request_body",
+    }
+    assert (len(state.mutations), len(state.received)) == (2, 2)
+    assert push_mutations(state, sessions(1))[0].body["accepted_seqs"] == [3]
+
+
+def pulled(state: FakeCloudState, since: str | None, limit: str | None = None) -> tuple[Any, ...]:
+    body = pull_mutations(state, since, limit).body
+    return (
+        [(m["seq"], m["project"]) for m in body["mutations"]],
+        body["has_more"],
+        body["latest_seq"],
+        body["project"],
+        body["project_path"],
+        body["project_source"],
+    )
+
+
+def test_a_pull_pages_from_since_through_the_allowlist_and_past_trimmed_rows() -> None:
+    state = FakeCloudState(token=None, server_version="v1.20")
+    for project in ("p", "q", "p", "q"):
+        push_mutations(state, sessions(1, project))
+    assert pulled(state, None) == ([(1, "p"), (2, "q"), (3, "p"), (4, "q")], False, 4, "", "", "request_body")
+    assert pulled(state, " 2 ", "x") == ([(3, "p"), (4, "q")], False, 4, "", "", "request_body")
+    assert pulled(state, "4") == ([], False, 0, "", "", "request_body")
+    state.set_allowlist(["q"])
+    assert pulled(state, "0") == ([(2, "q"), (4, "q")], False, 4, "q", "", "request_body")
+    assert pulled(state, "0", "1") == ([(2, "q")], True, 2, "q", "", "request_body")
+    state.set_allowlist([])
+    assert pulled(state, "0") == ([], False, 0, "", "", "request_body")
+    anonymous = FakeCloudState(token=None, principal_required=True, server_version="v1.20")
+    assert pull_mutations(anonymous, "0", "1") == NO_PRINCIPAL
+
+    trimmed = FakeCloudState(token=None, store_limit=8, server_version="v1.20")
+    push_mutations(trimmed, sessions(9))
+    assert trimmed.mutations_dropped == 2
+    assert pulled(trimmed, "3", "2") == ([(4, "p"), (5, "p")], True, 5, "", "", "request_body")
+    assert pulled(trimmed, "0", "1") == ([(3, "p")], True, 3, "", "", "request_body")
