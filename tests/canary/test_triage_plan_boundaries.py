@@ -43,11 +43,11 @@ def legacy_db(tmp_path: Path) -> Iterator[tuple[EngramDb, dict[str, int]]]:
             )
             assert cursor.lastrowid is not None
             seqs[name] = cursor.lastrowid
-        for name, project, acked in [("stray", STRAY, False), ("delivered", ENROLLED, True)]:
+        for name, project, delivered in [("stray", STRAY, False), ("delivered", ENROLLED, True)]:
             seqs[name] = connection.execute(
                 "SELECT min(seq) FROM sync_mutations WHERE target_key = 'cloud' AND project = ? "
                 "AND (acked_at IS NOT NULL) = ?",
-                (project, acked),
+                (project, delivered),
             ).fetchone()[0]
     db = EngramDb.open(path)
     try:
