@@ -36,8 +36,18 @@ def manifest_version(server_version: str) -> int:
 _TSPECIALS = frozenset('()<>@,;:\\"/[]?=')
 
 
+def _is_token_char(char: str) -> bool:
+    return 0x20 < ord(char) < 0x7F and char not in _TSPECIALS
+
+
 def _is_token(text: str) -> bool:
-    return bool(text) and all(0x20 < ord(char) < 0x7F and char not in _TSPECIALS for char in text)
+    return bool(text) and all(_is_token_char(char) for char in text)
+
+
+def _consume_token(text: str) -> tuple[str, str]:
+    """Go's consumeToken: the leading run of token characters, and the rest."""
+    end = next((index for index, char in enumerate(text) if not _is_token_char(char)), len(text))
+    return text[:end], text[end:]
 
 
 def parse_media_type(value: str) -> tuple[str, dict[str, str]]:
@@ -45,13 +55,18 @@ def parse_media_type(value: str) -> tuple[str, dict[str, str]]:
     parameters; ValueError with Go's text for the rest (a subset: no RFC 2231 continuations)."""
     head, _, rest = value.partition(";")
     media = head.strip().lower()
-    kind, slash, subtype = media.partition("/")
-    if not _is_token(kind):
-        raise ValueError("mime: no media type" if not media else "mime: expected token after slash")
-    if not slash:
-        raise ValueError("mime: expected slash after first token")
-    if not _is_token(subtype):
-        raise ValueError("mime: expected token after slash")
+    # checkMediaTypeDisposition: the subtype is optional (a Content-Disposition has none)
+    kind, after = _consume_token(media)
+    if not kind:
+        raise ValueError("mime: no media type")
+    if after:
+        if not after.startswith("/"):
+            raise ValueError("mime: expected slash after first token")
+        subtype, after = _consume_token(after[1:])
+        if not subtype:
+            raise ValueError("mime: expected token after slash")
+        if after:
+            raise ValueError("mime: unexpected content after media subtype")
     params: dict[str, str] = {}
     for part in rest.split(";"):
         part = part.strip()

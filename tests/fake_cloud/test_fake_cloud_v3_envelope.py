@@ -69,7 +69,7 @@ def error_of(response: httpx.Response) -> tuple[int, str]:
 @pytest.mark.parametrize(
     ("content_type", "reason"),
     [
-        ("garbage", "parse content type: mime: expected slash after first token"),
+        ("te@xt/plain", "parse content type: mime: expected slash after first token"),
         ("application/", "parse content type: mime: expected token after slash"),
         ("application/json; charset", "parse content type: mime: invalid media parameter"),
         ("application/vnd.engram.sync+gzip; version=2", "unsupported compressed envelope version"),
@@ -90,8 +90,16 @@ def test_a_content_type_v3_cannot_read_is_415_before_the_body(
     assert server.client.received() == ([] if v3(server) else server.client.received())
 
 
+def test_a_content_type_without_a_subtype_is_read_as_json(
+    server: RunningFakeCloud, http: httpx.Client
+) -> None:
+    """Go's ParseMediaType takes a bare type ("garbage", as a Content-Disposition has): not the envelope."""
+    response = http.post("/sync/push", content=json.dumps(push_body()), headers={"Content-Type": "garbage"})
+    assert response.status_code == 200, response.text
+
+
 def test_415_comes_before_413_on_v3(server: RunningFakeCloud, http: httpx.Client) -> None:
-    response = http.post("/sync/push", content=b" " * (LIMIT + 1), headers={"Content-Type": "garbage"})
+    response = http.post("/sync/push", content=b" " * (LIMIT + 1), headers={"Content-Type": "te@xt/plain"})
     assert response.status_code == (415 if v3(server) else 413)
 
 
