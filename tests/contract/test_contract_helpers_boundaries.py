@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import Enum
+from pathlib import Path
 
 import click
 import pytest
@@ -299,3 +300,35 @@ def test_an_unplaced_file_is_unknown_in_every_behaviour() -> None:
         (),
         False,
     )
+
+
+def test_go_white_space_over_raw_bytes() -> None:
+    from engram_sync_kit.engram_contract.go_strings import fields, trim_space
+
+    # a byte that is not UTF-8 is never space; U+0085 encoded is
+    assert fields(b"a\xffb c\x85d\xc2\x85e") == [b"a\xffb", b"c\x85d", b"e"]
+    assert trim_space(b"\x85x\xa0") == b"\x85x\xa0"
+    assert trim_space(b"\x1cx\x1c") == b"\x1cx\x1c"  # Python's str.strip() would drop U+001C
+    assert trim_space(" \u3000x\u2028".encode()) == b"x"
+
+
+def test_atomic_write_makes_its_temporary_beside_the_target(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from engram_sync_kit.engram_contract.files import atomic_write
+
+    sources: list[Path] = []
+    real_replace = os.replace
+
+    def replace(source: str, target: Path) -> None:
+        sources.append(Path(source))
+        real_replace(source, target)
+
+    monkeypatch.setattr(os, "replace", replace)
+    target = tmp_path / "one" / "two" / "file.yaml"
+    atomic_write(target, "ñ\n")
+    assert target.read_bytes() == "ñ\n".encode()
+    [source] = sources
+    assert source.parent == target.parent and source.name.startswith(".file.yaml.")
