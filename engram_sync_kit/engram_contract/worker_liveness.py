@@ -40,6 +40,9 @@ POLL_INTERVAL_SECONDS: Final = 30.0
 RETRY_GRACE_SECONDS: Final = 3 * POLL_INTERVAL_SECONDS + 30.0
 #: What starts a worker again (its failure count lives in the process): stop the old `engram serve`
 #: (or restart the agent that runs `engram mcp`), then this.
+#: the reason_code v1.20's cycle records when it finds nothing enrolled to push while rows of unenrolled
+#: projects wait (manager.go push: nonEnrolledPendingError, recordBlocked); the cycle then ends unpulled
+NON_ENROLLED_PENDING_REASON: Final = "non_enrolled_pending_mutations"
 RESTART_COMMAND: Final = "ENGRAM_CLOUD_AUTOSYNC=1 engram serve"
 RESTART_ADVICE: Final = (
     f"stop engram serve and start it again ({RESTART_COMMAND}), or restart the agent that runs engram mcp"

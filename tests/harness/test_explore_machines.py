@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from engram_sync_kit.harness.cli import cli
 from engram_sync_kit.harness.explore import explorer
 from engram_sync_kit.harness.explore.execute import HistoryOutcome, parsed_steps
-from engram_sync_kit.harness.explore.invariants import MACHINE_A, Observation, Violation, check_i6
+from engram_sync_kit.harness.explore.invariants import MACHINE_A, Observation, Violation, check_i6, check_i9
 from engram_sync_kit.harness.explore.operations import (
     MACHINE_B,
     MACHINE_OPERATIONS,
@@ -219,3 +219,83 @@ def test_i6_tells_a_memory_held_under_another_project_from_a_missing_one() -> No
         "the machine holds the same memory (sync_id) under another project: "
         "a lacks 'memory 1' (my-app; holds it under '')"
     )
+
+
+FROM_B = ("my-app", "obs-9", "upsert", "written on laptop b")
+
+
+def _settled_observation(
+    a: MachineMemories,
+    cloud: tuple[tuple[str, str, str, str], ...] = (FROM_B,),
+    *,
+    reason: str | None = None,
+    pushes: list[int] | None = None,
+    settled: bool = True,
+) -> Observation:
+    return Observation(
+        local=[],
+        lanes=LaneTable(),
+        canary={},
+        sync_state=[
+            {"target_key": "cloud", "lifecycle": "degraded" if reason else "healthy", "reason_code": reason}
+        ],
+        cycle_push_statuses=pushes,
+        settled=settled,
+        worker_memories=a,
+        cloud_mutations=cloud,
+    )
+
+
+def test_i9_names_a_worker_pull_blocked_by_unrelated_rows_and_whose_class_it_is() -> None:
+    """#1273's class from ground truth: the cloud serves a memory of a project A enrolled, and after two
+    worker cycles A lacks it, because its cycle ended before the pull (rows of an unenrolled project wait,
+    or its push was refused), or with no such cause."""
+    a = MachineMemories(frozenset({"my-app"}), {"my-app": frozenset({ONE})})
+    (blocked,) = check_i9(_settled_observation(a, reason="non_enrolled_pending_mutations", pushes=[]))
+    assert (blocked.kind, blocked.owner, blocked.upstream) == (
+        "I9/blocked-by-unenrolled-rows",
+        "engram",
+        1273,
+    )
+    assert blocked.detail == (
+        "after two worker cycles machine a lacks 1 memory(ies) the cloud serves of projects it enrolled: "
+        "'written on laptop b' (my-app); its worker's cycle ends before the pull: rows of a project it "
+        "did not enroll wait (sync_state reason_code non_enrolled_pending_mutations)"
+    )
+    assert blocked.expectations == (
+        {
+            "tag": "design",
+            "design_section": "invariant",
+            "why": "explore I9: a worker's pull is never blocked by unrelated local rows",
+            "local": {"entity": "observation", "title": "written on laptop b", "project": "my-app"},
+        },
+    )
+    (refused,) = check_i9(_settled_observation(a, pushes=[200, 400]))
+    assert (refused.kind, refused.upstream) == ("I9/blocked-by-refused-push", None)
+    assert refused.detail.endswith("its worker's cycle ends before the pull: its last push was answered 400")
+    (neither,) = check_i9(_settled_observation(a, pushes=[200]))
+    assert (neither.kind, neither.upstream) == ("I9/not-pulled-by-worker", None)
+    assert neither.detail.endswith("its worker pulled and did not bring it (sync_state lifecycle healthy)")
+
+
+def test_i9_holds_when_the_memory_arrived_was_deleted_or_is_not_of_a_project_machine_a_enrolled() -> None:
+    blocked = "non_enrolled_pending_mutations"
+    held = MachineMemories(
+        frozenset({"my-app"}), {"other": frozenset({("obs-9", "written on laptop b", "")})}
+    )
+    assert (
+        check_i9(_settled_observation(held, reason=blocked)) == []
+    )  # held, under any project (I6's to judge)
+    lacking = MachineMemories(frozenset({"my-app"}), {"my-app": frozenset()})
+    not_enrolled = MachineMemories(frozenset({"other"}), {"my-app": frozenset()})
+    assert check_i9(_settled_observation(not_enrolled, reason=blocked)) == []
+    deleted = (FROM_B, ("my-app", "obs-9", "delete", ""))
+    assert check_i9(_settled_observation(lacking, deleted, reason=blocked)) == []
+    deleted_on_a = MachineMemories(
+        frozenset({"my-app"}), {"my-app": frozenset()}, deleted=frozenset({"obs-9"})
+    )
+    assert check_i9(_settled_observation(deleted_on_a, reason=blocked)) == []
+    assert check_i9(_settled_observation(lacking, settled=False, reason=blocked)) == []
+    unjudged = Observation(local=[], lanes=LaneTable(), canary={}, sync_state=[], settled=True)
+    assert check_i9(unjudged) == []
+    assert len(check_i9(_settled_observation(lacking, reason=blocked))) == 1

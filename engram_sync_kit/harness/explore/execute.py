@@ -379,6 +379,9 @@ def play(
                 if worker_cycle:
                     observation.cycle_push_statuses = _push_statuses(world, journal_before)
                     observation.settled = generated.operation == "settle"
+                    if observation.settled and world.devices:
+                        observation.worker_memories = read_machine_memories(world.db_path)
+                        observation.cloud_mutations = _pulled_observations(received.items)
                 if generated.operation == "converge":
                     observation.machines = _machines(world)
                     observation.cloud_observations = frozenset(
@@ -418,6 +421,20 @@ def _machines(world: World) -> dict[str, MachineMemories]:
     unreadable one ends the history with its error: a convergence never judged is no pass)."""
     homes = {MACHINE_A: world.db_path, **{name: device.db_path for name, device in world.devices.items()}}
     return {name: read_machine_memories(path) for name, path in homes.items()}
+
+
+def _pulled_observations(received: Sequence[ReceivedMutation]) -> tuple[tuple[str, str, str, str], ...]:
+    """The observation mutations the cloud's mutation pull serves, as (project, sync_id, op, title)."""
+    return tuple(
+        (
+            item.project,
+            item.entity_key,
+            item.op,
+            str(item.payload.get("title") or "") if isinstance(item.payload, dict) else "",
+        )
+        for item in received
+        if item.entity == "observation" and item.transport == "mutation"
+    )
 
 
 def _last_journal_id(world: World) -> int:

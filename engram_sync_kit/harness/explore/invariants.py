@@ -31,7 +31,13 @@ engram's database read-only), never against the canary's own reading of it.
   rows with one title and two sync_ids, or two rows with one sync_id) in a project enrolled on all.
   engram's: a client that minted a second id for a memory, or a pull that inserted a row twice.
 
-A violation of I2, I3 or I4 (or I1-reconcile) is a bug of ours; I1, I5, I6 and I7 can be engram's.
+- I9 (two machines, the worker's pull): after `settle` (the nemesis quiet, two worker cycles), machine A
+  holds every memory the cloud's mutation pull serves of a project A enrolled (unless deleted). engram's:
+  its cycle ends before the pull while rows of a project it did not enroll wait (#1273's class,
+  `blocked-by-unenrolled-rows`) or its push is refused (`blocked-by-refused-push`), or it pulled and did
+  not bring it (`not-pulled-by-worker`).
+
+A violation of I2, I3 or I4 (or I1-reconcile) is a bug of ours; I1, I5, I6, I7, I8 and I9 can be engram's.
 """
 
 from __future__ import annotations
@@ -42,7 +48,12 @@ from typing import Any
 
 from engram_sync_kit.canary.targets import allowed_targets, normalize_project
 from engram_sync_kit.engram_contract import LEGACY_TARGET
-from engram_sync_kit.engram_contract.upstream_bugs import SILENT_LOSS_ISSUE, issue_for_refusal
+from engram_sync_kit.engram_contract.upstream_bugs import (
+    SILENT_LOSS_ISSUE,
+    WORKER_PULL_BLOCKED_ISSUE,
+    issue_for_refusal,
+)
+from engram_sync_kit.engram_contract.worker_liveness import NON_ENROLLED_PENDING_REASON
 from engram_sync_kit.harness.lanes import LaneTable, LocalMutation
 from engram_sync_kit.harness.scenario.localdata import MachineMemories
 from engram_sync_kit.harness.triage_copies import copy_problems, push_refusal, refusal_of
@@ -62,6 +73,7 @@ OWNERS = {
     "I6": "engram",
     "I7": "engram",
     "I8": "engram",
+    "I9": "engram",
 }
 
 
@@ -118,6 +130,10 @@ class Observation:
     cloud_observations: frozenset[str] = frozenset()
     #: (project, title) -> the sync_ids the cloud stores observation upserts of that memory under
     cloud_memories: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
+    #: after `settle` in a two-machine history: machine A's memories when its worker's cycles ended, and the
+    #: observation mutations the cloud's pull serves, as (project, sync_id, op, title)
+    worker_memories: MachineMemories | None = None
+    cloud_mutations: tuple[tuple[str, str, str, str], ...] = ()
 
 
 def _expectation(why: str, check: dict[str, Any]) -> dict[str, Any]:
@@ -648,8 +664,59 @@ def cloud_memories(received: Iterable[Any]) -> dict[tuple[str, str], frozenset[s
     return {key: frozenset(ids) for key, ids in found.items()}
 
 
-CHECKERS = (check_i1, check_i2, check_i3, check_i4, check_i5, check_i6, check_i7, check_i8)
-INVARIANTS = ("I1", "I1-reconcile", "I2", "I3", "I4", "I5", "I6", "I7", "I8")
+def check_i9(observation: Observation) -> list[Violation]:
+    """A worker's pull never blocked by unrelated local rows: after two quiet worker cycles, machine A holds
+    every memory of its enrolled projects that the cloud's mutation pull serves."""
+    memories = observation.worker_memories
+    if memories is None or not observation.settled:
+        return []
+    enrolled = {normalize_project(project) for project in memories.enrolled}
+    held = {memory[0] for kept in memories.memories.values() for memory in kept} | memories.deleted
+    deleted = {key for _, key, op, _ in observation.cloud_mutations if op == "delete"}
+    missing = sorted(
+        {
+            (project, title or key)
+            for project, key, op, title in observation.cloud_mutations
+            if op == "upsert" and normalize_project(project) in enrolled and key not in held | deleted
+        }
+    )
+    if not missing:
+        return []
+    lane = next((row for row in observation.sync_state if row.get("target_key") == LEGACY_TARGET), {})
+    pushes = observation.cycle_push_statuses or []
+    if lane.get("reason_code") == NON_ENROLLED_PENDING_REASON:
+        signature, upstream = "blocked-by-unenrolled-rows", WORKER_PULL_BLOCKED_ISSUE
+        cause = (
+            "its worker's cycle ends before the pull: rows of a project it did not enroll wait "
+            f"(sync_state reason_code {NON_ENROLLED_PENDING_REASON})"
+        )
+    elif pushes and pushes[-1] >= 400:
+        signature, upstream = "blocked-by-refused-push", None
+        cause = f"its worker's cycle ends before the pull: its last push was answered {pushes[-1]}"
+    else:
+        signature, upstream = "not-pulled-by-worker", None
+        cause = f"its worker pulled and did not bring it (sync_state lifecycle {lane.get('lifecycle')})"
+    shown = ", ".join(f"{title!r} ({project})" for project, title in missing[:5])
+    return [
+        Violation(
+            "I9",
+            f"after two worker cycles machine {MACHINE_A} lacks {len(missing)} memory(ies) the cloud serves of "
+            f"projects it enrolled: {shown}; {cause}",
+            expectations=tuple(
+                _expectation(
+                    "explore I9: a worker's pull is never blocked by unrelated local rows",
+                    {"local": {"entity": "observation", "title": title, "project": project}},
+                )
+                for project, title in missing[:10]
+            ),
+            signature=signature,
+            upstream=upstream,
+        )
+    ]
+
+
+CHECKERS = (check_i1, check_i2, check_i3, check_i4, check_i5, check_i6, check_i7, check_i8, check_i9)
+INVARIANTS = ("I1", "I1-reconcile", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9")
 
 
 def check_all(observation: Observation) -> list[Violation]:

@@ -47,6 +47,7 @@ from pydantic import BaseModel
 from engram_sync_kit.engram_contract.enqueue import JOURNAL_COLUMNS, mark_enqueued
 from engram_sync_kit.engram_contract.journal_match import field_text
 from engram_sync_kit.engram_contract.local_api import observation_path
+from engram_sync_kit.engram_contract.worker_liveness import NON_ENROLLED_PENDING_REASON
 from engram_sync_kit.fake_cloud.client import FakeCloudClient, FakeCloudWaitTimeout
 from engram_sync_kit.fake_cloud.control import MAX_WAIT_SECONDS
 from engram_sync_kit.harness.design import schema as ds
@@ -419,7 +420,7 @@ class WorkerSnapshot:
     journal_id: int
 
 
-BLOCKED_REASON = "non_enrolled_pending_mutations"
+BLOCKED_REASON = NON_ENROLLED_PENDING_REASON
 BLOCKED_PHASE = "degraded"  # /sync/status while a cycle runs says "running" (cmd/engram/autosync_status.go)
 
 
