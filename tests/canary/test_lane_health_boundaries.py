@@ -8,6 +8,7 @@ import json
 import sqlite3
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import pytest
 from engram_schemas.builder import ENROLLED, V120, build
@@ -112,3 +113,57 @@ def test_the_clear_command_names_the_database_it_was_read_from(tmp_path: Path) -
     with EngramDb.open(db) as engram, engram.read_transaction():
         (legacy,) = read_lane_health(engram)
     assert clear_commands(legacy) == [f"engram-canary inbox drop --seq {seq} --apply"]
+
+
+def blocked_legacy_lane(db: Path, rows: list[tuple[str, str, dict[str, str]]]) -> tuple[str, dict[str, Any]]:
+    """The legacy lane's finding after these session rows (simulated legacy data, as v1.20 journals them;
+    a second enrolled project `other` is simulated the same way)."""
+    build(V120, db)
+    with closing(sqlite3.connect(db, isolation_level=None)) as connection:
+        connection.execute(
+            "INSERT INTO sync_enrolled_projects (project, enrolled_at) VALUES ('other', '2026-11-01 10:00:00')"
+        )
+        for key, project, payload in rows:
+            connection.execute(
+                "INSERT INTO sync_mutations (target_key, entity, entity_key, op, payload, project) "
+                "VALUES ('cloud', 'session', ?, 'upsert', ?, ?)",
+                (key, json.dumps(payload), project),
+            )
+    with EngramDb.open(db) as engram:
+        (finding,) = lane_findings(engram)
+    return finding.message, finding.evidence
+
+
+def test_a_blocked_lane_lists_a_clear_command_per_kind_of_blocker(tmp_path: Path) -> None:
+    db = tmp_path / "engram.db"
+    no_directory = "500 session payload directory is required for upsert"
+    message, evidence = blocked_legacy_lane(
+        db,
+        [
+            ("sess-enrolled-app", ENROLLED, {"id": "sess-enrolled-app", "project": ENROLLED}),  # repairable
+            ("s-u", "", {"id": "s-u", "directory": "/u"}),
+            ("s-x", ENROLLED, {"id": "s-x", "project": ENROLLED}),
+            ("s-y", "other", {"id": "s-y", "project": "other"}),
+            ("s-ok", ENROLLED, {"id": "s-ok", "project": ENROLLED, "directory": "/ok"}),
+            ("s-ok2", "other", {"id": "s-ok2", "project": "other", "directory": "/ok"}),
+        ],
+    )
+    first = evidence["blocking_seqs"][0]
+    assert evidence["blocking_seqs"] == [first, first + 1, first + 2, first + 3]
+    assert evidence["clear_commands"] == [
+        f"engram-canary repair --db {db} --apply",
+        f"engram-canary inbox drop --unattributed --db {db} --apply",
+        f"engram-canary inbox drop --seq {first + 2},{first + 3} --db {db} --apply",
+    ]
+    assert evidence["reasons"] == {no_directory: 3, "400 mutation entries must specify a project": 1}
+    assert message == (
+        f"lane 'cloud' is blocked: the cloud refuses seq {first} (session, project {ENROLLED!r}: {no_directory}) "
+        f"and 3 more; 2 rows wait behind it ({ENROLLED}: 1, other: 1); clear it with: {evidence['clear_command']}"
+    )
+
+
+def test_a_lane_blocked_by_its_last_row_holds_back_no_project(tmp_path: Path) -> None:
+    message, evidence = blocked_legacy_lane(tmp_path / "engram.db", [("s-x", ENROLLED, {"id": "s-x"})])
+    assert (evidence["held_back_rows"], evidence["held_back_by_project"]) == (0, {})
+    assert "; 0 rows wait behind it (no enrolled project); clear it with: " in message
+    assert " and " not in message.split(";")[0]

@@ -668,3 +668,69 @@ def test_a_pull_pages_from_since_through_the_allowlist_and_past_trimmed_rows() -
     assert trimmed.mutations_dropped == 2
     assert pulled(trimmed, "3", "2") == ([(4, "p"), (5, "p")], True, 5, "", "", "request_body")
     assert pulled(trimmed, "0", "1") == ([(3, "p")], True, 3, "", "", "request_body")
+
+
+def test_the_manifest_lists_each_chunk_of_the_project_with_its_counts() -> None:
+    state = FakeCloudState(token=None, server_version="v1.20")
+    data = {
+        "sessions": [session_row()],
+        "observations": [observation_row()],
+        "prompts": [{"sync_id": "u1", "session_id": "s1", "content": "a prompt"}],
+    }
+    body = {"project": "p", "data": data, "created_by": "bob", "client_created_at": "2026-01-02T03:04:05Z"}
+    reply, items = push_chunk(state, body, None)
+    assert [(i.project, i.entity, i.entity_key, i.op) for i in items] == [
+        ("p", "session", "s1", "upsert"),
+        ("p", "observation", "o1", "upsert"),
+        ("p", "prompt", "u1", "upsert"),
+    ]
+    assert [r.payload_digest for r in state.received] == [
+        payload_digest(row) for row in (session_row(), observation_row(), data["prompts"][0])
+    ]
+    assert [(m.entity, m.entity_key) for m in state.mutations] == [
+        ("session", "s1"),
+        ("observation", "o1"),
+        ("prompt", "u1"),
+    ]
+    chunk = {
+        "created_at": "2026-01-02T03:04:05Z",
+        "created_by": "bob",
+        "id": reply.body["chunk_id"],
+        "memories": 1,
+        "prompts": 1,
+        "sessions": 1,
+    }
+    assert manifest(state, " P ") == Reply(200, {"chunks": [chunk], "version": 1})
+    assert manifest(state, "q") == Reply(200, {"chunks": [], "version": 1})
+
+
+def test_the_items_of_a_refused_chunk_carry_the_project_and_each_rows_digest() -> None:
+    prompt = {"sync_id": "u1", "session_id": "s9", "content": "x"}
+    state = FakeCloudState(token=None, server_version="v1.20")
+    _, items = push_chunk(state, {"data": {"prompts": [prompt]}}, None)
+    assert [(i.project, i.entity, i.entity_key, i.payload_digest) for i in items] == [
+        (None, "prompt", "u1", payload_digest(prompt))
+    ]
+    _, items = push_chunk(state, {"project": "P", "data": {"prompts": [prompt]}}, None)
+    assert [(i.project, i.entity, i.entity_key, i.payload_digest) for i in items] == [
+        ("p", "prompt", "u1", payload_digest(prompt))
+    ]
+    observation = chunk_mutation("observation", "o9", OBSERVATION_9)
+    _, items = push_chunk(state, {"project": "p", "data": {"mutations": [observation]}}, None)
+    assert [(i.entity, i.entity_key, i.op, i.payload_digest) for i in items] == [
+        ("observation", "o9", "upsert", payload_digest(OBSERVATION_9))
+    ]
+
+
+def test_a_mutation_batch_is_stored_with_one_timestamp_and_a_missing_payload_as_an_empty_object() -> None:
+    state = FakeCloudState(token=None, server_version="v1.20")
+    reply, _ = push_mutations(
+        state, {"entries": [entry("session", "s1", SESSION_1), entry("memo", "m1", None)]}
+    )
+    assert reply.status == 200
+    (first, second) = state.mutations
+    assert first.occurred_at == second.occurred_at and first.occurred_at.endswith("Z")
+    assert second.payload == "{}"
+    assert state.received[1].payload_digest == payload_digest({})
+    (chunk,) = state.chunks["p"].values()
+    assert chunk.created_at.endswith("Z")
