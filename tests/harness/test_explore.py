@@ -28,6 +28,7 @@ from engram_sync_kit.harness.explore.invariants import (
 from engram_sync_kit.harness.explore.operations import NEMESIS_KINDS, GeneratorSettings, generate_history
 from engram_sync_kit.harness.explore.scenario_out import (
     expected_error,
+    inner_step_path,
     scenario_document,
     scenario_yaml,
     with_expected_error,
@@ -139,6 +140,62 @@ def test_a_failed_step_is_replayed_as_an_expected_failure_with_its_stable_head()
         "t", [with_expected_error({"daemon": "restart"}, "boom")], autosync=False, expectations=()
     )
     parse_scenario(scenario_yaml(document), Path("t.scenario.yaml"))
+
+
+def test_a_failed_step_inside_a_device_step_is_marked_where_it_failed_and_the_rest_is_cut() -> None:
+    # a shrunk two-machine finding wrote `device: {expect_error: ...}`, which the loader refuses
+    device = {
+        "device": {
+            "name": "laptop-b",
+            "steps": [
+                {"save": {"title": "a", "content": "c", "project": "my-app", "via": "cli"}},
+                {"run": {"args": ["sync", "--cloud", "--project", "my-app"], "exit": None}},
+                {"save": {"title": "b", "content": "c", "project": "my-app", "via": "cli"}},
+            ],
+        }
+    }
+    marked = with_expected_error(device, "engram sync --cloud --project my-app exited 1: x", inner=(2,))
+    assert marked == {
+        "device": {
+            "name": "laptop-b",
+            "steps": [
+                {"save": {"title": "a", "content": "c", "project": "my-app", "via": "cli"}},
+                {
+                    "run": {
+                        "args": ["sync", "--cloud", "--project", "my-app"],
+                        "exit": None,
+                        "expect_error": "engram sync --cloud --project my-app exited 1",
+                    }
+                },
+            ],
+        }
+    }
+    parse_scenario(scenario_yaml(scenario_document("t", [marked], autosync=False)), Path("t.scenario.yaml"))
+    # a device step that failed before any of its steps (no such machine) has no step to mark: kept as is
+    assert with_expected_error(device, "no device", inner=()) == device
+
+
+@pytest.mark.parametrize(
+    ("record_index", "inner"), [("6.1", ()), ("6.1.2", (2,)), ("12.1.1", (1,)), ("3.1.2.4", (2, 4))]
+)
+def test_a_step_record_index_names_the_nested_step_that_failed(
+    record_index: str, inner: tuple[int, ...]
+) -> None:
+    assert inner_step_path(record_index) == inner
+
+
+def test_the_scenario_of_a_finding_marks_a_failed_device_step_inside_it() -> None:
+    device = {
+        "device": {"name": "laptop-b", "steps": [{"save": {"title": "a", "project": "p", "via": "cli"}}]}
+    }
+    outcome = HistoryOutcome(
+        steps=[StepOutcome("on_b", device, "failed", "engram save exited 1: x", 0.0, 0.0, inner=(1,))],
+        violation_step=0,
+    )
+    marked_save = {"title": "a", "project": "p", "via": "cli", "expect_error": "engram save exited 1"}
+    assert explorer._scenario_steps(outcome, Violation("I1", "detail")) == [
+        {"device": {"name": "laptop-b", "steps": [{"save": marked_save}]}}
+    ]
 
 
 def _row(seq: int, project: str, *, acked: bool = False, lane: str = "cloud") -> LocalMutation:

@@ -37,7 +37,7 @@ from engram_sync_kit.harness.explore.invariants import (
     reached_states,
 )
 from engram_sync_kit.harness.explore.operations import LOSSY_ACTIONS, GeneratedStep
-from engram_sync_kit.harness.explore.scenario_out import scenario_document, scenario_yaml
+from engram_sync_kit.harness.explore.scenario_out import inner_step_path, scenario_document, scenario_yaml
 from engram_sync_kit.harness.lanes import (
     LaneReadError,
     LaneTable,
@@ -66,6 +66,7 @@ class StepOutcome:
     seconds: float
     check_seconds: float
     states: set[str] = field(default_factory=set)
+    inner: tuple[int, ...] = ()  # where in a `device:` step the step that failed sits (scenario_out)
 
 
 @dataclass
@@ -401,6 +402,7 @@ def play(
                 seconds,
                 time.monotonic() - mark,
                 states,
+                inner_step_path(record.index) if record.status == "failed" else (),
             )
             outcome.steps.append(step_outcome)
             if on_step is not None:

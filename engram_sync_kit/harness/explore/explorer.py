@@ -168,7 +168,7 @@ def _scenario_steps(outcome: HistoryOutcome, violation: Violation) -> list[dict[
     """The played steps up to the violation, failures marked expect_error, then the checker's steps."""
     assert outcome.violation_step is not None
     steps = [
-        with_expected_error(step.raw, step.error) if step.status == "failed" else step.raw
+        with_expected_error(step.raw, step.error, step.inner) if step.status == "failed" else step.raw
         for step in outcome.steps[: outcome.violation_step + 1]
     ]
     return [*steps, *violation.extra_steps]

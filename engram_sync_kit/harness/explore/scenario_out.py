@@ -60,9 +60,25 @@ def expected_error(error: str) -> str:
     return ""  # any error: "" is in every message
 
 
-def with_expected_error(raw: RawStep, error: str) -> RawStep:
-    """RAW, marked to fail as it failed when explore played it (a failed step ends a replay otherwise)."""
+def inner_step_path(record_index: str) -> tuple[int, ...]:
+    """Where in a history step the failed step sits: explore plays step N as `N.1`, a nested one as `N.1.k`."""
+    return tuple(int(part) for part in record_index.split(".")[2:])
+
+
+def with_expected_error(raw: RawStep, error: str, inner: tuple[int, ...] = ()) -> RawStep:
+    """RAW, marked to fail as it failed when explore played it (a failed step ends a replay otherwise).
+
+    A `device:` step takes no `expect_error`: its step at INNER is marked, and the steps after
+    it, which explore never played, are cut."""
     ((name, body),) = raw.items()
+    if name == "device":
+        if not inner:
+            return raw
+        children = list(body["steps"])
+        position = inner[0] - 1
+        children[position + 1 :] = []
+        children[position] = with_expected_error(children[position], error, inner[1:])
+        return {name: {**body, "steps": children}}
     if not isinstance(body, dict):
         shorthand = {"enroll": "project", "unenroll": "project", "daemon": "action", "end_session": "id"}
         body = {shorthand[name]: body}
