@@ -51,11 +51,13 @@ mutation: venv
 
 # The nightly exploration: 30 minutes of generated histories with every nemesis; the seed is printed
 # (EXPLORE_SEED=N repeats a night), violations land in explore-out/ as scenarios `engram-harness run` replays.
-# Histories mostly wait for the worker's 30 s ticks, so EXPLORE_PARALLEL of them play side by side.
+# Histories mostly wait for the worker's 30 s ticks, so EXPLORE_PARALLEL of them play side by side; each plays
+# EXPLORE_MACHINES engram homes through its one cloud (2: machine B's pushes, A's pulls, I6 and I9).
 EXPLORE_SEED ?= $(shell date +%s)
 EXPLORE_PARALLEL ?= 6
+EXPLORE_MACHINES ?= 2
 explore: engram
-	$(BIN)/engram-harness explore --seed $(EXPLORE_SEED) --budget 1800 --parallel $(EXPLORE_PARALLEL) \
+	$(BIN)/engram-harness explore --seed $(EXPLORE_SEED) --budget 1800 --parallel $(EXPLORE_PARALLEL) --machines $(EXPLORE_MACHINES) \
 		--nemesis storm503,latency,auth401,reset,ack_without_store,hang,truncated,slow_body,error500,dup_pull --out explore-out --json explore-out/report.json
 
 clean:
