@@ -33,7 +33,8 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 #: SQLite's files beside a database: the write-ahead log, its shared-memory index and the rollback journal.
-SIDE_FILE_SUFFIXES = ("-wal", "-shm", "-journal")
+SIDE_FILES = {"-wal": "write-ahead log", "-shm": "shared-memory index", "-journal": "rollback journal"}
+SIDE_FILE_SUFFIXES = tuple(SIDE_FILES)
 
 
 def database_files(db: Path) -> list[Path]:
@@ -66,8 +67,11 @@ def overwrite_problem(
     would then read as that file's journal; else None."""
     for db in databases:
         overwritten = database_file_written_by(output, db)
+        if overwritten == db:
+            return f"would overwrite the database {db}"
         if overwritten is not None:
-            return f"would overwrite the database {overwritten}"
+            what = SIDE_FILES[overwritten.name.removeprefix(db.name)]
+            return f"would overwrite {overwritten}, the {what} of the database {db}"
     for label, path in inputs:
         if same_file(output, path):
             return f"would overwrite {label}"

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from engram_sync_kit.engram_contract.errors import ContractError
+from engram_sync_kit.engram_contract.files import overwrite_problem
 from engram_sync_kit.engram_contract.generations import RETIRED_BY_DISPOSITION, identify_generation
 from engram_sync_kit.engram_contract.gojson import DEPTH_ERROR, go_kind, go_loads
 from engram_sync_kit.engram_contract.journal_match import field_text, matches, mismatched_fields
@@ -332,3 +333,16 @@ def test_atomic_write_makes_its_temporary_beside_the_target(
     assert target.read_bytes() == "ñ\n".encode()
     [source] = sources
     assert source.parent == target.parent and source.name.startswith(".file.yaml.")
+
+
+@pytest.mark.parametrize(
+    ("suffix", "what"),
+    [("-wal", "write-ahead log"), ("-shm", "shared-memory index"), ("-journal", "rollback journal")],
+)
+def test_an_output_on_a_side_file_names_the_side_file_and_its_database_apart(
+    tmp_path: Path, suffix: str, what: str
+) -> None:
+    db = tmp_path / "engram.db"
+    side = tmp_path / f"engram.db{suffix}"
+    assert overwrite_problem(side, [db], []) == f"would overwrite {side}, the {what} of the database {db}"
+    assert overwrite_problem(db, [db], []) == f"would overwrite the database {db}"
