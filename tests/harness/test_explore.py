@@ -15,7 +15,12 @@ from engram_sync_kit.fake_cloud.faults import Fault as CloudFault
 from engram_sync_kit.harness.cli import cli
 from engram_sync_kit.harness.explore import explorer
 from engram_sync_kit.harness.explore.cli import _summary
-from engram_sync_kit.harness.explore.execute import HistoryOutcome, StepOutcome, parsed_steps
+from engram_sync_kit.harness.explore.execute import (
+    HistoryOutcome,
+    StepOutcome,
+    ended_worker_cycle,
+    parsed_steps,
+)
 from engram_sync_kit.harness.explore.invariants import (
     Observation,
     Violation,
@@ -571,3 +576,20 @@ def test_the_summary_shows_each_kind_once_with_its_scenario_and_counts_the_other
         "    10 more histories showed I1/after-lossy-fault: seeds 3, 5, 6, 7, 8, 9, 10, 11 and 2 more",
         "  I5 (engram's) seed 20: stuck",
     ]
+
+
+@pytest.mark.parametrize(
+    ("raw", "status", "judged"),
+    [
+        ({"sync": {"via": "autosync"}}, "ok", True),
+        ({"sync": {"via": "autosync", "cycles": 2, "timeout": 100}}, "ok", True),
+        # seed 12004: a hang past the step's wait; the cycle had not ended, its last push was still open
+        ({"sync": {"via": "autosync"}}, "failed", False),
+        ({"sync": {"via": "manual", "project": "my-app", "in": "app"}}, "ok", False),
+        ({"daemon": "restart"}, "ok", False),
+    ],
+)
+def test_only_a_worker_cycle_that_ended_is_judged_by_its_last_push(
+    raw: dict[str, typing.Any], status: str, judged: bool
+) -> None:
+    assert ended_worker_cycle(raw, status) is judged

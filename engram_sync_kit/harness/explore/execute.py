@@ -111,6 +111,12 @@ def _is_worker_cycle(raw: dict[str, Any]) -> bool:
     return isinstance(sync, dict) and sync.get("via") == "autosync"
 
 
+def ended_worker_cycle(raw: dict[str, Any], status: str) -> bool:
+    """A worker cycle whose pushes I2 may judge: one the step saw end. A step that gave up waiting (a hang
+    past its wait) leaves the cycle's last push open, and engram has recorded nothing of it yet."""
+    return _is_worker_cycle(raw) and status == "ok"
+
+
 def _reconcile_lost(world: World) -> frozenset[int] | None:
     """The seqs `engram-canary reconcile` names as lost, or None when it could not say."""
     token_file = world.env.root / "explore-cloud-token"
@@ -378,7 +384,8 @@ def play(
             if check:
                 observation = _observe(world, truth, lossy, reconcile_cache, received.after(generated.raw))
                 if worker_cycle:
-                    observation.cycle_push_statuses = _push_statuses(world, journal_before)
+                    if ended_worker_cycle(generated.raw, record.status):
+                        observation.cycle_push_statuses = _push_statuses(world, journal_before)
                     observation.settled = generated.operation == "settle"
                     if observation.settled and world.devices:
                         observation.worker_memories = read_machine_memories(world.db_path)
