@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from engram_sync_kit.harness.explore.operations import (
     MACHINE_B,
     NEMESIS_KINDS,
     OPERATION_NAMES,
+    PLACE_KEYS,
     RELATIONS,
     GeneratedStep,
     GeneratorSettings,
@@ -58,54 +60,80 @@ def _on_machine(raw: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     return "a", [raw]
 
 
+@dataclass
+class Seen:
+    """What a history's steps made so far, read from the raw steps alone (not from the generator's Model)."""
+
+    titles: dict[str, dict[str, str]] = field(default_factory=lambda: {"a": {}, MACHINE_B: {}})
+    projects: dict[str, str] = field(default_factory=dict)  # label -> the project engram v1.20 gives it
+    keys: dict[str, str] = field(default_factory=lambda: dict(PLACE_KEYS))  # place -> mcp's key there
+    deleted: set[str] = field(default_factory=set)
+    every_title: list[str] = field(default_factory=list)
+    sessions: dict[str, str] = field(default_factory=dict)  # id -> the workspace it last ran in
+    triaged: bool = False
+    killed: bool = False
+
+    def live(self, machine: str, label: str) -> bool:
+        return label in self.titles[machine] and label not in self.deleted
+
+    def save(self, machine: str, body: dict[str, Any]) -> None:
+        assert all(body["as"] not in titles for titles in self.titles.values())
+        self.titles[machine][body["as"]] = body["title"]
+        self.every_title.append(body["title"])
+        via = body.get("via", "mcp")
+        self.projects[body["as"]] = self.keys[body["in"]] if via == "mcp" else body.get("project", "")
+
+
+def _check_step(seen: Seen, operation: str, machine: str, name: str, body: Any, autosync: bool) -> None:
+    if name == "save":
+        seen.save(machine, body)
+    elif name == "revise":
+        assert seen.live(machine, body["of"]) and {"content", "title"} & set(body)
+        if "title" in body:
+            seen.every_title.append(body["title"])
+            seen.titles[machine][body["of"]] = body["title"]
+    elif name == "relate":  # two live memories of one project (v1.20 refuses a relation across two)
+        assert body["a"] != body["b"] and seen.live(machine, body["a"]) and seen.live(machine, body["b"])
+        assert seen.projects[body["a"]] == seen.projects[body["b"]] and body["relation"] in RELATIONS
+    elif name == "reenqueue":
+        assert body == {"of": body["of"], "how": "update"} and seen.live(machine, body["of"])
+    elif name == "delete":  # by the title the memory has now, on the machine that saved it
+        ((label,),) = [[label for label, title in seen.titles[machine].items() if title == body]]
+        seen.deleted.add(label)
+    elif name == "rename":
+        seen.keys[body["workspace"]] = body["to"]
+    elif name == "session":
+        if operation == "move_session":
+            assert seen.sessions[body["id"]] != body["in"] and "directory" not in body  # the new one sent
+        else:
+            assert body["id"] not in seen.sessions
+        seen.sessions[body["id"]] = body["in"]
+    elif name == "time_travel":
+        assert operation == "clock_jump" and set(body) == {"days"} and 1 <= body["days"] <= 40
+        assert not seen.triaged  # the triage log's times are not moved
+    elif name == "triage":
+        seen.triaged = True
+    elif name == "daemon" and operation == "kill9":
+        assert body == "kill" and autosync
+        seen.killed = True
+    elif name == "sync" and operation == "sync_autosync":
+        # the first worker cycle after a kill waits out the dead worker's 60 s lease
+        assert body.get("timeout", 0) == (KILLED_CYCLE_TIMEOUT if seen.killed else 0)
+        seen.killed = False
+
+
 def test_what_a_new_operation_names_exists_on_its_machine_before_it_and_titles_stay_unique() -> None:
     for settings, seed, history in _all_histories():
-        labels: dict[str, dict[str, str]] = {"a": {}, MACHINE_B: {}}  # machine -> label -> title now
-        titles: list[str] = []
-        sessions: dict[str, str] = {}  # id -> the workspace it last ran in
-        triaged = killed = False
+        seen = Seen()
         for step in history:
             machine, children = _on_machine(step.raw)
             for child in children:
                 ((name, body),) = child.items()
-                context = f"seed {seed} {settings}: {child}"
-                if name == "save":
-                    assert body["as"] not in labels["a"] and body["as"] not in labels[MACHINE_B], context
-                    labels[machine][body["as"]] = body["title"]
-                    titles.append(body["title"])
-                elif name == "revise":
-                    assert body["of"] in labels[machine], context
-                    assert {"content", "title"} & set(body), context
-                    if "title" in body:
-                        titles.append(body["title"])
-                        labels[machine][body["of"]] = body["title"]
-                elif name == "relate":
-                    assert body["a"] != body["b"] and {body["a"], body["b"]} <= set(labels[machine]), context
-                    assert body["relation"] in RELATIONS, context
-                elif name == "reenqueue":
-                    assert body == {"of": body["of"], "how": "update"} and body["of"] in labels[machine]
-                elif name == "delete":  # by the title the memory has now, on the machine that saved it
-                    assert body in labels[machine].values(), context
-                elif name == "session":
-                    if step.operation == "move_session":
-                        assert body["id"] in sessions and body["in"] != sessions[body["id"]], context
-                        assert "directory" not in body, context  # the new directory is sent
-                    else:
-                        assert body["id"] not in sessions, context
-                    sessions[body["id"]] = body["in"]
-                elif name == "time_travel":
-                    assert step.operation == "clock_jump" and set(body) == {"days"}, context
-                    assert 1 <= body["days"] <= 40 and not triaged, context  # the triage log is not moved
-                elif name == "triage":
-                    triaged = True
-                elif name == "daemon" and step.operation == "kill9":
-                    assert body == "kill" and settings.autosync, context
-                    killed = True
-                elif name == "sync" and step.operation == "sync_autosync":
-                    # the first worker cycle after a kill waits out the dead worker's 60 s lease
-                    assert body.get("timeout", 0) == (KILLED_CYCLE_TIMEOUT if killed else 0), context
-                    killed = False
-        assert len(titles) == len(set(titles)), f"seed {seed}: {titles}"
+                try:
+                    _check_step(seen, step.operation, machine, name, body, settings.autosync)
+                except (AssertionError, KeyError, ValueError) as failed:
+                    raise AssertionError(f"seed {seed} {settings}: {step.operation} {child}") from failed
+        assert len(seen.every_title) == len(set(seen.every_title)), f"seed {seed}: {seen.every_title}"
 
 
 def test_a_seeds_history_with_the_new_operations_is_still_a_function_of_the_seed() -> None:

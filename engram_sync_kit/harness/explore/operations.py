@@ -26,6 +26,8 @@ WORKSPACES: dict[str, dict[str, Any]] = {
 REPO_PROJECTS = {"app": "my-app", "other": "other-repo"}
 PLACES = ("app", "other", "scratch", "home")
 RENAMABLE = ("app", "other", "scratch")
+#: the key `engram mcp` derives in each place at first (no remote: a repo's root name; else the dir's name)
+PLACE_KEYS = {"app": "my-app", "other": "other-repo", "scratch": "scratch", "home": "home"}
 #: seconds a worker cycle after `kill9` may take: the dead worker's 60 s lease, then the next 30 s tick
 KILLED_CYCLE_TIMEOUT = 100
 #: the judged relations the `relate` operation draws from (RelateStep's own kinds)
@@ -48,6 +50,10 @@ class Model:
     labels: list[str] = field(default_factory=list)  # the `as:` of every save on machine A, in order
     labels_b: list[str] = field(default_factory=list)  # machine B's (a device's labels are its own)
     titles: dict[str, str] = field(default_factory=dict)  # label -> the memory's title now (revise)
+    deleted: set[str] = field(default_factory=set)  # labels of memories a delete step named
+    projects: dict[str, str] = field(default_factory=dict)  # A's label -> the project engram gives it
+    #: place -> the key `engram mcp` derives there (the directory's name: a rename changes it)
+    place_keys: dict[str, str] = field(default_factory=lambda: dict(PLACE_KEYS))
     #: session -> the place and project it was last started from (move_session)
     session_places: dict[str, tuple[str, str]] = field(default_factory=dict)
     triaged: bool = False  # a triage step came (clock_jump is drawn only before the first)
@@ -140,31 +146,32 @@ def _label(title: str) -> str:
     return "m" + title.removeprefix("memory ")
 
 
-def _saved_on_a(model: Model, title: str) -> str:
+def _saved_on_a(model: Model, title: str, project: str) -> str:
     label = _label(title)
     model.saved.append(title)
     model.labels.append(label)
     model.titles[label] = title
+    model.projects[label] = project
     return label
+
+
+def _live(model: Model, labels: list[str]) -> list[str]:
+    return [label for label in labels if label not in model.deleted]
 
 
 def _save_mcp(rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep:
     title, content = _title(model)
-    label = _saved_on_a(model, title)
-    return {"save": {"in": rng.choice(PLACES), "title": title, "content": content, "as": label}}
+    place = rng.choice(PLACES)
+    label = _saved_on_a(model, title, model.place_keys[place])
+    return {"save": {"in": place, "title": title, "content": content, "as": label}}
 
 
 def _save_cli(rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep:
     title, content = _title(model)
-    label = _saved_on_a(model, title)
-    body: dict[str, Any] = {
-        "in": rng.choice(PLACES),
-        "title": title,
-        "content": content,
-        "via": "cli",
-        "as": label,
-    }
+    place = rng.choice(PLACES)
     project = rng.choice([None, "my-app", "other-repo"])  # None: engram save without --project (project "")
+    label = _saved_on_a(model, title, project or "")
+    body: dict[str, Any] = {"in": place, "title": title, "content": content, "via": "cli", "as": label}
     if project is not None:
         body["project"] = project
     return {"save": body}
@@ -175,7 +182,7 @@ def _save_http(rng: random.Random, model: Model, _: GeneratorSettings) -> RawSte
         return None
     title, content = _title(model)
     session = rng.choice(model.sessions)
-    label = _saved_on_a(model, title)
+    label = _saved_on_a(model, title, "")  # v1.20 stores an HTTP save without a project
     return {"save": {"via": "http", "session": session, "title": title, "content": content, "as": label}}
 
 
@@ -258,6 +265,7 @@ def _rename(rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep:
     place = rng.choice(RENAMABLE)
     spec = WORKSPACES[place]
     name = f"{spec.get('git') or spec['dir']}-{model.next_id()}"
+    model.place_keys[place] = name
     if "git" in spec:
         model.renamed_keys.append(name)
     return {"rename": {"workspace": place, "to": name}}
@@ -277,7 +285,9 @@ def _clear_faults(_rng: random.Random, _model: Model, settings: GeneratorSetting
 def _revision(rng: random.Random, model: Model, labels: list[str], saved: list[str]) -> RawStep | None:
     """The body of a `revise:` of one of LABELS: a new content, a new title or both. A new title is as
     unique as a save's (I7 and I6 match memories by title), and SAVED follows it, so a later delete
-    finds the memory by the title it has then."""
+    finds the memory by the title it has then. Only memories no delete step named: engram answers 404
+    to the edit of a deleted one and journals nothing."""
+    labels = _live(model, labels)
     if not labels:
         return None
     label = rng.choice(labels)
@@ -301,11 +311,16 @@ def _revise(rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep |
 
 
 def _relate(rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep | None:
-    """A judged relation between two memories saved earlier (POST /conflicts/compare); v1.20 journals
-    the relation only when the source memory's project is enrolled."""
-    if len(model.labels) < 2:
+    """A judged relation between two live memories of one project saved earlier on A (POST
+    /conflicts/compare; v1.20 answers 400 `source and target observations are in different projects`
+    otherwise); v1.20 journals the relation only when the source memory's project is enrolled."""
+    by_project: dict[str, list[str]] = {}
+    for label in _live(model, model.labels):
+        by_project.setdefault(model.projects[label], []).append(label)
+    pairs = sorted(project for project, labels in by_project.items() if len(labels) > 1)
+    if not pairs:
         return None
-    a, b = rng.sample(model.labels, 2)
+    a, b = rng.sample(by_project[rng.choice(pairs)], 2)
     return {"relate": {"a": a, "b": b, "relation": rng.choice(RELATIONS)}}
 
 
@@ -313,9 +328,10 @@ def _reenqueue(rng: random.Random, model: Model, _: GeneratorSettings) -> RawSte
     """A memory enqueued again unchanged: PATCH with its identical title and content (how: update, through
     engram; never how: copy_row, which simulates legacy data). The design's item 7: the mutation engram
     enqueues again is neither lost nor a second memory (I1, I7)."""
-    if not model.labels:
+    labels = _live(model, model.labels)
+    if not labels:
         return None
-    return {"reenqueue": {"of": rng.choice(model.labels), "how": "update"}}
+    return {"reenqueue": {"of": rng.choice(labels), "how": "update"}}
 
 
 def _move_session(rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep | None:
@@ -432,13 +448,19 @@ def _pull_b(rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep |
     return _on_b(_pull(rng.choice(sorted(model.enrolled_b)))) if model.enrolled_b else None
 
 
+def _deleted(model: Model, title: str) -> str:
+    """TITLE's memory is deleted from here on: edits and relations leave it be."""
+    model.deleted.update(label for label, now in model.titles.items() if now == title)
+    return title
+
+
 def _delete_a(rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep | None:
     """`engram delete <id>` of a memory this machine saved (I8 judges it after quiescence)."""
-    return {"delete": rng.choice(model.saved)} if model.saved else None
+    return {"delete": _deleted(model, rng.choice(model.saved))} if model.saved else None
 
 
 def _delete_b(rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep | None:
-    return _on_b({"delete": rng.choice(model.saved_b)}) if model.saved_b else None
+    return _on_b({"delete": _deleted(model, rng.choice(model.saved_b))}) if model.saved_b else None
 
 
 #: drawn only in two-machine histories, so a one-machine seed draws exactly what it drew before
