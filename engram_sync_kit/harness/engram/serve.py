@@ -100,6 +100,14 @@ class EngramDaemon:
             self._log.close()
             self._log = None
 
+    def kill(self) -> None:
+        """SIGKILL, as `kill -9` would: no shutdown, so the worker neither finishes its cycle nor releases
+        its sync lease (v1.20 releases it only when Run returns)."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+        self.stop()  # forgets the dead process and closes its log
+
     def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
         if not self.running:
             raise StepFailed(f"engram serve is not running (needed for {method} {path})")

@@ -14,10 +14,12 @@ SCENARIO_TIMEOUT = 120.0  # seconds for the steps that do not wait on the worker
 CYCLE_ALLOWANCE = 50.0  # seconds per worker cycle a step waits for
 
 
-def _cycles(raw: RawStep) -> int:
+def _worker_wait(raw: RawStep) -> float:
+    """Seconds a step may wait on the worker: CYCLE_ALLOWANCE a cycle, or its own longer `timeout:` (a
+    cycle after `daemon: kill` waits out the dead worker's lease)."""
     sync = raw.get("sync")
     if isinstance(sync, dict) and sync.get("via") == "autosync":
-        return int(sync.get("cycles", 1))
+        return max(CYCLE_ALLOWANCE * int(sync.get("cycles", 1)), float(sync.get("timeout", 0)))
     return 0
 
 
@@ -29,12 +31,11 @@ def scenario_document(
     description: str = "",
     expectations: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
-    cycles = sum(_cycles(raw) for raw in steps)
     return {
         "name": name,
         "description": description,
         "tags": ["explore"],
-        "timeout": SCENARIO_TIMEOUT + CYCLE_ALLOWANCE * cycles,
+        "timeout": SCENARIO_TIMEOUT + sum(_worker_wait(raw) for raw in steps),
         "cloud": {"autosync": autosync},
         "workspaces": WORKSPACES,
         "steps": list(steps),

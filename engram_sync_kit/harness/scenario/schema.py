@@ -388,8 +388,12 @@ class SyncStep(StepBase, Shorthand):
 
 
 class DaemonStep(StepBase, Shorthand):
+    """`engram serve` restarted, stopped or started; `kill`: SIGKILL (no shutdown), then started again."""
+
     shorthand: ClassVar[str] = "action"
-    action: Literal["restart", "stop", "start"]
+    action: Literal["restart", "stop", "start", "kill"] = Field(
+        description="restart: SIGTERM, then start; kill: SIGKILL wherever its worker is, then start at once"
+    )
 
 
 class CanaryStep(StepBase):

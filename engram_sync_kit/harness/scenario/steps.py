@@ -22,6 +22,8 @@ What each step really does (v1.20.0, read in cmd/engram, internal/mcp, internal/
   owner in the query, predicted from server.go@d4397781; v1.20 ignores it); revise the same; how=copy_row SIMULATES LEGACY
   DATA: a byte-identical copy of the observation's latest sync_mutations row (the seed's item-7 control).
 - time_travel and legacy_rows SIMULATE LEGACY DATA by writing engram's tables; no other step does.
+- daemon: restart and stop end `engram serve` with SIGTERM; kill with SIGKILL (no shutdown: its worker's
+  sync lease stays until it runs out), then starts it again at once.
 - sync via autosync waits for cycles of the `engram serve` worker (read from GET /sync/status and the
   sync lease in sync_state); via manual runs `engram sync --cloud --project P` (the chunk path).
 """
@@ -556,6 +558,8 @@ def do_daemon(world: World, step: s.DaemonStep) -> None:
         return
     if step.action == "restart" and world.daemon is not None:
         world.daemon.stop()
+    if step.action == "kill" and world.daemon is not None:
+        world.daemon.kill()
     world.ensure_daemon()
 
 
