@@ -1,12 +1,10 @@
-"""`daemon: kill` (issue 38): SIGKILL of `engram serve`, then a new one at once, as `kill -9` in the middle
-of a worker's cycle would leave it. Without engram: a stand-in `engram serve` (a Python script) answers
-/health on ENGRAM_PORT and notes each SIGTERM, so a kill tells itself from a restart by what the old process
-could do before it went."""
+"""`daemon: kill` (issue 38): SIGKILL of the real `engram serve`, then a new one at once, as `kill -9` in
+the middle of a worker's cycle would leave it. v1.20's serve writes `[engram] shutting down...` to its log
+when it is stopped (SIGTERM), and `[autosync] ...` each time it starts with the worker asked for, so the log
+tells a kill from a restart."""
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,84 +18,57 @@ from engram_sync_kit.harness.scenario.schema import DaemonStep
 from engram_sync_kit.harness.scenario.steps import do_daemon
 from engram_sync_kit.harness.world import World
 
-FAKE_SERVE = """#!{python}
-import http.server, os, pathlib, signal, sys
-
-data = pathlib.Path(os.environ["ENGRAM_DATA_DIR"])
-with (data / "started").open("a") as started:
-    started.write(f"{{os.getpid()}} autosync={{os.environ.get('ENGRAM_CLOUD_AUTOSYNC', '')}}\\n")
-
-def graceful(signum, frame):
-    with (data / "terminated").open("a") as terminated:
-        terminated.write(f"{{os.getpid()}}\\n")
-    sys.exit(0)
-
-signal.signal(signal.SIGTERM, graceful)
-
-class Health(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
-
-http.server.HTTPServer(("127.0.0.1", int(os.environ["ENGRAM_PORT"])), Health).serve_forever()
-"""
+SHUTDOWN = "[engram] shutting down"
+WORKER_START = "[autosync]"
+LISTENING = "HTTP server listening"
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
-    binary = tmp_path / "engram"
-    binary.write_text(FAKE_SERVE.format(python=sys.executable), encoding="utf-8")
-    binary.chmod(0o755)
-    env = EngramEnvironment(binary=binary, root=tmp_path / "world").prepare()
-    cloud = CloudHandle("inprocess", "harness-token", ["*"], tmp_path / "cloud.log")
+def world(engram_bin: Path, tmp_path: Path) -> Iterator[World]:
+    env = EngramEnvironment(binary=engram_bin, root=tmp_path / "world").prepare()
+    cloud = CloudHandle("inprocess", "harness-token", ["*"], tmp_path / "cloud.log")  # never asked
     made = World(env=env, cloud=cloud, engram_env={}, version="1.20.0", workspace_root=tmp_path / "ws")
     yield made
     made.close()
 
 
-def _started(world: World) -> list[tuple[int, str]]:
-    lines = (world.env.data_dir / "started").read_text(encoding="utf-8").splitlines()
-    return [(int(pid), flags) for pid, flags in (line.split(" ", 1) for line in lines)]
+def _serve_log(world: World) -> list[str]:
+    assert world.daemon is not None
+    return world.daemon.log_path.read_text(encoding="utf-8", errors="replace").splitlines()
 
 
-def _terminated(world: World) -> list[int]:
-    path = world.env.data_dir / "terminated"
-    return [int(line) for line in path.read_text(encoding="utf-8").split()] if path.exists() else []
+def _count(lines: list[str], text: str) -> int:
+    return sum(text in line for line in lines)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
+@pytest.mark.engram
 def test_kill_sigkills_engram_serve_and_starts_it_again_at_once_with_the_worker(world: World) -> None:
-    world.ensure_daemon(autosync=True)
+    first = world.ensure_daemon(autosync=True)
+    first_port = first.port
     do_daemon(world, DaemonStep.model_validate("kill"))
-    (first, first_flags), (second, second_flags) = _started(world)
-    assert first != second and not _alive(first)
-    assert _terminated(world) == []  # no SIGTERM: it had no chance to shut down (or release a lease)
-    assert first_flags == second_flags == "autosync=1"  # the worker comes back with it
+    log = _serve_log(world)
+    assert _count(log, LISTENING) == 2 and _count(log, WORKER_START) == 2, log
+    assert _count(log, SHUTDOWN) == 0, log  # no SIGTERM: it had no chance to shut down or release a lease
     assert world.daemon is not None and world.daemon.running and world.daemon.autosync
+    status, _ = world.daemon.request("GET", "/health")
+    assert status == 200 and world.daemon.port != 0 and first_port != 0
 
 
-def test_restart_still_stops_engram_serve_with_sigterm(world: World) -> None:
-    """The control: the same stand-in notes the SIGTERM of a restart, so the kill's silence is the kill's."""
+@pytest.mark.engram
+def test_restart_still_stops_engram_serve_gracefully(world: World) -> None:
+    """The control: the same log shows a restart's shutdown, so the kill's silence is the kill's."""
     world.ensure_daemon(autosync=True)
     do_daemon(world, DaemonStep.model_validate("restart"))
-    (first, _), (second, _) = _started(world)
-    assert _terminated(world) == [first] and _alive(second)
+    log = _serve_log(world)
+    assert _count(log, SHUTDOWN) == 1 and _count(log, LISTENING) == 2, log
 
 
+@pytest.mark.engram
 def test_kill_before_any_engram_serve_just_starts_one(world: World) -> None:
     do_daemon(world, DaemonStep.model_validate({"action": "kill"}))
-    ((pid, _),) = _started(world)
-    assert _alive(pid) and _terminated(world) == []
+    log = _serve_log(world)
+    assert _count(log, LISTENING) == 1 and _count(log, SHUTDOWN) == 0, log
+    assert world.daemon is not None and world.daemon.running
 
 
 def test_the_scenario_format_takes_daemon_kill_and_names_it_among_the_actions(tmp_path: Path) -> None:
