@@ -106,6 +106,7 @@ class FakeCloudApp:
             path=request.path,
             status=status,
             items=items or (),
+            host=request_host(request.headers.get("host", "")) or None,
         )
         await self.notify()
 

@@ -55,6 +55,7 @@ class JournalEntry:
     entity_key: str | None = None
     op: str | None = None
     payload_digest: str | None = None
+    host: str | None = None  # the Host header's name: tells two machines on one loopback cloud apart
 
     def to_dict(self) -> dict[str, Any]:
         return _shallow_dict(self)
@@ -336,6 +337,7 @@ class FakeCloudState:
         path: str,
         status: int,
         items: Sequence[JournalItem] = (),
+        host: str | None = None,
     ) -> list[JournalEntry]:
         now = time.time()
         written = []
@@ -353,6 +355,7 @@ class FakeCloudState:
                 entity_key=item.entity_key,
                 op=item.op,
                 payload_digest=item.payload_digest,
+                host=host,
             )
             self._next_journal_id += 1
             self.journal.append(entry)

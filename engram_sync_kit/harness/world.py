@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from engram_sync_kit.harness.cloud.launch import CloudHandle
 from engram_sync_kit.harness.engram.env import EngramEnvironment
@@ -62,6 +63,7 @@ class World:
     daemon: EngramDaemon | None = None
     devices: dict[str, World] = field(default_factory=dict)
     journal_seen: int = 0
+    own_journal_seen: int = 0  # the latest journal entry of a request this engram home sent (its host)
     local_probes: dict[str, list[Any]] = field(default_factory=dict)  # observe name -> `local` checks at it
     _mcp: dict[Path, McpSession] = field(default_factory=dict)
     _capabilities: dict[str, set[str]] = field(default_factory=dict)
@@ -70,6 +72,11 @@ class World:
     @property
     def db_path(self) -> Path:
         return self.env.db_path
+
+    @property
+    def cloud_host(self) -> str:
+        """The host name this engram home addresses the cloud by (device_cloud_env: B's differs from A's)."""
+        return urlsplit(self.engram_env.get("ENGRAM_CLOUD_SERVER", "")).hostname or ""
 
     @property
     def logs(self) -> Path:

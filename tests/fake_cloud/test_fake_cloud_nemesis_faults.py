@@ -87,3 +87,20 @@ def test_a_host_fault_must_name_a_host() -> None:
 def test_the_control_api_refuses_an_unknown_fault_action_naming_the_new_ones(cloud: CloudUnderTest) -> None:
     with pytest.raises(FakeCloudControlError, match="truncate_body"):
         cloud.client.add_faults([{"action": "vanish"}])
+
+
+def test_the_journal_names_the_host_each_request_addressed(cloud: CloudUnderTest, http: httpx.Client) -> None:
+    """Two machines through one cloud: the harness tells machine A's worker cycles from B's by the host."""
+    mark = max((entry.id for entry in cloud.client.journal().entries), default=0)
+    assert _push(http).status_code == 200
+    verify = str(cloud.ca_file) if cloud.ca_file else True
+    other = cloud.base_url.replace("127.0.0.1", "localhost")
+    with httpx.Client(base_url=other, verify=verify, trust_env=False, timeout=30, headers=AUTH) as machine_b:
+        assert _push(machine_b, "o2").status_code == 200
+        assert machine_b.get("/nowhere").status_code == 404
+    entries = cloud.client.journal(since_id=mark).entries
+    assert [(entry.path, entry.host) for entry in entries] == [
+        ("/sync/mutations/push", "127.0.0.1"),
+        ("/sync/mutations/push", "localhost"),
+        ("/nowhere", "localhost"),
+    ]

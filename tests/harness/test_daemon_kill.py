@@ -77,3 +77,24 @@ def test_the_scenario_format_takes_daemon_kill_and_names_it_among_the_actions(tm
     assert isinstance(step.body, DaemonStep) and step.body.action == "kill"
     with pytest.raises(ScenarioError, match="'restart', 'stop', 'start' or 'kill'"):
         parse_scenario(head + "  - daemon: crash\n", tmp_path / "c.scenario.yaml")
+
+
+@pytest.mark.engram
+@pytest.mark.parametrize(("autosync", "worker_lines"), [(True, 1), (False, 0)])
+def test_daemon_start_names_whether_the_worker_runs(world: World, autosync: bool, worker_lines: int) -> None:
+    """A `device:` machine has no `cloud.autosync` of its own: `daemon: {action: start, autosync: true}`
+    gives it engram serve's worker (issue 38: machine B's worker pushes through the mutation route)."""
+    do_daemon(world, DaemonStep.model_validate({"action": "start", "autosync": autosync}))
+    log = _serve_log(world)
+    assert _count(log, LISTENING) == 1 and _count(log, WORKER_START) == worker_lines, log
+    assert world.daemon is not None and world.daemon.autosync is autosync
+    do_daemon(world, DaemonStep.model_validate("restart"))  # omitted: as it ran
+    assert world.daemon.autosync is autosync and _count(_serve_log(world), WORKER_START) == 2 * worker_lines
+
+
+def test_daemon_autosync_is_a_boolean(tmp_path: Path) -> None:
+    head = "name: n\nsteps:\n"
+    with pytest.raises(ScenarioError, match="autosync"):
+        parse_scenario(
+            head + "  - daemon: {action: start, autosync: sometimes}\n", tmp_path / "a.scenario.yaml"
+        )

@@ -10,6 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from engram_sync_kit.harness.cli import cli
+from engram_sync_kit.harness.cloud.launch import CloudHandle
+from engram_sync_kit.harness.engram.env import EngramEnvironment
 from engram_sync_kit.harness.explore import explorer
 from engram_sync_kit.harness.explore.execute import HistoryOutcome, parsed_steps
 from engram_sync_kit.harness.explore.invariants import MACHINE_A, Observation, Violation, check_i6, check_i9
@@ -24,6 +26,8 @@ from engram_sync_kit.harness.explore.operations import (
 )
 from engram_sync_kit.harness.lanes import LaneTable
 from engram_sync_kit.harness.scenario.localdata import MachineMemories
+from engram_sync_kit.harness.scenario.steps import sent_by
+from engram_sync_kit.harness.world import World
 
 TWO = GeneratorSettings(autosync=False, nemesis=tuple(NEMESIS_KINDS), steps=20, machines=2)
 PULL_A = {"run": {"args": ["sync", "--cloud", "--import", "--project", "my-app"], "exit": None}}
@@ -299,3 +303,34 @@ def test_i9_holds_when_the_memory_arrived_was_deleted_or_is_not_of_a_project_mac
     unjudged = Observation(local=[], lanes=LaneTable(), canary={}, sync_state=[], settled=True)
     assert check_i9(unjudged) == []
     assert len(check_i9(_settled_observation(lacking, reason=blocked))) == 1
+
+
+@pytest.mark.parametrize(
+    ("server", "host", "sent"),
+    [
+        ("https://127.0.0.1:4443", "127.0.0.1", True),
+        ("https://127.0.0.1:4443", "localhost", False),  # machine B's request, not A's
+        ("https://localhost:4443", "localhost", True),
+        ("https://localhost:4443", "127.0.0.1", False),
+        ("https://127.0.0.1:4443", None, True),  # a journal without hosts: every request may be ours
+        ("", "localhost", True),
+    ],
+)
+def test_a_machines_own_requests_are_told_apart_by_the_host_it_addresses(
+    tmp_path: Path, server: str, host: str | None, sent: bool
+) -> None:
+    """A blocked worker cycle sends nothing; machine B's worker, in the same cloud, still journals its own
+    cycles, so machine A's cycles are read from A's requests alone (issue 38, B's worker)."""
+    env = EngramEnvironment(binary=tmp_path / "engram", root=tmp_path / "world")
+    cloud = CloudHandle("inprocess", "t", ["*"], tmp_path / "cloud.log")
+    world = World(
+        env=env,
+        cloud=cloud,
+        engram_env={"ENGRAM_CLOUD_SERVER": server},
+        version="1.20.0",
+        workspace_root=tmp_path / "ws",
+    )
+    try:
+        assert sent_by(world, host) is sent
+    finally:
+        world.close()

@@ -213,3 +213,41 @@ def test_a_memory_saved_over_http_converges_under_two_different_projects(engram_
     (violation,) = outcome.violations
     assert violation.kind == "I6/project-differs-missing-on-a" and violation.owner == "engram"
     assert "a lacks 'memory h' (my-app; holds it under '')" in violation.detail
+
+
+@pytest.mark.nightly
+def test_machine_bs_worker_push_never_reaches_machine_a_while_unenrolled_rows_wait(engram_bin: Path) -> None:
+    """#1273's class rediscovered with explore's own operations (I9): B's worker pushes my-app through
+    /sync/mutations/push; A enrolled my-app, but a save of other-repo (not enrolled on A) waits, so v1.20's
+    worker records non_enrolled_pending_mutations and ends each cycle before its pull (about 2 min)."""
+    b_save = {
+        "save": {"in": "app", "title": "memory b", "content": "from b", "via": "cli", "project": "my-app"}
+    }
+    a_save = {
+        "save": {
+            "in": "other",
+            "title": "memory a",
+            "content": "from a",
+            "via": "cli",
+            "project": "other-repo",
+        }
+    }
+    history = [
+        GeneratedStep("enroll", {"enroll": "my-app"}),
+        GeneratedStep("save_cli", a_save),
+        GeneratedStep("enroll_b", _on_b({"enroll": "my-app"})),
+        GeneratedStep("save_b", _on_b(b_save)),
+        GeneratedStep(
+            "worker_b",
+            _on_b({"daemon": {"action": "start", "autosync": True}}, {"sync": {"via": "autosync"}}),
+        ),
+        GeneratedStep("settle", {"sync": {"via": "autosync", "cycles": 2, "timeout": 100}}),
+    ]
+    outcome = play(engram_bin, history, autosync=True)
+    assert outcome.error == ""
+    assert [(step.status, step.error) for step in outcome.steps] == [("ok", "")] * len(history)
+    i9 = [violation for violation in outcome.violations if violation.invariant == "I9"]
+    assert [(violation.kind, violation.upstream) for violation in i9] == [
+        ("I9/blocked-by-unenrolled-rows", 1273)
+    ]
+    assert "memory b" in i9[0].detail

@@ -25,7 +25,7 @@ from engram_sync_kit.harness.explore.operations import (
 from engram_sync_kit.harness.explore.scenario_out import scenario_document
 
 NEW_OPERATIONS = ("revise", "relate", "reenqueue", "move_session", "clock_jump", "kill9", "revise_b")
-SEEDS = range(300)
+SEEDS = range(400)  # relate needs two live memories of one project: rare (2.5% of histories)
 
 
 def _all_histories() -> Iterator[tuple[GeneratorSettings, int, list[GeneratedStep]]]:
@@ -159,3 +159,28 @@ def test_docs_explore_names_every_operation_in_its_table() -> None:
     table = "\n".join(line for line in docs.splitlines() if line.startswith("| `"))
     for name in OPERATION_NAMES:
         assert f"`{name}`" in table, name
+
+
+def test_two_machine_histories_with_the_worker_run_machine_bs_worker_and_the_others_do_not() -> None:
+    """B's worker pushes through /sync/mutations/push, what machine A's worker pulls (I9, #1273's class);
+    histories without the worker, and one-machine ones, draw exactly what they drew before."""
+    worker_b = {
+        "device": {
+            "name": MACHINE_B,
+            "steps": [{"daemon": {"action": "start", "autosync": True}}, {"sync": {"via": "autosync"}}],
+        }
+    }
+    drawn = [
+        step
+        for seed in range(200)
+        for step in generate_history(seed, GeneratorSettings(autosync=True, nemesis=(), machines=2))
+        if step.operation == "worker_b"
+    ]
+    assert drawn and all(step.raw == worker_b for step in drawn)
+    for settings in (
+        GeneratorSettings(autosync=False, nemesis=(), machines=2),
+        GeneratorSettings(autosync=True, nemesis=(), machines=1),
+    ):
+        assert not any(
+            step.operation == "worker_b" for seed in range(200) for step in generate_history(seed, settings)
+        )

@@ -474,8 +474,22 @@ MACHINE_OPERATIONS: tuple[Operation, ...] = (
     Operation("delete_b", 2, _delete_b),
     Operation("revise_b", 1, _revise_b),
 )
+
+
+def _worker_b(_rng: random.Random, model: Model, _: GeneratorSettings) -> RawStep | None:
+    """A cycle of machine B's own worker: it pushes B's enrolled rows through /sync/mutations/push, the
+    route machine A's worker pulls from (I9); the first one starts B's engram serve with the worker."""
+    if not model.enrolled_b:
+        return None
+    return _on_b({"daemon": {"action": "start", "autosync": True}}, {"sync": {"via": "autosync"}})
+
+
+#: drawn only in two-machine histories with the worker, so the histories without it draw what they did
+WORKER_B_OPERATIONS: tuple[Operation, ...] = (Operation("worker_b", 3, _worker_b),)
 ENROLL_BOOST = 4
-OPERATION_NAMES = tuple(operation.name for operation in (*OPERATIONS, *MACHINE_OPERATIONS))
+OPERATION_NAMES = tuple(
+    operation.name for operation in (*OPERATIONS, *MACHINE_OPERATIONS, *WORKER_B_OPERATIONS)
+)
 
 
 def settle_steps(settings: GeneratorSettings, model: Model) -> list[tuple[str, RawStep]]:
@@ -517,9 +531,11 @@ def generate_history(seed: int, settings: GeneratorSettings) -> list[GeneratedSt
     rng = random.Random(seed)
     model = Model()
     history: list[GeneratedStep] = []
-    operations: Sequence[Operation] = (
-        (*OPERATIONS, *MACHINE_OPERATIONS) if settings.machines > 1 else OPERATIONS
-    )
+    operations: Sequence[Operation] = OPERATIONS
+    if settings.machines > 1:
+        operations = (*OPERATIONS, *MACHINE_OPERATIONS)
+        if settings.autosync:
+            operations = (*operations, *WORKER_B_OPERATIONS)
     attempts = 0
     while len(history) < settings.steps and attempts < settings.steps * 20:
         attempts += 1

@@ -394,6 +394,11 @@ class DaemonStep(StepBase, Shorthand):
     action: Literal["restart", "stop", "start", "kill"] = Field(
         description="restart: SIGTERM, then start; kill: SIGKILL wherever its worker is, then start at once"
     )
+    autosync: bool | None = Field(
+        None,
+        description="Start it with engram's worker (true) or without (false); omitted: as it ran before, "
+        "else as `cloud.autosync` says. A `device:` machine has no worker until a start says true.",
+    )
 
 
 class CanaryStep(StepBase):

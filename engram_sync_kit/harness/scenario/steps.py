@@ -440,8 +440,15 @@ def _status_snapshot(world: World) -> WorkerSnapshot:
         status.get("phase"),
         status.get("reason_code"),
         lease,
-        _journal_mark(world),
+        _own_journal_mark(world),
     )
+
+
+def _own_journal_mark(world: World) -> int:
+    """The latest journal entry of WORLD's own requests: another machine's worker, in the same cloud,
+    journals its cycles too, and a blocked cycle of this one sends nothing."""
+    _journal_mark(world)
+    return world.own_journal_seen
 
 
 def _lease(world: World) -> str | None:
@@ -545,10 +552,20 @@ def await_received(client: FakeCloudClient, until: s.UntilReceived, *, timeout: 
 
 
 def _journal_mark(world: World) -> int:
-    """The id of the cloud's latest journal entry (reads only entries newer than the last mark)."""
+    """The id of the cloud's latest journal entry (reads only entries newer than the last mark); also
+    moves `world.own_journal_seen` to the latest entry of this home's own requests."""
     entries = world.cloud.client.journal(since_id=world.journal_seen).entries
     world.journal_seen = max((entry.id for entry in entries), default=world.journal_seen)
+    world.own_journal_seen = max(
+        (entry.id for entry in entries if sent_by(world, entry.host)), default=world.own_journal_seen
+    )
     return world.journal_seen
+
+
+def sent_by(world: World, host: str | None) -> bool:
+    """Could WORLD have sent a request the journal names by HOST? Unknown (no host): yes; where every
+    machine addresses the cloud by one name, every request matches, as before hosts were journaled."""
+    return host is None or not world.cloud_host or host == world.cloud_host
 
 
 def do_daemon(world: World, step: s.DaemonStep) -> None:
@@ -560,7 +577,7 @@ def do_daemon(world: World, step: s.DaemonStep) -> None:
         world.daemon.stop()
     if step.action == "kill" and world.daemon is not None:
         world.daemon.kill()
-    world.ensure_daemon()
+    world.ensure_daemon(autosync=step.autosync)
 
 
 def _kit_command(name: str) -> str:
