@@ -58,7 +58,7 @@ EXPLORE_PARALLEL ?= 6
 EXPLORE_MACHINES ?= 2
 explore: engram
 	$(BIN)/engram-harness explore --seed $(EXPLORE_SEED) --budget 1800 --parallel $(EXPLORE_PARALLEL) --machines $(EXPLORE_MACHINES) \
-		--nemesis storm503,latency,auth401,reset,ack_without_store,hang,truncated,slow_body,error500,dup_pull --out explore-out --json explore-out/report.json
+		--nemesis storm503,latency,auth401,reset,ack_without_store,hang,truncated,slow_body,error500,dup_pull,partition_b --out explore-out --json explore-out/report.json
 
 clean:
 	rm -rf $(VENV) .cache dist mutants
