@@ -11,6 +11,7 @@ every evidence field are pinned with exact values, so a changed count, key or bo
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator
@@ -21,22 +22,37 @@ from typing import Any
 import pytest
 from engram_schemas.builder import ALL_TIME, ENROLLED, PHANTOM_TARGET, STRAY, V3, V120, build
 
+from engram_sync_kit.canary.baseline import Baseline, BaselineEntry, db_key
 from engram_sync_kit.canary.checks import (
     PROJECT_QUERIES_BEFORE_ONE_SCAN,
     UNDELIVERED_PROJECT_LANE,
     EvidenceReader,
     TargetSpace,
+    check_connection,
+    count_findings,
     foreign_target_findings,
     load_evidence,
+    mutation_targets_since,
+    now_iso,
     orphaned_remote_note,
     read_target_space,
+    run_check,
     save_evidence,
     stuck_rows,
+    summarize,
+    unacked_by_target,
     undelivered_lane_findings,
+    unknown_result,
 )
 from engram_sync_kit.canary.config import CanaryConfig, Thresholds, state_file_for
 from engram_sync_kit.canary.db import EngramDb, Schema
-from engram_sync_kit.canary.findings import FOREIGN_MUTATION_TARGET, FOREIGN_SYNC_TARGET, Finding
+from engram_sync_kit.canary.findings import (
+    FOREIGN_MUTATION_TARGET,
+    FOREIGN_SYNC_TARGET,
+    Acknowledgement,
+    Finding,
+    Status,
+)
 
 ORPHAN_KEY = "cloud@" + "d5a7e45acb19"  # a remote's state key; no cloud.json next to the file: orphaned
 INERT = "satellite:inert"
@@ -663,3 +679,282 @@ def test_a_phantoms_own_rows_of_its_project_are_counted_once(tmp_path: Path) -> 
         finding.message == f"sync target {PHANTOM_TARGET} is outside the closed target space (6 unacked rows)"
     )
     assert (finding.size, finding.severity) == (6, "warning")
+
+
+ALLOWED = ["cloud", "cloud:alpha", f"cloud:{ENROLLED}", "cloud:inbox", "cloud:zeta", "local"]
+UNACKED_BY_TARGET = {
+    "cloud": 5,
+    "cloud:alpha": 0,
+    BAD_KEY: 2,
+    f"cloud:{ENROLLED}": 3,
+    GHOST: 2,
+    PHANTOM_TARGET: 1,
+    "cloud:zeta": 1,
+}
+CHECKED_AT = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
+
+
+def checks_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    """The summary's fields that canary.checks computes (the other modules' views left out)."""
+    names = (
+        "foreign_sync_targets foreign_mutation_targets sync_state_targets enrolled_projects last_seq "
+        "unacked_rows_by_target unacked_rows legacy_target remote_state_keys engram_schema lane_model "
+        "foreign_targets new_foreign_targets known_foreign_targets never_acknowledged_foreign_targets "
+        "other_findings unacknowledged_findings acknowledged_findings"
+    ).split()
+    return {name: summary[name] for name in names}
+
+
+def test_a_check_reports_the_journal_and_what_it_found(
+    journal: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ENGRAM_CANARY_STATE_DIR", str(tmp_path / "state"))
+    result = run_check(journal, config(100), None)
+    assert (result.status, result.exit_status, result.db, result.error) == (
+        "warning",
+        Status.WARNING,
+        str(journal),
+        None,
+    )
+    assert re.fullmatch(CHECKED_AT, result.checked_at)
+    assert result.allowed_targets == ALLOWED
+    foreign = expected_foreign_findings(100)
+    assert [f for f in result.findings if f.check != UNDELIVERED_PROJECT_LANE] == foreign
+    assert [
+        (f.check, f.target_key, f.size) for f in result.findings if f.check == UNDELIVERED_PROJECT_LANE
+    ] == [
+        (UNDELIVERED_PROJECT_LANE, f"cloud:{ENROLLED}", 3),
+        (UNDELIVERED_PROJECT_LANE, "cloud:zeta", 1),
+    ]
+    assert checks_summary(result.summary) == {
+        "foreign_sync_targets": 3,
+        "foreign_mutation_targets": 3,
+        "sync_state_targets": 7,
+        "enrolled_projects": ["alpha", ENROLLED, "zeta"],
+        "last_seq": 23,
+        "unacked_rows_by_target": UNACKED_BY_TARGET,
+        "unacked_rows": 14,
+        "legacy_target": "cloud",
+        "remote_state_keys": {"cloud_json": "absent", "live": []},
+        "engram_schema": "v1.20.0",
+        "lane_model": "legacy-only",
+        "foreign_targets": 5,
+        "new_foreign_targets": 5,
+        "known_foreign_targets": 0,
+        "never_acknowledged_foreign_targets": 5,
+        "other_findings": 2,
+        "unacknowledged_findings": 8,
+        "acknowledged_findings": 0,
+    }
+    # The per-project counts are kept for the next check of the same rows.
+    document = json.loads(state_file_for(journal, "evidence").read_text(encoding="utf-8"))
+    assert document["fingerprint"] == {"last_seq": 23, "unacked": UNACKED_BY_TARGET, "waiting": ""}
+    assert document["answers"] == {f"{UNNORMALIZED}\x1f{STRAY}": {"cloud": 5, GHOST: 1}}
+
+
+def test_a_check_of_the_same_rows_takes_the_kept_counts(
+    journal: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ENGRAM_CANARY_STATE_DIR", str(tmp_path / "state"))
+    kept = state_file_for(journal, "evidence")
+    with EngramDb.open(journal) as engram:
+        check_connection(engram, config(100), None)
+        document = json.loads(kept.read_text(encoding="utf-8"))
+        document["answers"] = {f"{UNNORMALIZED}\x1f{STRAY}": {"cloud": 40}}
+        kept.write_text(json.dumps(document), encoding="utf-8")
+        again = check_connection(engram, config(100), None)
+        assert json.loads(kept.read_text(encoding="utf-8")) == document  # answered as kept: not rewritten
+        fresh = check_connection(engram, config(100), None, use_cursor=False)
+    (phantom, *_) = again.findings
+    assert (phantom.size, phantom.evidence["project_unacked_by_lane"]) == (41, {"cloud": 40})
+    assert (
+        phantom.message
+        == f"sync target {PHANTOM_TARGET} is outside the closed target space (41 unacked rows)"
+    )
+    assert fresh.findings[0] == expected_foreign_findings(100)[0]
+
+
+def test_without_the_cursor_a_check_keeps_nothing(
+    journal: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ENGRAM_CANARY_STATE_DIR", str(tmp_path / "state"))
+    with EngramDb.open(journal) as engram:
+        check_connection(engram, config(100), None, use_cursor=False)
+    run_check(journal, config(100), None, use_cursor=False)
+    assert not state_file_for(journal, "evidence").exists()
+
+
+def baseline_for(db: Path) -> Baseline:
+    return Baseline(
+        databases={
+            db_key(db): BaselineEntry(
+                recorded_at="2026-12-01T00:00:00Z",
+                acknowledgements=[
+                    Acknowledgement(
+                        check=FOREIGN_SYNC_TARGET,
+                        target_key=INERT,
+                        size=0,
+                        acknowledged_at="2026-12-01T00:00:00Z",
+                        expires="2099-01-01T00:00:00Z",
+                    ),
+                    # acknowledged at 1 row, now 2: it alarms again
+                    Acknowledgement(
+                        check=FOREIGN_MUTATION_TARGET,
+                        target_key=GHOST,
+                        size=1,
+                        acknowledged_at="2026-12-01T00:00:00Z",
+                    ),
+                ],
+            )
+        }
+    )
+
+
+@pytest.mark.parametrize(("critical_new", "status"), [(4, "critical"), (5, "warning")])
+def test_acknowledged_targets_are_counted_apart(
+    journal: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, critical_new: int, status: str
+) -> None:
+    """Four foreign targets alarm (GHOST grew past its acknowledgement), INERT is known: at
+    critical_new_foreign_targets = 4 that is critical, at 5 a warning."""
+    monkeypatch.setenv("ENGRAM_CANARY_STATE_DIR", str(tmp_path / "state"))
+    settings = CanaryConfig(thresholds=Thresholds(critical_new_foreign_targets=critical_new))
+    baseline = baseline_for(journal)
+    with EngramDb.open(journal) as engram:
+        connected = check_connection(engram, settings, baseline)
+    result = run_check(journal, settings, baseline)
+    for checked in (connected, result):
+        assert checked.status == status
+        counts = checks_summary(checked.summary)
+        assert {name: counts[name] for name in list(counts)[-7:]} == {
+            "foreign_targets": 5,
+            "new_foreign_targets": 4,
+            "known_foreign_targets": 1,
+            "never_acknowledged_foreign_targets": 3,
+            "other_findings": 2,
+            "unacknowledged_findings": 7,
+            "acknowledged_findings": 1,
+        }
+        inert = next(f for f in checked.findings if f.target_key == INERT)
+        ghost = next(f for f in checked.findings if f.target_key == GHOST)
+        assert (inert.new, inert.acknowledged, inert.realarm) == (False, True, None)
+        assert (ghost.new, ghost.realarm) == (True, "grew from 1 to 2 rows since acknowledged")
+
+
+def test_count_findings_counts_targets_once_whatever_their_checks() -> None:
+    ack = Acknowledgement(check=FOREIGN_SYNC_TARGET, target_key="b", acknowledged_at="2026-12-01T00:00:00Z")
+    findings = [
+        Finding(check=FOREIGN_SYNC_TARGET, severity="warning", message="m", target_key="a"),
+        Finding(check=FOREIGN_MUTATION_TARGET, severity="warning", message="m", target_key="a"),
+        Finding(
+            check=FOREIGN_SYNC_TARGET,
+            severity="warning",
+            message="m",
+            target_key="b",
+            new=False,
+            acknowledgement=ack,
+        ),
+        Finding(
+            check=FOREIGN_MUTATION_TARGET,
+            severity="warning",
+            message="m",
+            target_key="c",
+            acknowledgement=ack,
+        ),
+        Finding(check=UNDELIVERED_PROJECT_LANE, severity="warning", message="m", target_key="d"),
+        Finding(
+            check=UNDELIVERED_PROJECT_LANE,
+            severity="warning",
+            message="m",
+            target_key="e",
+            new=False,
+            acknowledgement=ack,
+        ),
+    ]
+    assert count_findings(findings) == {
+        "foreign_targets": 3,
+        "new_foreign_targets": 2,
+        "known_foreign_targets": 1,
+        "never_acknowledged_foreign_targets": 1,
+        "other_findings": 1,
+        "unacknowledged_findings": 4,
+        "acknowledged_findings": 2,
+    }
+    assert count_findings([]) == dict.fromkeys(count_findings(findings), 0)
+
+
+def test_the_summary_of_a_snapshot(journal: Path) -> None:
+    with snapshot(journal) as engram:
+        space = read_target_space(engram)
+        reader = reader_of(engram, space)
+        assert unacked_by_target(space, reader) == UNACKED_BY_TARGET
+        summary = summarize(space, reader)
+        given = summarize(space, reader, {"cloud": 4, "cloud:x": None, "cloud:y": 0})
+        assert space.foreign_keys() == {PHANTOM_TARGET, ORPHAN_KEY, INERT, BAD_KEY, GHOST}
+        assert mutation_targets_since(engram.connection, 20) == ({BAD_KEY, PHANTOM_TARGET}, 23)
+        assert mutation_targets_since(engram.connection, 23) == (set(), 23)
+    assert summary == {
+        "foreign_sync_targets": 3,
+        "foreign_mutation_targets": 3,
+        "sync_state_targets": 7,
+        "enrolled_projects": ["alpha", ENROLLED, "zeta"],
+        "last_seq": 23,
+        "unacked_rows_by_target": UNACKED_BY_TARGET,
+        "unacked_rows": 14,
+        "legacy_target": "cloud",
+        "remote_state_keys": {"cloud_json": "absent", "live": []},
+    }
+    assert (given["unacked_rows_by_target"], given["unacked_rows"]) == (
+        {"cloud": 4, "cloud:x": None, "cloud:y": 0},
+        4,
+    )
+
+
+def test_the_one_scan_is_read_once_and_only_where_it_can_be(journal: Path) -> None:
+    with snapshot(journal) as engram:
+        reader = EvidenceReader(engram)
+        with statements(engram) as seen:
+            reader.read_unacked_by_project()
+            reader.read_unacked_by_project()
+        assert len(seen) == 1
+        for missing in ("acked_at", "project"):
+            lacking = EvidenceReader(without_columns(engram, missing))
+            with statements(engram) as seen:
+                lacking.read_unacked_by_project()
+            assert seen == []
+
+
+def test_an_unreadable_file_is_unknown_never_ok(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere.db"
+    result = run_check(missing, config(100), None)
+    assert (result.status, result.exit_status, result.db, result.findings) == (
+        "unknown",
+        Status.UNKNOWN,
+        str(missing),
+        [],
+    )
+    assert result.error == f"{missing}: no such file (pass --db or set ENGRAM_DATA_DIR)"
+    assert re.fullmatch(CHECKED_AT, result.checked_at)
+    assert unknown_result(missing, "boom").model_dump(by_alias=True) == {
+        "schema": "engram-canary/check/v1",
+        "status": "unknown",
+        "db": str(missing),
+        "checked_at": unknown_result(missing, "boom").checked_at,
+        "allowed_targets": [],
+        "findings": [],
+        "summary": {},
+        "error": "boom",
+    }
+    assert re.fullmatch(CHECKED_AT, now_iso())
+
+
+def test_kept_evidence_expires_after_exactly_an_hour(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENGRAM_CANARY_STATE_DIR", str(tmp_path / "state"))
+    db = tmp_path / "engram.db"
+    fingerprint: dict[str, Any] = {"last_seq": 9}
+    answers = {STRAY: {"cloud": 3}}
+    save_evidence(db, fingerprint, answers)
+    computed_at = json.loads(state_file_for(db, "evidence").read_text(encoding="utf-8"))["computed_at"]
+    monkeypatch.setattr(time, "time", lambda: computed_at + 3600.0)
+    assert load_evidence(db, fingerprint) == answers
+    monkeypatch.setattr(time, "time", lambda: computed_at + 3600.5)
+    assert load_evidence(db, fingerprint) == {}
