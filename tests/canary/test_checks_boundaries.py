@@ -29,6 +29,7 @@ from engram_sync_kit.canary.checks import (
     EvidenceReader,
     TargetSpace,
     check_connection,
+    check_snapshot,
     count_findings,
     foreign_target_findings,
     load_evidence,
@@ -47,6 +48,7 @@ from engram_sync_kit.canary.checks import (
 from engram_sync_kit.canary.config import CanaryConfig, Thresholds, state_file_for
 from engram_sync_kit.canary.db import EngramDb, Schema
 from engram_sync_kit.canary.findings import (
+    FOREIGN_CHECKS,
     FOREIGN_MUTATION_TARGET,
     FOREIGN_SYNC_TARGET,
     Acknowledgement,
@@ -691,6 +693,23 @@ UNACKED_BY_TARGET = {
     PHANTOM_TARGET: 1,
     "cloud:zeta": 1,
 }
+SUMMARY_KEYS = sorted(
+    "acknowledged_findings engram_schema enrolled_projects foreign_mutation_targets foreign_sync_targets "
+    "foreign_targets inbox_keys known_foreign_targets lane_model last_seq legacy_target "
+    "never_acknowledged_foreign_targets new_foreign_targets other_findings pull_side remote_state_keys stage_a "
+    "sync_liveness sync_state_targets unacked_rows unacked_rows_by_target unacknowledged_findings "
+    "undecodable_payloads".split()
+)
+CURSOR_KINDS = ["evidence", "inbox-cursor", "lane-health", "stage-a-cursor", "undecodable-cursor"]
+
+
+def kept_kinds(state_dir: Path) -> list[str]:
+    """The kinds of state file a check left in the state dir (each named KIND-<digest of the db>.json)."""
+    if not state_dir.exists():
+        return []
+    return sorted(path.name.rsplit("-", 1)[0] for path in state_dir.iterdir())
+
+
 CHECKED_AT = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
 
 
@@ -746,7 +765,9 @@ def test_a_check_reports_the_journal_and_what_it_found(
         "unacknowledged_findings": 8,
         "acknowledged_findings": 0,
     }
-    # The per-project counts are kept for the next check of the same rows.
+    assert sorted(result.summary) == SUMMARY_KEYS
+    # The per-project counts are kept for the next check of the same rows, and every view's cursor.
+    assert kept_kinds(tmp_path / "state") == CURSOR_KINDS
     document = json.loads(state_file_for(journal, "evidence").read_text(encoding="utf-8"))
     assert document["fingerprint"] == {"last_seq": 23, "unacked": UNACKED_BY_TARGET, "waiting": ""}
     assert document["answers"] == {f"{UNNORMALIZED}\x1f{STRAY}": {"cloud": 5, GHOST: 1}}
@@ -781,7 +802,33 @@ def test_without_the_cursor_a_check_keeps_nothing(
     with EngramDb.open(journal) as engram:
         check_connection(engram, config(100), None, use_cursor=False)
     run_check(journal, config(100), None, use_cursor=False)
-    assert not state_file_for(journal, "evidence").exists()
+    # No evidence, lane-health, Stage A or undecodable cursor; the inbox view writes its own file either way
+    # (canary.inbox.cursor, not checks).
+    assert kept_kinds(tmp_path / "state") == ["inbox-cursor"]
+
+
+def test_a_snapshot_keeps_its_cursors_by_default(
+    journal: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ENGRAM_CANARY_STATE_DIR", str(tmp_path / "state"))
+    with EngramDb.open(journal) as engram:
+        result, space = check_snapshot(engram, config(100), None)
+    assert kept_kinds(tmp_path / "state") == CURSOR_KINDS
+    assert space.last_seq == 23 and result.status == "warning"
+
+
+def test_configured_extra_targets_are_allowed(
+    journal: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ENGRAM_CANARY_STATE_DIR", str(tmp_path / "state"))
+    result = run_check(journal, CanaryConfig(allowed_targets=[INERT, GHOST]), None)
+    assert result.allowed_targets == sorted([*ALLOWED, INERT, GHOST])
+    assert [(f.check, f.target_key) for f in result.findings if f.check in FOREIGN_CHECKS] == [
+        (FOREIGN_SYNC_TARGET, PHANTOM_TARGET),
+        (FOREIGN_SYNC_TARGET, ORPHAN_KEY),
+        (FOREIGN_MUTATION_TARGET, BAD_KEY),
+        (FOREIGN_MUTATION_TARGET, PHANTOM_TARGET),
+    ]
 
 
 def baseline_for(db: Path) -> Baseline:
