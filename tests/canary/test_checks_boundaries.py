@@ -1005,3 +1005,15 @@ def test_kept_evidence_expires_after_exactly_an_hour(tmp_path: Path, monkeypatch
     assert load_evidence(db, fingerprint) == answers
     monkeypatch.setattr(time, "time", lambda: computed_at + 3600.5)
     assert load_evidence(db, fingerprint) == {}
+
+
+def test_a_file_that_fails_to_read_is_unknown_and_says_why(tmp_path: Path) -> None:
+    """Not engram's file: its tables have engram's names and none of its columns, so the read fails."""
+    db = tmp_path / "engram.db"
+    with closing(sqlite3.connect(db)) as connection:
+        connection.execute("CREATE TABLE sync_state (target_key TEXT PRIMARY KEY)")
+        connection.execute("CREATE TABLE sync_mutations (target_key TEXT)")
+        connection.commit()
+    result = run_check(db, config(100), None, use_cursor=False)
+    assert (result.status, result.db, result.findings) == ("unknown", str(db), [])
+    assert result.error == f"{db}: read failed (no such column: seq)"
