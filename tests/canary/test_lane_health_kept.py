@@ -37,6 +37,7 @@ from engram_sync_kit.canary.lane_health import (
     lane_fingerprint,
     read_lanes,
 )
+from engram_sync_kit.engram_contract.worker_liveness import RESTART_ADVICE
 
 NO_DIRECTORY = "500 session payload directory is required for upsert"
 NOW = 1_000_000.0
@@ -625,4 +626,55 @@ def test_a_degraded_lane_says_whether_this_versions_worker_retries(
         assert finding.message == DEGRADED_V2
     else:
         prefix = DEGRADED_V2.split("; a running worker")[0]
-        assert finding.message.startswith(f"{prefix}; {retry} consecutive failures v1.20's worker stops")
+        assert finding.message == (
+            f"{prefix}; {retry} consecutive failures v1.20's worker stops until the process restarts "
+            f"(10 recorded); once the error is fixed, {RESTART_ADVICE}"
+        )
+    assert (finding.evidence["consecutive_failures"], finding.evidence["lifecycle"]) == (10, "degraded")
+
+
+@pytest.mark.parametrize(
+    ("stored", "read"),
+    [
+        (("idle", None, 0, None), ("idle", None, 0, None)),
+        (("", "", 0, ""), (None, None, 0, None)),
+        (("  ", None, 0, "  "), ("  ", None, 0, None)),  # lifecycle is NOT NULL; a blank one is kept as read
+        (("degraded", "push failed: 500", 3, "http_500"), ("degraded", "push failed: 500", 3, "http_500")),
+    ],
+    ids=["idle", "empty-text", "blank-or-null", "degraded"],
+)
+def test_a_kept_finding_holds_the_lanes_sync_state_as_read(
+    tmp_path: Path,
+    state: Path,
+    reads: list[Path],
+    stored: tuple[str, str | None, int, str | None],
+    read: tuple[str | None, str | None, int, str | None],
+) -> None:
+    db, seq, after = blocked_v120(tmp_path)
+    simulate(
+        db,
+        (
+            "UPDATE sync_state SET lifecycle = ?, last_error = ?, consecutive_failures = ?, reason_code = ? "
+            "WHERE target_key = 'cloud'",
+            stored,
+        ),
+    )
+    (finding,) = kept(db)[0]
+    lifecycle, last_error, failures, reason_code = read
+    assert finding.evidence == {
+        "target_key": "cloud",
+        "lifecycle": lifecycle,
+        "last_error": last_error,
+        "consecutive_failures": failures,
+        "reason_code": reason_code,
+        "pending_rows": 2,
+        "held_back_rows": 1,
+        "held_back_by_project": {ENROLLED: 1},
+        "blocking_seqs": [seq],
+        "blocking_rows": 1,
+        "reason": NO_DIRECTORY,
+        "reasons": {NO_DIRECTORY: 1},
+        "clear_command": f"engram-canary inbox drop --seq {seq} --db {db} --apply",
+        "clear_commands": [f"engram-canary inbox drop --seq {seq} --db {db} --apply"],
+    }
+    assert kept(db)[0] == [finding] and reads == [db]
