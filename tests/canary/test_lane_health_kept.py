@@ -678,3 +678,34 @@ def test_a_kept_finding_holds_the_lanes_sync_state_as_read(
         "clear_commands": [f"engram-canary inbox drop --seq {seq} --db {db} --apply"],
     }
     assert kept(db)[0] == [finding] and reads == [db]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="lane_fingerprint leaves out the schema: after engram upgrades the file in place (no row changed), "
+    "check serves the old version's kept answer for up to an hour",
+)
+def test_an_engram_upgrade_in_place_reads_the_lanes_again(
+    tmp_path: Path, state: Path, reads: list[Path]
+) -> None:
+    db = tmp_path / "engram.db"
+    build(V120, db)
+    journal(db, "s-ok", directory="/ok")
+    simulate(
+        db,
+        (
+            "UPDATE sync_state SET lifecycle = 'degraded', last_error = 'push failed: 500', "
+            "consecutive_failures = 10 WHERE target_key = 'cloud'",
+            (),
+        ),
+    )
+    (v120,) = kept(db)[0]
+    assert "engram does not retry it" in v120.message  # v1.20's worker stops at 10 failures
+    simulate(  # SIMULATES LEGACY DATA: a later v1.x's migration adds the disposition column, rows untouched
+        db,
+        ("ALTER TABLE sync_mutations ADD COLUMN disposition TEXT NOT NULL DEFAULT 'pending'", ()),
+        ("PRAGMA user_version = 9", ()),
+    )
+    (upgraded,) = full(db)[0]
+    assert "a running worker retries when its backoff ends, at most 5 minutes apart" in upgraded.message
+    assert kept(db)[0] == [upgraded]
