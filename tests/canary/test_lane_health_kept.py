@@ -709,3 +709,64 @@ def test_an_engram_upgrade_in_place_reads_the_lanes_again(
     (upgraded,) = full(db)[0]
     assert "a running worker retries when its backoff ends, at most 5 minutes apart" in upgraded.message
     assert kept(db)[0] == [upgraded]
+
+
+def test_a_kept_finding_counts_rows_before_between_and_behind_its_blockers(
+    tmp_path: Path, state: Path, reads: list[Path]
+) -> None:
+    db = tmp_path / "engram.db"
+    build(V120, db)
+    first = journal(db, "s-first", directory="/ok")  # delivered before the block: pending, not held back
+    x, y = journal(db, "s-x"), journal(db, "s-y")
+    journal(db, "s-ok1", directory="/ok")
+    journal(db, "s-ok2", directory="/ok")
+    findings, listed = kept(db)
+    assert listed == {"cloud": ListedRows(5, first)}
+    (finding,) = findings
+    command = f"engram-canary inbox drop --seq {x},{y} --db {db} --apply"
+    assert finding.message == (
+        f"lane 'cloud' is blocked: the cloud refuses seq {x} (session, project {ENROLLED!r}: {NO_DIRECTORY}) "
+        f"and 1 more; 2 rows wait behind it ({ENROLLED}: 2); clear it with: {command}"
+    )
+    assert finding.size == 4  # the two blockers and the two rows behind them
+    assert {key: finding.evidence[key] for key in ("pending_rows", "held_back_rows", "blocking_rows")} == {
+        "pending_rows": 5,
+        "held_back_rows": 2,
+        "blocking_rows": 2,
+    }
+    assert (finding.evidence["blocking_seqs"], finding.evidence["reasons"]) == ([x, y], {NO_DIRECTORY: 2})
+    assert kept(db) == (findings, listed) and reads == [db]
+
+
+def test_a_kept_degraded_finding_holds_exactly_its_evidence(
+    tmp_path: Path, state: Path, reads: list[Path]
+) -> None:
+    db = tmp_path / "engram.db"
+    build(V2, db)
+    first = journal(db, "s-ok", directory="/ok")
+    journal(db, "s-ok2", directory="/ok")
+    _degrade(db, 0)
+    (finding,) = kept(db)[0]
+    assert (finding.check, finding.severity, finding.target_key, finding.size) == (
+        "legacy_lane_blocked",
+        "critical",
+        "cloud",
+        2,
+    )
+    assert finding.evidence == {
+        "target_key": "cloud",
+        "lifecycle": "degraded",
+        "last_error": "push failed: 500",
+        "consecutive_failures": 3,
+        "reason_code": None,
+        "pending_rows": 2,
+        "held_back_rows": 2,
+        "held_back_by_project": {ENROLLED: 2},
+        "blocking_seqs": [first],
+        "blocking_rows": 0,
+        "reason": "push failed: 500",
+        "reasons": {},
+        "clear_command": None,
+        "clear_commands": [],
+    }
+    assert kept(db)[0] == [finding] and reads == [db]
