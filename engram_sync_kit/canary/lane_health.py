@@ -267,7 +267,7 @@ def _answer(healths: list[LaneHealth], db: Path) -> tuple[list[Finding], dict[st
 
 LANE_STATE_KIND = "lane-health"
 # Bumped whenever a lane finding's shape changes, so a kept answer of an older canary is never reused.
-LANE_STATE_SCHEMA = "engram-canary/lane-health/v4"
+LANE_STATE_SCHEMA = "engram-canary/lane-health/v5"
 # A bound on what the fingerprint cannot see (a sessions or observations row rewritten in place, which
 # can turn an unrepairable blocker into a repairable one).
 LANE_STATE_MAX_AGE_SECONDS = 3600.0
@@ -295,6 +295,8 @@ def lane_fingerprint(db: EngramDb) -> dict[str, Any]:
     )
     fingerprint = {
         "db": str(db.path),
+        # an engram upgrade may migrate the file in place without touching a row: the answer then differs
+        "schema": {"user_version": schema.user_version, "cookie": schema.cookie},
         "high_water": high[0] if high else None,
         "enrolled": sorted(enrolled),
         "waiting": {
@@ -316,7 +318,8 @@ def _kept_answer(
 ) -> tuple[list[Finding], dict[str, ListedRows]] | None:
     try:
         kept = json.loads(path.read_text(encoding="utf-8"))
-        fresh = time.time() - float(kept["computed_at"]) <= LANE_STATE_MAX_AGE_SECONDS
+        age = time.time() - float(kept["computed_at"])
+        fresh = 0 <= age <= LANE_STATE_MAX_AGE_SECONDS  # a stamp from the future: the clock stepped back
         if kept["schema"] == LANE_STATE_SCHEMA and fresh and kept["fingerprint"] == fingerprint:
             findings = [Finding.model_validate(document) for document in kept["findings"]]
             listed = {

@@ -161,13 +161,13 @@ def test_the_kept_file_holds_exactly_the_answer_and_what_it_was_read_from(
     assert sorted(path.name for path in state.iterdir()) == [kept_file(db).name]
     document = kept_document(db)
     assert document == {
-        "schema": "engram-canary/lane-health/v4",
+        "schema": "engram-canary/lane-health/v5",
         "fingerprint": fingerprint(db),
         "computed_at": document["computed_at"],
         "findings": [finding.model_dump(mode="json")],
         "listed_rows": {"cloud": [2, seq]},
     }
-    assert LANE_STATE_SCHEMA == "engram-canary/lane-health/v4"
+    assert LANE_STATE_SCHEMA == "engram-canary/lane-health/v5"
     assert after == seq + 1
 
 
@@ -241,6 +241,7 @@ def test_the_fingerprint_is_every_input_read_exactly(tmp_path: Path) -> None:
     build(V120, db)
     assert fingerprint(db) == {
         "db": str(db),
+        "schema": schema_of(db),
         "high_water": 9,
         "enrolled": [ENROLLED],
         "waiting": {"cloud": 3},  # the unenrolled project's rows too (the worker lists only enrolled ones)
@@ -262,6 +263,7 @@ def test_a_fingerprint_on_a_later_schema_reads_its_lanes_and_retired_rows_as_the
     journal(db, "s-x", lane=lane)
     assert fingerprint(db) == {
         "db": str(db),
+        "schema": schema_of(db),
         "high_water": 12,
         "enrolled": [ENROLLED],
         "waiting": {"cloud": 0, lane: 1},  # the quarantined and superseded rows wait no more
@@ -513,7 +515,7 @@ def test_a_kept_ok_whose_fingerprint_differs_in_one_field_is_never_served(
 
 DAMAGED = {
     "empty": "",
-    "truncated": '{"schema": "engram-canary/lane-health/v4", "fingerp',
+    "truncated": '{"schema": "engram-canary/lane-health/v5", "fingerp',
     "null": "null",
     "a-list": "[]",
     "a-string": '"lane-health"',
@@ -680,11 +682,6 @@ def test_a_kept_finding_holds_the_lanes_sync_state_as_read(
     assert kept(db)[0] == [finding] and reads == [db]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="lane_fingerprint leaves out the schema: after engram upgrades the file in place (no row changed), "
-    "check serves the old version's kept answer for up to an hour",
-)
 def test_an_engram_upgrade_in_place_reads_the_lanes_again(
     tmp_path: Path, state: Path, reads: list[Path]
 ) -> None:
@@ -770,3 +767,27 @@ def test_a_kept_degraded_finding_holds_exactly_its_evidence(
         "clear_commands": [],
     }
     assert kept(db)[0] == [finding] and reads == [db]
+
+
+def schema_of(db: Path) -> dict[str, int]:
+    """The file's PRAGMA user_version and schema_version (SQLite's cookie, moved by every schema change)."""
+    with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as connection:
+        return {
+            "user_version": int(connection.execute("PRAGMA user_version").fetchone()[0]),
+            "cookie": int(connection.execute("PRAGMA schema_version").fetchone()[0]),
+        }
+
+
+def test_a_kept_answer_stamped_in_the_future_is_not_served(
+    tmp_path: Path, state: Path, reads: list[Path], clock: list[float]
+) -> None:
+    """A clock stepped back makes a kept answer's stamp lie in the future: its age is unknown, so the lanes
+    are read again (the hour bound holds whichever way the clock moved)."""
+    db = tmp_path / "engram.db"
+    build(V120, db)
+    kept(db)
+    kept(db)
+    assert reads == [db]  # the second was the kept answer
+    clock[0] -= 1  # one second before the kept answer's stamp
+    kept(db)
+    assert reads == [db, db]
