@@ -311,7 +311,13 @@ def orphaned_remote_note(key: str) -> str:
 
 
 def stuck_rows(evidence: dict[str, Any]) -> int:
-    return int(evidence.get("unacked_rows") or 0) + int(evidence.get("project_unacked_rows") or 0)
+    """The rows waiting on a foreign target or mapped to it by project, each once: a legacy row on the
+    target itself that carries the target's project is in both counts."""
+    on_target = int(evidence.get("unacked_rows") or 0)
+    of_projects = int(evidence.get("project_unacked_rows") or 0)
+    by_lane = evidence.get("project_unacked_by_lane")
+    both = int(by_lane.get(evidence.get("target_key"), 0)) if isinstance(by_lane, dict) else 0
+    return on_target + of_projects - both
 
 
 def foreign_target_findings(

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from engram_sync_kit.canary.checks import FOREIGN_CHECKS, CheckResult
+from engram_sync_kit.canary.checks import FOREIGN_CHECKS, CheckResult, stuck_rows
 from engram_sync_kit.canary.config import CanaryConfig
 from engram_sync_kit.canary.errors import CanaryError
 from engram_sync_kit.canary.findings import Finding, Status, counted_severities
@@ -318,8 +318,7 @@ def write_textfile(
         )
         for finding in itemized:
             if finding.check in FOREIGN_CHECKS and finding.target_key is not None:
-                rows = int(finding.evidence.get("unacked_rows") or 0)
-                rows += int(finding.evidence.get("project_unacked_rows") or 0)
+                rows = stuck_rows(finding.evidence)
                 per_target.labels(db, finding.check, finding.target_key, str(finding.new).lower()).set(rows)
         lane_rows = Gauge(
             "engram_canary_lane_blocked_rows",

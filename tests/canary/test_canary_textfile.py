@@ -402,3 +402,25 @@ def test_seconds_since_the_last_check_is_an_instant_query_that_keeps_a_silent_ma
 def test_the_pages_cap_sentence_names_the_textfiles_cap() -> None:
     rules = (MONITORING / "engram-canary.rules.yml").read_text()
     assert f"beyond the textfile's cap of {TEXTFILE_MAX_ITEMIZED}:" in rules
+
+
+def test_a_phantoms_own_rows_of_its_project_count_once_in_its_gauge(tmp_path: Path) -> None:
+    """Legacy rows on `cloud:notes` that carry project notes are on the target and of its project: 3 on the
+    target, 5 of the project (3 of them those), so 5 wait, not 8."""
+    finding = Finding(
+        check="foreign_sync_target",
+        severity="warning",
+        message="sync target cloud:notes is outside the closed target space (5 unacked rows)",
+        target_key="cloud:notes",
+        size=5,
+        evidence={
+            "target_key": "cloud:notes",
+            "unacked_rows": 3,
+            "projects": ["notes"],
+            "project_unacked_rows": 5,
+            "project_unacked_by_lane": {"cloud": 2, "cloud:notes": 3},
+        },
+    )
+    write_textfile(result_of([finding]), tmp_path)
+    ((labels, value),) = samples(tmp_path / TEXTFILE)["engram_canary_foreign_target_unacked_rows"]
+    assert (labels["target_key"], value) == ("cloud:notes", 5.0)

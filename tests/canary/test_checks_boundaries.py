@@ -653,13 +653,6 @@ def test_kept_evidence_is_read_back_while_the_rows_are_the_same(
     assert load_evidence(db, {**fingerprint, "last_seq": 10}) == {}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG in checks.stuck_rows: a phantom's own unacked rows whose project maps to it are in both "
-        "unacked_rows and project_unacked_rows, so message, size and severity count them twice (9, not 6)"
-    ),
-)
 def test_a_phantoms_own_rows_of_its_project_are_counted_once(tmp_path: Path) -> None:
     """Legacy rows an older engram left on `cloud:<project>` carry that project (upstream #264, #1013, as
     the builder's `cloud:enrolled-app` rows do); once the project is not enrolled, its 3 rows on `cloud`
