@@ -42,6 +42,7 @@ class NextCycleMidRead:
         self.started = False
         self.daemon = self
         self.journal_seen = 4
+        self.own_journal_seen = 4  # its own requests: all of them, one machine
 
     def _read(self) -> None:
         if self.reads == self.start_after:
