@@ -246,6 +246,25 @@ def expected_foreign_findings(critical_unacked_rows: int) -> list[Finding]:
     def severity(rows: int) -> str:
         return "critical" if rows >= critical_unacked_rows else "warning"
 
+    def mutation_target(
+        key: str, *, rows: int, seqs: tuple[int, int], unacked: int, in_sync_state: bool
+    ) -> Finding:
+        return Finding(
+            check=FOREIGN_MUTATION_TARGET,
+            severity=severity(unacked),
+            message=f"{rows} sync_mutations rows target {key}, outside the closed target space ({unacked} unacked)",
+            target_key=key,
+            size=unacked,
+            evidence={
+                "target_key": key,
+                "rows": rows,
+                "first_seq": seqs[0],
+                "last_seq": seqs[1],
+                "unacked_rows": unacked,
+                "in_sync_state": in_sync_state,
+            },
+        )
+
     state = {"last_enqueued_seq": 0, "last_acked_seq": 0, "updated_at": ALL_TIME}
     empty = {"unacked_rows": 0, "projects": [], "project_unacked_rows": 0, "project_unacked_by_lane": {}}
     return [
@@ -297,51 +316,9 @@ def expected_foreign_findings(critical_unacked_rows: int) -> list[Finding]:
                 "note": V120_NOTE,
             },
         ),
-        Finding(
-            check=FOREIGN_MUTATION_TARGET,
-            severity=severity(2),
-            message=f"2 sync_mutations rows target {BAD_KEY}, outside the closed target space (2 unacked)",
-            target_key=BAD_KEY,
-            size=2,
-            evidence={
-                "target_key": BAD_KEY,
-                "rows": 2,
-                "first_seq": 21,
-                "last_seq": 22,
-                "unacked_rows": 2,
-                "in_sync_state": False,
-            },
-        ),
-        Finding(
-            check=FOREIGN_MUTATION_TARGET,
-            severity=severity(2),
-            message=f"3 sync_mutations rows target {GHOST}, outside the closed target space (2 unacked)",
-            target_key=GHOST,
-            size=2,
-            evidence={
-                "target_key": GHOST,
-                "rows": 3,
-                "first_seq": 16,
-                "last_seq": 20,
-                "unacked_rows": 2,
-                "in_sync_state": False,
-            },
-        ),
-        Finding(
-            check=FOREIGN_MUTATION_TARGET,
-            severity=severity(1),
-            message=f"3 sync_mutations rows target {PHANTOM_TARGET}, outside the closed target space (1 unacked)",
-            target_key=PHANTOM_TARGET,
-            size=1,
-            evidence={
-                "target_key": PHANTOM_TARGET,
-                "rows": 3,
-                "first_seq": 17,
-                "last_seq": 23,
-                "unacked_rows": 1,
-                "in_sync_state": True,
-            },
-        ),
+        mutation_target(BAD_KEY, rows=2, seqs=(21, 22), unacked=2, in_sync_state=False),
+        mutation_target(GHOST, rows=3, seqs=(16, 20), unacked=2, in_sync_state=False),
+        mutation_target(PHANTOM_TARGET, rows=3, seqs=(17, 23), unacked=1, in_sync_state=True),
     ]
 
 
