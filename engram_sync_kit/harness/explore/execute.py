@@ -52,7 +52,7 @@ from engram_sync_kit.harness.scenario.localdata import MachineMemories, read_mac
 from engram_sync_kit.harness.scenario.results import StepRecord
 from engram_sync_kit.harness.scenario.runner import SCENARIO_ERRORS, _make_workspaces, error_detail
 from engram_sync_kit.harness.scenario.schema import Header
-from engram_sync_kit.harness.scenario.steps import StepRunner, _kit_command
+from engram_sync_kit.harness.scenario.steps import StepRunner, _journal_mark, _kit_command
 from engram_sync_kit.harness.triage_copies import read_triage_entries
 from engram_sync_kit.harness.world import CloudHandle, World, engram_version
 
@@ -371,7 +371,7 @@ def play(
             lossy = lossy or _is_lossy(generated.raw)
             cloud_side.play(generated.raw)
             worker_cycle = _is_worker_cycle(generated.raw)
-            journal_before = _last_journal_id(world) if worker_cycle else 0
+            journal_before = _journal_mark(world) if worker_cycle else 0
             triage = "triage" in generated.raw
             log_before = len(read_triage_entries(world.db_path)) if triage else 0
             started = time.monotonic()
@@ -444,12 +444,6 @@ def _pulled_observations(received: Sequence[ReceivedMutation]) -> tuple[tuple[st
         for item in received
         if item.entity == "observation" and item.transport == "mutation"
     )
-
-
-def _last_journal_id(world: World) -> int:
-    entries = world.cloud.client.journal(since_id=world.journal_seen).entries
-    world.journal_seen = max((entry.id for entry in entries), default=world.journal_seen)
-    return world.journal_seen
 
 
 def _push_statuses(world: World, since_id: int) -> list[int]:
